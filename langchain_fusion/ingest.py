@@ -1,0 +1,195 @@
+"""Ingestion: load PDF, text and markdown files, clean the text, split it into chunks.
+
+Chunks carry the metadata contract of :mod:`langchain_fusion.metadata` and a stable
+``Document.id`` derived from their source, position and text, so re-indexing an unchanged
+file gives the same ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from langchain_core.documents import Document
+from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+from langchain_fusion import metadata as keys
+from langchain_fusion.errors import FusionError
+
+logger = logging.getLogger(__name__)
+
+PDF_SUFFIXES = frozenset({".pdf"})
+TEXT_SUFFIXES = frozenset({".txt", ".md", ".markdown", ".text"})
+SUPPORTED_SUFFIXES = PDF_SUFFIXES | TEXT_SUFFIXES
+"""File endings that :func:`load_files` reads."""
+
+DEFAULT_CHUNK_SIZE = 1000
+DEFAULT_CHUNK_OVERLAP = 200
+
+
+class SkippedFileWarning(UserWarning):
+    """A file could not be read and was left out; the rest was loaded."""
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    """A file that was left out, and why."""
+
+    path: str
+    """The file's path as found."""
+    reason: str
+    """What was wrong with it, in words a user can act on."""
+
+
+@dataclass
+class LoadResult:
+    """What :func:`load_files` read: one Document per PDF page or text file, and the skips."""
+
+    documents: list[Document] = field(default_factory=list)
+    """Cleaned pages (PDF) or whole files (text, markdown), in file order."""
+    files: list[str] = field(default_factory=list)
+    """Paths of the files that were loaded."""
+    skipped: list[SkippedFile] = field(default_factory=list)
+    """Files that were found but could not be loaded."""
+
+
+_SPACES = re.compile(r"[^\S\n]+")
+_SPACE_AROUND_NEWLINE = re.compile(r" *\n *")
+_PARAGRAPH_BREAKS = re.compile(r"\n{3,}")
+
+
+def clean_text(text: str) -> str:
+    """Normalise whitespace, keeping line and paragraph breaks.
+
+    Tabs and runs of spaces become one space, line ends lose their surrounding spaces, three
+    or more newlines become one paragraph break, and the ends are stripped.
+    """
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = _SPACES.sub(" ", text)
+    text = _SPACE_AROUND_NEWLINE.sub("\n", text)
+    text = _PARAGRAPH_BREAKS.sub("\n\n", text)
+    return text.strip()
+
+
+def find_files(paths: Iterable[str | Path]) -> tuple[list[Path], list[SkippedFile]]:
+    """Expand files and directories (recursively) into supported files, sorted per directory.
+
+    A path that does not exist is reported as skipped; unsupported files inside a directory
+    are ignored silently, but an unsupported file named explicitly is reported.
+    """
+    found: list[Path] = []
+    skipped: list[SkippedFile] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found.extend(p for p in sorted(path.rglob("*")) if p.is_file() and p.suffix.lower() in SUPPORTED_SUFFIXES)
+        elif path.is_file():
+            if path.suffix.lower() in SUPPORTED_SUFFIXES:
+                found.append(path)
+            else:
+                supported = ", ".join(sorted(SUPPORTED_SUFFIXES))
+                skipped.append(SkippedFile(str(path), f"unsupported file type (supported: {supported})"))
+        else:
+            skipped.append(SkippedFile(str(path), "no such file or directory"))
+    return found, skipped
+
+
+def load_pdf(path: Path) -> list[Document]:
+    """One cleaned Document per non-empty page; raises FusionError if nothing can be read."""
+    from pypdf import PdfReader
+    from pypdf.errors import PyPdfError
+
+    try:
+        reader = PdfReader(path)
+        if reader.is_encrypted and not reader.decrypt(""):
+            raise FusionError("the PDF is encrypted with a password")
+        pages = []
+        for number, page in enumerate(reader.pages, start=1):
+            text = clean_text(page.extract_text() or "")
+            if text:
+                pages.append(Document(page_content=text, metadata={keys.SOURCE: str(path), keys.PAGE: number}))
+    except FusionError:
+        raise
+    except (PyPdfError, ValueError, KeyError, TypeError, OSError, RecursionError) as exc:
+        raise FusionError(f"not a readable PDF ({type(exc).__name__}: {exc})") from None
+    if not pages:
+        raise FusionError("the PDF has no extractable text (a scanned image? run OCR first)")
+    return pages
+
+
+def load_text(path: Path) -> list[Document]:
+    """The whole file as one cleaned Document; raises FusionError if empty or not UTF-8."""
+    try:
+        text = clean_text(path.read_text(encoding="utf-8-sig"))
+    except UnicodeDecodeError:
+        raise FusionError("not UTF-8 text") from None
+    if not text:
+        raise FusionError("the file is empty")
+    return [Document(page_content=text, metadata={keys.SOURCE: str(path)})]
+
+
+def load_files(paths: Iterable[str | Path]) -> LoadResult:
+    """Load PDFs, text and markdown from files and directories.
+
+    A file that cannot be read (corrupt, encrypted, empty, not UTF-8) is reported in
+    ``skipped``, warned about with :class:`SkippedFileWarning`, and the rest is loaded.
+    """
+    files, skipped = find_files(paths)
+    result = LoadResult(skipped=skipped)
+    for path in files:
+        loader = load_pdf if path.suffix.lower() in PDF_SUFFIXES else load_text
+        try:
+            docs = loader(path)
+        except OSError as exc:
+            result.skipped.append(SkippedFile(str(path), f"cannot be read: {exc.strerror or exc}"))
+            continue
+        except FusionError as exc:
+            result.skipped.append(SkippedFile(str(path), str(exc)))
+            continue
+        result.documents.extend(docs)
+        result.files.append(str(path))
+    for skip in result.skipped:
+        warnings.warn(f"skipped {skip.path}: {skip.reason}", SkippedFileWarning, stacklevel=2)
+    return result
+
+
+def chunk_id(source: str, page: int | None, start_index: int, text: str) -> str:
+    """Stable id of a chunk: a hash of where it is and what it says."""
+    digest = hashlib.sha256(f"{source}\x00{page}\x00{start_index}\x00{text}".encode()).hexdigest()
+    return digest[:32]
+
+
+def split_documents(
+    documents: Sequence[Document],
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
+) -> list[Document]:
+    """Split pages or files into chunks with LangChain's RecursiveCharacterTextSplitter.
+
+    Each chunk gets the metadata of its page plus ``chunk_index`` (counting across all pages
+    of its source, in order), ``start_index`` (offset within its page's text) and a stable
+    ``Document.id``. The input documents are not modified.
+    """
+    if chunk_size < 1 or not 0 <= chunk_overlap < chunk_size:
+        raise ValueError(
+            f"need chunk_size >= 1 and 0 <= chunk_overlap < chunk_size; got {chunk_size} and {chunk_overlap}"
+        )
+    splitter = RecursiveCharacterTextSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap, add_start_index=True)
+    next_index: dict[str, int] = {}
+    chunks: list[Document] = []
+    for doc in documents:
+        source = str(doc.metadata.get(keys.SOURCE, ""))
+        for chunk in splitter.create_documents([doc.page_content], [dict(doc.metadata)]):
+            position = next_index.get(source, 0)
+            next_index[source] = position + 1
+            chunk.metadata[keys.CHUNK_INDEX] = position
+            chunk.id = chunk_id(
+                source, chunk.metadata.get(keys.PAGE), chunk.metadata[keys.START_INDEX], chunk.page_content
+            )
+            chunks.append(chunk)
+    return chunks

@@ -1,0 +1,67 @@
+"""The metadata keys langchain-fusion reads and writes, defined once.
+
+Chunk keys are written at ingestion and describe where a chunk comes from. Score keys are
+written on the copies of documents that retrievers return; together they are the provenance
+of a result: how each side scored it, how that score was normalised, and where it ranked.
+
+The stable chunk id is not a metadata key: it is ``Document.id``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- chunk keys (written by ingestion) ---------------------------------------------------
+
+SOURCE: Final = "source"
+"""Where the chunk comes from: the file path as given to the loader, or a caller's id."""
+
+PAGE: Final = "page"
+"""1-based page number in a PDF (the number a reader sees); absent for text and markdown."""
+
+CHUNK_INDEX: Final = "chunk_index"
+"""0-based position of the chunk among all chunks of its source, in reading order."""
+
+START_INDEX: Final = "start_index"
+"""Character offset of the chunk in its page's cleaned text (in the whole file for text)."""
+
+# --- score keys (written by retrievers on returned copies) --------------------------------
+
+FUSION_SCORE: Final = "fusion_score"
+"""The fused score the results are ordered by (its scale depends on ``fusion_method``)."""
+
+FUSION_METHOD: Final = "fusion_method"
+"""The fusion method that produced ``fusion_score``: weighted, zscore or rrf."""
+
+VECTOR_SCORE: Final = "vector_score"
+"""Raw vector similarity (cosine for normalised embeddings; higher is better)."""
+
+VECTOR_SCORE_NORMALIZED: Final = "vector_score_normalized"
+"""The vector similarity after the method's normalisation (min-max, z-score or RRF term)."""
+
+VECTOR_RANK: Final = "vector_rank"
+"""1-based rank of the chunk among the candidates on the vector side."""
+
+BM25_SCORE: Final = "bm25_score"
+"""Raw BM25 score (0.0 when no query term occurs in the chunk)."""
+
+BM25_SCORE_NORMALIZED: Final = "bm25_score_normalized"
+"""The BM25 score after the method's normalisation (min-max, z-score or RRF term)."""
+
+BM25_RANK: Final = "bm25_rank"
+"""1-based rank among the candidates on the BM25 side; None when no query term matched."""
+
+CHUNK_KEYS: Final = (SOURCE, PAGE, CHUNK_INDEX, START_INDEX)
+"""All chunk keys, in documentation order."""
+
+SCORE_KEYS: Final = (
+    FUSION_SCORE,
+    FUSION_METHOD,
+    VECTOR_SCORE,
+    VECTOR_SCORE_NORMALIZED,
+    VECTOR_RANK,
+    BM25_SCORE,
+    BM25_SCORE_NORMALIZED,
+    BM25_RANK,
+)
+"""All score keys, in documentation order."""

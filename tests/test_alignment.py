@@ -1,0 +1,215 @@
+"""Fusion is correct by construction: checked against a brute-force reference.
+
+The reference below scores every document on both sides with plain NumPy and Python (its own
+BM25, its own cosine), min-max normalises over the corpus and fuses. The retriever with
+``fetch_k=None`` must return exactly the same documents with the same fused scores.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+
+from langchain_fusion import Analyzer, BM25Retriever, FusionIndex, FusionRetriever, VectorRetriever
+from tests.conftest import HashingEmbeddings
+
+VOCABULARY = [f"w{i}" for i in range(60)]
+
+
+def random_corpus(seed: int, size: int = 150) -> list[Document]:
+    rng = np.random.default_rng(seed)
+    docs = []
+    for i in range(size):
+        words = rng.choice(VOCABULARY, size=int(rng.integers(3, 25)), p=zipf(len(VOCABULARY)))
+        docs.append(Document(page_content=" ".join(words), metadata={"n": i}))
+    return docs
+
+
+def zipf(n: int) -> np.ndarray:
+    weights = 1.0 / np.arange(1, n + 1)
+    return weights / weights.sum()
+
+
+def reference_fusion(
+    docs: list[Document], embeddings: Embeddings, query: str, alpha: float, k: int
+) -> list[tuple[int, float]]:
+    """Brute force: every document scored on both sides, min-max over the corpus, fused."""
+    analyzer = Analyzer()
+    tokens = [analyzer.tokenize(d.page_content) for d in docs]
+    q_tokens = analyzer.tokenize(query)
+    n, avgdl = len(docs), sum(map(len, tokens)) / len(docs)
+    df = Counter(t for doc in tokens for t in set(doc))
+    k1, b = 1.5, 0.75
+    bm25 = []
+    for doc in tokens:
+        tf = Counter(doc)
+        bm25.append(
+            sum(
+                math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) * tf[t] / (tf[t] + k1 * (1 - b + b * len(doc) / avgdl))
+                for t in q_tokens
+                if tf[t]
+            )
+        )
+    doc_vectors = np.array(embeddings.embed_documents([d.page_content for d in docs]))
+    doc_vectors /= np.linalg.norm(doc_vectors, axis=1, keepdims=True)
+    q = np.array(embeddings.embed_query(query))
+    cosine = doc_vectors @ (q / np.linalg.norm(q))
+
+    def norm(x: list[float] | np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=float)
+        return (x - x.min()) / (x.max() - x.min())
+
+    fused = alpha * norm(cosine) + (1 - alpha) * norm(bm25)
+    order = sorted(range(n), key=lambda i: (-fused[i], i))[:k]
+    return [(i, float(fused[i])) for i in order]
+
+
+def queries(seed: int, count: int = 8) -> list[str]:
+    rng = np.random.default_rng(seed + 1000)
+    return [" ".join(rng.choice(VOCABULARY[:40], size=3, replace=False)) for _ in range(count)]
+
+
+class TestAgainstBruteForce:
+    @pytest.mark.parametrize("seed", [0, 1, 2])
+    @pytest.mark.parametrize("alpha", [0.1, 0.3, 0.5, 0.7, 0.9])
+    def test_exact_fusion_matches_reference(self, seed: int, alpha: float) -> None:
+        docs = random_corpus(seed)
+        embeddings = HashingEmbeddings(size=32)
+        index = FusionIndex.from_documents(docs, embeddings)
+        retriever = FusionRetriever(index=index, k=10, alpha=alpha, fetch_k=None)
+        for query in queries(seed):
+            expected = reference_fusion(docs, embeddings, query, alpha, k=10)
+            got = retriever.invoke(query)
+            assert [d.metadata["n"] for d in got] == [i for i, _ in expected], query
+            assert [d.metadata["fusion_score"] for d in got] == pytest.approx([s for _, s in expected], abs=1e-5)
+
+    def test_tutorial_bug_is_not_reproduced(self) -> None:
+        """The tutorial adds vector scores in similarity order to BM25 scores in corpus order."""
+        docs = random_corpus(7)
+        embeddings = HashingEmbeddings(size=32)
+        index = FusionIndex.from_documents(docs, embeddings)
+        retriever = FusionRetriever(index=index, k=5, fetch_k=None)
+        mismatches = 0
+        for query in queries(7):
+            expected = [i for i, _ in reference_fusion(docs, embeddings, query, 0.5, k=5)]
+            # The tutorial's mistake, reproduced: the vector scores come back sorted by
+            # similarity, BM25 scores come in corpus order, and the two arrays are added.
+            doc_vectors = np.array(embeddings.embed_documents([d.page_content for d in docs]))
+            cosine = doc_vectors @ np.array(embeddings.embed_query(query))
+            bm25 = np.array([index.bm25.scores(query)[i] for i in range(len(docs))])
+            vector_sorted = np.sort(cosine)[::-1]
+            v = (vector_sorted - vector_sorted.min()) / (np.ptp(vector_sorted) + 1e-8)
+            b = (bm25 - bm25.min()) / (np.ptp(bm25) + 1e-8)
+            tutorial = list(np.argsort(0.5 * v + 0.5 * b)[::-1][:5])
+            mismatches += tutorial != expected
+            assert [d.metadata["n"] for d in retriever.invoke(query)] == expected
+        assert mismatches >= 6  # the misaligned sum is almost always wrong
+
+
+class TestAlphaLimits:
+    @pytest.mark.parametrize("fetch_k", [None, 5, 50])
+    @pytest.mark.parametrize("method", ["weighted", "zscore", "rrf"])
+    def test_limits_reproduce_single_side_rankings(self, fetch_k: int | None, method: str) -> None:
+        docs = random_corpus(11)
+        index = FusionIndex.from_documents(docs, HashingEmbeddings(size=32))
+        for query in queries(11):
+            vector = [d.id for d in VectorRetriever(index=index, k=8).invoke(query)]
+            bm25 = [d.id for d in BM25Retriever(index=index, k=8).invoke(query)]
+            fused = FusionRetriever(index=index, k=8, fetch_k=fetch_k, method=method)  # type: ignore[arg-type]
+            assert [d.id for d in fused.invoke(query, alpha=1.0)] == vector
+            assert [d.id for d in fused.invoke(query, alpha=0.0)] == bm25
+
+
+class TestCandidatePool:
+    def test_other_side_scores_are_real(self) -> None:
+        docs = random_corpus(5)
+        index = FusionIndex.from_documents(docs, HashingEmbeddings(size=32))
+        query = queries(5)[0]
+        all_bm25 = index.bm25.scores(query)
+        q = index.embed_query(query)
+        all_cosine = index.vectors.scores_all(q)  # type: ignore[union-attr]
+        for doc in FusionRetriever(index=index, k=10, fetch_k=3).invoke(query):
+            row = index.row_of(doc.id)  # type: ignore[arg-type]
+            assert doc.metadata["bm25_score"] == pytest.approx(float(all_bm25[row]))
+            assert doc.metadata["vector_score"] == pytest.approx(float(all_cosine[row]), abs=1e-6)
+
+    def test_pool_is_union_of_both_sides(self) -> None:
+        docs = random_corpus(6)
+        index = FusionIndex.from_documents(docs, HashingEmbeddings(size=32))
+        query = queries(6)[0]
+        vector = {d.id for d in VectorRetriever(index=index, k=4).invoke(query)}
+        bm25 = {d.id for d in BM25Retriever(index=index, k=4).invoke(query)}
+        fused = FusionRetriever(index=index, k=4, fetch_k=4).invoke(query)
+        assert len(fused) == 4
+        assert {d.id for d in fused} <= vector | bm25
+        assert {d.id for d in fused} & (bm25 - vector)  # the BM25-only candidates took part
+
+    def test_normalisation_is_over_the_pool(self) -> None:
+        docs = random_corpus(8)
+        index = FusionIndex.from_documents(docs, HashingEmbeddings(size=32))
+        results = FusionRetriever(index=index, k=100, fetch_k=6).invoke(queries(8)[0])
+        vector_norm = [d.metadata["vector_score_normalized"] for d in results]
+        assert min(vector_norm) == 0.0 and max(vector_norm) == 1.0
+
+    def test_known_answer(self) -> None:
+        """Only the document that is good on both sides wins at alpha=0.5."""
+        vectors = {
+            "query": [1.0, 0.0, 0.0],
+            "keyword keyword keyword match": [0.0, 1.0, 0.0],  # best BM25, orthogonal vector
+            "semantic neighbour": [0.99, 0.14, 0.0],  # best vector, no keyword
+            "keyword with meaning": [0.8, 0.6, 0.0],  # second on both sides
+            "unrelated": [0.0, 0.0, 1.0],
+        }
+
+        class TableEmbeddings(Embeddings):
+            def embed_documents(self, texts: list[str]) -> list[list[float]]:
+                return [vectors[t] for t in texts]
+
+            def embed_query(self, text: str) -> list[float]:
+                return vectors["query"]
+
+        docs = [Document(page_content=t) for t in list(vectors)[1:]]
+        index = FusionIndex.from_documents(docs, TableEmbeddings())
+        retriever = FusionRetriever(index=index, k=4, fetch_k=None)
+        assert retriever.invoke("keyword")[0].page_content == "keyword with meaning"
+        assert retriever.invoke("keyword", alpha=1.0)[0].page_content == "semantic neighbour"
+        assert retriever.invoke("keyword", alpha=0.0)[0].page_content == "keyword keyword keyword match"
+
+
+class TestApproximateIndex:
+    @pytest.mark.parametrize("factory,params", [("HNSW16", "efSearch=256"), ("IVF4,Flat", "nprobe=4")])
+    def test_matches_exact_on_a_small_corpus(self, factory: str, params: str) -> None:
+        docs = random_corpus(9)
+        embeddings = HashingEmbeddings(size=32)
+        exact = FusionIndex.from_documents(docs, embeddings)
+        approx = FusionIndex.from_documents(docs, embeddings, vector_index=factory, vector_search_params=params)
+        assert not approx.vectors.is_exact  # type: ignore[union-attr]
+        for query in queries(9):
+            for fetch_k in (20, None):
+                want = [d.id for d in FusionRetriever(index=exact, k=5, fetch_k=fetch_k).invoke(query)]
+                got = [d.id for d in FusionRetriever(index=approx, k=5, fetch_k=fetch_k).invoke(query)]
+                assert got == want
+
+    def test_add_and_delete_keep_rows_aligned(self) -> None:
+        docs = random_corpus(10)
+        embeddings = HashingEmbeddings(size=32)
+        approx = FusionIndex.from_documents(
+            docs[:100], embeddings, vector_index="HNSW16", vector_search_params="efSearch=256"
+        )
+        approx.add_documents(docs[100:])
+        removed = [d.id for d in approx.documents[::7]]
+        approx.delete(removed)  # type: ignore[arg-type]
+        fresh = FusionIndex.from_documents([d for d in approx.documents], embeddings)
+        for query in queries(10):
+            want = [
+                (d.id, round(d.metadata["fusion_score"], 5)) for d in FusionRetriever(index=fresh, k=6).invoke(query)
+            ]
+            got = [
+                (d.id, round(d.metadata["fusion_score"], 5)) for d in FusionRetriever(index=approx, k=6).invoke(query)
+            ]
+            assert got == want

@@ -1,0 +1,91 @@
+"""The pure fusion functions, checked on hand-computed cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from langchain_fusion.fusion import RRF_RANK_CONSTANT, fuse, min_max, ranks, z_score
+
+
+class TestMinMax:
+    def test_scales_to_unit_interval(self) -> None:
+        assert min_max(np.array([2.0, 4.0, 3.0])).tolist() == [0.0, 1.0, 0.5]
+
+    def test_negative_scores(self) -> None:
+        assert min_max(np.array([-1.0, 1.0, 0.0])).tolist() == [0.0, 1.0, 0.5]
+
+    def test_all_equal_positive_is_one(self) -> None:
+        assert min_max(np.array([0.7, 0.7])).tolist() == [1.0, 1.0]
+
+    def test_all_equal_zero_is_zero(self) -> None:
+        assert min_max(np.array([0.0, 0.0, 0.0])).tolist() == [0.0, 0.0, 0.0]
+
+    def test_empty(self) -> None:
+        assert min_max(np.array([])).size == 0
+
+
+class TestZScore:
+    def test_standardises(self) -> None:
+        result = z_score(np.array([1.0, 2.0, 3.0]))
+        std = np.sqrt(2 / 3)
+        assert result == pytest.approx([-1 / std, 0.0, 1 / std])
+
+    def test_constant_is_zero(self) -> None:
+        assert z_score(np.array([5.0, 5.0])).tolist() == [0.0, 0.0]
+
+
+class TestRanks:
+    def test_descending_one_based_ties_in_input_order(self) -> None:
+        assert ranks(np.array([0.2, 0.9, 0.2, 0.5])).tolist() == [3, 1, 4, 2]
+
+    def test_invalid_entries_get_zero(self) -> None:
+        valid = np.array([True, False, True])
+        assert ranks(np.array([0.1, 0.9, 0.5]), valid).tolist() == [2, 0, 1]
+
+
+class TestFuse:
+    def test_weighted_hand_computed(self) -> None:
+        # vector min-max: [0, 1, 0.5]; bm25 min-max: [1, 0, 0.25]
+        result = fuse(np.array([0.2, 0.6, 0.4]), np.array([8.0, 0.0, 2.0]), alpha=0.3)
+        assert result.fused == pytest.approx([0.7, 0.3, 0.325])
+        assert result.vector_rank.tolist() == [3, 1, 2]
+        assert result.bm25_rank.tolist() == [1, 0, 2]  # the 0.0 BM25 score matched nothing
+
+    def test_zscore_hand_computed(self) -> None:
+        result = fuse(np.array([1.0, 2.0, 3.0]), np.array([3.0, 2.0, 1.0]), alpha=0.75, method="zscore")
+        z = np.array([-1.0, 0.0, 1.0]) / np.sqrt(2 / 3)
+        assert result.fused == pytest.approx(0.75 * z + 0.25 * -z)
+
+    def test_rrf_hand_computed(self) -> None:
+        result = fuse(np.array([0.9, 0.1, 0.5]), np.array([0.0, 3.0, 1.0]), alpha=0.5, method="rrf")
+        c = RRF_RANK_CONSTANT
+        expected = [0.5 / (c + 1), 0.5 / (c + 3) + 0.5 / (c + 1), 0.5 / (c + 2) + 0.5 / (c + 2)]
+        assert result.fused == pytest.approx(expected)
+        assert result.bm25_normalized[0] == 0.0  # no BM25 credit without a matching term
+
+    @pytest.mark.parametrize("method", ["weighted", "zscore", "rrf"])
+    def test_alpha_limits_follow_one_side(self, method: str) -> None:
+        rng = np.random.default_rng(3)
+        vector, bm25 = rng.random(20), rng.random(20) + 0.01
+        assert np.argsort(-fuse(vector, bm25, 1.0, method).fused).tolist() == np.argsort(-vector).tolist()  # type: ignore[arg-type]
+        assert np.argsort(-fuse(vector, bm25, 0.0, method).fused).tolist() == np.argsort(-bm25).tolist()  # type: ignore[arg-type]
+
+    def test_degenerate_inputs_give_finite_scores(self) -> None:
+        for vector, bm25 in [([], []), ([0.5], [0.0]), ([0.3, 0.3], [1.0, 1.0]), ([0.0, 0.0], [0.0, 0.0])]:
+            for method in ("weighted", "zscore", "rrf"):
+                result = fuse(np.array(vector), np.array(bm25), 0.5, method)  # type: ignore[arg-type]
+                assert np.all(np.isfinite(result.fused))
+
+    def test_misaligned_arrays_are_rejected(self) -> None:
+        with pytest.raises(ValueError, match="aligned"):
+            fuse(np.array([1.0, 2.0]), np.array([1.0]), 0.5)
+
+    @pytest.mark.parametrize("alpha", [-0.1, 1.5, "0.5", None, True])
+    def test_invalid_alpha(self, alpha: object) -> None:
+        with pytest.raises(ValueError, match="alpha must be a number between 0 and 1"):
+            fuse(np.array([1.0]), np.array([1.0]), alpha)  # type: ignore[arg-type]
+
+    def test_invalid_method(self) -> None:
+        with pytest.raises(ValueError, match="method must be one of weighted, zscore, rrf"):
+            fuse(np.array([1.0]), np.array([1.0]), 0.5, "sum")  # type: ignore[arg-type]
