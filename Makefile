@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 INSTALL := $(PIP) install --quiet -c constraints.txt
 DEMO_INDEX ?= .demo-index
-DEMO_QUERY ?= Why did the Oskerby microgrid go dark, and for how long?
+DEMO_QUERY ?= Why did the batteries come through the flood without harm?
 
 .PHONY: demo test lint bench bench-quick clean
 
