@@ -154,10 +154,15 @@ def run_index(args: argparse.Namespace) -> int:
     """Build and save an index; print a summary."""
     import warnings
 
-    from langchain_fusion.embeddings import resolve_embeddings
+    from langchain_fusion.embeddings import LocalEmbeddings, resolve_embeddings
     from langchain_fusion.index import FusionIndex
     from langchain_fusion.ingest import SkippedFileWarning
+    from langchain_fusion.persistence import check_save_target
 
+    # Check everything that can be wrong before paying for embeddings.
+    check_save_target(Path(args.out))
+    embeddings = resolve_embeddings(args.embeddings)
+    index = FusionIndex(embeddings, vector_index=args.vector_index, vector_search_params=args.vector_search_params)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SkippedFileWarning)  # reported in the summary instead
         loaded = load_files(args.paths)
@@ -166,8 +171,10 @@ def run_index(args: argparse.Namespace) -> int:
     if not loaded.documents:
         raise UserError(f"no readable documents in {' '.join(args.paths)} (PDF, .txt and .md files are indexed)")
     chunks = split_documents(loaded.documents, chunk_size=args.chunk_size, chunk_overlap=args.chunk_overlap)
-    embeddings = resolve_embeddings(args.embeddings)
-    index = FusionIndex(embeddings, vector_index=args.vector_index, vector_search_params=args.vector_search_params)
+    if isinstance(embeddings, LocalEmbeddings):
+        if not (args.quiet or args.json):
+            print("loading the bundled embedding model...", file=sys.stderr)
+        embeddings.load_model()
     with _progress_bar(len(chunks), args.quiet or args.json) as bar:
         index.add_documents(chunks, progress=bar.update)
     folder = index.save(args.out)

@@ -45,7 +45,8 @@ class LocalEmbeddings(BaseModel, Embeddings):
         """The Hugging Face name of the bundled model."""
         return LOCAL_MODEL_NAME
 
-    def _load(self) -> Any:
+    def load_model(self) -> Any:
+        """Load the model now (otherwise it loads on first use) and return it."""
         if self._model is None:
             # Never reach for the Hugging Face hub: the weights are in site-packages.
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -68,7 +69,7 @@ class LocalEmbeddings(BaseModel, Embeddings):
         """Embed a list of texts."""
         if not texts:
             return []
-        vectors = self._load().encode(
+        vectors = self.load_model().encode(
             list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False
         )
         return [list(map(float, v)) for v in vectors]
@@ -135,6 +136,8 @@ def resolve_embeddings(spec: str | None) -> Embeddings:
         embeddings: Embeddings = init_embeddings(spec)
     except ImportError as exc:
         raise MissingDependencyError(f"embeddings {spec!r}: {exc}") from None
+    except ValueError as exc:  # e.g. an unknown provider
+        raise FusionError(f"embeddings {spec!r}: {exc}") from None
     return embeddings
 
 

@@ -102,7 +102,6 @@ def find_files(paths: Iterable[str | Path]) -> tuple[list[Path], list[SkippedFil
 def load_pdf(path: Path) -> list[Document]:
     """One cleaned Document per non-empty page; raises FusionError if nothing can be read."""
     from pypdf import PdfReader
-    from pypdf.errors import PyPdfError
 
     try:
         reader = PdfReader(path)
@@ -115,7 +114,7 @@ def load_pdf(path: Path) -> list[Document]:
                 pages.append(Document(page_content=text, metadata={keys.SOURCE: str(path), keys.PAGE: number}))
     except FusionError:
         raise
-    except (PyPdfError, ValueError, KeyError, TypeError, OSError, RecursionError) as exc:
+    except Exception as exc:  # pypdf raises many types on malformed files; one bad file must not stop the rest
         raise FusionError(f"not a readable PDF ({type(exc).__name__}: {exc})") from None
     if not pages:
         raise FusionError("the PDF has no extractable text (a scanned image? run OCR first)")
@@ -141,6 +140,19 @@ def load_files(paths: Iterable[str | Path]) -> LoadResult:
     """
     files, skipped = find_files(paths)
     result = LoadResult(skipped=skipped)
+    pypdf_logger = logging.getLogger("pypdf")
+    previous_level = pypdf_logger.level
+    pypdf_logger.setLevel(logging.ERROR)  # its warnings on malformed files would duplicate our report
+    try:
+        _load_each(files, result)
+    finally:
+        pypdf_logger.setLevel(previous_level)
+    for skip in result.skipped:
+        warnings.warn(f"skipped {skip.path}: {skip.reason}", SkippedFileWarning, stacklevel=2)
+    return result
+
+
+def _load_each(files: list[Path], result: LoadResult) -> None:
     for path in files:
         loader = load_pdf if path.suffix.lower() in PDF_SUFFIXES else load_text
         try:
@@ -153,9 +165,6 @@ def load_files(paths: Iterable[str | Path]) -> LoadResult:
             continue
         result.documents.extend(docs)
         result.files.append(str(path))
-    for skip in result.skipped:
-        warnings.warn(f"skipped {skip.path}: {skip.reason}", SkippedFileWarning, stacklevel=2)
-    return result
 
 
 def chunk_id(source: str, page: int | None, start_index: int, text: str) -> str:
@@ -181,6 +190,7 @@ def split_documents(
         )
     splitter = RecursiveCharacterTextSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap, add_start_index=True)
     next_index: dict[str, int] = {}
+    issued: set[str] = set()
     chunks: list[Document] = []
     for doc in documents:
         source = str(doc.metadata.get(keys.SOURCE, ""))
@@ -188,8 +198,13 @@ def split_documents(
             position = next_index.get(source, 0)
             next_index[source] = position + 1
             chunk.metadata[keys.CHUNK_INDEX] = position
-            chunk.id = chunk_id(
-                source, chunk.metadata.get(keys.PAGE), chunk.metadata[keys.START_INDEX], chunk.page_content
-            )
+            base = chunk_id(source, chunk.metadata.get(keys.PAGE), chunk.metadata[keys.START_INDEX], chunk.page_content)
+            # The same text at the same place (e.g. repeated documents without a source) gets
+            # a counter folded in, so ids stay unique while unrepeated chunks keep stable ids.
+            chunk.id, repeat = base, 0
+            while chunk.id in issued:
+                repeat += 1
+                chunk.id = chunk_id(source, chunk.metadata.get(keys.PAGE), repeat, base)
+            issued.add(chunk.id)
             chunks.append(chunk)
     return chunks

@@ -74,21 +74,34 @@ def save_index(index: FusionIndex, folder: Path) -> Path:
     An existing folder is replaced only if it is a saved index itself; anything else there
     is never overwritten.
     """
-    folder = folder.expanduser().absolute()
-    if folder.exists() and (not folder.is_dir() or (not (folder / MANIFEST).is_file() and any(folder.iterdir()))):
-        raise FusionError(
-            f"{folder} exists and is not a langchain-fusion index; refusing to overwrite it. "
-            "Choose a new folder or remove it first."
-        )
+    folder = check_save_target(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.saving-", dir=folder.parent))
     try:
+        staging.chmod(_default_folder_mode())  # mkdtemp makes it private; an index is not a secret
         _write_contents(index, staging)
         _fsync_tree(staging)
         _swap_into_place(staging, folder)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    return folder
+
+
+def _default_folder_mode() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o777 & ~umask
+
+
+def check_save_target(folder: Path) -> Path:
+    """Raise FusionError if saving to ``folder`` would overwrite something that is not an index."""
+    folder = folder.expanduser().absolute()
+    if folder.exists() and (not folder.is_dir() or (not (folder / MANIFEST).is_file() and any(folder.iterdir()))):
+        raise FusionError(
+            f"{folder} exists and is not a langchain-fusion index; refusing to overwrite it. "
+            "Choose a new folder or remove it first."
+        )
     return folder
 
 

@@ -1,0 +1,441 @@
+"""The ``langchain-fusion`` command, run in-process with the bundled local model."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from pypdf import PdfReader, PdfWriter
+
+from langchain_fusion import FusionIndex, LocalEmbeddings
+from langchain_fusion import metadata as keys
+from langchain_fusion.cli import build_parser, main
+from langchain_fusion.ingest import load_files, split_documents
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+LOCAL_ID = "local:sentence-transformers/all-MiniLM-L6-v2"
+ERROR_PREFIX = "langchain-fusion: error: "
+SCORE_KEYS = ("fusion_score", "vector_score", "bm25_score", "vector_rank", "bm25_rank")
+
+
+def _run(argv: list[str]) -> tuple[int, str, str]:
+    """Run the CLI in-process; return (exit status, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(argv)
+    return status, out.getvalue(), err.getvalue()
+
+
+def _assert_one_line_error(status: int, out: str, err: str, *fragments: str) -> str:
+    assert status == 2
+    assert out == ""
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(ERROR_PREFIX)
+    for fragment in fragments:
+        assert fragment in lines[0]
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("cli")
+    shutil.copytree(DATA, root / "data")
+    rng = random.Random(1234)
+    (root / "data" / "broken.pdf").write_bytes(bytes(rng.randrange(256) for _ in range(3000)))
+    return root
+
+
+@pytest.fixture(scope="module")
+def expected_chunks(workspace: Path) -> int:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loaded = load_files([workspace / "data"])
+    return len(split_documents(loaded.documents))
+
+
+@pytest.fixture(scope="module")
+def built(workspace: Path) -> tuple[Path, int, str, str]:
+    """The index built by ``index --json`` over the data copy (default chunking)."""
+    out = workspace / "idx"
+    status, stdout, stderr = _run(
+        ["index", str(workspace / "data"), "--out", str(out), "--embeddings", "local", "--json"]
+    )
+    return out, status, stdout, stderr
+
+
+@pytest.fixture(scope="module")
+def index_dir(built: tuple[Path, int, str, str]) -> Path:
+    assert built[1] == 0, built[3]
+    return built[0]
+
+
+def _query_json(index_dir: Path, question: str, *options: str) -> list[dict[str, Any]]:
+    status, out, err = _run(["query", str(index_dir), question, "--json", *options])
+    assert status == 0, err
+    assert "Traceback" not in err
+    return json.loads(out)
+
+
+@pytest.mark.local_model
+class TestIndexCommand:
+    def test_json_summary(self, built: tuple[Path, int, str, str], workspace: Path, expected_chunks: int) -> None:
+        out_dir, status, stdout, stderr = built
+        assert status == 0, stderr
+        summary = json.loads(stdout)
+        broken = str(workspace / "data" / "broken.pdf")
+        assert expected_chunks > 40
+        assert summary["index"] == str(out_dir)
+        assert summary["files"] == 3
+        assert summary["pages"] == 14
+        assert summary["chunks"] == expected_chunks
+        assert [s["path"] for s in summary["skipped"]] == [broken]
+        assert summary["skipped"][0]["reason"].startswith("not a readable PDF (")
+        assert summary["embeddings"] == LOCAL_ID
+        assert summary["dimension"] == 384
+        assert summary["vector_index"] == "Flat"
+        # No progress bar in JSON mode; the skip is still reported on stderr.
+        assert "embedding chunks" not in stderr
+        assert "Traceback" not in stderr
+        skip_lines = [line for line in stderr.splitlines() if line.startswith("skipped ")]
+        assert len(skip_lines) == 1
+        assert skip_lines[0].startswith(f"skipped {broken}: not a readable PDF (")
+
+    def test_saved_index_is_loadable_and_complete(self, index_dir: Path, expected_chunks: int) -> None:
+        manifest = json.loads((index_dir / "manifest.json").read_text(encoding="utf-8"))
+        assert manifest["embeddings"] == {"id": LOCAL_ID, "dimension": 384}
+        assert manifest["counts"]["documents"] == expected_chunks
+        index = FusionIndex.load(index_dir)
+        assert isinstance(index.embeddings, LocalEmbeddings)
+        sources = {Path(d.metadata[keys.SOURCE]).name for d in index.documents}
+        assert sources == {"README.md", "arden-microgrids-report.pdf", "maintenance-handbook.md"}
+
+    def test_text_summary(self, tmp_path: Path) -> None:
+        folder = tmp_path / "docs"
+        folder.mkdir()
+        writer = PdfWriter()
+        for page in PdfReader(DATA / "arden-microgrids-report.pdf").pages[2:4]:
+            writer.add_page(page)
+        with (folder / "two-pages.pdf").open("wb") as handle:
+            writer.write(handle)
+        (folder / "note.txt").write_text("The GC-9 controller reboots nightly.", encoding="utf-8")
+        (folder / "broken.pdf").write_bytes(b"%PDF-1.4 this is not really a PDF")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            chunks = len(split_documents(load_files([folder]).documents))
+        out_dir = tmp_path / "idx"
+        argv = ["index", str(folder), "--out", str(out_dir), "--embeddings", "local"]
+        status, stdout, stderr = _run([*argv, "--vector-index", "HNSW32", "--vector-search-params", "efSearch=64"])
+        assert status == 0, stderr
+        assert stdout.splitlines() == [
+            f"indexed 2 files (2 PDF pages) into {chunks} chunks -> {out_dir}",
+            f"embeddings: {LOCAL_ID} (384 dimensions); vector index: HNSW32",
+            "skipped 1 file(s); see above",
+        ]
+        assert stderr.startswith(f"skipped {folder / 'broken.pdf'}: not a readable PDF (")
+        assert "embedding chunks" in stderr  # the progress bar, on stderr
+        assert "Traceback" not in stderr
+        manifest = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))
+        assert manifest["vector_index"]["factory"] == "HNSW32"
+        assert manifest["vector_index"]["search_params"] == "efSearch=64"
+        # The approximate index answers queries.
+        results = _query_json(out_dir, "Solvane NX-14 cabinet capacity kWh", "-k", "2")
+        assert len(results) == 2
+        assert results[0]["metadata"][keys.PAGE] == 1  # page 3 of the report is page 1 here
+
+    def test_quiet_hides_the_progress_bar(self, tmp_path: Path) -> None:
+        (tmp_path / "a.txt").write_text("A single short note about inverters.", encoding="utf-8")
+        argv = ["index", str(tmp_path / "a.txt"), "-o", str(tmp_path / "idx"), "--embeddings", "local", "--quiet"]
+        status, stdout, stderr = _run(argv)
+        assert status == 0
+        assert stderr == ""
+        assert stdout.startswith("indexed 1 files (0 PDF pages) into 1 chunks -> ")
+
+    def test_refuses_to_overwrite_a_folder_that_is_not_an_index(self, tmp_path: Path) -> None:
+        (tmp_path / "in").mkdir()
+        (tmp_path / "in" / "note.txt").write_text("A single short note about inverters.", encoding="utf-8")
+        notes = tmp_path / "notes"
+        notes.mkdir()
+        (notes / "keep.txt").write_text("precious", encoding="utf-8")
+        status, out, err = _run(["index", str(tmp_path / "in"), "--out", str(notes), "--embeddings", "local", "-q"])
+        _assert_one_line_error(status, out, err, "refusing to overwrite")
+        assert (notes / "keep.txt").read_text(encoding="utf-8") == "precious"
+        assert sorted(p.name for p in notes.iterdir()) == ["keep.txt"]
+
+
+@pytest.mark.local_model
+class TestQueryCommand:
+    def test_table(self, index_dir: Path) -> None:
+        status, out, err = _run(["query", str(index_dir), "KV-5500 inverter rating kVA", "-k", "3"])
+        assert status == 0, err
+        lines = out.splitlines()
+        assert re.fullmatch(r"\s*rank\s+fused\s+vector\s+bm25\s+source\s+page\s+text", lines[0])
+        assert set(lines[1]) == {"-"}
+        rows = lines[2:]
+        assert len(rows) == 3
+        parsed = [
+            re.match(r"\s*(\d+)\s+(-?\d+\.\d{3})\s+(-?\d+\.\d{3})\s+(\d+\.\d{2})\s+(\S+)\s+(\d*)\s", r) for r in rows
+        ]
+        assert all(parsed), rows
+        assert [int(m.group(1)) for m in parsed] == [1, 2, 3]
+        fused = [float(m.group(2)) for m in parsed]
+        assert fused == sorted(fused, reverse=True)
+        assert 0.0 <= fused[-1] <= fused[0] <= 1.0
+        assert parsed[0].group(5) == "arden-microgrids-report.pdf"
+        assert parsed[0].group(6) == "4"
+
+    def test_k_rows(self, index_dir: Path) -> None:
+        status, out, _ = _run(["query", str(index_dir), "battery", "-k", "6"])
+        assert status == 0
+        assert len(out.splitlines()) == 2 + 6
+
+    def test_blank_question_prints_no_results(self, index_dir: Path) -> None:
+        status, out, _ = _run(["query", str(index_dir), "   "])
+        assert status == 0
+        assert out == "no results\n"
+
+    def test_json(self, index_dir: Path) -> None:
+        results = _query_json(index_dir, "How much rain fell in the July monsoon flood?", "-k", "5")
+        assert [r["rank"] for r in results] == [1, 2, 3, 4, 5]
+        assert len({r["id"] for r in results}) == 5
+        for result in results:
+            meta = result["metadata"]
+            assert set(SCORE_KEYS) <= set(meta)
+            assert isinstance(meta["fusion_score"], float)
+            assert isinstance(meta["vector_score"], float)
+            assert isinstance(meta["bm25_score"], float)
+            assert isinstance(meta["vector_rank"], int) and meta["vector_rank"] >= 1
+            assert meta["bm25_rank"] is None or meta["bm25_rank"] >= 1
+            assert meta["fusion_method"] == "weighted"
+            assert {keys.SOURCE, keys.CHUNK_INDEX, keys.START_INDEX} <= set(meta)
+            assert result["text"]
+        scores = [r["metadata"]["fusion_score"] for r in results]
+        assert scores == sorted(scores, reverse=True)
+
+    def test_json_matches_the_python_api(self, index_dir: Path) -> None:
+        question = "Why could the flood losses not be claimed from the insurer?"
+        results = _query_json(index_dir, question, "-k", "4", "--alpha", "0.3")
+        docs = FusionIndex.load(index_dir).as_retriever(k=4, alpha=0.3).invoke(question)
+        assert [r["id"] for r in results] == [d.id for d in docs]
+        assert [r["text"] for r in results] == [d.page_content for d in docs]
+        assert results[0]["metadata"]["fusion_score"] == pytest.approx(docs[0].metadata["fusion_score"], rel=1e-6)
+
+    def test_alpha_zero_is_bm25_order(self, index_dir: Path) -> None:
+        results = _query_json(index_dir, "Halvorsen HL-8 busbar bolt torque", "-k", "3", "--alpha", "0")
+        assert [r["metadata"]["bm25_rank"] for r in results] == [1, 2, 3]
+        assert Path(results[0]["metadata"][keys.SOURCE]).name == "maintenance-handbook.md"
+        assert results[0]["metadata"]["fusion_score"] == pytest.approx(1.0)
+
+    def test_alpha_one_is_vector_order(self, index_dir: Path) -> None:
+        results = _query_json(index_dir, "Halvorsen HL-8 busbar bolt torque", "-k", "3", "--alpha", "1")
+        assert [r["metadata"]["vector_rank"] for r in results] == [1, 2, 3]
+        vector = [r["metadata"]["vector_score"] for r in results]
+        assert vector == sorted(vector, reverse=True)
+        assert results[0]["metadata"]["fusion_score"] == pytest.approx(1.0)
+
+    def test_method_rrf(self, index_dir: Path) -> None:
+        results = _query_json(index_dir, "GC-9 firmware 4.2.1 Milsett failure", "-k", "3", "--method", "rrf")
+        for result in results:
+            meta = result["metadata"]
+            assert meta["fusion_method"] == "rrf"
+            bm25_term = 0.0 if meta["bm25_rank"] is None else 1 / (60 + meta["bm25_rank"])
+            expected = 0.5 / (60 + meta["vector_rank"]) + 0.5 * bm25_term
+            assert meta["fusion_score"] == pytest.approx(expected)
+        assert results[0]["metadata"][keys.PAGE] == 6
+
+    def test_fetch_k_all(self, index_dir: Path) -> None:
+        question = "storm overflowed the river"
+        exact = _query_json(index_dir, question, "-k", "4", "--fetch-k", "all")
+        small = _query_json(index_dir, question, "-k", "4", "--fetch-k", "5")
+        docs = FusionIndex.load(index_dir).as_retriever(k=4, fetch_k=None).invoke(question)
+        assert [r["id"] for r in exact] == [d.id for d in docs]
+        assert len(small) == 4
+
+    def test_explicit_matching_embeddings(self, index_dir: Path) -> None:
+        results = _query_json(index_dir, "lockout tag", "-k", "1", "--embeddings", "local")
+        assert len(results) == 1
+
+
+class TestUserErrors:
+    def test_query_missing_folder(self, tmp_path: Path) -> None:
+        status, out, err = _run(["query", str(tmp_path / "nope"), "anything"])
+        _assert_one_line_error(status, out, err, "nope is not a folder")
+
+    def test_query_folder_that_is_not_an_index(self, workspace: Path) -> None:
+        status, out, err = _run(["query", str(workspace / "data"), "anything"])
+        _assert_one_line_error(status, out, err, "is not a langchain-fusion index", "manifest.json is missing")
+
+    @pytest.mark.local_model
+    def test_query_damaged_index(self, index_dir: Path, tmp_path: Path) -> None:
+        copy = shutil.copytree(index_dir, tmp_path / "damaged")
+        vectors = copy / "vectors.faiss"
+        vectors.write_bytes(vectors.read_bytes()[:100])
+        status, out, err = _run(["query", str(copy), "anything"])
+        _assert_one_line_error(status, out, err, "vectors.faiss has 100 bytes", "truncated")
+
+    def test_index_empty_folder(self, tmp_path: Path) -> None:
+        (tmp_path / "empty").mkdir()
+        (tmp_path / "empty" / "picture.png").write_bytes(b"\x89PNG")
+        status, out, err = _run(["index", str(tmp_path / "empty"), "--out", str(tmp_path / "idx")])
+        _assert_one_line_error(status, out, err, "no readable documents in", "empty")
+        assert not (tmp_path / "idx").exists()
+
+    def test_index_folder_with_only_unreadable_files(self, tmp_path: Path) -> None:
+        folder = tmp_path / "bad"
+        folder.mkdir()
+        (folder / "broken.pdf").write_bytes(b"not a pdf at all")
+        status, out, err = _run(["index", str(folder), "--out", str(tmp_path / "idx")])
+        assert status == 2
+        assert out == ""
+        assert "Traceback" not in err
+        lines = err.splitlines()
+        assert lines[0].startswith(f"skipped {folder / 'broken.pdf'}: not a readable PDF (")
+        assert lines[1:] == [f"{ERROR_PREFIX}no readable documents in {folder} (PDF, .txt and .md files are indexed)"]
+        assert not (tmp_path / "idx").exists()
+
+    def test_index_missing_path(self, tmp_path: Path) -> None:
+        status, _, err = _run(["index", str(tmp_path / "ghost"), "--out", str(tmp_path / "idx")])
+        assert status == 2
+        assert err.splitlines() == [
+            f"skipped {tmp_path / 'ghost'}: no such file or directory",
+            f"{ERROR_PREFIX}no readable documents in {tmp_path / 'ghost'} (PDF, .txt and .md files are indexed)",
+        ]
+
+    def test_index_openai_without_key(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+        monkeypatch.chdir(tmp_path)  # no .env file can be found from here
+        shutil.copy(DATA / "maintenance-handbook.md", tmp_path / "handbook.md")
+        status, out, err = _run(["index", "handbook.md", "--out", "idx", "--embeddings", "openai"])
+        _assert_one_line_error(status, out, err, "OPENAI_API_KEY")
+        assert not (tmp_path / "idx").exists()
+
+    @pytest.mark.local_model
+    def test_query_openai_without_key(self, index_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+        monkeypatch.chdir(tmp_path)
+        status, out, err = _run(["query", str(index_dir), "anything", "--embeddings", "openai"])
+        _assert_one_line_error(status, out, err, "OPENAI_API_KEY is not set")
+
+    def test_unknown_embeddings_spec(self, tmp_path: Path) -> None:
+        (tmp_path / "a.txt").write_text("text", encoding="utf-8")
+        status, out, err = _run(["index", str(tmp_path / "a.txt"), "-o", str(tmp_path / "i"), "--embeddings", "bogus"])
+        _assert_one_line_error(status, out, err, "unknown embeddings 'bogus'")
+
+    def test_overlap_not_smaller_than_chunk_size(self, tmp_path: Path) -> None:
+        (tmp_path / "a.txt").write_text("text", encoding="utf-8")
+        argv = ["index", str(tmp_path / "a.txt"), "-o", str(tmp_path / "i"), "--chunk-size", "100"]
+        status, out, err = _run([*argv, "--chunk-overlap", "100"])
+        _assert_one_line_error(status, out, err, "chunk_overlap < chunk_size", "got 100 and 100")
+
+    @pytest.mark.local_model
+    def test_bad_faiss_factory(self, tmp_path: Path) -> None:
+        (tmp_path / "a.txt").write_text("text", encoding="utf-8")
+        argv = ["index", str(tmp_path / "a.txt"), "-o", str(tmp_path / "i"), "--embeddings", "local"]
+        status, out, err = _run([*argv, "-q", "--vector-index", "NoSuchIndex42"])
+        _assert_one_line_error(status, out, err, "FAISS could not build an index from factory string 'NoSuchIndex42'")
+
+    def test_no_library_log_noise(self, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        # Outside pytest nothing configures logging, so any WARNING record reaches stderr
+        # through logging.lastResort: `langchain-fusion index bad/ --out idx` shows it.
+        folder = tmp_path / "bad"
+        folder.mkdir()
+        (folder / "broken.pdf").write_bytes(random.Random(7).randbytes(3000))
+        with caplog.at_level(logging.WARNING):
+            status, _, _ = _run(["index", str(folder), "--out", str(tmp_path / "idx")])
+        assert status == 2
+        assert [f"{r.name}: {r.getMessage()}" for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+class TestArgparseErrors:
+    @pytest.mark.parametrize(
+        ("argv", "message"),
+        [
+            (["query", "idx", "q", "--alpha", "2"], "argument --alpha: expected a number between 0 and 1, got '2'"),
+            (["query", "idx", "q", "--alpha", "x"], "argument --alpha: expected a number between 0 and 1, got 'x'"),
+            (["query", "idx", "q", "-k", "0"], "argument -k: expected a positive integer, got '0'"),
+            (["query", "idx", "q", "--fetch-k", "0"], "argument --fetch-k: expected a positive integer or 'all'"),
+            (["query", "idx", "q", "--method", "max"], "argument --method: invalid choice: 'max'"),
+            (["query", "idx"], "the following arguments are required: question"),
+            (["index", "data"], "the following arguments are required: --out/-o"),
+            (["index", "data", "-o", "x", "--chunk-size", "0"], "argument --chunk-size: expected a positive integer"),
+            (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
+            ([], "the following arguments are required: COMMAND"),
+        ],
+    )
+    def test_exit_2_with_a_message(self, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        assert err.splitlines()[0].startswith("usage: langchain-fusion")
+        assert (
+            f"langchain-fusion{'' if not argv or argv[0] == 'frobnicate' else ' ' + argv[0]}: error: {message}" in err
+        )
+
+
+class TestHelp:
+    FLAGS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "index": ("PATH", "--out", "-o", "--embeddings", "--chunk-size", "--chunk-overlap", "--vector-index",
+                  "--vector-search-params", "--json", "--quiet", "-q"),
+        "query": ("DIR", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json"),
+    }  # fmt: skip
+
+    def test_console_script_help(self) -> None:
+        proc = subprocess.run(
+            [sys.executable, "-m", "langchain_fusion.cli", "--help"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr == ""
+        text = proc.stdout
+        assert text.startswith("usage: langchain-fusion [-h] [--version] COMMAND")
+        assert re.search(r"^\s+index\s+load files, split them into chunks and save a fusion index$", text, re.M)
+        assert re.search(r"^\s+query\s+search a saved index$", text, re.M)
+        assert "--version" in text
+
+    def test_console_script_is_installed(self) -> None:
+        script = Path(sys.executable).parent / "langchain-fusion"
+        if not script.exists():
+            pytest.skip("package not installed with its console script")
+        assert "langchain_fusion.cli" in script.read_text(encoding="utf-8", errors="replace")
+
+    @pytest.mark.parametrize("command", ["index", "query"])
+    def test_subcommand_help_mentions_every_flag(
+        self, command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("COLUMNS", "200")
+        with pytest.raises(SystemExit) as exc:
+            main([command, "--help"])
+        assert exc.value.code == 0
+        text = capsys.readouterr().out
+        assert text.startswith(f"usage: langchain-fusion {command}")
+        for flag in self.FLAGS[command]:
+            assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text), flag
+
+    @pytest.mark.parametrize("command", ["index", "query"])
+    def test_every_option_has_help_text(self, command: str) -> None:
+        parser = build_parser()
+        sub = next(a for a in parser._actions if a.dest == "command").choices[command]
+        documented = {s for a in sub._actions for s in a.option_strings} | {a.metavar or a.dest for a in sub._actions}
+        assert set(self.FLAGS[command]) <= documented
+        for action in sub._actions:
+            assert action.help, action
+        expected_options = {f for f in self.FLAGS[command] if f.startswith("-")} | {"-h", "--help"}
+        assert {s for a in sub._actions for s in a.option_strings} == expected_options

