@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,36 +28,28 @@ class UserError(Exception):
     """A mistake in how the command was called; printed as one line."""
 
 
-def _fetch_k(value: str) -> int | None:
-    if value.lower() in {"all", "none"}:
-        return None
+def _parse(value: str, convert: Callable[[str], Any], valid: Callable[[Any], bool], expected: str) -> Any:
     try:
-        number = int(value)
+        number = convert(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer or 'all', got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer or 'all', got {value!r}")
-    return number
-
-
-def _alpha(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {value!r}") from None
-    if not 0.0 <= number <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {value!r}")
+        number = None
+    if number is None or not valid(number):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {value!r}")
     return number
 
 
 def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
-    return number
+    return int(_parse(value, int, lambda n: n >= 1, "a positive integer"))
+
+
+def _alpha(value: str) -> float:
+    return float(_parse(value, float, lambda n: 0.0 <= n <= 1.0, "a number between 0 and 1"))
+
+
+def _fetch_k(value: str) -> int | None:
+    if value.lower() in {"all", "none"}:
+        return None
+    return int(_parse(value, int, lambda n: n >= 1, "a positive integer or 'all'"))
 
 
 def build_parser() -> argparse.ArgumentParser:

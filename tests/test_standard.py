@@ -18,46 +18,32 @@ def shared_index() -> FusionIndex:
     return FusionIndex.from_documents([Document(page_content=t) for t in ANIMALS], HashingEmbeddings())
 
 
-class TestFusionRetrieverStandard(RetrieversIntegrationTests):
+class _OverSharedIndex(RetrieversIntegrationTests):
+    @property
+    def retriever_constructor_params(self) -> dict[str, Any]:
+        return {"index": shared_index()}
+
+    @property
+    def retriever_query_example(self) -> str:
+        return "cat and dogs"  # BM25 matches at least three documents
+
+
+class TestFusionRetrieverStandard(_OverSharedIndex):
     @property
     def retriever_constructor(self) -> type[FusionRetriever]:
         return FusionRetriever
 
-    @property
-    def retriever_constructor_params(self) -> dict[str, Any]:
-        return {"index": shared_index()}
 
-    @property
-    def retriever_query_example(self) -> str:
-        return "cat and dog"
-
-
-class TestVectorRetrieverStandard(RetrieversIntegrationTests):
+class TestVectorRetrieverStandard(_OverSharedIndex):
     @property
     def retriever_constructor(self) -> type[VectorRetriever]:
         return VectorRetriever
 
-    @property
-    def retriever_constructor_params(self) -> dict[str, Any]:
-        return {"index": shared_index()}
 
-    @property
-    def retriever_query_example(self) -> str:
-        return "cat and dog"
-
-
-class TestBM25RetrieverStandard(RetrieversIntegrationTests):
+class TestBM25RetrieverStandard(_OverSharedIndex):
     @property
     def retriever_constructor(self) -> type[BM25Retriever]:
         return BM25Retriever
-
-    @property
-    def retriever_constructor_params(self) -> dict[str, Any]:
-        return {"index": shared_index()}
-
-    @property
-    def retriever_query_example(self) -> str:
-        return "cat dogs the"  # matches at least three documents
 
 
 class TestVectorStoreFusionRetrieverStandard(RetrieversIntegrationTests):
