@@ -50,22 +50,46 @@ class Analyzer(BaseModel):
         return frozenset(STOPWORDS_EN)
 
     @cached_property
-    def _stem_words(self) -> Any:
+    def _stem_word(self) -> Any:
         if self.stemmer is None:
             return None
         import Stemmer
 
-        return Stemmer.Stemmer(self.stemmer).stemWords
+        return Stemmer.Stemmer(self.stemmer).stemWord
+
+    def split_words(self, text: str) -> list[str]:
+        """The raw words of ``text`` (lowercased if configured), before stopwords and stemming."""
+        if self.lowercase:
+            text = text.lower()
+        return text.split() if self.split == "whitespace" else _WORD.findall(text)
+
+    def normalize_word(self, word: str) -> str | None:
+        """The token a raw word becomes, or None if it is dropped (stopword or too short)."""
+        if len(word) < self.min_token_length or word in self._stopword_set:
+            return None
+        stem = self._stem_word
+        return stem(word) if stem is not None else word
+
+    @cached_property
+    def _memo(self) -> _WordMemo:
+        return _WordMemo(self.normalize_word)
 
     def tokenize(self, text: str) -> list[str]:
         """Return the tokens of ``text`` in order (duplicates kept: BM25 counts them)."""
-        if self.lowercase:
-            text = text.lower()
-        tokens = text.split() if self.split == "whitespace" else _WORD.findall(text)
-        stop = self._stopword_set
-        if stop or self.min_token_length > 1:
-            tokens = [t for t in tokens if len(t) >= self.min_token_length and t not in stop]
-        stem = self._stem_words
-        if stem is not None and tokens:
-            tokens = stem(tokens)
-        return tokens
+        return [t for t in map(self._memo.__getitem__, self.split_words(text)) if t is not None]
+
+
+class _WordMemo(dict[str, Any]):
+    """Caches a per-word function: each distinct word is analysed once, then looked up in C."""
+
+    MAX_SIZE = 2_000_000
+
+    def __init__(self, compute: Any) -> None:
+        super().__init__()
+        self.compute = compute
+
+    def __missing__(self, word: str) -> Any:
+        if len(self) >= self.MAX_SIZE:
+            self.clear()
+        value = self[word] = self.compute(word)
+        return value

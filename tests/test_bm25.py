@@ -134,3 +134,35 @@ class TestAnalyzer:
     def test_rejects_unknown_options(self) -> None:
         with pytest.raises(ValueError):
             Analyzer(stemmer="klingon")  # type: ignore[arg-type]
+
+
+class TestVectorisedBuild:
+    """Our NumPy build of the weight matrix equals bm25s's own (Python-loop) build."""
+
+    @pytest.mark.parametrize("method", ["lucene", "robertson", "atire", "bm25l", "bm25+"])
+    def test_same_matrix_as_bm25s(self, method: str) -> None:
+        import bm25s
+
+        params = BM25Params(k1=1.3, b=0.6, method=method)  # type: ignore[arg-type]
+        index = BM25Index(Analyzer(), params)
+        index.add(CORPUS * 3)
+        reference = bm25s.BM25(k1=1.3, b=0.6, method=method)
+        ids = [[index._vocab[t] for t in index.analyzer.tokenize(text)] for text in CORPUS * 3]
+        reference.index((ids, dict(index._vocab)), create_empty_token=False, show_progress=False)
+        ours = index._model.scores  # type: ignore[union-attr]
+        np.testing.assert_array_equal(ours["indptr"], reference.scores["indptr"])
+        np.testing.assert_array_equal(ours["indices"], reference.scores["indices"])
+        np.testing.assert_allclose(ours["data"], reference.scores["data"], rtol=1e-6)
+        for query in ("battery inverter", "surge midday"):
+            expected = reference.get_scores(index.analyzer.tokenize(query))
+            np.testing.assert_allclose(index.scores(query), expected, rtol=1e-6)
+
+    def test_batches_are_equivalent_to_one_add(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import langchain_fusion.bm25 as module
+
+        whole = BM25Index()
+        whole.add(CORPUS)
+        monkeypatch.setattr(module, "_ADD_BATCH", 3)
+        batched = BM25Index()
+        batched.add(CORPUS)
+        np.testing.assert_allclose(batched.scores("battery solar surge"), whole.scores("battery solar surge"))

@@ -205,7 +205,7 @@ class TestLayoutAndManifest:
         assert sorted(p.name for p in saved.iterdir()) == ["bm25", "documents.jsonl", "manifest.json", "vectors.faiss"]
         assert (saved / "bm25").is_dir()
         bm25_files = {p.relative_to(saved / "bm25").as_posix() for p in (saved / "bm25").rglob("*") if p.is_file()}
-        assert {"tokens.npy", "token_offsets.npy", "vocabulary.json"} <= bm25_files
+        assert {"row_indptr.npy", "row_terms.npy", "row_tf.npy", "row_lengths.npy", "vocabulary.json"} <= bm25_files
         assert not [name for name in bm25_files if name.endswith((".pkl", ".pickle", ".joblib"))]
 
     def test_documents_jsonl(self, animal_index: FusionIndex, saved: Path) -> None:
@@ -247,7 +247,7 @@ class TestLayoutAndManifest:
             p.relative_to(saved).as_posix(): p for p in saved.rglob("*") if p.is_file() and p.name != "manifest.json"
         }
         assert set(manifest["files"]) == set(on_disk)
-        assert {"documents.jsonl", "vectors.faiss", "bm25/tokens.npy", "bm25/vocabulary.json"} <= set(on_disk)
+        assert {"documents.jsonl", "vectors.faiss", "bm25/row_terms.npy", "bm25/vocabulary.json"} <= set(on_disk)
         for name, entry in manifest["files"].items():
             data = on_disk[name].read_bytes()
             assert entry == {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
@@ -295,7 +295,7 @@ class TestLoadErrors:
         with pytest.raises(IndexFormatError, match=rf"uses index format version {re.escape(repr(version))}; .* reads"):
             FusionIndex.load(saved, embeddings)
 
-    @pytest.mark.parametrize("name", ["documents.jsonl", "vectors.faiss", "bm25/vocabulary.json", "bm25/tokens.npy"])
+    @pytest.mark.parametrize("name", ["documents.jsonl", "vectors.faiss", "bm25/vocabulary.json", "bm25/row_terms.npy"])
     def test_missing_file(self, saved: Path, embeddings, name: str) -> None:
         (saved / name).unlink()
         with pytest.raises(IndexFormatError, match=rf"{re.escape(name)} is missing; the index is incomplete"):
@@ -387,7 +387,7 @@ class TestAtomicSave:
     def _broken_bm25_save(self, monkeypatch: pytest.MonkeyPatch) -> None:
         def broken(self: BM25Index, folder: Path) -> None:
             folder.mkdir(parents=True, exist_ok=True)
-            np.save(folder / "tokens.npy", np.arange(3, dtype=np.int32), allow_pickle=False)
+            np.save(folder / "row_terms.npy", np.arange(3, dtype=np.int32), allow_pickle=False)
             raise RuntimeError("disk full (simulated)")
 
         monkeypatch.setattr(BM25Index, "save", broken)
