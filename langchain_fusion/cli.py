@@ -1,4 +1,4 @@
-"""The ``langchain-fusion`` command: build an index from files and query it.
+"""The ``langchain-fusion`` command: build an index from files, query it, ask questions of it.
 
 User mistakes (a missing folder, a bad option, a missing API key) end with one line on
 stderr and exit status 2; a traceback means a bug.
@@ -22,6 +22,8 @@ from langchain_fusion.fusion import FUSION_METHODS
 from langchain_fusion.ingest import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, load_files, split_documents
 
 EXIT_USER_ERROR = 2
+DEFAULT_K = 4
+DEFAULT_RERANK_CANDIDATES = 20
 
 
 class UserError(Exception):
@@ -46,6 +48,10 @@ def _alpha(value: str) -> float:
     return float(_parse(value, float, lambda n: 0.0 <= n <= 1.0, "a number between 0 and 1"))
 
 
+def _non_negative_int(value: str) -> int:
+    return int(_parse(value, int, lambda n: n >= 0, "a non-negative integer"))
+
+
 def _fetch_k(value: str) -> int | None:
     if value.lower() in {"all", "none"}:
         return None
@@ -54,6 +60,7 @@ def _fetch_k(value: str) -> int | None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``langchain-fusion`` command."""
+    from langchain_fusion.llm import OPENAI_DEFAULT_CHAT_MODEL
     from langchain_fusion.persistence import library_version
 
     parser = argparse.ArgumentParser(
@@ -106,34 +113,94 @@ def build_parser() -> argparse.ArgumentParser:
     query = commands.add_parser(
         "query",
         help="search a saved index",
-        description="Search a saved index and print the best chunks with their fused and per-side scores.",
+        description="Search a saved index and print the best chunks with their fused and per-side scores. "
+        "--window merges each hit with its neighbouring chunks; --rerank has a chat model rate the candidates.",
     )
     query.add_argument("index_dir", metavar="DIR", help="an index folder made by 'langchain-fusion index'")
     query.add_argument("question", help="the query text")
-    query.add_argument("-k", type=_positive_int, default=4, help="number of results (default: %(default)s)")
-    query.add_argument(
+    _add_search_options(query, results="results")
+    query.add_argument("--json", action="store_true", help="print results as JSON (text, metadata and scores)")
+
+    ask = commands.add_parser(
+        "ask",
+        help="answer a question from a saved index with a chat model, citing numbered sources",
+        description="Retrieve passages from a saved index (fusion, then optional --window and --rerank), "
+        "ask a chat model to answer from them, and print the answer followed by its numbered sources. "
+        f"The chat model is OpenAI {OPENAI_DEFAULT_CHAT_MODEL} (needs OPENAI_API_KEY) unless --llm says otherwise.",
+    )
+    ask.add_argument("index_dir", metavar="DIR", help="an index folder made by 'langchain-fusion index'")
+    ask.add_argument("question", help="the question to answer")
+    _add_search_options(ask, results="passages given to the model")
+    ask.add_argument("--json", action="store_true", help="print the answer and its sources as JSON")
+    return parser
+
+
+def _add_search_options(sub: argparse.ArgumentParser, results: str) -> None:
+    """The retrieval options shared by ``query`` and ``ask``."""
+    from langchain_fusion.llm import OPENAI_DEFAULT_CHAT_MODEL
+
+    sub.add_argument(
+        "-k",
+        type=_positive_int,
+        default=None,
+        help=f"number of {results} (default: {DEFAULT_K}); with --rerank, the number of candidates the chat "
+        f"model rates (default: {DEFAULT_RERANK_CANDIDATES})",
+    )
+    sub.add_argument(
         "--alpha",
         type=_alpha,
         default=0.5,
         help="weight of the vector side, 1-alpha of BM25: 1 = vector only, 0 = BM25 only (default: %(default)s)",
     )
-    query.add_argument(
+    sub.add_argument(
         "--method", choices=FUSION_METHODS, default="weighted", help="fusion method (default: %(default)s)"
     )
-    query.add_argument(
+    sub.add_argument(
         "--fetch-k",
         type=_fetch_k,
         default=100,
         metavar="N",
         help="candidates per side before fusion, or 'all' to score the whole corpus (default: %(default)s)",
     )
-    query.add_argument(
+    sub.add_argument(
         "--embeddings",
         metavar="SPEC",
         help="embedding model; default: the one recorded in the index (must match it)",
     )
-    query.add_argument("--json", action="store_true", help="print results as JSON (text, metadata and scores)")
-    return parser
+    sub.add_argument(
+        "--window",
+        type=_non_negative_int,
+        default=0,
+        metavar="N",
+        help="merge each hit with N neighbouring chunks on each side into one passage, overlap removed; "
+        "hits whose windows touch become one passage (default: %(default)s, no window)",
+    )
+    sub.add_argument(
+        "--max-chars",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="character budget per --window passage: farther neighbours are dropped to fit, hits never are",
+    )
+    sub.add_argument(
+        "--rerank",
+        action="store_true",
+        help="have a chat model rate each candidate 1-10 for the question and keep the best --top-n",
+    )
+    sub.add_argument(
+        "--top-n",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help=f"with --rerank, how many of the rated candidates to keep (default: {DEFAULT_K})",
+    )
+    sub.add_argument(
+        "--llm",
+        metavar="PROVIDER:MODEL",
+        help="chat model: 'openai' or 'openai:MODEL' (needs OPENAI_API_KEY), or any 'PROVIDER:MODEL' that "
+        "LangChain's init_chat_model knows (pip install 'langchain-fusion[llm]' and the provider's package). "
+        f"Default: openai:{OPENAI_DEFAULT_CHAT_MODEL}",
+    )
 
 
 def _progress_bar(total: int, quiet: bool) -> Any:
@@ -200,15 +267,53 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def run_query(args: argparse.Namespace) -> int:
-    """Query a saved index and print the results."""
+def _check_combinations(args: argparse.Namespace, command: str) -> None:
+    if args.top_n is not None and not args.rerank:
+        raise UserError("--top-n is the number of reranked results to keep: add --rerank")
+    if args.max_chars is not None and not args.window:
+        raise UserError("--max-chars is the character budget of context windows: add --window N")
+    if command == "query" and args.llm is not None and not args.rerank:
+        raise UserError("query uses a chat model only to rerank: add --rerank, or drop --llm")
+
+
+def _chat_model(args: argparse.Namespace) -> Any:
+    from langchain_fusion import llm
+
+    return llm.resolve_chat_model(args.llm)
+
+
+def _retriever(args: argparse.Namespace, chat_model: Any) -> Any:
+    """The fused retriever, wrapped by a context window and a reranker as the options ask."""
+    from langchain_fusion.context_window import ContextWindowRetriever
     from langchain_fusion.embeddings import resolve_embeddings
     from langchain_fusion.index import FusionIndex
+    from langchain_fusion.rerank import LLMReranker, RerankRetriever
 
     embeddings = resolve_embeddings(args.embeddings) if args.embeddings else None
     index = FusionIndex.load(args.index_dir, embeddings)
-    retriever = index.as_retriever(k=args.k, alpha=args.alpha, method=args.method, fetch_k=args.fetch_k)
-    docs = retriever.invoke(args.question)
+    k = args.k if args.k is not None else DEFAULT_RERANK_CANDIDATES if args.rerank else DEFAULT_K
+    retriever: Any = index.as_retriever(k=k, alpha=args.alpha, method=args.method, fetch_k=args.fetch_k)
+    if args.window:
+        retriever = ContextWindowRetriever(retriever=retriever, index=index, n=args.window, max_chars=args.max_chars)
+    if chat_model is not None and args.rerank:
+        top_n = args.top_n if args.top_n is not None else DEFAULT_K
+        retriever = RerankRetriever(retriever=retriever, reranker=LLMReranker(llm=chat_model, top_n=top_n))
+    return retriever
+
+
+def _pages(meta: dict[str, Any]) -> str:
+    pages = meta.get(keys.WINDOW_PAGES)
+    if isinstance(pages, list) and len(pages) == 2 and pages[0] != pages[1]:
+        return f"{pages[0]}-{pages[1]}"
+    page = meta.get(keys.PAGE)
+    return "" if page is None else str(page)
+
+
+def run_query(args: argparse.Namespace) -> int:
+    """Query a saved index and print the results."""
+    _check_combinations(args, "query")
+    chat_model = _chat_model(args) if args.rerank else None  # a missing key fails before any work
+    docs = _retriever(args, chat_model).invoke(args.question)
     if args.json:
         payload = [
             {"rank": r, "id": d.id, "text": d.page_content, "metadata": d.metadata} for r, d in enumerate(docs, 1)
@@ -218,18 +323,66 @@ def run_query(args: argparse.Namespace) -> int:
     if not docs:
         print("no results")
         return 0
-    header = f"{'rank':>4}  {'fused':>6}  {'vector':>6}  {'bm25':>6}  {'source':<28} {'page':>4}  text"
+    rating = f"  {'rating':>6}" if args.rerank else ""
+    header = f"{'rank':>4}  {'fused':>6}  {'vector':>6}  {'bm25':>6}{rating}  {'source':<28} {'page':>4}  text"
     print(header)
     print("-" * len(header.expandtabs()) + "-" * 40)
     for rank, doc in enumerate(docs, 1):
         meta = doc.metadata
         source = Path(str(meta.get(keys.SOURCE, ""))).name
-        page = meta.get(keys.PAGE)
+        rated = meta.get(keys.RERANK_RATING)
+        rating = f"  {'-' if rated is None else rated:>6}" if args.rerank else ""
         print(
             f"{rank:>4}  {_fmt(meta.get(keys.FUSION_SCORE)):>6}  {_fmt(meta.get(keys.VECTOR_SCORE)):>6}  "
-            f"{_fmt(meta.get(keys.BM25_SCORE), 2):>6}  {textwrap.shorten(source, 28, placeholder='...'):<28} "
-            f"{'' if page is None else page:>4}  {_snippet(doc.page_content, 70)}"
+            f"{_fmt(meta.get(keys.BM25_SCORE), 2):>6}{rating}  {textwrap.shorten(source, 28, placeholder='...'):<28} "
+            f"{_pages(meta):>4}  {_snippet(doc.page_content, 70)}"
         )
+    return 0
+
+
+def run_ask(args: argparse.Namespace) -> int:
+    """Answer a question from a saved index with a chat model; print the answer and its sources."""
+    from langchain_fusion.chains import build_rag_chain, source_label
+
+    _check_combinations(args, "ask")
+    if not args.question.strip():
+        raise UserError("the question is empty")
+    chat_model = _chat_model(args)  # a missing key fails before any work
+    chain = build_rag_chain(_retriever(args, chat_model), chat_model)
+    answer: list[str] = []
+    sources: list[Any] = []
+    try:
+        if args.json:
+            result = chain.invoke(args.question)
+            answer, sources = [result["answer"]], result["sources"]
+        else:
+            for chunk in chain.stream(args.question):
+                sources = chunk.get("sources", sources)
+                if chunk.get("answer"):
+                    answer.append(chunk["answer"])
+                    print(chunk["answer"], end="", flush=True)
+    except (FusionError, UserError):
+        raise
+    except Exception as exc:  # the provider's errors (network, authentication, quota) are not bugs of ours
+        if answer:
+            print(flush=True)
+        raise UserError(f"the chat model failed: {type(exc).__name__}: {' '.join(str(exc).split())}") from exc
+    if args.json:
+        payload = {
+            "question": args.question,
+            "answer": answer[0],
+            "sources": [
+                {"n": n, "id": d.id, "label": source_label(d), "text": d.page_content, "metadata": d.metadata}
+                for n, d in enumerate(sources, 1)
+            ],
+        }
+        print(json.dumps(payload, indent=2, ensure_ascii=False))
+        return 0
+    print("\n\nSources:" if answer else "Sources:")
+    for n, doc in enumerate(sources, 1):
+        print(f"[{n}] {source_label(doc)}")
+    if not sources:
+        print("(none found)")
     return 0
 
 
@@ -237,7 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    handler = {"index": run_index, "query": run_query}[args.command]
+    handler = {"index": run_index, "query": run_query, "ask": run_ask}[args.command]
     try:
         return handler(args)
     except (UserError, FusionError, ValidationError, ValueError) as exc:

@@ -18,6 +18,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from numpy.typing import NDArray
 
+from langchain_fusion import metadata as keys
 from langchain_fusion.analyzer import Analyzer
 from langchain_fusion.bm25 import BM25Index, BM25Params
 from langchain_fusion.embeddings import default_embeddings, embeddings_id
@@ -48,6 +49,9 @@ class FusionIndex:
     with :meth:`save` and :meth:`load`. Reads are thread-safe; mutations are not, so do not
     add or delete while other threads query.
     """
+
+    _chunk_table: tuple[list[Document], int, dict[tuple[str, int], int]] | None = None
+    """Lookup table of :meth:`row_of_chunk`: the row list it was built from, its length, the table."""
 
     def __init__(
         self,
@@ -149,6 +153,25 @@ class FusionIndex:
     def get_by_ids(self, ids: Sequence[str]) -> list[Document]:
         """Copies of the documents with these ids, in the given order; unknown ids are skipped."""
         return [self._documents[r].model_copy(deep=True) for i in ids if (r := self._rows.get(i)) is not None]
+
+    def row_of_chunk(self, source: str, chunk_index: int) -> int | None:
+        """The row of chunk ``chunk_index`` of ``source`` (see :mod:`langchain_fusion.metadata`), or None.
+
+        O(1): a table keyed by (source, chunk_index) is built on first use and rebuilt after
+        the rows change. Rows without both keys are not in it; if two rows share a key, the
+        first one wins.
+        """
+        table = self._chunk_table
+        if table is None or table[0] is not self._documents or table[1] != len(self._documents):
+            rows: dict[tuple[str, int], int] = {}
+            for row, doc in enumerate(self._documents):
+                source_key, position = doc.metadata.get(keys.SOURCE), doc.metadata.get(keys.CHUNK_INDEX)
+                if source_key is not None and isinstance(position, int) and not isinstance(position, bool):
+                    rows.setdefault((str(source_key), position), row)
+            # Keyed on the row list's identity and length: add_documents extends it, delete and
+            # load replace it, so either change invalidates the table.
+            table = self._chunk_table = (self._documents, len(self._documents), rows)
+        return table[2].get((source, chunk_index))
 
     # --- mutation ---------------------------------------------------------------------------
 

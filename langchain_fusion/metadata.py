@@ -65,3 +65,33 @@ SCORE_KEYS: Final = (
     BM25_RANK,
 )
 """All score keys, in documentation order."""
+
+# --- context window keys (written by ContextWindowRetriever on merged passages) -------------
+
+WINDOW_SPAN: Final = "window_span"
+"""``[first, last]``: the ``chunk_index`` of the first and last chunk merged into the passage."""
+
+WINDOW_HITS: Final = "window_hits"
+"""The ``chunk_index`` of every retrieved hit inside the passage, best hit first."""
+
+WINDOW_PAGES: Final = "window_pages"
+"""``[first, last]``: the pages the passage spans; None when its chunks have no page (text)."""
+
+WINDOW_KEYS: Final = (WINDOW_SPAN, WINDOW_HITS, WINDOW_PAGES)
+"""All context window keys, in documentation order."""
+
+# --- rerank keys (written by the LLM rerankers on returned copies) --------------------------
+
+RERANK_RATING: Final = "rerank_rating"
+"""The chat model's relevance rating, 1 (irrelevant) to 10; None when rating this candidate failed."""
+
+RERANK_SCORE: Final = "rerank_score"
+"""What reranked results are ordered by, in [0, 1]: ``w * (rating - 1) / 9 + (1 - w) * f``, where
+``w`` is the reranker's ``rating_weight`` and ``f`` the min-max normalised fusion score among the
+candidates; None when rating this candidate failed (it then keeps its fusion position)."""
+
+RERANK_RANK: Final = "rerank_rank"
+"""1-based position the listwise reranker's model gave the candidate; None when it left it out."""
+
+RERANK_KEYS: Final = (RERANK_RATING, RERANK_SCORE, RERANK_RANK)
+"""All rerank keys, in documentation order."""

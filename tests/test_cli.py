@@ -368,6 +368,9 @@ class TestArgparseErrors:
             (["query", "idx", "q", "-k", "0"], "argument -k: expected a positive integer, got '0'"),
             (["query", "idx", "q", "--fetch-k", "0"], "argument --fetch-k: expected a positive integer or 'all'"),
             (["query", "idx", "q", "--method", "max"], "argument --method: invalid choice: 'max'"),
+            (["query", "idx", "q", "--window", "-1"], "argument --window: expected a non-negative integer, got '-1'"),
+            (["ask", "idx", "q", "--top-n", "0"], "argument --top-n: expected a positive integer, got '0'"),
+            (["ask", "idx"], "the following arguments are required: question"),
             (["query", "idx"], "the following arguments are required: question"),
             (["index", "data"], "the following arguments are required: --out/-o"),
             (["index", "data", "-o", "x", "--chunk-size", "0"], "argument --chunk-size: expected a positive integer"),
@@ -391,7 +394,10 @@ class TestHelp:
     FLAGS: ClassVar[dict[str, tuple[str, ...]]] = {
         "index": ("PATH", "--out", "-o", "--embeddings", "--chunk-size", "--chunk-overlap", "--vector-index",
                   "--vector-search-params", "--json", "--quiet", "-q"),
-        "query": ("DIR", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json"),
+        "query": ("DIR", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
+                  "--window", "--max-chars", "--rerank", "--top-n", "--llm"),
+        "ask": ("DIR", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
+                "--window", "--max-chars", "--rerank", "--top-n", "--llm"),
     }  # fmt: skip
 
     def test_console_script_help(self) -> None:
@@ -408,6 +414,7 @@ class TestHelp:
         assert text.startswith("usage: langchain-fusion [-h] [--version] COMMAND")
         assert re.search(r"^\s+index\s+load files, split them into chunks and save a fusion index$", text, re.M)
         assert re.search(r"^\s+query\s+search a saved index$", text, re.M)
+        assert re.search(r"^\s+ask\s+answer a question from a saved index with a chat model", text, re.M)
         assert "--version" in text
 
     def test_console_script_is_installed(self) -> None:
@@ -416,7 +423,7 @@ class TestHelp:
             pytest.skip("package not installed with its console script")
         assert "langchain_fusion.cli" in script.read_text(encoding="utf-8", errors="replace")
 
-    @pytest.mark.parametrize("command", ["index", "query"])
+    @pytest.mark.parametrize("command", ["index", "query", "ask"])
     def test_subcommand_help_mentions_every_flag(
         self, command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
     ) -> None:
@@ -429,7 +436,7 @@ class TestHelp:
         for flag in self.FLAGS[command]:
             assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text), flag
 
-    @pytest.mark.parametrize("command", ["index", "query"])
+    @pytest.mark.parametrize("command", ["index", "query", "ask"])
     def test_every_option_has_help_text(self, command: str) -> None:
         parser = build_parser()
         sub = next(a for a in parser._actions if a.dest == "command").choices[command]
@@ -439,3 +446,187 @@ class TestHelp:
             assert action.help, action
         expected_options = {f for f in self.FLAGS[command] if f.startswith("-")} | {"-h", "--help"}
         assert {s for a in sub._actions for s in a.option_strings} == expected_options
+
+
+# --- context windows, rerank and ask --------------------------------------------------------
+
+
+ANSWER = "The batteries sat on raised racks, so the flood never reached them [1]."
+
+
+def _use_chat_model(monkeypatch: pytest.MonkeyPatch, model: Any) -> list[str | None]:
+    """Make the CLI's chat model ``model``; returns the --llm specs it was asked for."""
+    specs: list[str | None] = []
+
+    def resolve(spec: str | None) -> Any:
+        specs.append(spec)
+        return model
+
+    monkeypatch.setattr("langchain_fusion.llm.resolve_chat_model", resolve)
+    return specs
+
+
+def _rater_and_answerer() -> Any:
+    """Rates passages that mention the flood 9 and others 3; answers the RAG prompt with ANSWER."""
+    from tests.fake_chat_models import RatingModel
+
+    def rule(text: str) -> Any:
+        if "You answer questions using only the numbered passages" in text:
+            return ANSWER
+        return 9 if "flood" in text.lower() else 3
+
+    return RatingModel(rule=rule)
+
+
+@pytest.fixture
+def no_openai_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "placeholder")
+    monkeypatch.delenv("OPENAI_API_KEY")
+    monkeypatch.chdir(tmp_path)  # no .env file can be found from here
+
+
+@pytest.mark.local_model
+class TestQueryWindowAndRerank:
+    def test_window(self, index_dir: Path) -> None:
+        plain = _query_json(index_dir, "How much rain fell in the July monsoon flood?", "-k", "3")
+        results = _query_json(index_dir, "How much rain fell in the July monsoon flood?", "-k", "3", "--window", "1")
+        assert 1 <= len(results) <= 3
+        for result in results:
+            meta = result["metadata"]
+            first, last = meta[keys.WINDOW_SPAN]
+            assert meta[keys.CHUNK_INDEX] in meta[keys.WINDOW_HITS]
+            assert last - first <= 2 * len(meta[keys.WINDOW_HITS])
+            assert first <= min(meta[keys.WINDOW_HITS]) and max(meta[keys.WINDOW_HITS]) <= last
+        assert results[0]["id"] == plain[0]["id"]
+        assert plain[0]["text"] in results[0]["text"]
+        assert len(results[0]["text"]) > len(plain[0]["text"])
+
+    def test_window_budget(self, index_dir: Path) -> None:
+        results = _query_json(index_dir, "inverter", "-k", "3", "--window", "2", "--max-chars", "1")
+        for result in results:
+            first, last = result["metadata"][keys.WINDOW_SPAN]
+            assert last - first + 1 == len(result["metadata"][keys.WINDOW_HITS])  # hits only
+
+    def test_window_table_shows_page_ranges(self, index_dir: Path) -> None:
+        status, out, err = _run(["query", str(index_dir), "battery flood", "-k", "4", "--window", "3"])
+        assert status == 0, err
+        assert len(out.splitlines()) >= 3
+
+    def test_rerank_json(self, index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        specs = _use_chat_model(monkeypatch, _rater_and_answerer())
+        results = _query_json(index_dir, "flood damage", "--rerank", "--top-n", "3", "--llm", "openai:gpt-4.1")
+        assert specs == ["openai:gpt-4.1"]
+        assert len(results) == 3
+        ratings = [r["metadata"][keys.RERANK_RATING] for r in results]
+        assert ratings == sorted(ratings, reverse=True)
+        assert ratings[0] == 9
+        assert all("flood" in r["text"].lower() for r in results if r["metadata"][keys.RERANK_RATING] == 9)
+
+    def test_rerank_rates_k_candidates(self, index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        model = _rater_and_answerer()
+        _use_chat_model(monkeypatch, model)
+        _query_json(index_dir, "flood damage", "--rerank")
+        assert len(model.calls) == 20  # the default candidate count with --rerank
+        model = _rater_and_answerer()
+        _use_chat_model(monkeypatch, model)
+        assert len(_query_json(index_dir, "flood damage", "--rerank", "-k", "6")) == 4  # default top-n
+        assert len(model.calls) == 6
+
+    def test_rerank_table(self, index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        _use_chat_model(monkeypatch, _rater_and_answerer())
+        status, out, err = _run(["query", str(index_dir), "flood damage", "--rerank", "--top-n", "2", "--window", "1"])
+        assert status == 0, err
+        lines = out.splitlines()
+        assert re.fullmatch(r"\s*rank\s+fused\s+vector\s+bm25\s+rating\s+source\s+page\s+text", lines[0])
+        assert len(lines) == 4
+        assert re.match(r"\s*1\s+\S+\s+\S+\s+\S+\s+9\s", lines[2])
+
+
+@pytest.mark.local_model
+class TestAskCommand:
+    def test_answer_and_numbered_sources(self, index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+        _use_chat_model(monkeypatch, GenericFakeChatModel(messages=iter([ANSWER])))
+        question = "Why did the batteries come through the flood without harm?"
+        status, out, err = _run(["ask", str(index_dir), question, "-k", "3"])
+        assert status == 0, err
+        assert err == ""
+        answer, sources = out.split("\n\nSources:\n")
+        assert answer == ANSWER
+        lines = sources.splitlines()
+        docs = FusionIndex.load(index_dir).as_retriever(k=3).invoke(question)
+        expected = []
+        for n, doc in enumerate(docs, 1):
+            page = doc.metadata.get(keys.PAGE)
+            expected.append(f"[{n}] {doc.metadata[keys.SOURCE]}" + ("" if page is None else f", p. {page}"))
+        assert lines == expected
+
+    def test_json(self, index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+        _use_chat_model(monkeypatch, GenericFakeChatModel(messages=iter([ANSWER])))
+        status, out, err = _run(["ask", str(index_dir), "flood", "--json", "-k", "2", "--window", "1"])
+        assert status == 0, err
+        payload = json.loads(out)
+        assert payload["question"] == "flood"
+        assert payload["answer"] == ANSWER
+        assert [s["n"] for s in payload["sources"]] == list(range(1, len(payload["sources"]) + 1))
+        for source in payload["sources"]:
+            assert source["label"].startswith(source["metadata"][keys.SOURCE])
+            assert keys.WINDOW_SPAN in source["metadata"]
+            assert source["text"]
+
+    def test_window_and_rerank(self, index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        model = _rater_and_answerer()
+        _use_chat_model(monkeypatch, model)
+        argv = ["ask", str(index_dir), "What did the flood do?", "--json", "--window", "1", "--rerank", "--top-n", "2"]
+        status, out, err = _run([*argv, "-k", "8"])
+        assert status == 0, err
+        payload = json.loads(out)
+        assert payload["answer"] == ANSWER
+        assert len(payload["sources"]) == 2
+        assert payload["sources"][0]["metadata"][keys.RERANK_RATING] == 9
+        assert len(model.calls) <= 8 + 1  # at most one rating per passage, then the answer
+
+    def test_model_failure_is_one_line(self, index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        from tests.fake_chat_models import RatingModel
+
+        _use_chat_model(monkeypatch, RatingModel(rule=lambda text: ConnectionError("connection refused")))
+        status, out, err = _run(["ask", str(index_dir), "flood"])
+        _assert_one_line_error(status, out, err, "the chat model failed: ConnectionError: connection refused")
+
+
+class TestAskAndRerankErrors:
+    def test_ask_without_key(self, no_openai_key: None, tmp_path: Path) -> None:
+        status, out, err = _run(["ask", str(tmp_path / "no-index-needed"), "What happened?"])
+        line = _assert_one_line_error(status, out, err, "OPENAI_API_KEY is not set", "--llm PROVIDER:MODEL")
+        assert "not a folder" not in line  # the key is checked before anything else
+
+    def test_rerank_without_key(self, no_openai_key: None, tmp_path: Path) -> None:
+        status, out, err = _run(["query", str(tmp_path / "no-index-needed"), "flood", "--rerank"])
+        _assert_one_line_error(status, out, err, "OPENAI_API_KEY is not set")
+
+    def test_query_without_rerank_needs_no_key(self, no_openai_key: None, tmp_path: Path) -> None:
+        status, out, err = _run(["query", str(tmp_path / "nope"), "flood", "--window", "1"])
+        _assert_one_line_error(status, out, err, "nope is not a folder")
+
+    def test_provider_without_the_llm_extra(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        monkeypatch.setitem(sys.modules, "langchain", None)
+        monkeypatch.setitem(sys.modules, "langchain.chat_models", None)
+        status, out, err = _run(["ask", str(tmp_path), "flood", "--llm", "anthropic:claude-sonnet-4-5"])
+        _assert_one_line_error(status, out, err, "pip install 'langchain-fusion[llm]'", "langchain-anthropic")
+
+    @pytest.mark.parametrize(
+        ("argv", "fragment"),
+        [
+            (["query", "idx", "q", "--top-n", "2"], "--top-n is the number of reranked results to keep: add --rerank"),
+            (["ask", "idx", "q", "--top-n", "2"], "add --rerank"),
+            (["query", "idx", "q", "--max-chars", "500"], "--max-chars is the character budget of context windows"),
+            (["query", "idx", "q", "--llm", "openai"], "query uses a chat model only to rerank"),
+            (["ask", "idx", "   "], "the question is empty"),
+        ],
+    )
+    def test_option_mistakes(self, argv: list[str], fragment: str) -> None:
+        status, out, err = _run(argv)
+        _assert_one_line_error(status, out, err, fragment)

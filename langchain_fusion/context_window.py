@@ -1,0 +1,387 @@
+"""Context windows: each hit widened to its neighbouring chunks and merged into one passage.
+
+For a hit at chunk ``i`` of a source, chunks ``i-n .. i+n`` of the same source are looked up in
+the :class:`~langchain_fusion.index.FusionIndex` (O(1) each, by source and ``chunk_index``) and
+joined into one passage. The splitter's overlap is removed exactly, using ``start_index``:
+two chunks of the same page overlap by ``prev.start + len(prev) - next.start`` characters, so
+the passage is the original page text, not a guess. Windows of different hits of the same
+source that touch or overlap become one passage, with no text repeated.
+
+A passage is a copy of its best hit (its id, metadata and scores) with the merged text and
+three more keys: :data:`~langchain_fusion.metadata.WINDOW_SPAN`,
+:data:`~langchain_fusion.metadata.WINDOW_HITS` and :data:`~langchain_fusion.metadata.WINDOW_PAGES`.
+Passages come in the order of their best hit. Documents without ``source``, ``chunk_index``
+and ``start_index`` (or that are not in the index) pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TypeGuard
+
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForRetrieverRun,
+    CallbackManagerForRetrieverRun,
+    Callbacks,
+)
+from langchain_core.documents import BaseDocumentCompressor, Document
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import RunnableConfig, RunnableSerializable
+from langchain_core.runnables.config import run_in_executor
+from pydantic import ConfigDict, Field, model_validator
+
+from langchain_fusion import metadata as keys
+from langchain_fusion.errors import FusionError
+from langchain_fusion.index import FusionIndex
+
+logger = logging.getLogger(__name__)
+
+PAGE_BREAK = "\n\n"
+"""What joins the last chunk of one page to the first chunk of the next page."""
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """One chunk with its position: the text and offsets a merge needs."""
+
+    chunk_index: int
+    start: int
+    page: Any
+    text: str
+
+
+def _position(doc: Document) -> tuple[str, int, int] | None:
+    """(source, chunk_index, start_index) of a chunk, or None if it lacks any of them."""
+    meta = doc.metadata
+    source, chunk_index, start = meta.get(keys.SOURCE), meta.get(keys.CHUNK_INDEX), meta.get(keys.START_INDEX)
+    if source is None or not _is_int(chunk_index) or not _is_int(start):
+        return None
+    return str(source), chunk_index, start
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _gap(length: int) -> str:
+    # The splitter strips the whitespace at a split point. Cleaned text has only ' ', '\n'
+    # and '\n\n' between words; a one-character gap is almost always a line break there.
+    return "\n" if length == 1 else "\n\n"
+
+
+def _longest_overlap(tail: str, head: str) -> int:
+    """Length of the longest suffix of ``tail`` that is a prefix of ``head``."""
+    for size in range(min(len(tail), len(head)), 0, -1):
+        if tail.endswith(head[:size]):
+            return size
+    return 0
+
+
+def merge_chunks(chunks: Sequence[Document]) -> str:
+    """Join consecutive chunks of one source (in ``chunk_index`` order) into one text.
+
+    Chunks of the same page are joined at their ``start_index`` offsets, so the splitter's
+    overlap is removed exactly (the result is the page text from the first chunk's start to
+    the last chunk's end). A whitespace gap the splitter dropped between two chunks becomes a
+    line break; chunks of different pages are joined with a paragraph break. Every chunk
+    needs a ``start_index``; if the offsets contradict the texts, the longest textual
+    overlap is removed instead.
+    """
+    parts = [_Chunk(_require_int(d, keys.CHUNK_INDEX), _require_int(d, keys.START_INDEX),
+                    d.metadata.get(keys.PAGE), d.page_content) for d in chunks]  # fmt: skip
+    if not parts:
+        return ""
+    text, end, page = parts[0].text, parts[0].start + len(parts[0].text), parts[0].page
+    for part in parts[1:]:
+        part_end = part.start + len(part.text)
+        if part.page != page:
+            text += PAGE_BREAK + part.text
+        elif part.start >= end:
+            text += (_gap(part.start - end) if part.start > end else "") + part.text
+        else:
+            shared = end - part.start  # characters from this chunk's start already in the text
+            if shared <= len(text) and text[len(text) - shared :].startswith(part.text[:shared]):
+                text += part.text[shared:]  # nothing when the chunk lies wholly inside the text
+            else:
+                logger.debug("start_index offsets of chunk %s contradict its text", part.chunk_index)
+                text += part.text[_longest_overlap(text, part.text) :]
+                part_end = max(part_end, end)
+        end = part_end if part.page != page else max(end, part_end)
+        page = part.page
+    return text
+
+
+def _require_int(doc: Document, key: str) -> int:
+    value = doc.metadata.get(key)
+    if not _is_int(value):
+        raise FusionError(f"chunk {doc.id!r} has no integer {key!r} in its metadata (got {value!r})")
+    return int(value)
+
+
+def _check_n(n: Any) -> int:
+    if not _is_int(n) or n < 0:
+        raise ValueError(f"n must be a non-negative integer (neighbouring chunks on each side of a hit); got {n!r}")
+    return int(n)
+
+
+def _check_max_chars(max_chars: Any) -> int | None:
+    if max_chars is None:
+        return None
+    if not _is_int(max_chars) or max_chars < 1:
+        raise ValueError(f"max_chars must be a positive integer (characters per passage) or None; got {max_chars!r}")
+    return int(max_chars)
+
+
+@dataclass
+class _Hit:
+    rank: int
+    doc: Document
+    source: str
+    chunk_index: int
+
+
+def expand_windows(
+    documents: Sequence[Document],
+    index: FusionIndex,
+    *,
+    n: int = 1,
+    max_chars: int | None = None,
+) -> list[Document]:
+    """Widen each hit to chunks ``i-n .. i+n`` of its source and merge them into passages.
+
+    Windows of hits of the same source that touch or overlap become one passage. With
+    ``max_chars``, neighbours are added ring by ring (distance 1 on both sides, then 2, ...)
+    only while every passage stays within ``max_chars`` characters; hits are never trimmed,
+    so a passage of hits alone may be longer. A window stops at the ends of its source and at
+    a chunk missing from the index. See the module docstring for the passage metadata. The
+    input documents are not modified; every returned document is a new copy.
+    """
+    n, max_chars = _check_n(n), _check_max_chars(max_chars)
+    lookup = _NeighbourLookup(index)
+    results: list[tuple[int, Document]] = []
+    hits_by_source: dict[str, list[_Hit]] = {}
+    seen: set[tuple[str, int]] = set()
+    for rank, doc in enumerate(documents):
+        position = _position(doc)
+        if position is None or not lookup.holds(position[0], position[1], doc):
+            results.append((rank, doc.model_copy(deep=True)))
+            continue
+        source, chunk_index, _ = position
+        if (source, chunk_index) in seen:  # the same chunk returned twice: the first one counts
+            continue
+        seen.add((source, chunk_index))
+        lookup.put(source, doc)
+        hits_by_source.setdefault(source, []).append(_Hit(rank, doc, source, chunk_index))
+    for source, hits in hits_by_source.items():
+        for run in _passage_runs(hits, lookup, n, max_chars):
+            results.append(_passage(run, hits, lookup, source))
+    results.sort(key=lambda item: item[0])
+    return [doc for _, doc in results]
+
+
+class _NeighbourLookup:
+    """Chunks of the index by (source, chunk_index), cached for one call."""
+
+    def __init__(self, index: FusionIndex) -> None:
+        self.index = index
+        self.cache: dict[tuple[str, int], Document | None] = {}
+
+    def get(self, source: str, chunk_index: int) -> Document | None:
+        key = (source, chunk_index)
+        if key not in self.cache:
+            row = self.index.row_of_chunk(source, chunk_index) if chunk_index >= 0 else None
+            doc = None if row is None else self.index.document(row)
+            self.cache[key] = doc if doc is not None and _position(doc) is not None else None
+        return self.cache[key]
+
+    def holds(self, source: str, chunk_index: int, doc: Document) -> bool:
+        """Whether the index's chunk at this position is ``doc`` (same id, else same text)."""
+        stored = self.get(source, chunk_index)
+        if stored is None:
+            return False
+        if doc.id is not None and stored.id is not None:
+            return doc.id == stored.id
+        return doc.page_content == stored.page_content
+
+    def put(self, source: str, doc: Document) -> None:
+        """Use the hit's own copy for its position (its text is what the retriever returned)."""
+        self.cache[(source, int(doc.metadata[keys.CHUNK_INDEX]))] = doc
+
+
+def _passage_runs(hits: list[_Hit], lookup: _NeighbourLookup, n: int, max_chars: int | None) -> list[list[int]]:
+    """Contiguous runs of chunk indexes, one per passage, for the hits of one source."""
+    source = hits[0].source
+    hit_indexes = sorted(h.chunk_index for h in hits)
+    windows = []
+    for i in hit_indexes:
+        low = i
+        while low > i - n and lookup.get(source, low - 1) is not None:
+            low -= 1
+        high = i
+        while high < i + n and lookup.get(source, high + 1) is not None:
+            high += 1
+        windows.append((low, high))
+    groups: list[list[int]] = []  # [low, high] of coalesced windows
+    for low, high in windows:  # sorted by hit, hence by low
+        if groups and low <= groups[-1][1] + 1:
+            groups[-1][1] = max(groups[-1][1], high)
+        else:
+            groups.append([low, high])
+    runs: list[list[int]] = []
+    for low, high in groups:
+        inside = [i for i in hit_indexes if low <= i <= high]
+        included = set(inside)
+        for distance in range(1, n + 1):
+            ring = {
+                j
+                for i in inside
+                for j in (i - distance, i + distance)
+                if low <= j <= high and j not in included and min(abs(j - h) for h in inside) == distance
+            }
+            if not ring:
+                continue
+            if max_chars is not None and not _fits(included | ring, set(inside), source, lookup, max_chars):
+                break
+            included |= ring
+        runs.extend(_contiguous(sorted(included)))
+    return runs
+
+
+def _contiguous(indexes: list[int]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for i in indexes:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
+def _fits(included: set[int], hits: set[int], source: str, lookup: _NeighbourLookup, max_chars: int) -> bool:
+    for run in _contiguous(sorted(included)):
+        if set(run) <= hits:
+            continue  # hits alone are never trimmed
+        text = merge_chunks([_known(lookup, source, i) for i in run])
+        if len(text) > max_chars:
+            return False
+    return True
+
+
+def _known(lookup: _NeighbourLookup, source: str, chunk_index: int) -> Document:
+    doc = lookup.get(source, chunk_index)
+    assert doc is not None, "windows only span chunks that were found"
+    return doc
+
+
+def _passage(run: list[int], hits: list[_Hit], lookup: _NeighbourLookup, source: str) -> tuple[int, Document]:
+    chunks = [_known(lookup, source, i) for i in run]
+    inside = sorted((h for h in hits if run[0] <= h.chunk_index <= run[-1]), key=lambda h: h.rank)
+    best = inside[0]
+    meta = copy.deepcopy(best.doc.metadata)
+    meta[keys.WINDOW_SPAN] = [run[0], run[-1]]
+    meta[keys.WINDOW_HITS] = [h.chunk_index for h in inside]
+    pages = [c.metadata.get(keys.PAGE) for c in chunks]
+    meta[keys.WINDOW_PAGES] = None if pages[0] is None or pages[-1] is None else [pages[0], pages[-1]]
+    return best.rank, Document(id=best.doc.id, page_content=merge_chunks(chunks), metadata=meta)
+
+
+def find_index(retriever: Any, depth: int = 5) -> FusionIndex | None:
+    """The FusionIndex behind a retriever: its ``index``, or that of the retriever it wraps."""
+    for _ in range(depth):
+        index = getattr(retriever, "index", None)
+        if isinstance(index, FusionIndex):
+            return index
+        inner = getattr(retriever, "retriever", None) or getattr(retriever, "base_retriever", None)
+        if inner is None:
+            return None
+        retriever = inner
+    return None
+
+
+class ContextWindow(BaseDocumentCompressor, RunnableSerializable[Sequence[Document], list[Document]]):
+    """Context windows as a pipeline step: ``retriever | ContextWindow(index=index, n=1)``.
+
+    A ``Runnable`` from retrieved documents to merged passages (see :func:`expand_windows`),
+    and a ``BaseDocumentCompressor``, so it also works in LangChain's
+    ``ContextualCompressionRetriever`` and ``DocumentCompressorPipeline``.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    index: FusionIndex
+    """The index the documents come from; neighbours are looked up in it."""
+    n: int = Field(default=1, ge=0)
+    """Neighbouring chunks taken on each side of a hit (0: the hits alone, adjacent ones merged)."""
+    max_chars: int | None = Field(default=None, ge=1)
+    """Character budget per passage: neighbours are trimmed (nearest kept) to fit; hits never are."""
+
+    def invoke(self, input: Sequence[Document], config: RunnableConfig | None = None, **kwargs: Any) -> list[Document]:
+        """Merge the documents' windows into passages."""
+        return self._call_with_config(self._expand, input, config)
+
+    def _expand(self, documents: Sequence[Document]) -> list[Document]:
+        return expand_windows(documents, self.index, n=self.n, max_chars=self.max_chars)
+
+    def compress_documents(
+        self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
+    ) -> Sequence[Document]:
+        """Merge the documents' windows into passages (the query is not needed)."""
+        return self._expand(documents)
+
+
+class ContextWindowRetriever(BaseRetriever):
+    """Wraps a retriever over a FusionIndex and returns each hit's context window as a passage.
+
+    ``invoke(query, n=2, max_chars=3000)`` overrides the window per call; any other keyword
+    goes to the wrapped retriever (``invoke(query, n=1, k=6)``). See :func:`expand_windows`.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    retriever: BaseRetriever
+    """The retriever whose hits are widened (a FusionRetriever, or a wrapper around one)."""
+    index: FusionIndex | None = None
+    """Where neighbours are looked up; by default the wrapped retriever's index."""
+    n: int = Field(default=1, ge=0)
+    """Neighbouring chunks taken on each side of a hit; override per call with ``n=``."""
+    max_chars: int | None = Field(default=None, ge=1)
+    """Character budget per passage (neighbours trimmed to fit, never hits); per call ``max_chars=``."""
+
+    @model_validator(mode="after")
+    def _resolve_index(self) -> ContextWindowRetriever:
+        if self.index is None:
+            self.index = find_index(self.retriever)
+        if self.index is None:
+            raise FusionError(
+                f"ContextWindowRetriever needs the FusionIndex the hits come from, and "
+                f"{type(self.retriever).__name__} has none: pass index=..."
+            )
+        return self
+
+    def _split(self, kwargs: dict[str, Any]) -> tuple[int, int | None, dict[str, Any]]:
+        rest = dict(kwargs)
+        n = _check_n(rest.pop("n")) if "n" in rest else self.n
+        max_chars = _check_max_chars(rest.pop("max_chars")) if "max_chars" in rest else self.max_chars
+        return n, max_chars, rest
+
+    def _expand(self, documents: Sequence[Document], n: int, max_chars: int | None) -> list[Document]:
+        assert self.index is not None
+        return expand_windows(documents, self.index, n=n, max_chars=max_chars)
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        n, max_chars, rest = self._split(kwargs)
+        hits = self.retriever.invoke(query, config={"callbacks": run_manager.get_child()}, **rest)
+        return self._expand(hits, n, max_chars)
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        n, max_chars, rest = self._split(kwargs)
+        hits = await self.retriever.ainvoke(query, config={"callbacks": run_manager.get_child()}, **rest)
+        # The first lookup builds the (source, chunk_index) table: keep it off the event loop.
+        return await run_in_executor(None, self._expand, hits, n, max_chars)

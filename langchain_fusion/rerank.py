@@ -1,0 +1,580 @@
+"""LLM rerank: a chat model rates (or ranks) the retrieved candidates; the best ``top_n`` are kept.
+
+:class:`LLMReranker` asks the model to rate each candidate from 1 to 10 for the query, one call
+per distinct candidate, run concurrently with a bound (``batch`` / ``abatch`` with
+``max_concurrency``). It uses structured output when the model supports it and otherwise
+parses the first number of the model's text. A call that raises, times out or returns no
+usable rating never fails the query: that candidate keeps its place in the fusion order and
+a warning is logged. :class:`LLMListwiseReranker` asks for one ranking of all candidates in a
+single call instead.
+
+Both are ``BaseDocumentCompressor``s (for LangChain's ``ContextualCompressionRetriever``) and
+``Runnable``s from ``{"query": ..., "documents": [...]}`` to documents (for LCEL);
+:class:`RerankRetriever` wraps a retriever with one. Results are copies carrying the keys of
+:data:`~langchain_fusion.metadata.RERANK_KEYS`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import math
+import re
+import threading
+from abc import abstractmethod
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForChainRun,
+    AsyncCallbackManagerForRetrieverRun,
+    CallbackManagerForChainRun,
+    CallbackManagerForRetrieverRun,
+    Callbacks,
+)
+from langchain_core.documents import BaseDocumentCompressor, Document
+from langchain_core.messages import BaseMessage
+from langchain_core.prompts import BasePromptTemplate, ChatPromptTemplate
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda, RunnableSerializable
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from langchain_fusion import metadata as keys
+from langchain_fusion.errors import FusionError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+if TYPE_CHECKING:
+    Prompt = BasePromptTemplate[Any]
+else:  # pydantic validates fields against the plain class (a parametrised one rejects subclasses)
+    Prompt = BasePromptTemplate
+
+DEFAULT_RATING_PROMPT = ChatPromptTemplate.from_messages(
+    [
+        ("system", "You judge how relevant a document is to a search query."),
+        (
+            "human",
+            "Rate the relevance of the following document to the query on a scale from 1 to 10. "
+            "Consider the specific context and intent of the query, not just keyword matches: "
+            "1 means unrelated, 10 means the document answers the query directly.\n\n"
+            "Query: {query}\n\nDocument:\n{document}\n\n"
+            "Relevance rating (a whole number from 1 to 10):",
+        ),
+    ]
+)
+"""The pointwise prompt (after the well-known rerank tutorial); variables ``query``, ``document``."""
+
+DEFAULT_RANKING_PROMPT = ChatPromptTemplate.from_messages(
+    [
+        ("system", "You rank documents by how relevant they are to a search query."),
+        (
+            "human",
+            "Rank the numbered documents below by their relevance to the query, most relevant first. "
+            "Consider the specific context and intent of the query, not just keyword matches. Use each "
+            "document number at most once; leave out documents that are unrelated.\n\n"
+            "Query: {query}\n\n{documents}\n\nDocument numbers, most relevant first:",
+        ),
+    ]
+)
+"""The listwise prompt; variables ``query`` and ``documents`` (numbered ``[1] ...`` passages)."""
+
+
+class RelevanceRating(BaseModel):
+    """How relevant a document is to a search query."""
+
+    rating: int = Field(description="Relevance from 1 (unrelated) to 10 (answers the query directly).")
+    reason: str | None = Field(default=None, description="One short sentence explaining the rating.")
+
+
+class Ranking(BaseModel):
+    """Document numbers ordered by relevance to the query, most relevant first."""
+
+    ids: list[int] = Field(description="Document numbers, most relevant first; each at most once.")
+
+
+class RerankInput(TypedDict):
+    """The input of a reranker used as an LCEL step."""
+
+    query: str
+    """The query the documents were retrieved for."""
+    documents: Sequence[Document]
+    """The candidates, best first by fusion score."""
+
+
+class RatingError(ValueError):
+    """A model's answer held no usable rating or ranking (logged; never raised to callers)."""
+
+
+def _check_top_n(top_n: Any) -> int | None:
+    if top_n is None:
+        return None
+    if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1:
+        raise ValueError(f"top_n must be a positive integer (documents to keep) or None for all; got {top_n!r}")
+    return top_n
+
+
+def _text_of(output: Any) -> str:
+    """The text of a model answer: a string, a message, or a message's content blocks."""
+    content = output.content if isinstance(output, BaseMessage) else output
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(
+            b if isinstance(b, str) else str(b.get("text", "")) for b in content if isinstance(b, (str, dict))
+        )
+    raise RatingError(f"expected a rating, got {type(output).__name__}: {output!r:.80}")
+
+
+_NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?![\w])")
+
+
+def parse_rating(output: Any) -> int:
+    """A 1-10 rating from a model's answer: a RelevanceRating, a dict, a number or text.
+
+    Text gives its first number (rounded to the nearest whole number). Raises
+    :class:`RatingError` when there is none or it is outside 1-10.
+    """
+    if isinstance(output, RelevanceRating):
+        value: Any = output.rating
+    elif isinstance(output, dict) and "rating" in output:
+        value = output["rating"]
+    elif isinstance(output, (int, float)) and not isinstance(output, bool):
+        value = output
+    else:
+        text = _text_of(output)
+        match = _NUMBER.search(text)
+        if match is None:
+            raise RatingError(f"no number in the answer {text.strip()[:80]!r}")
+        value = float(match.group(1))
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise RatingError(f"the rating {value!r} is not a number") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise RatingError(f"the rating {value!r} is not a number")
+    rating = math.floor(value + 0.5)
+    if not 1 <= rating <= 10:
+        raise RatingError(f"the rating {value!r} is outside 1-10")
+    return int(rating)
+
+
+def parse_ranking(output: Any, count: int) -> tuple[list[int], list[str]]:
+    """The valid 1-based ids of a listwise answer, and what was wrong with the others.
+
+    Accepts a :class:`Ranking`, a dict with ``ids``, a list of ids, or text (its numbers in
+    order). Ids that are not whole numbers, out of ``1..count`` or repeated are dropped.
+    """
+    if isinstance(output, Ranking):
+        raw: list[Any] = list(output.ids)
+    elif isinstance(output, dict) and "ids" in output:
+        raw = list(output["ids"])
+    elif isinstance(output, (list, tuple)):
+        raw = list(output)
+    else:
+        raw = [float(m) for m in _NUMBER.findall(_text_of(output))]
+    valid: list[int] = []
+    problems: list[str] = []
+    for item in raw:
+        if isinstance(item, str) and item.strip().isdigit():
+            item = int(item.strip())
+        if isinstance(item, float) and item.is_integer():
+            item = int(item)
+        if isinstance(item, bool) or not isinstance(item, int):
+            problems.append(f"{item!r} is not a document number")
+        elif not 1 <= item <= count:
+            problems.append(f"{item} is out of range 1-{count}")
+        elif item in valid:
+            problems.append(f"{item} is repeated")
+        else:
+            valid.append(item)
+    return valid, problems
+
+
+def _fusion_scores(documents: Sequence[Document]) -> list[float | None]:
+    scores: list[float | None] = []
+    for doc in documents:
+        value = doc.metadata.get(keys.FUSION_SCORE)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            scores.append(float(value))
+        else:
+            scores.append(None)
+    return scores
+
+
+def _descending(value: float | None) -> float:
+    """A sort key putting higher values first and None last."""
+    return math.inf if value is None else -value
+
+
+def _normalized_fusion(scores: list[float | None]) -> list[float]:
+    """Min-max normalised fusion scores; by position (first = 1) if any is missing."""
+    count = len(scores)
+    known = [s for s in scores if s is not None]
+    if len(known) < count:
+        return [1.0 if count == 1 else (count - 1 - i) / (count - 1) for i in range(count)]
+    low, high = min(known), max(known)
+    return [1.0 if high == low else (s - low) / (high - low) for s in known]
+
+
+def _call_with_timeout(fn: Callable[[], T], timeout: float, slots: threading.Semaphore) -> T:
+    """Run ``fn`` in a daemon thread; give up waiting after ``timeout`` seconds.
+
+    A sync call cannot be cancelled, so it finishes in the background; ``slots`` (one per
+    allowed concurrent call) is held until it does, so abandoned calls count toward the bound.
+    """
+    box: dict[str, Any] = {}
+    done = threading.Event()
+    context = contextvars.copy_context()
+
+    def target() -> None:
+        with slots:
+            if done.is_set():  # gave up while waiting for a slot
+                return
+            try:
+                box["value"] = context.run(fn)
+            except BaseException as exc:  # handed to the caller below
+                box["error"] = exc
+            finally:
+                done.set()
+
+    threading.Thread(target=target, name="langchain-fusion-rerank", daemon=True).start()
+    if not done.wait(timeout):
+        done.set()
+        raise TimeoutError(f"no answer within {timeout:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+class BaseLLMReranker(BaseDocumentCompressor, RunnableSerializable[RerankInput, list[Document]]):
+    """What the LLM rerankers share: the model, ``top_n``, the LCEL and compressor interfaces."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    llm: Runnable[Any, Any]
+    """A chat model, or any Runnable from a prompt to an answer (a rating object, dict or text)."""
+    top_n: int | None = 4
+    """How many documents to keep (None: all, reordered); override per call in :class:`RerankRetriever`."""
+    structured: bool = True
+    """Use the model's structured output when it supports it; False always parses text answers."""
+    timeout: float | None = Field(default=None, gt=0)
+    """Seconds to wait for one model answer before falling back to the fusion order (None: no limit)."""
+
+    @field_validator("top_n")
+    @classmethod
+    def _valid_top_n(cls, value: Any) -> int | None:
+        return _check_top_n(value)
+
+    # --- the public API -----------------------------------------------------------------------
+
+    def rerank(
+        self, documents: Sequence[Document], query: str, *, top_n: Any = ..., callbacks: Callbacks = None
+    ) -> list[Document]:
+        """Rerank ``documents`` for ``query``; ``top_n`` overrides the field for this call."""
+        limit = self.top_n if top_n is ... else _check_top_n(top_n)
+        if not documents:
+            return []
+        return self._rerank(list(documents), query, limit, callbacks)
+
+    async def arerank(
+        self, documents: Sequence[Document], query: str, *, top_n: Any = ..., callbacks: Callbacks = None
+    ) -> list[Document]:
+        """Async twin of :meth:`rerank` (awaits the model's async API)."""
+        limit = self.top_n if top_n is ... else _check_top_n(top_n)
+        if not documents:
+            return []
+        return await self._arerank(list(documents), query, limit, callbacks)
+
+    def compress_documents(
+        self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
+    ) -> Sequence[Document]:
+        """Rerank and keep ``top_n`` (the ``BaseDocumentCompressor`` interface)."""
+        return self.rerank(documents, query, callbacks=callbacks)
+
+    async def acompress_documents(
+        self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
+    ) -> Sequence[Document]:
+        """Async twin of :meth:`compress_documents`."""
+        return await self.arerank(documents, query, callbacks=callbacks)
+
+    def invoke(self, input: RerankInput, config: RunnableConfig | None = None, **kwargs: Any) -> list[Document]:
+        """Rerank ``input["documents"]`` for ``input["query"]`` (the LCEL interface)."""
+        return self._call_with_config(self._invoke, input, config)
+
+    async def ainvoke(self, input: RerankInput, config: RunnableConfig | None = None, **kwargs: Any) -> list[Document]:
+        """Async twin of :meth:`invoke`."""
+        return await self._acall_with_config(self._ainvoke, input, config)
+
+    def _invoke(self, input: RerankInput, run_manager: CallbackManagerForChainRun) -> list[Document]:
+        query, documents = _unpack(input)
+        return self.rerank(documents, query, callbacks=run_manager.get_child())
+
+    async def _ainvoke(self, input: RerankInput, run_manager: AsyncCallbackManagerForChainRun) -> list[Document]:
+        query, documents = _unpack(input)
+        return await self.arerank(documents, query, callbacks=run_manager.get_child())
+
+    # --- the model ----------------------------------------------------------------------------
+
+    def _answering(self, schema: type[BaseModel], prompt: Prompt) -> Runnable[dict[str, Any], Any]:
+        """``prompt | model``, with the model's structured output for ``schema`` when it has one."""
+        model = self.llm
+        if self.structured:
+            with_structured_output = getattr(model, "with_structured_output", None)
+            if with_structured_output is not None:
+                try:
+                    model = with_structured_output(schema)
+                except NotImplementedError:
+                    model = self.llm  # a model without structured output: parse its text
+        return prompt | model
+
+    def _ask(
+        self,
+        chain: Runnable[dict[str, Any], Any],
+        inputs: dict[str, Any],
+        config: RunnableConfig,
+        slots: threading.Semaphore | None = None,
+    ) -> Any:
+        """One model call, given up on after ``timeout`` (``slots`` bounds abandoned calls too)."""
+        if self.timeout is None:
+            return chain.invoke(inputs, config)
+        return _call_with_timeout(lambda: chain.invoke(inputs, config), self.timeout, slots or threading.Semaphore(1))
+
+    async def _aask(self, chain: Runnable[dict[str, Any], Any], inputs: dict[str, Any], config: RunnableConfig) -> Any:
+        if self.timeout is None:
+            return await chain.ainvoke(inputs, config)
+        try:
+            return await asyncio.wait_for(chain.ainvoke(inputs, config), self.timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"no answer within {self.timeout:g} s") from None
+
+    @staticmethod
+    def _copy(doc: Document, updates: dict[str, Any]) -> Document:
+        copied = doc.model_copy(deep=True)
+        copied.metadata.update(updates)
+        return copied
+
+    @abstractmethod
+    def _rerank(self, documents: list[Document], query: str, top_n: int | None, callbacks: Callbacks) -> list[Document]:
+        """Rerank a non-empty candidate list."""
+
+    @abstractmethod
+    async def _arerank(
+        self, documents: list[Document], query: str, top_n: int | None, callbacks: Callbacks
+    ) -> list[Document]:
+        """Async twin of :meth:`_rerank`."""
+
+
+def _unpack(input: Any) -> tuple[str, Sequence[Document]]:
+    if not isinstance(input, dict) or not isinstance(input.get("query"), str) or "documents" not in input:
+        raise FusionError(
+            f'a reranker step takes {{"query": str, "documents": [Document, ...]}}; got {type(input).__name__}'
+        )
+    return input["query"], input["documents"]
+
+
+class LLMReranker(BaseLLMReranker):
+    """Pointwise LLM rerank: each distinct candidate rated 1-10 by a chat model; best ``top_n`` kept.
+
+    Candidates are rated concurrently, at most ``max_concurrency`` at a time. Identical
+    candidate texts are rated once. Results are ordered by ``rerank_score``
+    (``rating_weight * (rating - 1) / 9 + (1 - rating_weight) * normalised fusion score``),
+    ties broken by fusion score, then by input order. A candidate whose rating failed (error,
+    timeout, no number in 1-10) keeps its input position, with ``rerank_rating`` None and a
+    logged warning.
+    """
+
+    max_concurrency: int = Field(default=8, ge=1)
+    """Most model calls in flight at once."""
+    rating_weight: float = Field(default=1.0, ge=0.0, le=1.0)
+    """Weight of the LLM rating in ``rerank_score``; ``1 - rating_weight`` goes to the fusion score."""
+    prompt: Prompt = DEFAULT_RATING_PROMPT
+    """The rating prompt; it must take ``query`` and ``document``."""
+
+    @field_validator("prompt")
+    @classmethod
+    def _valid_prompt(cls, prompt: Prompt) -> Prompt:
+        return _check_prompt(prompt, {"query", "document"})
+
+    def _rater(self) -> RunnableLambda[dict[str, Any], int]:
+        chain = self._answering(RelevanceRating, self.prompt)
+        slots = threading.Semaphore(self.max_concurrency)
+
+        def rate(inputs: dict[str, Any], config: RunnableConfig) -> int:
+            return parse_rating(self._ask(chain, inputs, config, slots))
+
+        async def arate(inputs: dict[str, Any], config: RunnableConfig) -> int:
+            return parse_rating(await self._aask(chain, inputs, config))
+
+        return RunnableLambda(rate, afunc=arate, name="rate_candidate")
+
+    def _requests(self, documents: list[Document], query: str) -> tuple[list[dict[str, Any]], list[int]]:
+        """One model input per distinct text, and which input each document uses."""
+        slot_of: dict[str, int] = {}
+        inputs: list[dict[str, Any]] = []
+        which = []
+        for doc in documents:
+            if doc.page_content not in slot_of:
+                slot_of[doc.page_content] = len(inputs)
+                inputs.append({"query": query, "document": doc.page_content})
+            which.append(slot_of[doc.page_content])
+        return inputs, which
+
+    def _config(self, callbacks: Callbacks) -> RunnableConfig:
+        return {"callbacks": callbacks, "max_concurrency": self.max_concurrency}
+
+    def _rerank(self, documents: list[Document], query: str, top_n: int | None, callbacks: Callbacks) -> list[Document]:
+        inputs, which = self._requests(documents, query)
+        answers = self._rater().batch(inputs, self._config(callbacks), return_exceptions=True)
+        return self._order(documents, [answers[i] for i in which], top_n)
+
+    async def _arerank(
+        self, documents: list[Document], query: str, top_n: int | None, callbacks: Callbacks
+    ) -> list[Document]:
+        inputs, which = self._requests(documents, query)
+        answers = await self._rater().abatch(inputs, self._config(callbacks), return_exceptions=True)
+        return self._order(documents, [answers[i] for i in which], top_n)
+
+    def _order(self, documents: list[Document], answers: list[int | Exception], top_n: int | None) -> list[Document]:
+        fusion = _fusion_scores(documents)
+        normalized = _normalized_fusion(fusion)
+        scores: list[float | None] = []
+        for position, answer in enumerate(answers):
+            if isinstance(answer, BaseException):
+                logger.warning(
+                    "rerank: no rating for candidate %d (%s: %s); it keeps its fusion position",
+                    position + 1,
+                    type(answer).__name__,
+                    answer,
+                )
+                scores.append(None)
+            else:
+                w = self.rating_weight
+                scores.append(w * (answer - 1) / 9 + (1 - w) * normalized[position])
+        rated = sorted(
+            (p for p, s in enumerate(scores) if s is not None),
+            key=lambda p: (_descending(scores[p]), _descending(fusion[p]), p),
+        )
+        order: list[int] = []
+        queue = iter(rated)
+        for position, score in enumerate(scores):
+            order.append(position if score is None else next(queue))  # failed candidates keep their slot
+        kept = order if top_n is None else order[:top_n]
+        return [
+            self._copy(
+                documents[p],
+                {
+                    keys.RERANK_RATING: None if isinstance(answers[p], BaseException) else answers[p],
+                    keys.RERANK_SCORE: scores[p],
+                },
+            )
+            for p in kept
+        ]
+
+
+class LLMListwiseReranker(BaseLLMReranker):
+    """Listwise LLM rerank: one model call orders all candidates; the best ``top_n`` are kept.
+
+    Cheaper than :class:`LLMReranker` (one call instead of one per candidate) but limited by
+    the model's context window. The returned ids are checked: ids that are not whole numbers,
+    out of range or repeated are dropped with a warning; candidates the model left out follow
+    the ranked ones in fusion order (``rerank_rank`` None). If the call fails altogether, the
+    fusion order is kept and a warning is logged.
+    """
+
+    prompt: Prompt = DEFAULT_RANKING_PROMPT
+    """The ranking prompt; it must take ``query`` and ``documents``."""
+
+    @field_validator("prompt")
+    @classmethod
+    def _valid_prompt(cls, prompt: Prompt) -> Prompt:
+        return _check_prompt(prompt, {"query", "documents"})
+
+    def _request(self, documents: list[Document], query: str) -> tuple[dict[str, Any], list[str]]:
+        texts = list(dict.fromkeys(doc.page_content for doc in documents))  # identical texts listed once
+        listing = "\n\n".join(f"[{i}] {text}" for i, text in enumerate(texts, 1))
+        return {"query": query, "documents": listing}, texts
+
+    def _rerank(self, documents: list[Document], query: str, top_n: int | None, callbacks: Callbacks) -> list[Document]:
+        inputs, texts = self._request(documents, query)
+        chain = self._answering(Ranking, self.prompt)
+        try:
+            answer: Any = self._ask(chain, inputs, {"callbacks": callbacks})
+        except Exception as exc:
+            answer = exc
+        return self._order(documents, texts, answer, top_n)
+
+    async def _arerank(
+        self, documents: list[Document], query: str, top_n: int | None, callbacks: Callbacks
+    ) -> list[Document]:
+        inputs, texts = self._request(documents, query)
+        chain = self._answering(Ranking, self.prompt)
+        try:
+            answer: Any = await self._aask(chain, inputs, {"callbacks": callbacks})
+        except Exception as exc:
+            answer = exc
+        return self._order(documents, texts, answer, top_n)
+
+    def _order(self, documents: list[Document], texts: list[str], answer: Any, top_n: int | None) -> list[Document]:
+        ids: list[int] = []
+        if isinstance(answer, BaseException):
+            logger.warning("rerank: no ranking (%s: %s); keeping the fusion order", type(answer).__name__, answer)
+        else:
+            try:
+                ids, problems = parse_ranking(answer, len(texts))
+            except RatingError as exc:
+                problems = [str(exc)]
+            if problems:
+                logger.warning("rerank: ignored part of the ranking: %s", "; ".join(problems))
+        rank_of = {texts[i - 1]: rank for rank, i in enumerate(ids, 1)}
+        order = sorted(
+            range(len(documents)),
+            key=lambda p: (rank_of.get(documents[p].page_content, math.inf), p),
+        )
+        kept = order if top_n is None else order[:top_n]
+        return [self._copy(documents[p], {keys.RERANK_RANK: rank_of.get(documents[p].page_content)}) for p in kept]
+
+
+def _check_prompt(prompt: Prompt, needed: set[str]) -> Prompt:
+    variables = set(prompt.input_variables)
+    if variables != needed:
+        raise ValueError(f"the prompt must take exactly the variables {sorted(needed)}; it takes {sorted(variables)}")
+    return prompt
+
+
+class RerankRetriever(BaseRetriever):
+    """Wraps a retriever with an LLM reranker: retrieve candidates, rerank, keep ``top_n``.
+
+    Retrieve more candidates than you keep (e.g. ``k=20`` on the wrapped retriever and
+    ``top_n=4``). ``invoke(query, top_n=3)`` overrides ``top_n`` per call; any other keyword goes
+    to the wrapped retriever (``invoke(query, top_n=3, k=20)``).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    retriever: BaseRetriever
+    """The retriever that finds the candidates."""
+    reranker: BaseLLMReranker
+    """The reranker (:class:`LLMReranker` or :class:`LLMListwiseReranker`)."""
+
+    def _split(self, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        rest = dict(kwargs)
+        top_n = _check_top_n(rest.pop("top_n")) if "top_n" in rest else self.reranker.top_n
+        return top_n, rest
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        top_n, rest = self._split(kwargs)
+        candidates = self.retriever.invoke(query, config={"callbacks": run_manager.get_child()}, **rest)
+        return self.reranker.rerank(candidates, query, top_n=top_n, callbacks=run_manager.get_child())
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        top_n, rest = self._split(kwargs)
+        candidates = await self.retriever.ainvoke(query, config={"callbacks": run_manager.get_child()}, **rest)
+        return await self.reranker.arerank(candidates, query, top_n=top_n, callbacks=run_manager.get_child())

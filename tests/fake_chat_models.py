@@ -1,0 +1,163 @@
+"""Offline chat models for the rerank, chain and CLI tests.
+
+``RatingModel`` answers the rerank prompt by a rule applied to the document being rated (an int,
+text, an exception, or anything else), optionally through ``with_structured_output``, with an
+optional delay, and records every call and the most calls ever in flight at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.prompt_values import PromptValue
+from langchain_core.runnables import Runnable, RunnableLambda
+from pydantic import BaseModel, Field, PrivateAttr
+
+
+def document_of(prompt: str) -> str:
+    """The document part of the default rating prompt (the whole prompt for other prompts)."""
+    if "Document:\n" not in prompt:
+        return prompt
+    return prompt.split("Document:\n", 1)[1].rsplit("\n\nRelevance rating", 1)[0]
+
+
+class RatingModel(BaseChatModel):
+    """Rates by ``rule(document_text)``; structured output unless ``structured`` is False.
+
+    The rule returns what the model "says": an int (a rating), a str (text), an Exception (raised),
+    or anything else (returned as the structured output as is). ``delay`` sleeps per call, so
+    concurrent calls overlap; ``slow`` maps a document keyword to a longer sleep.
+    """
+
+    rule: Callable[[str], Any]
+    structured: bool = True
+    delay: float = 0.0
+    slow: dict[str, float] = Field(default_factory=dict)
+
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    _active: int = PrivateAttr(default=0)
+    _max_active: int = PrivateAttr(default=0)
+    _calls: list[str] = PrivateAttr(default_factory=list)
+    _sync_calls: int = PrivateAttr(default=0)
+    _async_calls: int = PrivateAttr(default=0)
+
+    @property
+    def _llm_type(self) -> str:
+        return "rating-fake"
+
+    @property
+    def max_active(self) -> int:
+        return self._max_active
+
+    @property
+    def calls(self) -> list[str]:
+        return list(self._calls)
+
+    @property
+    def sync_calls(self) -> int:
+        return self._sync_calls
+
+    @property
+    def async_calls(self) -> int:
+        return self._async_calls
+
+    def _enter(self, text: str, is_async: bool) -> float:
+        with self._lock:
+            self._active += 1
+            self._max_active = max(self._max_active, self._active)
+            self._calls.append(document_of(text))
+            if is_async:
+                self._async_calls += 1
+            else:
+                self._sync_calls += 1
+        document = document_of(text)
+        return max([self.delay] + [t for word, t in self.slow.items() if word in document])
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._active -= 1
+
+    def _answer(self, text: str) -> Any:
+        answer = self.rule(document_of(text))
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    def _rate(self, text: str) -> Any:
+        pause = self._enter(text, is_async=False)
+        try:
+            time.sleep(pause)
+            return self._answer(text)
+        finally:
+            self._leave()
+
+    async def _arate(self, text: str) -> Any:
+        pause = self._enter(text, is_async=True)
+        try:
+            await asyncio.sleep(pause)
+            return self._answer(text)
+        finally:
+            self._leave()
+
+    @staticmethod
+    def _text(messages: Sequence[BaseMessage]) -> str:
+        return "\n".join(str(m.content) for m in messages)
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        answer = self._rate(self._text(messages))
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=str(answer)))])
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        answer = await self._arate(self._text(messages))
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=str(answer)))])
+
+    def with_structured_output(self, schema: Any, **kwargs: Any) -> Runnable[Any, Any]:  # type: ignore[override]
+        if not self.structured:
+            raise NotImplementedError("this fake model has no structured output")
+
+        def build(answer: Any) -> Any:
+            if isinstance(answer, int) and isinstance(schema, type) and issubclass(schema, BaseModel):
+                return schema(rating=answer)
+            if isinstance(answer, list) and isinstance(schema, type) and issubclass(schema, BaseModel):
+                return schema(ids=answer)
+            return answer
+
+        def call(prompt: PromptValue) -> Any:
+            return build(self._rate(prompt.to_string()))
+
+        async def acall(prompt: PromptValue) -> Any:
+            return build(await self._arate(prompt.to_string()))
+
+        return RunnableLambda(call, afunc=acall, name="structured_fake")
+
+
+def keyword_rule(ratings: dict[str, Any], default: Any = 5) -> Callable[[str], Any]:
+    """A rule giving ``ratings[word]`` for the first word found in the document, else ``default``."""
+
+    def rule(document: str) -> Any:
+        for word, answer in ratings.items():
+            if word in document:
+                return answer
+        return default
+
+    return rule
