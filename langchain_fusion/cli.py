@@ -393,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = {"index": run_index, "query": run_query, "ask": run_ask}[args.command]
     try:
         return handler(args)
-    except (UserError, FusionError, ValidationError, ValueError) as exc:
+    except (UserError, FusionError, ValidationError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"langchain-fusion: error: {message}", file=sys.stderr)
         return EXIT_USER_ERROR

@@ -34,7 +34,7 @@ from langchain_core.runnables.config import run_in_executor
 from pydantic import ConfigDict, Field, model_validator
 
 from langchain_fusion import metadata as keys
-from langchain_fusion.errors import FusionError
+from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.index import FusionIndex
 
 logger = logging.getLogger(__name__)
@@ -123,7 +123,9 @@ def _require_int(doc: Document, key: str) -> int:
 
 def _check_n(n: Any) -> int:
     if not _is_int(n) or n < 0:
-        raise ValueError(f"n must be a non-negative integer (neighbouring chunks on each side of a hit); got {n!r}")
+        raise InvalidParameterError(
+            f"n must be a non-negative integer (neighbouring chunks on each side of a hit); got {n!r}"
+        )
     return int(n)
 
 
@@ -131,7 +133,9 @@ def _check_max_chars(max_chars: Any) -> int | None:
     if max_chars is None:
         return None
     if not _is_int(max_chars) or max_chars < 1:
-        raise ValueError(f"max_chars must be a positive integer (characters per passage) or None; got {max_chars!r}")
+        raise InvalidParameterError(
+            f"max_chars must be a positive integer (characters per passage) or None; got {max_chars!r}"
+        )
     return int(max_chars)
 
 

@@ -147,6 +147,9 @@ def embeddings_id(embeddings: Embeddings) -> str:
     ``local:<model>`` for the bundled model, ``openai:<model>`` for OpenAI, otherwise the
     class path and, when the object has one, its ``model`` or ``model_name``.
     """
+    underlying = getattr(embeddings, "underlying_embeddings", None)
+    if isinstance(underlying, Embeddings):  # a cache wrapper (ours or LangChain's) is its model
+        return embeddings_id(underlying)
     if isinstance(embeddings, LocalEmbeddings):
         return f"local:{LOCAL_MODEL_NAME}"
     cls = type(embeddings)

@@ -26,3 +26,14 @@ class MissingDependencyError(FusionError, ImportError):
 
 class MissingCredentialsError(FusionError):
     """A provider was requested but its API key is not set."""
+
+
+class InvalidParameterError(FusionError, ValueError):
+    """A parameter is out of range or of the wrong kind (also a ValueError, as is conventional)."""
+
+
+class UnknownDocumentError(FusionError, KeyError):
+    """A document id is not in the index."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

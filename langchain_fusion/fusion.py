@@ -9,10 +9,12 @@ widely copied tutorial adds arrays that are sorted in different orders).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal, cast, get_args
 
 import numpy as np
 from numpy.typing import NDArray
+
+from langchain_fusion.errors import InvalidParameterError
 
 FusionMethod = Literal["weighted", "zscore", "rrf"]
 """``weighted``: min-max normalise each side, then ``alpha * v + (1 - alpha) * b``.
@@ -116,12 +118,14 @@ def fuse(
 def check_alpha(alpha: float) -> float:
     """Return ``alpha`` if it is a number in [0, 1], else raise a ValueError that says so."""
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha must be a number between 0 and 1 (the weight of the vector side); got {alpha!r}")
+        raise InvalidParameterError(
+            f"alpha must be a number between 0 and 1 (the weight of the vector side); got {alpha!r}"
+        )
     return float(alpha)
 
 
-def check_method(method: str) -> str:
+def check_method(method: str) -> FusionMethod:
     """Return ``method`` if it is a known fusion method, else raise a ValueError listing them."""
     if method not in FUSION_METHODS:
-        raise ValueError(f"method must be one of {', '.join(FUSION_METHODS)}; got {method!r}")
-    return method
+        raise InvalidParameterError(f"method must be one of {', '.join(FUSION_METHODS)}; got {method!r}")
+    return cast(FusionMethod, method)

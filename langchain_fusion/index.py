@@ -22,7 +22,7 @@ from langchain_fusion import metadata as keys
 from langchain_fusion.analyzer import Analyzer
 from langchain_fusion.bm25 import BM25Index, BM25Params
 from langchain_fusion.embeddings import default_embeddings, embeddings_id
-from langchain_fusion.errors import FusionError
+from langchain_fusion.errors import FusionError, InvalidParameterError, UnknownDocumentError
 from langchain_fusion.ingest import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, load_files, split_documents
 from langchain_fusion.vector import FloatMatrix, VectorIndex, normalize_rows
 
@@ -76,7 +76,7 @@ class FusionIndex:
             embedding_batch_size: texts per embedding call.
         """
         if embedding_batch_size < 1:
-            raise ValueError(f"embedding_batch_size must be >= 1; got {embedding_batch_size}")
+            raise InvalidParameterError(f"embedding_batch_size must be >= 1; got {embedding_batch_size}")
         self.embeddings = embeddings if embeddings is not None else default_embeddings()
         self.embeddings_id = embeddings_id(self.embeddings)
         self.vector_factory = vector_index
@@ -215,7 +215,7 @@ class FusionIndex:
         if unknown:
             shown = ", ".join(repr(i) for i in unknown[:5])
             more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
-            raise KeyError(f"no document with id {shown}{more} in the index; nothing was deleted")
+            raise UnknownDocumentError(f"no document with id {shown}{more} in the index; nothing was deleted")
         rows = np.unique(np.fromiter((self._rows[i] for i in ids), dtype=np.int64, count=len(ids)))
         if rows.size == 0:
             return 0

@@ -19,7 +19,7 @@ from langchain_core.documents import Document
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from langchain_fusion import metadata as keys
-from langchain_fusion.errors import FusionError
+from langchain_fusion.errors import FusionError, InvalidParameterError
 
 logger = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ def split_documents(
     ``Document.id``. The input documents are not modified.
     """
     if chunk_size < 1 or not 0 <= chunk_overlap < chunk_size:
-        raise ValueError(
+        raise InvalidParameterError(
             f"need chunk_size >= 1 and 0 <= chunk_overlap < chunk_size; got {chunk_size} and {chunk_overlap}"
         )
     splitter = RecursiveCharacterTextSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap, add_start_index=True)

@@ -41,7 +41,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda, R
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from langchain_fusion import metadata as keys
-from langchain_fusion.errors import FusionError
+from langchain_fusion.errors import FusionError, InvalidParameterError
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +112,9 @@ def _check_top_n(top_n: Any) -> int | None:
     if top_n is None:
         return None
     if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1:
-        raise ValueError(f"top_n must be a positive integer (documents to keep) or None for all; got {top_n!r}")
+        raise InvalidParameterError(
+            f"top_n must be a positive integer (documents to keep) or None for all; got {top_n!r}"
+        )
     return top_n
 
 
@@ -541,7 +543,9 @@ class LLMListwiseReranker(BaseLLMReranker):
 def _check_prompt(prompt: Prompt, needed: set[str]) -> Prompt:
     variables = set(prompt.input_variables)
     if variables != needed:
-        raise ValueError(f"the prompt must take exactly the variables {sorted(needed)}; it takes {sorted(variables)}")
+        raise InvalidParameterError(
+            f"the prompt must take exactly the variables {sorted(needed)}; it takes {sorted(variables)}"
+        )
     return prompt
 
 

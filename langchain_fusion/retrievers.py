@@ -20,6 +20,7 @@ from langchain_core.runnables.config import run_in_executor
 from numpy.typing import NDArray
 from pydantic import ConfigDict, Field, field_validator
 
+from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.filters import MetadataFilter, as_predicate
 from langchain_fusion.fusion import FusionMethod, check_alpha, check_method
 from langchain_fusion.index import FusionIndex
@@ -29,7 +30,7 @@ from langchain_fusion.vector import FloatMatrix
 
 def _check_k(k: Any) -> int:
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k must be a positive integer (the number of documents to return); got {k!r}")
+        raise InvalidParameterError(f"k must be a positive integer (the number of documents to return); got {k!r}")
     return int(k)
 
 
@@ -37,7 +38,9 @@ def _check_fetch_k(fetch_k: Any) -> int | None:
     if fetch_k is None:
         return None
     if isinstance(fetch_k, bool) or not isinstance(fetch_k, (int, np.integer)) or fetch_k < 1:
-        raise ValueError(f"fetch_k must be a positive integer, or None for the whole corpus; got {fetch_k!r}")
+        raise InvalidParameterError(
+            f"fetch_k must be a positive integer, or None for the whole corpus; got {fetch_k!r}"
+        )
     return int(fetch_k)
 
 

@@ -1,0 +1,163 @@
+"""The ``langchain-fusion eval`` command: quality of vector, BM25 and fusion on labelled data."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from langchain_fusion.fusion import FUSION_METHODS
+
+DEFAULT_CACHE = Path.home() / ".cache" / "langchain-fusion" / "embeddings"
+
+
+def add_eval_parser(commands: Any, fetch_k_type: Any) -> None:
+    """Register the ``eval`` subcommand on the CLI's subparsers."""
+    parser = commands.add_parser(
+        "eval",
+        help="measure retrieval quality (nDCG, recall, MRR...) of vector, BM25 and fusion; sweep alpha",
+        description="Evaluate vector-only, BM25-only and fused retrieval on labelled queries, sweep alpha for "
+        "each fusion method, and compare fusion with each single side query by query. Use a saved index with "
+        "a labelled set (--index with --labels), or a BEIR folder (--beir), which is indexed on the fly with "
+        "an embedding cache so reruns are fast.",
+    )
+    source = parser.add_argument_group("data (one of)")
+    source.add_argument("--index", metavar="DIR", help="a saved index folder (with --labels)")
+    source.add_argument("--labels", metavar="FILE", help="labelled queries (JSON or CSV; see the README)")
+    source.add_argument("--beir", metavar="FOLDER", help="a BEIR folder: corpus.jsonl, queries.jsonl, qrels/")
+    parser.add_argument("--split", default="test", help="BEIR qrels split to use (default: %(default)s)")
+    parser.add_argument("--no-title", action="store_true", help="BEIR: index the body text without the title")
+    parser.add_argument(
+        "--embeddings", metavar="SPEC", help="BEIR: embedding model (local, openai, PROVIDER:MODEL); default auto"
+    )
+    parser.add_argument(
+        "--cache",
+        metavar="DIR",
+        default=str(DEFAULT_CACHE),
+        help="BEIR: embedding cache folder, keyed by model and text (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--alpha",
+        default="0:1:0.1",
+        metavar="GRID",
+        help="alphas to sweep: START:STOP:STEP or a comma list (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--methods",
+        default=",".join(FUSION_METHODS),
+        help="fusion methods to sweep, comma-separated (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--metrics",
+        default="ndcg@10,recall@10,mrr@10,hit_rate@5",
+        help="NAME@K list; names: hit_rate, recall, precision, mrr, ndcg, map. The first is the one "
+        "plotted and compared (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--fetch-k",
+        type=fetch_k_type,
+        default=100,
+        metavar="N",
+        help="fusion candidates per side, or 'all' (default: %(default)s)",
+    )
+    parser.add_argument("--plot", metavar="PNG", help="save a plot of the first metric against alpha")
+    parser.add_argument("--json", action="store_true", help="print all results as JSON")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+
+
+def _load(args: argparse.Namespace) -> tuple[Any, Any]:
+    from langchain_fusion.cli import UserError
+    from langchain_fusion.embedding_cache import CachedEmbeddings
+    from langchain_fusion.embeddings import resolve_embeddings
+    from langchain_fusion.evaluation.datasets import load_beir, load_labelled
+    from langchain_fusion.index import FusionIndex
+
+    if args.beir and (args.index or args.labels):
+        raise UserError("use either --beir FOLDER, or --index DIR with --labels FILE, not both")
+    if args.beir:
+        dataset = load_beir(args.beir, args.split, include_title=not args.no_title)
+        embeddings = CachedEmbeddings(resolve_embeddings(args.embeddings), args.cache)
+        if not args.quiet:
+            print(f"indexing {len(dataset.corpus)} documents (embedding cache: {embeddings.folder})", file=sys.stderr)
+        index = FusionIndex.from_documents(dataset.corpus, embeddings)
+        return index, dataset
+    if not (args.index and args.labels):
+        raise UserError("give a saved index and its labelled queries (--index DIR --labels FILE), or --beir FOLDER")
+    index = FusionIndex.load(args.index)
+    return index, load_labelled(args.labels, index.documents)
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    """Evaluate and print the tables (or JSON)."""
+    from langchain_fusion.evaluation.harness import alpha_grid, evaluate_retrievers, sweep_alpha
+    from langchain_fusion.evaluation.metrics import parse_metric
+    from langchain_fusion.fusion import check_method
+    from langchain_fusion.retrievers import BM25Retriever, FusionRetriever, VectorRetriever
+
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    for metric in metrics:
+        parse_metric(metric)
+    methods = [check_method(m.strip()) for m in args.methods.split(",") if m.strip()]
+    alphas = alpha_grid(args.alpha)
+    index, dataset = _load(args)
+    progress = not (args.quiet or args.json)
+    baselines = evaluate_retrievers(
+        {
+            "vector": VectorRetriever(index=index),
+            "bm25": BM25Retriever(index=index),
+            "fusion (defaults)": FusionRetriever(index=index, fetch_k=args.fetch_k),
+        },
+        dataset,
+        metrics,
+        progress=progress,
+    )
+    sweep = sweep_alpha(index, dataset, alphas, methods, metrics, fetch_k=args.fetch_k, progress=progress)
+    main_metric = metrics[0]
+    comparisons = [baselines.compare("fusion (defaults)", side, main_metric) for side in ("vector", "bm25")]
+    best = {}
+    for method in methods:
+        rows = [r for r in sweep.results if r.name.startswith(f"{method}@")]
+        top = max(rows, key=lambda r: r.means[main_metric])
+        best[method] = {"alpha": float(top.name.partition("@")[2]), main_metric: top.means[main_metric]}
+    plot_path = None
+    if args.plot:
+        from langchain_fusion.evaluation.plots import plot_alpha_sweep
+
+        plot_path = str(plot_alpha_sweep(sweep, main_metric, args.plot))
+    if args.json:
+        payload = {
+            "dataset": dataset.name,
+            "queries": len(dataset.queries),
+            "retrievers": baselines.rows(),
+            "sweep": sweep.rows(),
+            "best_alpha": best,
+            "per_query": comparisons,
+            "plot": plot_path,
+        }
+        print(json.dumps(payload, indent=2))
+        return 0
+    print(f"{dataset.name}: {len(dataset.queries)} queries, {len(index)} chunks\n")
+    print(baselines.to_markdown())
+    print(f"\nalpha sweep ({main_metric}, fetch_k={args.fetch_k}):\n")
+    print(_sweep_grid(sweep, methods, alphas, main_metric))
+    print("\nbest alpha: " + ", ".join(f"{m} {b['alpha']:g} ({b[main_metric]:.4f})" for m, b in best.items()))
+    for comparison in comparisons:
+        print(
+            f"fusion vs {comparison['baseline']} on {main_metric}: {comparison['wins']} queries better, "
+            f"{comparison['losses']} worse, {comparison['ties']} tied"
+        )
+    if plot_path:
+        print(f"plot saved to {plot_path}")
+    return 0
+
+
+def _sweep_grid(sweep: Any, methods: Sequence[str], alphas: Sequence[float], metric: str) -> str:
+    values = {r.name: r.means[metric] for r in sweep.results}
+    lines = ["| alpha | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
+    for alpha in alphas:
+        cells = [f"{values[f'{m}@{alpha:g}']:.4f}" for m in methods]
+        lines.append(f"| {alpha:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,170 @@
+"""Evaluation datasets: BEIR folders and small labelled query sets.
+
+A dataset is a corpus (Documents whose ``id`` is the corpus id), queries, and graded
+relevance judgements (qrels) mapping each query id to ``{document id: grade}``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langchain_core.documents import Document
+
+from langchain_fusion import metadata as keys
+from langchain_fusion.errors import FusionError
+
+Qrels = dict[str, dict[str, int]]
+"""Query id -> {document id: relevance grade (> 0 means relevant)}."""
+
+TITLE_KEY = "title"
+"""Metadata key holding a BEIR record's title."""
+
+
+@dataclass
+class EvalDataset:
+    """Queries with relevance judgements, and optionally the corpus they refer to."""
+
+    name: str
+    """A short name for reports."""
+    queries: dict[str, str]
+    """Query id -> query text (only queries that have judgements)."""
+    qrels: Qrels
+    """Relevance judgements per query id."""
+    corpus: list[Document] = field(default_factory=list)
+    """The documents to index (BEIR); empty for sets resolved against an existing index."""
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise FusionError(f"{path} is missing; a BEIR folder has corpus.jsonl, queries.jsonl and qrels/<split>.tsv")
+    records = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise FusionError(f"{path}, line {number}: not valid JSON ({exc.msg})") from None
+    return records
+
+
+def beir_text(title: str, text: str) -> str:
+    """The text indexed for a BEIR record: the title, a blank line, then the body."""
+    return f"{title}\n\n{text}" if title else text
+
+
+def load_beir(folder: str | Path, split: str = "test", *, include_title: bool = True) -> EvalDataset:
+    """Load a BEIR-format folder: ``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``.
+
+    Each corpus record becomes one Document with ``id`` = its ``_id`` and ``source`` = that
+    id; with ``include_title`` the title is prepended to the text (and kept in metadata).
+    Only queries with judgements in the split are kept.
+    """
+    folder = Path(folder)
+    qrels_path = folder / "qrels" / f"{split}.tsv"
+    if not qrels_path.is_file():
+        available = sorted(p.stem for p in (folder / "qrels").glob("*.tsv")) if (folder / "qrels").is_dir() else []
+        raise FusionError(f"{qrels_path} is missing; splits available: {', '.join(available) or 'none'}")
+    qrels: Qrels = {}
+    with qrels_path.open(encoding="utf-8", newline="") as handle:
+        for row in csv.DictReader(handle, delimiter="\t"):
+            try:
+                qrels.setdefault(row["query-id"], {})[row["corpus-id"]] = int(row["score"])
+            except (KeyError, ValueError, TypeError):
+                raise FusionError(f"{qrels_path}: expected columns query-id, corpus-id, score") from None
+    queries = {
+        str(rec["_id"]): rec["text"] for rec in _read_jsonl(folder / "queries.jsonl") if str(rec["_id"]) in qrels
+    }
+    corpus = []
+    for rec in _read_jsonl(folder / "corpus.jsonl"):
+        doc_id, title = str(rec["_id"]), rec.get("title") or ""
+        text = beir_text(title, rec.get("text") or "") if include_title else rec.get("text") or ""
+        corpus.append(Document(id=doc_id, page_content=text, metadata={keys.SOURCE: doc_id, TITLE_KEY: title}))
+    return EvalDataset(
+        name=f"{folder.name}/{split}", queries=queries, qrels={q: qrels[q] for q in queries}, corpus=corpus
+    )
+
+
+def _is_relevant(record: dict[str, Any], doc: Document) -> bool:
+    source = Path(str(doc.metadata.get(keys.SOURCE, ""))).name
+    for place in record.get("relevant") or []:
+        if place.get("id") is not None:
+            if place["id"] == doc.id:
+                return True
+        elif (
+            place.get("source") is not None
+            and Path(str(place["source"])).name == source
+            and (place.get("page") is None or place["page"] == doc.metadata.get(keys.PAGE))
+        ):
+            return True
+    answer = record.get("answer")
+    if record.get("match_answer") and answer:
+        return " ".join(answer.split()).lower() in " ".join(doc.page_content.split()).lower()
+    return False
+
+
+def _read_labelled_records(path: Path) -> list[dict[str, Any]]:
+    if path.suffix.lower() == ".csv":
+        grouped: dict[str, dict[str, Any]] = {}
+        with path.open(encoding="utf-8", newline="") as handle:
+            for row in csv.DictReader(handle):
+                if not row.get("query"):
+                    raise FusionError(f"{path}: a CSV labelled set needs a non-empty 'query' column")
+                record = grouped.setdefault(row["query"], {"id": row.get("id") or None, "query": row["query"]})
+                record.setdefault("relevant", []).append(
+                    {
+                        "id": row.get("chunk_id") or None,
+                        "source": row.get("source") or None,
+                        "page": int(row["page"]) if row.get("page") else None,
+                    }
+                )
+        return list(grouped.values())
+    try:
+        records = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise FusionError(f"{path}: not valid JSON ({exc.msg})") from None
+    if not isinstance(records, list):
+        raise FusionError(f"{path}: expected a JSON list of {{'query': ..., 'relevant': [...]}} records")
+    return records
+
+
+def load_labelled(path: str | Path, documents: Sequence[Document]) -> EvalDataset:
+    """Load a labelled query set (JSON or CSV) and resolve it against indexed ``documents``.
+
+    JSON: a list of records with ``query``, an optional ``id``, and ``relevant``: a list of
+    ``{"source": file name or path, "page": n}`` (page optional) or ``{"id": chunk id}``;
+    or ``"answer": text`` with ``"match_answer": true`` to count every chunk containing that
+    text as relevant. CSV: columns ``id, query, source, page, chunk_id``, one row per
+    relevant place. Every chunk at a relevant place is relevant (grade 1).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FusionError(f"{path} is missing")
+    queries: dict[str, str] = {}
+    qrels: Qrels = {}
+    unmatched = []
+    for number, record in enumerate(_read_labelled_records(path), 1):
+        if not isinstance(record, dict) or not record.get("query"):
+            raise FusionError(f"{path}: record {number} has no 'query'")
+        if not record.get("relevant") and not (record.get("match_answer") and record.get("answer")):
+            raise FusionError(f"{path}: record {number} has neither 'relevant' places nor an answer to match")
+        query_id = str(record.get("id") or f"q{number}")
+        relevant = {doc.id: 1 for doc in documents if doc.id is not None and _is_relevant(record, doc)}
+        if not relevant:
+            unmatched.append(query_id)
+            continue
+        queries[query_id], qrels[query_id] = record["query"], relevant
+    if unmatched and not queries:
+        raise FusionError(f"{path}: no label matches a chunk of this index; is it the right index?")
+    if unmatched:
+        warnings.warn(
+            f"{path}: {len(unmatched)} queries match no indexed chunk and are left out: {', '.join(unmatched[:10])}",
+            stacklevel=2,
+        )
+    return EvalDataset(name=path.stem, queries=queries, qrels=qrels)
