@@ -132,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("question", help="the question to answer")
     _add_search_options(ask, results="passages given to the model")
     ask.add_argument("--json", action="store_true", help="print the answer and its sources as JSON")
+    from langchain_fusion.evaluation.command import add_eval_parser
+
+    add_eval_parser(commands, _fetch_k)
     return parser
 
 
@@ -390,7 +393,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    handler = {"index": run_index, "query": run_query, "ask": run_ask}[args.command]
+    from langchain_fusion.evaluation.command import run_eval
+
+    handler = {"index": run_index, "query": run_query, "ask": run_ask, "eval": run_eval}[args.command]
     try:
         return handler(args)
     except (UserError, FusionError, ValidationError) as exc:

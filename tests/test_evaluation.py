@@ -1,0 +1,283 @@
+"""Evaluation datasets, harness, alpha sweep, plot, embedding cache and the eval command."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from langchain_core.documents import Document
+
+from langchain_fusion import BM25Retriever, FusionError, FusionIndex, FusionRetriever, VectorRetriever
+from langchain_fusion.cli import main
+from langchain_fusion.embedding_cache import CachedEmbeddings
+from langchain_fusion.embeddings import embeddings_id
+from langchain_fusion.errors import InvalidParameterError
+from langchain_fusion.evaluation import (
+    alpha_grid,
+    evaluate_retrievers,
+    load_beir,
+    load_labelled,
+    plot_alpha_sweep,
+    sweep_alpha,
+)
+from langchain_fusion.ingest import load_files, split_documents
+from tests.conftest import DATA, SAMPLE_QUERIES, HashingEmbeddings
+
+BEIR_CORPUS = [
+    {"_id": "d1", "title": "Solar batteries", "text": "Lithium iron phosphate batteries store solar energy."},
+    {"_id": "d2", "title": "Floods", "text": "The river flooded the village in July."},
+    {"_id": "d3", "title": "", "text": "Inverters convert direct current to alternating current."},
+    {"_id": "d4", "title": "Training", "text": "Technicians learned to isolate circuits safely."},
+]
+BEIR_QUERIES = [
+    {"_id": "q1", "text": "which batteries store solar energy"},
+    {"_id": "q2", "text": "river flood in july"},
+    {"_id": "q3", "text": "a query without judgements"},
+]
+
+
+def write_beir(folder: Path) -> Path:
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("\n".join(json.dumps(r) for r in BEIR_CORPUS) + "\n")
+    (folder / "queries.jsonl").write_text("\n".join(json.dumps(r) for r in BEIR_QUERIES) + "\n")
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t2\nq2\td2\t1\nq2\td4\t0\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def sample_index() -> FusionIndex:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        chunks = split_documents(load_files([DATA]).documents)
+    return FusionIndex.from_documents(chunks, HashingEmbeddings())
+
+
+class TestLoadBeir:
+    def test_corpus_queries_and_qrels(self, tmp_path: Path) -> None:
+        dataset = load_beir(write_beir(tmp_path), "test")
+        assert [d.id for d in dataset.corpus] == ["d1", "d2", "d3", "d4"]
+        assert (
+            dataset.corpus[0].page_content == "Solar batteries\n\nLithium iron phosphate batteries store solar energy."
+        )
+        assert dataset.corpus[2].page_content == BEIR_CORPUS[2]["text"]  # no title, no blank line
+        assert dataset.corpus[0].metadata == {"source": "d1", "title": "Solar batteries"}
+        assert dataset.queries == {"q1": BEIR_QUERIES[0]["text"], "q2": BEIR_QUERIES[1]["text"]}
+        assert dataset.qrels == {"q1": {"d1": 2}, "q2": {"d2": 1, "d4": 0}}
+
+    def test_without_title(self, tmp_path: Path) -> None:
+        dataset = load_beir(write_beir(tmp_path), "test", include_title=False)
+        assert dataset.corpus[0].page_content == BEIR_CORPUS[0]["text"]
+
+    def test_missing_split_names_the_available_ones(self, tmp_path: Path) -> None:
+        with pytest.raises(FusionError, match="splits available: test"):
+            load_beir(write_beir(tmp_path), "train")
+
+    def test_missing_corpus(self, tmp_path: Path) -> None:
+        folder = write_beir(tmp_path)
+        (folder / "corpus.jsonl").unlink()
+        with pytest.raises(FusionError, match=r"corpus\.jsonl is missing"):
+            load_beir(folder, "test")
+
+    def test_bad_json_line(self, tmp_path: Path) -> None:
+        folder = write_beir(tmp_path)
+        (folder / "queries.jsonl").write_text('{"_id": "q1", "text": "ok"}\n{oops\n')
+        with pytest.raises(FusionError, match="line 2: not valid JSON"):
+            load_beir(folder, "test")
+
+
+class TestLoadLabelled:
+    def test_sample_queries_resolve_to_chunks(self, sample_index: FusionIndex) -> None:
+        dataset = load_labelled(SAMPLE_QUERIES, sample_index.documents)
+        assert len(dataset.queries) == 24
+        for query_id, relevant in dataset.qrels.items():
+            assert relevant, query_id
+            for doc_id in relevant:
+                row = sample_index.row_of(doc_id)
+                assert row is not None
+        # q01 is labelled with page 4 of the report: exactly the chunks of that page.
+        page4 = {d.id for d in sample_index.documents if d.metadata.get("page") == 4}
+        assert set(dataset.qrels["q01"]) == page4
+
+    def test_answer_matching_and_chunk_ids(self, tmp_path: Path, sample_index: FusionIndex) -> None:
+        target = sample_index.documents[5]
+        labels = [
+            {"query": "by answer", "answer": " ".join(target.page_content.split()[:6]), "match_answer": True},
+            {"id": "byid", "query": "by id", "relevant": [{"id": target.id}]},
+        ]
+        path = tmp_path / "labels.json"
+        path.write_text(json.dumps(labels))
+        dataset = load_labelled(path, sample_index.documents)
+        assert target.id in dataset.qrels["q1"]
+        assert dataset.qrels["byid"] == {target.id: 1}
+
+    def test_csv(self, tmp_path: Path, sample_index: FusionIndex) -> None:
+        path = tmp_path / "labels.csv"
+        path.write_text(
+            "id,query,source,page\n"
+            "a,KV-5500 rating,arden-microgrids-report.pdf,4\n"
+            "a,KV-5500 rating,maintenance-handbook.md,\n"
+        )
+        dataset = load_labelled(path, sample_index.documents)
+        pages = {sample_index.documents[sample_index.row_of(i)].metadata.get("page") for i in dataset.qrels["a"]}  # type: ignore[index]
+        assert pages == {4, None}
+
+    def test_unmatched_labels_warn_and_all_unmatched_fails(self, tmp_path: Path, sample_index: FusionIndex) -> None:
+        path = tmp_path / "labels.json"
+        path.write_text(
+            json.dumps(
+                [
+                    {"query": "a", "relevant": [{"source": "nowhere.pdf"}]},
+                    {"query": "b", "relevant": [{"source": "maintenance-handbook.md"}]},
+                ]
+            )
+        )
+        with pytest.warns(UserWarning, match="1 queries match no indexed chunk"):
+            assert list(load_labelled(path, sample_index.documents).queries) == ["q2"]
+        path.write_text(json.dumps([{"query": "a", "relevant": [{"source": "nowhere.pdf"}]}]))
+        with pytest.raises(FusionError, match="no label matches a chunk of this index"):
+            load_labelled(path, sample_index.documents)
+
+    @pytest.mark.parametrize(
+        "content,message",
+        [
+            ("{", "not valid JSON"),
+            ('{"a": 1}', "expected a JSON list"),
+            ('[{"relevant": []}]', "has no 'query'"),
+            ('[{"query": "x"}]', "neither 'relevant'"),
+        ],
+    )
+    def test_invalid_files(self, tmp_path: Path, sample_index: FusionIndex, content: str, message: str) -> None:
+        path = tmp_path / "labels.json"
+        path.write_text(content)
+        with pytest.raises(FusionError, match=message):
+            load_labelled(path, sample_index.documents)
+
+
+class TestHarness:
+    def test_retrievers_table(self, sample_index: FusionIndex) -> None:
+        dataset = load_labelled(SAMPLE_QUERIES, sample_index.documents)
+        report = evaluate_retrievers(
+            {"vector": VectorRetriever(index=sample_index), "bm25": BM25Retriever(index=sample_index)},
+            dataset,
+            ["ndcg@10", "hit_rate@5"],
+            progress=False,
+        )
+        rows = report.rows()
+        assert [r["method"] for r in rows] == ["vector", "bm25"]
+        for row in rows:
+            assert 0.0 <= row["ndcg@10"] <= 1.0 and row["p50_ms"] <= row["p95_ms"]  # type: ignore[operator]
+        assert report.to_markdown().splitlines()[0] == "| method | ndcg@10 | hit_rate@5 | p50_ms | p95_ms |"
+        comparison = report.compare("vector", "bm25", "ndcg@10")
+        assert comparison["wins"] + comparison["losses"] + comparison["ties"] == 24  # type: ignore[operator]
+
+    def test_sweep_endpoints_equal_single_sides(self, sample_index: FusionIndex) -> None:
+        dataset = load_labelled(SAMPLE_QUERIES, sample_index.documents)
+        metrics = ["ndcg@10", "mrr@10"]
+        sweep = sweep_alpha(sample_index, dataset, [0.0, 0.5, 1.0], ["weighted", "rrf"], metrics, progress=False)
+        sides = evaluate_retrievers(
+            {
+                "vector": VectorRetriever(index=sample_index),
+                "bm25": BM25Retriever(index=sample_index),
+                "fusion": FusionRetriever(index=sample_index, alpha=0.5),
+            },
+            dataset,
+            metrics,
+            progress=False,
+        )
+        for method in ("weighted", "rrf"):
+            assert sweep.result(f"{method}@1").means == pytest.approx(sides.result("vector").means)
+            assert sweep.result(f"{method}@0").means == pytest.approx(sides.result("bm25").means)
+        assert sweep.result("weighted@0.5").means == pytest.approx(sides.result("fusion").means)
+
+    def test_plot(self, sample_index: FusionIndex, tmp_path: Path) -> None:
+        pytest.importorskip("matplotlib")
+        dataset = load_labelled(SAMPLE_QUERIES, sample_index.documents)
+        sweep = sweep_alpha(sample_index, dataset, [0.0, 0.5, 1.0], ["weighted"], ["ndcg@10"], progress=False)
+        path = plot_alpha_sweep(sweep, "ndcg@10", tmp_path / "plots" / "alpha.png")
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    def test_alpha_grid(self) -> None:
+        assert alpha_grid("0:1:0.25") == [0.0, 0.25, 0.5, 0.75, 1.0]
+        assert alpha_grid("0.3,0.7") == [0.3, 0.7]
+        assert len(alpha_grid("0:1:0.1")) == 11
+        for bad in ("0:2:0.5", "a:b", "0:1:0", ""):
+            with pytest.raises(InvalidParameterError):
+                alpha_grid(bad)
+
+
+class TestCachedEmbeddings:
+    def test_second_run_makes_no_calls(self, tmp_path: Path) -> None:
+        calls: list[int] = []
+
+        class Counting(HashingEmbeddings):
+            def embed_documents(self, texts: list[str]) -> list[list[float]]:
+                calls.append(len(texts))
+                return super().embed_documents(texts)
+
+        texts = ["alpha text", "beta text", "alpha text"]
+        first = CachedEmbeddings(Counting(), tmp_path).embed_documents(texts)
+        assert calls == [2]  # the repeated text is embedded once
+        again = CachedEmbeddings(Counting(), tmp_path)
+        assert np.allclose(again.embed_documents(texts), first)
+        assert calls == [2] and again.hits == 3 and again.misses == 0
+        again.embed_documents(["gamma"])
+        assert calls == [2, 1]
+
+    def test_model_id_is_the_wrapped_model(self, tmp_path: Path) -> None:
+        inner = HashingEmbeddings()
+        assert embeddings_id(CachedEmbeddings(inner, tmp_path)) == embeddings_id(inner)
+        other = CachedEmbeddings(HashingEmbeddings(model="other"), tmp_path)
+        assert other.folder != CachedEmbeddings(inner, tmp_path).folder
+
+    def test_damaged_shard_is_ignored(self, tmp_path: Path) -> None:
+        cache = CachedEmbeddings(HashingEmbeddings(), tmp_path)
+        cache.embed_documents(["one", "two"])
+        for shard in cache.folder.glob("shard-*.npy"):
+            shard.write_bytes(b"garbage")
+        fresh = CachedEmbeddings(HashingEmbeddings(), tmp_path)
+        assert np.allclose(fresh.embed_documents(["one"]), HashingEmbeddings().embed_documents(["one"]), atol=1e-6)
+        assert fresh.misses == 1
+
+    def test_index_built_through_the_cache_loads_with_the_plain_model(self, tmp_path: Path) -> None:
+        docs = [Document(page_content=r["text"]) for r in BEIR_CORPUS]
+        index = FusionIndex.from_documents(docs, CachedEmbeddings(HashingEmbeddings(), tmp_path / "cache"))
+        loaded = FusionIndex.load(index.save(tmp_path / "index"), HashingEmbeddings())
+        assert len(loaded) == 4
+
+
+@pytest.mark.local_model
+class TestEvalCommand:
+    def test_beir_folder(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        folder = write_beir(tmp_path / "beir")
+        plot = tmp_path / "alpha.png"
+        argv = ["eval", "--beir", str(folder), "--embeddings", "local", "--cache", str(tmp_path / "cache")]
+        status = main([*argv, "--alpha", "0:1:0.5", "--plot", str(plot), "--json", "-q"])
+        assert status == 0
+        payload = json.loads(capsys.readouterr().out)
+        assert payload["queries"] == 2
+        assert [r["method"] for r in payload["retrievers"]] == ["vector", "bm25", "fusion (defaults)"]
+        assert len(payload["sweep"]) == 9 and plot.exists()
+        assert all(0 <= r["ndcg@10"] <= 1 for r in payload["sweep"])
+        # A rerun is served from the embedding cache.
+        cached = list((tmp_path / "cache").rglob("shard-*.npy"))
+        assert main([*argv, "--alpha", "0.5", "-q"]) == 0
+        assert list((tmp_path / "cache").rglob("shard-*.npy")) == cached
+        assert "alpha sweep (ndcg@10" in capsys.readouterr().out
+
+    @pytest.mark.parametrize(
+        "argv,message",
+        [
+            (["eval", "--index", "x"], "give a saved index and its labelled queries"),
+            (["eval", "--beir", "x", "--index", "y", "--labels", "z"], "either --beir FOLDER"),
+            (["eval", "--beir", "x", "--metrics", "ndcg"], "unknown metric 'ndcg'"),
+            (["eval", "--beir", "x", "--alpha", "2"], "alpha must be a number between 0 and 1"),
+            (["eval", "--beir", "x", "--methods", "sum"], "method must be one of"),
+        ],
+    )
+    def test_user_errors(self, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("langchain-fusion: error:") and message in err and len(err.strip().splitlines()) == 1
