@@ -87,6 +87,38 @@ def bm25_search(index: FusionIndex, query: str, k: int, mask: NDArray[np.bool_] 
     return [Hit(row=int(r), bm25_score=float(scores[r]), bm25_rank=rank) for rank, r in enumerate(rows, start=1)]
 
 
+@dataclass(frozen=True)
+class QueryScores:
+    """One query's scores on both sides, computed once and reusable across fusion settings."""
+
+    query_vector: FloatMatrix
+    """The normalised query embedding (1 x dimension)."""
+    bm25: NDArray[np.float32]
+    """BM25 score of every row (0 outside the mask)."""
+    vector: NDArray[np.float32] | None
+    """Cosine similarity of every row, when it was cheap or required (flat index or fetch_k=None)."""
+    mask: NDArray[np.bool_] | None
+    """Rows the query may return, or None for all."""
+
+
+def score_query(
+    index: FusionIndex,
+    query: str,
+    query_vector: FloatMatrix,
+    *,
+    fetch_k: int | None,
+    mask: NDArray[np.bool_] | None = None,
+) -> QueryScores:
+    """Score ``query`` on both sides of ``index`` (all rows on BM25; all vector rows when exact)."""
+    bm25_all = index.bm25.scores(query)
+    if mask is not None:
+        bm25_all = np.where(mask, bm25_all, np.float32(0))
+    vector_all = None
+    if index.vectors is not None and (index.vectors.is_exact or fetch_k is None):
+        vector_all = index.vectors.scores_all(query_vector)
+    return QueryScores(query_vector, bm25_all, vector_all, mask)
+
+
 def fused_search(
     index: FusionIndex,
     query: str,
@@ -97,23 +129,22 @@ def fused_search(
     fetch_k: int | None,
     method: FusionMethod,
     mask: NDArray[np.bool_] | None,
+    scores: QueryScores | None = None,
 ) -> list[Hit]:
     """Top ``k`` rows by fused score; see the module docstring for the candidate pool.
 
     A side whose weight is zero (``alpha`` 0 or 1) adds no candidates, so the limits give
     exactly the single-side rankings. Ties are broken by the raw score of the side with the
-    larger weight, then by row id.
+    larger weight, then by row id. ``scores`` (from :func:`score_query` with the same query,
+    ``fetch_k`` and ``mask``) skips re-scoring when several settings are tried for one query.
     """
     n = len(index)
     if n == 0 or index.vectors is None:
         return []
+    if scores is None:
+        scores = score_query(index, query, query_vector, fetch_k=fetch_k, mask=mask)
     use_vector, use_bm25 = alpha > 0, alpha < 1
-    bm25_all = index.bm25.scores(query)
-    if mask is not None:
-        bm25_all = np.where(mask, bm25_all, np.float32(0))
-    vector_all = None
-    if index.vectors.is_exact or fetch_k is None:
-        vector_all = index.vectors.scores_all(query_vector)
+    bm25_all, vector_all = scores.bm25, scores.vector
 
     parts: list[Rows] = []
     if fetch_k is None:

@@ -2,8 +2,8 @@
 
 ``evaluate_retrievers`` runs any LangChain retrievers (timing each query). ``sweep_alpha``
 scores a FusionIndex for many (method, alpha) pairs cheaply: each query is embedded and
-scored on both sides once per setting through :func:`~langchain_fusion.search.fused_search`,
-with the query vectors computed once.
+scored on both sides once (:func:`~langchain_fusion.search.score_query`), then fused for
+every setting.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from langchain_fusion.evaluation.datasets import EvalDataset
 from langchain_fusion.evaluation.metrics import evaluate_run, mean_scores, parse_metric
 from langchain_fusion.fusion import FusionMethod, check_alpha, check_method
 from langchain_fusion.index import FusionIndex
-from langchain_fusion.search import fused_search
+from langchain_fusion.search import fused_search, score_query
 
 DEFAULT_METRICS = ("ndcg@10", "recall@10", "mrr@10", "hit_rate@5")
 """Metrics reported when none are asked for."""
@@ -185,13 +185,22 @@ def sweep_alpha(
         qid: index.embed_query(text)
         for qid, text in tqdm(dataset.queries.items(), desc="embedding queries", disable=not progress, leave=False)
     }
+    scores = {qid: score_query(index, text, vectors[qid], fetch_k=fetch_k) for qid, text in dataset.queries.items()}
     results = []
     settings = [(m, a) for m in methods for a in alphas]
     for method, alpha in tqdm(settings, desc="alpha sweep", disable=not progress, leave=False):
         run = {}
         for query_id, text in dataset.queries.items():
             hits = fused_search(
-                index, text, vectors[query_id], k=depth, alpha=alpha, fetch_k=fetch_k, method=method, mask=None
+                index,
+                text,
+                vectors[query_id],
+                k=depth,
+                alpha=alpha,
+                fetch_k=fetch_k,
+                method=method,
+                mask=None,
+                scores=scores[query_id],
             )
             run[query_id] = [index.document(h.row).id or "" for h in hits]
         results.append(MethodResult(f"{method}@{alpha:g}", evaluate_run(run, dataset.qrels, metrics)))
