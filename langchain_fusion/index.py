@@ -175,6 +175,16 @@ class FusionIndex:
 
     # --- mutation ---------------------------------------------------------------------------
 
+    def restore(self, documents: list[Document], vectors: VectorIndex | None, bm25: BM25Index) -> None:
+        """Install already-built parts (used when loading a saved index); rows must be aligned."""
+        if (0 if vectors is None else len(vectors)) != len(documents) or len(bm25) != len(documents):
+            raise FusionError(
+                f"index parts are not aligned: {len(documents)} documents, "
+                f"{0 if vectors is None else len(vectors)} vectors, {len(bm25)} BM25 rows"
+            )
+        self._documents, self.vectors, self.bm25 = documents, vectors, bm25
+        self._rows = {doc.id: row for row, doc in enumerate(documents) if doc.id is not None}
+
     def add_documents(self, documents: Iterable[Document], *, progress: ProgressCallback | None = None) -> list[str]:
         """Embed and index documents as new rows; returns their ids.
 

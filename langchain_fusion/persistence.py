@@ -260,21 +260,20 @@ def load_index(folder: Path, embeddings: Embeddings | None = None) -> FusionInde
         vector_search_params=vector_conf.get("search_params"),
     )
     documents = _read_documents(folder / DOCUMENTS)
+    vectors = None
     try:
         if (folder / VECTORS).is_file():
-            index.vectors = VectorIndex.load(
+            vectors = VectorIndex.load(
                 folder / VECTORS, dimension, vector_conf["factory"], vector_conf.get("search_params")
             )
-        index.bm25 = BM25Index.load(folder / BM25_DIR, analyzer, params)
+        bm25 = BM25Index.load(folder / BM25_DIR, analyzer, params)
     except (RuntimeError, ValueError, OSError, FusionError) as exc:
         raise IndexFormatError(f"{folder}: cannot read the index files ({exc}); rebuild the index") from None
-    vector_rows = 0 if index.vectors is None else len(index.vectors)
-    actual = {"documents": len(documents), "vectors": vector_rows, "bm25_rows": len(index.bm25)}
+    actual = {"documents": len(documents), "vectors": 0 if vectors is None else len(vectors), "bm25_rows": len(bm25)}
     for name, value in actual.items():
         if counts.get(name) != value:
             raise IndexFormatError(
                 f"{folder}: {value} {name} found but the manifest says {counts.get(name)}; rebuild the index"
             )
-    index._documents = documents
-    index._rows = {doc.id: row for row, doc in enumerate(documents) if doc.id is not None}
+    index.restore(documents, vectors, bm25)
     return index
