@@ -28,10 +28,10 @@ class BM25Params(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    k1: float = Field(default=1.5, gt=0)
-    """Term-frequency saturation: higher lets repeated terms count for more."""
-    b: float = Field(default=0.75, ge=0, le=1)
-    """Length normalisation: 0 ignores chunk length, 1 normalises fully."""
+    k1: float = Field(default=0.9, gt=0)
+    """Term-frequency saturation: higher lets repeated terms count for more (0.9: Anserini's BEIR default)."""
+    b: float = Field(default=0.4, ge=0, le=1)
+    """Length normalisation: 0 ignores chunk length, 1 normalises fully (0.4: Anserini's BEIR default)."""
     method: Literal["lucene", "robertson", "atire", "bm25l", "bm25+"] = "lucene"
     """The bm25s scoring variant. ``lucene`` (the default) never gives negative IDF."""
     delta: float = Field(default=0.5, ge=0)

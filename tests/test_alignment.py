@@ -36,7 +36,7 @@ def zipf(n: int) -> np.ndarray:
 
 
 def reference_fusion(
-    docs: list[Document], embeddings: Embeddings, query: str, alpha: float, k: int
+    docs: list[Document], embeddings: Embeddings, query: str, alpha: float, k: int, k1: float, b: float
 ) -> list[tuple[int, float]]:
     """Brute force: every document scored on both sides, min-max over the corpus, fused."""
     analyzer = Analyzer()
@@ -44,7 +44,6 @@ def reference_fusion(
     q_tokens = analyzer.tokenize(query)
     n, avgdl = len(docs), sum(map(len, tokens)) / len(docs)
     df = Counter(t for doc in tokens for t in set(doc))
-    k1, b = 1.5, 0.75
     bm25 = []
     for doc in tokens:
         tf = Counter(doc)
@@ -83,7 +82,8 @@ class TestAgainstBruteForce:
         index = FusionIndex.from_documents(docs, embeddings)
         retriever = FusionRetriever(index=index, k=10, alpha=alpha, fetch_k=None)
         for query in queries(seed):
-            expected = reference_fusion(docs, embeddings, query, alpha, k=10)
+            params = index.bm25.params
+            expected = reference_fusion(docs, embeddings, query, alpha, k=10, k1=params.k1, b=params.b)
             got = retriever.invoke(query)
             assert [d.metadata["n"] for d in got] == [i for i, _ in expected], query
             assert [d.metadata["fusion_score"] for d in got] == pytest.approx([s for _, s in expected], abs=1e-5)
@@ -96,7 +96,8 @@ class TestAgainstBruteForce:
         retriever = FusionRetriever(index=index, k=5, fetch_k=None)
         mismatches = 0
         for query in queries(7):
-            expected = [i for i, _ in reference_fusion(docs, embeddings, query, 0.5, k=5)]
+            params = index.bm25.params
+            expected = [i for i, _ in reference_fusion(docs, embeddings, query, 0.5, 5, params.k1, params.b)]
             # The tutorial's mistake, reproduced: the vector scores come back sorted by
             # similarity, BM25 scores come in corpus order, and the two arrays are added.
             doc_vectors = np.array(embeddings.embed_documents([d.page_content for d in docs]))
