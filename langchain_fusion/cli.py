@@ -7,10 +7,12 @@ stderr and exit status 2; a traceback means a bug.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import sys
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,10 @@ from langchain_fusion.ingest import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, l
 EXIT_USER_ERROR = 2
 DEFAULT_K = 4
 DEFAULT_RERANK_CANDIDATES = 20
+DEFAULT_K_SUMMARIES = 3
+DEFAULT_SUMMARY_WEIGHT = 0.5
+DEFAULT_LLM_CONCURRENCY = 8
+LLM_CACHE_SUFFIX = ".llm-cache"
 
 
 class UserError(Exception):
@@ -107,6 +113,38 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PARAMS",
         help="FAISS search parameters for approximate indexes, e.g. 'efSearch=128' or 'nprobe=16'",
     )
+    index.add_argument(
+        "--contextual",
+        action="store_true",
+        help="contextual enrichment: a chat model writes 1-3 sentences situating each chunk in its whole "
+        "document; they are embedded and BM25-indexed with the chunk, while results show the original text",
+    )
+    index.add_argument(
+        "--summaries",
+        action="store_true",
+        help="have a chat model summarise every PDF page (or section of a text file) into a second index "
+        "saved in the same folder, for 'query --hierarchical'",
+    )
+    index.add_argument(
+        "--llm",
+        metavar="PROVIDER:MODEL",
+        help="chat model for --contextual and --summaries: 'openai' or 'openai:MODEL' (needs OPENAI_API_KEY), or "
+        "any 'PROVIDER:MODEL' that LangChain's init_chat_model knows. "
+        f"Default: openai:{OPENAI_DEFAULT_CHAT_MODEL}",
+    )
+    index.add_argument(
+        "--llm-cache",
+        metavar="DIR",
+        help=f"folder caching the chat model's answers, so a rerun pays only for new or changed chunks and pages "
+        f"(default: the --out folder's name plus '{LLM_CACHE_SUFFIX}', next to it)",
+    )
+    index.add_argument(
+        "--llm-concurrency",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help=f"chat model calls at once for --contextual and --summaries (default: {DEFAULT_LLM_CONCURRENCY})",
+    )
     index.add_argument("--json", action="store_true", help="print the summary as JSON")
     index.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
 
@@ -114,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         "query",
         help="search a saved index",
         description="Search a saved index and print the best chunks with their fused and per-side scores. "
+        "--hierarchical searches page summaries first, then the chunks of the best pages; "
         "--window merges each hit with its neighbouring chunks; --rerank has a chat model rate the candidates.",
     )
     query.add_argument("index_dir", metavar="DIR", help="an index folder made by 'langchain-fusion index'")
@@ -171,6 +210,28 @@ def _add_search_options(sub: argparse.ArgumentParser, results: str) -> None:
         help="embedding model; default: the one recorded in the index (must match it)",
     )
     sub.add_argument(
+        "--hierarchical",
+        action="store_true",
+        help="search the page summaries first (an index built with --summaries), then the chunks of the "
+        "--k-summaries best pages only; chunks are ranked by summary-weight * summary score + "
+        "(1 - summary-weight) * chunk score",
+    )
+    sub.add_argument(
+        "--k-summaries",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help=f"with --hierarchical, how many summaries (pages or sections) to select (default: {DEFAULT_K_SUMMARIES})",
+    )
+    sub.add_argument(
+        "--summary-weight",
+        type=_alpha,
+        default=None,
+        metavar="W",
+        help="with --hierarchical, the weight of the summary's score in a chunk's score, between 0 and 1 "
+        f"(default: {DEFAULT_SUMMARY_WEIGHT})",
+    )
+    sub.add_argument(
         "--window",
         type=_non_negative_int,
         default=0,
@@ -206,10 +267,23 @@ def _add_search_options(sub: argparse.ArgumentParser, results: str) -> None:
     )
 
 
-def _progress_bar(total: int, quiet: bool) -> Any:
+def _progress_bar(total: int, quiet: bool, desc: str = "embedding chunks", unit: str = "chunk") -> Any:
     from tqdm import tqdm
 
-    return tqdm(total=total, desc="embedding chunks", unit="chunk", disable=quiet, file=sys.stderr)
+    return tqdm(total=total, desc=desc, unit=unit, disable=quiet, file=sys.stderr)
+
+
+def _check_index_options(args: argparse.Namespace) -> bool:
+    """Whether the index command needs a chat model; UserError for LLM options without a use."""
+    uses_llm = bool(args.contextual or args.summaries)
+    if not uses_llm:
+        options = {"--llm": args.llm, "--llm-cache": args.llm_cache, "--llm-concurrency": args.llm_concurrency}
+        given = [flag for flag, value in options.items() if value is not None]
+        if given:
+            raise UserError(
+                f"index uses a chat model only for --contextual and --summaries: add one, or drop {given[0]}"
+            )
+    return uses_llm
 
 
 def run_index(args: argparse.Namespace) -> int:
@@ -221,8 +295,10 @@ def run_index(args: argparse.Namespace) -> int:
     from langchain_fusion.ingest import SkippedFileWarning
     from langchain_fusion.persistence import check_save_target
 
-    # Check everything that can be wrong before paying for embeddings.
-    check_save_target(Path(args.out))
+    # Check everything that can be wrong before paying for a chat model or embeddings.
+    out = check_save_target(Path(args.out))
+    uses_llm = _check_index_options(args)
+    chat_model = _chat_model(args) if uses_llm else None  # a missing key fails before any work
     embeddings = resolve_embeddings(args.embeddings)
     index = FusionIndex(embeddings, vector_index=args.vector_index, vector_search_params=args.vector_search_params)
     with warnings.catch_warnings():
@@ -233,13 +309,29 @@ def run_index(args: argparse.Namespace) -> int:
     if not loaded.documents:
         raise UserError(f"no readable documents in {' '.join(args.paths)} (PDF, .txt and .md files are indexed)")
     chunks = split_documents(loaded.documents, chunk_size=args.chunk_size, chunk_overlap=args.chunk_overlap)
+    quiet = args.quiet or args.json
+    cache_dir = Path(args.llm_cache) if args.llm_cache else out.parent / f"{out.name}{LLM_CACHE_SUFFIX}"
+    llm_options = {
+        "llm": chat_model,
+        "cache_dir": cache_dir,
+        "max_concurrency": args.llm_concurrency or DEFAULT_LLM_CONCURRENCY,
+    }
+    reports: dict[str, Any] = {}
+    if args.contextual:
+        chunks, reports["contextual"] = _enrich(chunks, loaded.documents, llm_options, quiet)
     if isinstance(embeddings, LocalEmbeddings):
-        if not (args.quiet or args.json):
+        if not quiet:
             print("loading the bundled embedding model...", file=sys.stderr)
         embeddings.load_model()
-    with _progress_bar(len(chunks), args.quiet or args.json) as bar:
+    with _progress_bar(len(chunks), quiet) as bar:
         index.add_documents(chunks, progress=bar.update)
-    folder = index.save(args.out)
+    summaries = 0
+    if args.summaries:
+        hierarchical, reports["summaries"] = _summarize(index, llm_options, quiet)
+        summaries = len(hierarchical.summaries)
+        folder = hierarchical.save(out)
+    else:
+        folder = index.save(out)
     pages = sum(1 for doc in loaded.documents if keys.PAGE in doc.metadata)
     summary = {
         "index": str(folder),
@@ -251,15 +343,67 @@ def run_index(args: argparse.Namespace) -> int:
         "dimension": index.dimension,
         "vector_index": index.vector_factory,
     }
+    if uses_llm:
+        summary["summaries"] = summaries if args.summaries else None
+        summary["llm"] = {"cache": str(cache_dir), **{name: report.to_dict() for name, report in reports.items()}}
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(json.dumps(summary, indent=2, ensure_ascii=False))
     else:
-        print(
-            f"indexed {summary['files']} files ({pages} PDF pages) into {len(index)} chunks -> {folder}\n"
-            f"embeddings: {index.embeddings_id} ({index.dimension} dimensions); vector index: {index.vector_factory}"
-            + (f"\nskipped {len(loaded.skipped)} file(s); see above" if loaded.skipped else "")
-        )
+        lines = [
+            f"indexed {summary['files']} files ({pages} PDF pages) into {len(index)} chunks"
+            + (f" and {summaries} page and section summaries" if args.summaries else "")
+            + f" -> {folder}",
+            f"embeddings: {index.embeddings_id} ({index.dimension} dimensions); vector index: {index.vector_factory}",
+        ]
+        lines.extend(report.summary() for report in reports.values())
+        if uses_llm:
+            lines.append(f"chat model answers cached in {cache_dir}")
+        if loaded.skipped:
+            lines.append(f"skipped {len(loaded.skipped)} file(s); see above")
+        print("\n".join(lines))
     return 0
+
+
+@contextlib.contextmanager
+def _quiet_logger(name: str) -> Iterator[None]:
+    """Silence a library logger whose warnings the command prints itself (they would appear twice)."""
+    logger = logging.getLogger(name)
+    previous = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(previous)
+
+
+def _enrich(chunks: list[Any], documents: list[Any], llm_options: dict[str, Any], quiet: bool) -> tuple[list[Any], Any]:
+    """Contextual enrichment of the chunks, with a progress bar; failures are listed on stderr."""
+    from langchain_fusion.enrichment import ContextualEnricher
+
+    enricher = ContextualEnricher(**llm_options)
+    with _progress_bar(len(chunks), quiet, "enriching chunks") as bar, _quiet_logger("langchain_fusion.enrichment"):
+        enriched, report = enricher.enrich(chunks, documents, progress=bar.update)
+    for failure in report.failed:
+        print(f"enrichment failed for {failure.label}: {failure.error}; indexed without context", file=sys.stderr)
+    return enriched, report
+
+
+def _summarize(index: Any, llm_options: dict[str, Any], quiet: bool) -> tuple[Any, Any]:
+    """Page and section summaries of the index, embedded into a hierarchical index, with progress bars."""
+    from langchain_fusion.hierarchical import HierarchicalIndex, PageSummarizer, page_units
+
+    summarizer = PageSummarizer(**llm_options)
+    units = len(page_units(index.documents, summarizer.section_chars))
+    with (
+        _progress_bar(units, quiet, "summarising pages", "page") as bar,
+        _quiet_logger("langchain_fusion.hierarchical"),
+    ):
+        documents, report = summarizer.summarize(index.documents, progress=bar.update)
+    for failure in report.failed:
+        print(f"summary failed for {failure.label}: {failure.error}; its leading text stands in", file=sys.stderr)
+    with _progress_bar(len(documents), quiet, "embedding summaries", "summary") as bar:
+        hierarchical = HierarchicalIndex.from_summaries(index, documents, progress=bar.update)
+    return hierarchical, report
 
 
 def _snippet(text: str, width: int) -> str:
@@ -277,6 +421,9 @@ def _check_combinations(args: argparse.Namespace, command: str) -> None:
         raise UserError("--max-chars is the character budget of context windows: add --window N")
     if command == "query" and args.llm is not None and not args.rerank:
         raise UserError("query uses a chat model only to rerank: add --rerank, or drop --llm")
+    for flag, value in (("--k-summaries", args.k_summaries), ("--summary-weight", args.summary_weight)):
+        if value is not None and not args.hierarchical:
+            raise UserError(f"{flag} is an option of hierarchical search: add --hierarchical")
 
 
 def _chat_model(args: argparse.Namespace) -> Any:
@@ -289,13 +436,28 @@ def _retriever(args: argparse.Namespace, chat_model: Any) -> Any:
     """The fused retriever, wrapped by a context window and a reranker as the options ask."""
     from langchain_fusion.context_window import ContextWindowRetriever
     from langchain_fusion.embeddings import resolve_embeddings
+    from langchain_fusion.hierarchical import HierarchicalIndex
     from langchain_fusion.index import FusionIndex
+    from langchain_fusion.persistence import CHUNKS_DIR, index_kind
     from langchain_fusion.rerank import LLMReranker, RerankRetriever
 
     embeddings = resolve_embeddings(args.embeddings) if args.embeddings else None
-    index = FusionIndex.load(args.index_dir, embeddings)
     k = args.k if args.k is not None else DEFAULT_RERANK_CANDIDATES if args.rerank else DEFAULT_K
-    retriever: Any = index.as_retriever(k=k, alpha=args.alpha, method=args.method, fetch_k=args.fetch_k)
+    options = {"k": k, "alpha": args.alpha, "method": args.method, "fetch_k": args.fetch_k}
+    retriever: Any
+    if args.hierarchical:
+        hierarchical = HierarchicalIndex.load(args.index_dir, embeddings)
+        index = hierarchical.chunks
+        retriever = hierarchical.as_retriever(
+            k_summaries=args.k_summaries or DEFAULT_K_SUMMARIES,
+            summary_weight=DEFAULT_SUMMARY_WEIGHT if args.summary_weight is None else args.summary_weight,
+            **options,
+        )
+    else:
+        folder = Path(args.index_dir)
+        # A hierarchical folder also answers plain searches: its chunk index.
+        index = FusionIndex.load(folder / CHUNKS_DIR if index_kind(folder) == "hierarchical" else folder, embeddings)
+        retriever = index.as_retriever(**options)
     if args.window:
         retriever = ContextWindowRetriever(retriever=retriever, index=index, n=args.window, max_chars=args.max_chars)
     if chat_model is not None and args.rerank:
@@ -327,7 +489,8 @@ def run_query(args: argparse.Namespace) -> int:
         print("no results")
         return 0
     rating = f"  {'rating':>6}" if args.rerank else ""
-    header = f"{'rank':>4}  {'fused':>6}  {'vector':>6}  {'bm25':>6}{rating}  {'source':<28} {'page':>4}  text"
+    hier = f"  {'hier':>6}  {'sum#':>4}" if args.hierarchical else ""
+    header = f"{'rank':>4}{hier}  {'fused':>6}  {'vector':>6}  {'bm25':>6}{rating}  {'source':<28} {'page':>4}  text"
     print(header)
     print("-" * len(header.expandtabs()) + "-" * 40)
     for rank, doc in enumerate(docs, 1):
@@ -335,8 +498,14 @@ def run_query(args: argparse.Namespace) -> int:
         source = Path(str(meta.get(keys.SOURCE, ""))).name
         rated = meta.get(keys.RERANK_RATING)
         rating = f"  {'-' if rated is None else rated:>6}" if args.rerank else ""
+        summary_rank = meta.get(keys.SUMMARY_RANK)
+        hier = (
+            f"  {_fmt(meta.get(keys.HIERARCHICAL_SCORE)):>6}  {'-' if summary_rank is None else summary_rank:>4}"
+            if args.hierarchical
+            else ""
+        )
         print(
-            f"{rank:>4}  {_fmt(meta.get(keys.FUSION_SCORE)):>6}  {_fmt(meta.get(keys.VECTOR_SCORE)):>6}  "
+            f"{rank:>4}{hier}  {_fmt(meta.get(keys.FUSION_SCORE)):>6}  {_fmt(meta.get(keys.VECTOR_SCORE)):>6}  "
             f"{_fmt(meta.get(keys.BM25_SCORE), 2):>6}{rating}  {textwrap.shorten(source, 28, placeholder='...'):<28} "
             f"{_pages(meta):>4}  {_snippet(doc.page_content, 70)}"
         )

@@ -11,7 +11,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 from langchain_core.documents import Document
@@ -33,6 +33,48 @@ ProgressCallback = Callable[[int], None]
 """Called with the number of texts just embedded, for progress bars."""
 
 DEFAULT_EMBEDDING_BATCH_SIZE = 256
+
+TextField = Literal["context", "content"]
+"""A part of a chunk that can be indexed: ``context`` (the :data:`~langchain_fusion.metadata.CONTEXT`
+metadata written by contextual enrichment) or ``content`` (``page_content``, the original text)."""
+
+DEFAULT_TEXT_FIELDS: tuple[TextField, ...] = ("context", "content")
+"""What both sides index by default: the context (when there is one), a blank line, the content."""
+
+FIELD_SEPARATOR = "\n\n"
+"""What joins the indexed fields of a chunk."""
+
+
+def check_text_fields(fields: Any, name: str = "text fields") -> tuple[TextField, ...]:
+    """Validate a tuple of :data:`TextField` names (non-empty, known, no repeats)."""
+    allowed = get_args(TextField)
+    if isinstance(fields, str) or not isinstance(fields, (tuple, list)):
+        raise InvalidParameterError(f"{name} must be a tuple drawn from {allowed}; got {fields!r}")
+    values = tuple(fields)
+    if not values or any(f not in allowed for f in values) or len(set(values)) != len(values):
+        raise InvalidParameterError(
+            f"{name} must be a non-empty tuple of distinct fields from {allowed}; got {values!r}"
+        )
+    return values
+
+
+def indexed_text(doc: Document, fields: Sequence[TextField] = DEFAULT_TEXT_FIELDS) -> str:
+    """The text an index side sees for ``doc``: the chosen fields joined by a blank line.
+
+    A field that is missing or blank (a chunk without context) is left out, so a document
+    without context is indexed as exactly its ``page_content``. If no chosen field has text
+    (``("context",)`` on a chunk without context), the ``page_content`` is used instead, so
+    a row is never indexed as empty text when it has content.
+    """
+    parts = []
+    for field in fields:
+        if field == "content":
+            value: Any = doc.page_content
+        else:
+            value = doc.metadata.get(keys.CONTEXT)
+        if isinstance(value, str) and value.strip():
+            parts.append(value)
+    return FIELD_SEPARATOR.join(parts) if parts else doc.page_content
 
 
 def content_id(doc: Document) -> str:
@@ -62,6 +104,8 @@ class FusionIndex:
         vector_index: str = "Flat",
         vector_search_params: str | None = None,
         embedding_batch_size: int = DEFAULT_EMBEDDING_BATCH_SIZE,
+        embed_fields: Sequence[TextField] = DEFAULT_TEXT_FIELDS,
+        bm25_fields: Sequence[TextField] = DEFAULT_TEXT_FIELDS,
     ) -> None:
         """Create an empty index.
 
@@ -74,9 +118,18 @@ class FusionIndex:
             vector_search_params: FAISS search parameters for approximate indexes, e.g.
                 ``"efSearch=128"`` or ``"nprobe=16"``.
             embedding_batch_size: texts per embedding call.
+            embed_fields: what is embedded for each document (see :func:`indexed_text`):
+                ``("context", "content")`` (default) embeds the enrichment context, a blank line
+                and the original text; ``("content",)`` ignores the context.
+            bm25_fields: what BM25 indexes for each document, in the same way.
+
+        Whatever is indexed, retrievers return ``page_content`` (the original text) with the
+        context in metadata. The field choices are saved with the index.
         """
         if embedding_batch_size < 1:
             raise InvalidParameterError(f"embedding_batch_size must be >= 1; got {embedding_batch_size}")
+        self.embed_fields = check_text_fields(embed_fields, "embed_fields")
+        self.bm25_fields = check_text_fields(bm25_fields, "bm25_fields")
         self.embeddings = embeddings if embeddings is not None else default_embeddings()
         self.embeddings_id = embeddings_id(self.embeddings)
         self.vector_factory = vector_index
@@ -90,6 +143,7 @@ class FusionIndex:
             VectorIndex(8, vector_index, None)
         self._documents: list[Document] = []
         self._rows: dict[str, int] = {}
+        self._revision = 0
 
     # --- construction -----------------------------------------------------------------------
 
@@ -142,6 +196,11 @@ class FusionIndex:
         """Embedding dimension, known once the first document is indexed."""
         return None if self.vectors is None else self.vectors.dimension
 
+    @property
+    def revision(self) -> int:
+        """A number that changes whenever rows are added or deleted (for caches keyed on the rows)."""
+        return self._revision
+
     def document(self, row: int) -> Document:
         """The document stored at ``row``."""
         return self._documents[row]
@@ -184,13 +243,15 @@ class FusionIndex:
             )
         self._documents, self.vectors, self.bm25 = documents, vectors, bm25
         self._rows = {doc.id: row for row, doc in enumerate(documents) if doc.id is not None}
+        self._revision += 1
 
     def add_documents(self, documents: Iterable[Document], *, progress: ProgressCallback | None = None) -> list[str]:
         """Embed and index documents as new rows; returns their ids.
 
-        Documents without an id get a deterministic one (a hash of text and metadata). The
-        given documents are copied, never modified. Nothing is added if any id is a
-        duplicate or if embedding fails.
+        What each side indexes is :func:`indexed_text` of ``embed_fields`` / ``bm25_fields``
+        (the original text alone for documents without a context). Documents without an id
+        get a deterministic one (a hash of text and metadata). The given documents are
+        copied, never modified. Nothing is added if any id is a duplicate or if embedding fails.
         """
         new_docs = [doc.model_copy(deep=True) for doc in documents]
         batch_rows: dict[str, int] = {}
@@ -206,14 +267,15 @@ class FusionIndex:
             batch_rows[doc.id] = position
         if not new_docs:
             return []
-        vectors = self._embed([doc.page_content for doc in new_docs], progress)
+        vectors = self._embed([indexed_text(doc, self.embed_fields) for doc in new_docs], progress)
         if self.vectors is None:
             self.vectors = VectorIndex(vectors.shape[1], self.vector_factory, self.vector_search_params)
         self.vectors.add(vectors)
-        self.bm25.add([doc.page_content for doc in new_docs])
+        self.bm25.add([indexed_text(doc, self.bm25_fields) for doc in new_docs])
         start = len(self._documents)
         self._documents.extend(new_docs)
         self._rows.update({doc_id: start + pos for doc_id, pos in batch_rows.items()})
+        self._revision += 1
         return list(batch_rows)
 
     def delete(self, ids: Sequence[str]) -> int:
@@ -235,6 +297,7 @@ class FusionIndex:
         drop = set(rows.tolist())
         self._documents = [d for r, d in enumerate(self._documents) if r not in drop]
         self._rows = {d.id: r for r, d in enumerate(self._documents) if d.id is not None}
+        self._revision += 1
         return int(rows.size)
 
     # --- embedding --------------------------------------------------------------------------

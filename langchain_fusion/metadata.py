@@ -95,3 +95,51 @@ RERANK_RANK: Final = "rerank_rank"
 
 RERANK_KEYS: Final = (RERANK_RATING, RERANK_SCORE, RERANK_RANK)
 """All rerank keys, in documentation order."""
+
+# --- contextual enrichment (written by ContextualEnricher on the chunks it returns) ---------
+
+CONTEXT: Final = "context"
+"""1-3 sentences a chat model wrote to situate the chunk within its whole document. The
+index embeds and BM25-indexes ``context`` + a blank line + ``page_content`` by default (see
+``FusionIndex(embed_fields=..., bm25_fields=...)``); ``page_content`` stays the original text,
+and is what results show. Absent when the chunk was not enriched or its enrichment failed."""
+
+CONTEXT_KEYS: Final = (CONTEXT,)
+"""All contextual enrichment keys, in documentation order."""
+
+# --- page and section summaries (the documents of a HierarchicalIndex's summary index) ------
+
+SECTION: Final = "section"
+"""1-based number of a section of a source without pages (text, markdown): consecutive chunks
+summarised together. Summaries of PDF pages carry ``page`` instead."""
+
+SUMMARY_CHUNK_IDS: Final = "summary_chunk_ids"
+"""The ``Document.id`` of every chunk the summary covers, in reading order: the link from a
+summary to the chunk rows a hierarchical search is restricted to."""
+
+SUMMARY_FALLBACK: Final = "summary_fallback"
+"""True when the chat model failed to summarise the page or section and the summary is its
+leading text instead (so the page stays reachable); False otherwise."""
+
+SUMMARY_DOCUMENT_KEYS: Final = (SECTION, SUMMARY_CHUNK_IDS, SUMMARY_FALLBACK)
+"""Keys of summary documents (besides ``source`` and ``page``), in documentation order."""
+
+# --- hierarchical retrieval (written by HierarchicalRetriever on returned chunks) -----------
+
+HIERARCHICAL_SCORE: Final = "hierarchical_score"
+"""What hierarchical results are ordered by:
+``summary_weight * summary_score + (1 - summary_weight) * fusion_score``, where ``fusion_score``
+is the chunk's fused score among the chunks of the selected pages."""
+
+SUMMARY_ID: Final = "summary_id"
+"""``Document.id`` of the summary that led to the chunk (the best-ranked selected summary
+covering it)."""
+
+SUMMARY_SCORE: Final = "summary_score"
+"""Fused score of that summary among the summary index's candidates (same method and alpha)."""
+
+SUMMARY_RANK: Final = "summary_rank"
+"""1-based rank of that summary in the summary search."""
+
+HIERARCHICAL_KEYS: Final = (HIERARCHICAL_SCORE, SUMMARY_ID, SUMMARY_SCORE, SUMMARY_RANK)
+"""All hierarchical retrieval keys, in documentation order."""

@@ -11,6 +11,14 @@ Layout of a saved index::
 Saving writes a sibling temporary folder and renames it into place, so a crash never leaves
 a half-written index under the target name. Loading verifies every checksum and count
 before it trusts any file, and fails with :class:`IndexFormatError` on any mismatch.
+
+A hierarchical index (:class:`~langchain_fusion.hierarchical.HierarchicalIndex`) is a folder
+holding two saved indexes and a manifest of its own, saved and verified the same way::
+
+    manifest.json     format (langchain-fusion-hierarchical-index) and version, library
+                      version, counts, and the sha256 of each part's manifest
+    chunks/           the chunk index (a saved FusionIndex, as above)
+    summaries/        the page and section summaries (a saved FusionIndex, as above)
 """
 
 from __future__ import annotations
@@ -20,10 +28,11 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import metadata as importlib_metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
@@ -35,6 +44,7 @@ from langchain_fusion.errors import EmbeddingsMismatchError, FusionError, IndexF
 from langchain_fusion.vector import VectorIndex
 
 if TYPE_CHECKING:
+    from langchain_fusion.hierarchical import HierarchicalIndex
     from langchain_fusion.index import FusionIndex
 
 FORMAT_NAME = "langchain-fusion-index"
@@ -43,6 +53,11 @@ MANIFEST = "manifest.json"
 DOCUMENTS = "documents.jsonl"
 VECTORS = "vectors.faiss"
 BM25_DIR = "bm25"
+
+HIERARCHICAL_FORMAT_NAME = "langchain-fusion-hierarchical-index"
+HIERARCHICAL_FORMAT_VERSION = 1
+CHUNKS_DIR = "chunks"
+SUMMARIES_DIR = "summaries"
 
 
 def library_version() -> str:
@@ -74,12 +89,17 @@ def save_index(index: FusionIndex, folder: Path) -> Path:
     An existing folder is replaced only if it is a saved index itself; anything else there
     is never overwritten.
     """
+    return _save_atomically(folder, lambda staging: _write_contents(index, staging))
+
+
+def _save_atomically(folder: Path, write: Callable[[Path], None]) -> Path:
+    """Run ``write`` on a sibling staging folder, then rename it into place as ``folder``."""
     folder = check_save_target(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.saving-", dir=folder.parent))
     try:
         staging.chmod(_default_folder_mode())  # mkdtemp makes it private; an index is not a secret
-        _write_contents(index, staging)
+        write(staging)
         _fsync_tree(staging)
         _swap_into_place(staging, folder)
     except BaseException:
@@ -153,6 +173,7 @@ def _write_contents(index: FusionIndex, folder: Path) -> None:
             "normalized": True,
         },
         "bm25": {"analyzer": index.bm25.analyzer.model_dump(), "params": index.bm25.params.model_dump()},
+        "text_fields": {"embed": list(index.embed_fields), "bm25": list(index.bm25_fields)},
         "counts": {
             "documents": len(index),
             "vectors": 0 if index.vectors is None else len(index.vectors),
@@ -175,6 +196,11 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise IndexFormatError(f"{path} is not valid JSON ({exc}); the index is damaged, rebuild it") from None
+    if isinstance(manifest, dict) and manifest.get("format") == HIERARCHICAL_FORMAT_NAME:
+        raise IndexFormatError(
+            f"{folder} is a hierarchical index (page summaries and chunks): load it with "
+            f"HierarchicalIndex.load, or its {CHUNKS_DIR}/ folder with FusionIndex.load"
+        )
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         raise IndexFormatError(f"{path} is not a langchain-fusion manifest")
     version = manifest.get("format_version")
@@ -220,7 +246,7 @@ def _read_documents(path: Path) -> list[Document]:
 
 def load_index(folder: Path, embeddings: Embeddings | None = None) -> FusionIndex:
     """Load and verify a saved index; see :meth:`FusionIndex.load`."""
-    from langchain_fusion.index import FusionIndex
+    from langchain_fusion.index import DEFAULT_TEXT_FIELDS, FusionIndex, check_text_fields
 
     folder = folder.expanduser()
     manifest = read_manifest(folder)
@@ -232,7 +258,12 @@ def load_index(folder: Path, embeddings: Embeddings | None = None) -> FusionInde
         analyzer = Analyzer.model_validate(manifest["bm25"]["analyzer"])
         params = BM25Params.model_validate(manifest["bm25"]["params"])
         counts = manifest["counts"]
-    except (KeyError, TypeError, ValueError) as exc:
+        # Absent in indexes saved before contextual enrichment existed: they indexed page_content,
+        # which is what the default gives for documents without a context.
+        fields = manifest.get("text_fields", {})
+        embed_fields = check_text_fields(fields.get("embed", DEFAULT_TEXT_FIELDS), "text_fields.embed")
+        bm25_fields = check_text_fields(fields.get("bm25", DEFAULT_TEXT_FIELDS), "text_fields.bm25")
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise IndexFormatError(f"{folder / MANIFEST} is incomplete or invalid ({exc}); rebuild the index") from None
 
     if embeddings is None:
@@ -258,6 +289,8 @@ def load_index(folder: Path, embeddings: Embeddings | None = None) -> FusionInde
         bm25_params=params,
         vector_index=vector_conf["factory"],
         vector_search_params=vector_conf.get("search_params"),
+        embed_fields=embed_fields,
+        bm25_fields=bm25_fields,
     )
     documents = _read_documents(folder / DOCUMENTS)
     vectors = None
@@ -277,3 +310,106 @@ def load_index(folder: Path, embeddings: Embeddings | None = None) -> FusionInde
             )
     index.restore(documents, vectors, bm25)
     return index
+
+
+# --- hierarchical indexes: two saved indexes under one manifest -------------------------------
+
+
+def index_kind(folder: Path) -> Literal["index", "hierarchical"]:
+    """Whether ``folder`` holds a saved FusionIndex or a hierarchical index (IndexFormatError if neither)."""
+    try:
+        read_manifest(folder.expanduser())
+    except IndexFormatError:
+        if _read_hierarchical_manifest(folder.expanduser(), strict=False) is not None:
+            return "hierarchical"
+        raise
+    return "index"
+
+
+def save_hierarchical(index: HierarchicalIndex, folder: Path) -> Path:
+    """Write a hierarchical index to ``folder`` atomically: both parts, then the manifest."""
+
+    def write(staging: Path) -> None:
+        _write_part(index.chunks, staging / CHUNKS_DIR)
+        _write_part(index.summaries, staging / SUMMARIES_DIR)
+        manifest = {
+            "format": HIERARCHICAL_FORMAT_NAME,
+            "format_version": HIERARCHICAL_FORMAT_VERSION,
+            "library_version": library_version(),
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "embeddings": {"id": index.chunks.embeddings_id, "dimension": index.chunks.dimension},
+            "counts": {"chunks": len(index.chunks), "summaries": len(index.summaries)},
+            "parts": {
+                name: {"folder": name, "manifest_sha256": _sha256(staging / name / MANIFEST)}
+                for name in (CHUNKS_DIR, SUMMARIES_DIR)
+            },
+        }
+        text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+        (staging / MANIFEST).write_text(text, encoding="utf-8")
+
+    return _save_atomically(folder, write)
+
+
+def _write_part(index: FusionIndex, folder: Path) -> None:
+    folder.mkdir()
+    _write_contents(index, folder)
+
+
+def _read_hierarchical_manifest(folder: Path, *, strict: bool = True) -> dict[str, Any] | None:
+    path = folder / MANIFEST
+    if not folder.is_dir():
+        raise IndexFormatError(f"{folder} is not a folder; give the folder an index was saved to")
+    if not path.is_file():
+        raise IndexFormatError(f"{folder} is not a langchain-fusion index: {MANIFEST} is missing")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise IndexFormatError(f"{path} is not valid JSON ({exc}); the index is damaged, rebuild it") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != HIERARCHICAL_FORMAT_NAME:
+        if not strict:
+            return None
+        if isinstance(manifest, dict) and manifest.get("format") == FORMAT_NAME:
+            raise IndexFormatError(
+                f"{folder} is a plain index without page summaries: rebuild it with summaries "
+                "(langchain-fusion index --summaries, or HierarchicalIndex.build)"
+            )
+        raise IndexFormatError(f"{path} is not a langchain-fusion manifest")
+    version = manifest.get("format_version")
+    if version != HIERARCHICAL_FORMAT_VERSION:
+        raise IndexFormatError(
+            f"{folder} uses hierarchical index format version {version!r}; this langchain-fusion "
+            f"({library_version()}) reads version {HIERARCHICAL_FORMAT_VERSION}. Rebuild the index with this version."
+        )
+    return manifest
+
+
+def load_hierarchical(folder: Path, embeddings: Embeddings | None = None) -> HierarchicalIndex:
+    """Load and verify a hierarchical index; see :meth:`HierarchicalIndex.load`."""
+    from langchain_fusion.hierarchical import HierarchicalIndex
+
+    folder = folder.expanduser()
+    manifest = _read_hierarchical_manifest(folder)
+    assert manifest is not None
+    try:
+        parts = {name: manifest["parts"][name] for name in (CHUNKS_DIR, SUMMARIES_DIR)}
+        expected = {name: (part["folder"], part["manifest_sha256"]) for name, part in parts.items()}
+        counts = manifest["counts"]
+    except (KeyError, TypeError) as exc:
+        raise IndexFormatError(f"{folder / MANIFEST} is incomplete or invalid ({exc}); rebuild the index") from None
+    for name, (sub, checksum) in expected.items():
+        if sub != name:
+            raise IndexFormatError(f"{folder / MANIFEST} names an unexpected folder {sub!r} for the {name}")
+        path = folder / sub / MANIFEST
+        if not path.is_file():
+            raise IndexFormatError(f"{path} is missing; the index is incomplete, rebuild it")
+        if _sha256(path) != checksum:
+            raise IndexFormatError(f"{path} does not match its checksum: the file is altered; rebuild the index")
+    chunks = load_index(folder / CHUNKS_DIR, embeddings)
+    summaries = load_index(folder / SUMMARIES_DIR, chunks.embeddings)
+    actual = {"chunks": len(chunks), "summaries": len(summaries)}
+    for name, value in actual.items():
+        if counts.get(name) != value:
+            raise IndexFormatError(
+                f"{folder}: {value} {name} found but the manifest says {counts.get(name)}; rebuild the index"
+            )
+    return HierarchicalIndex(chunks, summaries)

@@ -1,8 +1,9 @@
-"""Offline chat models for the rerank, chain and CLI tests.
+"""Offline chat models for the rerank, chain, enrichment, summary and CLI tests.
 
 ``RatingModel`` answers the rerank prompt by a rule applied to the document being rated (an int,
 text, an exception, or anything else), optionally through ``with_structured_output``, with an
-optional delay, and records every call and the most calls ever in flight at once.
+optional delay, and records every call and the most calls ever in flight at once. ``flaky`` wraps a
+rule so that each prompt first fails with a (transient) error a given number of times.
 """
 
 from __future__ import annotations
@@ -161,3 +162,35 @@ def keyword_rule(ratings: dict[str, Any], default: Any = 5) -> Callable[[str], A
         return default
 
     return rule
+
+
+# --- transient failures, for the retry tests of enrichment and summaries --------------------
+
+
+class RateLimitError(Exception):
+    """Named like the providers' rate-limit errors (OpenAI's, Anthropic's ``RateLimitError``)."""
+
+
+class HTTPStatusError(Exception):
+    """An error carrying an HTTP status, like an SDK's ``APIStatusError``."""
+
+    def __init__(self, status_code: int, message: str = "") -> None:
+        super().__init__(message or f"HTTP {status_code}")
+        self.status_code = status_code
+
+
+def flaky(
+    rule: Callable[[str], Any], failures: int, error: Callable[[], BaseException] = lambda: RateLimitError("429")
+) -> Callable[[str], Any]:
+    """A rule that raises ``error()`` the first ``failures`` times it sees each prompt, then follows ``rule``."""
+    seen: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def flaky_rule(prompt: str) -> Any:
+        with lock:
+            count = seen[prompt] = seen.get(prompt, 0) + 1
+        if count <= failures:
+            return error()
+        return rule(prompt)
+
+    return flaky_rule

@@ -374,6 +374,9 @@ class TestArgparseErrors:
             (["query", "idx"], "the following arguments are required: question"),
             (["index", "data"], "the following arguments are required: --out/-o"),
             (["index", "data", "-o", "x", "--chunk-size", "0"], "argument --chunk-size: expected a positive integer"),
+            (["index", "data", "-o", "x", "--llm-concurrency", "0"], "argument --llm-concurrency: expected a positive"),
+            (["query", "idx", "q", "--k-summaries", "0"], "argument --k-summaries: expected a positive integer"),
+            (["query", "idx", "q", "--summary-weight", "2"], "argument --summary-weight: expected a number between"),
             (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
             ([], "the following arguments are required: COMMAND"),
         ],
@@ -393,11 +396,14 @@ class TestArgparseErrors:
 class TestHelp:
     FLAGS: ClassVar[dict[str, tuple[str, ...]]] = {
         "index": ("PATH", "--out", "-o", "--embeddings", "--chunk-size", "--chunk-overlap", "--vector-index",
-                  "--vector-search-params", "--json", "--quiet", "-q"),
+                  "--vector-search-params", "--json", "--quiet", "-q", "--contextual", "--summaries", "--llm",
+                  "--llm-cache", "--llm-concurrency"),
         "query": ("DIR", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
-                  "--window", "--max-chars", "--rerank", "--top-n", "--llm"),
+                  "--window", "--max-chars", "--rerank", "--top-n", "--llm", "--hierarchical", "--k-summaries",
+                  "--summary-weight"),
         "ask": ("DIR", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
-                "--window", "--max-chars", "--rerank", "--top-n", "--llm"),
+                "--window", "--max-chars", "--rerank", "--top-n", "--llm", "--hierarchical", "--k-summaries",
+                "--summary-weight"),
     }  # fmt: skip
 
     def test_console_script_help(self) -> None:
@@ -630,3 +636,201 @@ class TestAskAndRerankErrors:
     def test_option_mistakes(self, argv: list[str], fragment: str) -> None:
         status, out, err = _run(argv)
         _assert_one_line_error(status, out, err, fragment)
+
+
+# --- contextual enrichment, summaries and hierarchical search -------------------------------
+
+
+def _chunk_of(prompt: str) -> str:
+    return prompt.split("<chunk>\n", 1)[1].split("\n</chunk>", 1)[0]
+
+
+def _indexing_rule(prompt: str) -> Any:
+    """Contexts for the enrichment prompt, the first words of the text for the summary prompt."""
+    if "<chunk>" in prompt:
+        return "Context zqxmarker: " + " ".join(_chunk_of(prompt).split()[:5])
+    text = prompt.split('">\n', 1)[1].split("\n</", 1)[0]
+    return "Summary: " + " ".join(text.split()[:40])
+
+
+def _indexing_model(rule: Any = _indexing_rule) -> Any:
+    from tests.fake_chat_models import RatingModel
+
+    return RatingModel(rule=rule, structured=False)
+
+
+@pytest.fixture(scope="module")
+def llm_built(workspace: Path) -> tuple[Path, dict[str, Any], Any]:
+    """``index --contextual --summaries --json`` over the data copy, with a fake chat model."""
+    model = _indexing_model()
+    out = workspace / "llm-idx"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("langchain_fusion.llm.resolve_chat_model", lambda spec: model)
+        argv = ["index", str(workspace / "data"), "--out", str(out), "--embeddings", "local", "--json"]
+        status, stdout, stderr = _run([*argv, "--contextual", "--summaries", "--llm", "openai:gpt-4.1-mini"])
+    assert status == 0, stderr
+    return out, json.loads(stdout), model
+
+
+@pytest.mark.local_model
+class TestIndexWithChatModel:
+    def test_json_summary(self, llm_built: tuple[Path, dict[str, Any], Any], expected_chunks: int) -> None:
+        out, summary, model = llm_built
+        assert summary["chunks"] == expected_chunks
+        assert summary["summaries"] == 14 + 1 + 2  # PDF pages, README.md, the handbook's two sections
+        llm = summary["llm"]
+        assert llm["cache"] == f"{out}.llm-cache"
+        contextual, summaries = llm["contextual"], llm["summaries"]
+        assert contextual["task"] == "contextual enrichment" and contextual["model"] == "rating-fake"
+        assert contextual["items"] == contextual["calls"] == expected_chunks
+        assert (contextual["cached"], contextual["retries"], contextual["failed"]) == (0, 0, [])
+        assert summaries["items"] == summaries["calls"] == 17
+        assert len(model.calls) == expected_chunks + 17
+
+    def test_saved_folder(self, llm_built: tuple[Path, dict[str, Any], Any]) -> None:
+        from langchain_fusion import HierarchicalIndex
+
+        out, _, _ = llm_built
+        assert sorted(p.name for p in out.iterdir()) == ["chunks", "manifest.json", "summaries"]
+        assert (out.parent / f"{out.name}.llm-cache").is_dir()
+        hierarchical = HierarchicalIndex.load(out)
+        assert isinstance(hierarchical.chunks.embeddings, LocalEmbeddings)
+        for doc in hierarchical.chunks.documents:
+            assert doc.metadata[keys.CONTEXT].startswith("Context zqxmarker: ")
+            assert "zqxmarker" not in doc.page_content  # the original text is what is stored and shown
+        units = {
+            (d.metadata[keys.SOURCE], d.metadata.get(keys.PAGE), d.metadata.get(keys.SECTION))
+            for d in hierarchical.summaries.documents
+        }
+        assert len(units) == 17
+        assert all(d.page_content.startswith("Summary: ") for d in hierarchical.summaries.documents)
+
+    def test_second_run_makes_no_calls(self, llm_built: tuple[Path, dict[str, Any], Any], tmp_path: Path,
+                                       workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+        out, first, _ = llm_built
+        idle = _indexing_model(lambda prompt: AssertionError("called despite the cache"))
+        _use_chat_model(monkeypatch, idle)
+        argv = ["index", str(workspace / "data"), "--out", str(tmp_path / "again"), "--embeddings", "local", "--json"]
+        status, stdout, stderr = _run([*argv, "--contextual", "--summaries", "--llm-cache", f"{out}.llm-cache"])
+        assert status == 0, stderr
+        summary = json.loads(stdout)
+        assert idle.calls == []
+        assert summary["llm"]["contextual"]["calls"] == summary["llm"]["summaries"]["calls"] == 0
+        assert summary["llm"]["contextual"]["cached"] == first["chunks"]
+        assert summary["llm"]["summaries"]["cached"] == 17
+        assert not (tmp_path / "again.llm-cache").exists()
+
+    def test_query_hierarchical(self, llm_built: tuple[Path, dict[str, Any], Any]) -> None:
+        out, _, _ = llm_built
+        results = _query_json(out, "KV-5500 inverter rating kVA", "--hierarchical", "--k-summaries", "1", "-k", "3")
+        assert 1 <= len(results) <= 3
+        assert len({(r["metadata"][keys.SOURCE], r["metadata"].get(keys.PAGE)) for r in results}) == 1
+        for result in results:
+            meta = result["metadata"]
+            assert meta[keys.SUMMARY_RANK] == 1
+            expected = 0.5 * meta[keys.SUMMARY_SCORE] + 0.5 * meta[keys.FUSION_SCORE]
+            assert meta[keys.HIERARCHICAL_SCORE] == pytest.approx(expected)
+            assert "zqxmarker" not in result["text"]
+        weighted = _query_json(out, "flood", "--hierarchical", "--summary-weight", "1", "-k", "10")
+        ranks = [r["metadata"][keys.SUMMARY_RANK] for r in weighted]
+        assert ranks == sorted(ranks) and set(ranks) <= {1, 2, 3}
+
+    def test_query_hierarchical_table(self, llm_built: tuple[Path, dict[str, Any], Any]) -> None:
+        out, _, _ = llm_built
+        status, stdout, err = _run(["query", str(out), "battery flood", "--hierarchical", "-k", "3", "--window", "1"])
+        assert status == 0, err
+        lines = stdout.splitlines()
+        assert re.fullmatch(r"\s*rank\s+hier\s+sum#\s+fused\s+vector\s+bm25\s+source\s+page\s+text", lines[0])
+        assert 1 <= len(lines) - 2 <= 3
+
+    def test_plain_query_of_a_hierarchical_index_uses_its_chunks(
+        self, llm_built: tuple[Path, dict[str, Any], Any], index_dir: Path
+    ) -> None:
+        out, _, _ = llm_built
+        results = _query_json(out, "Halvorsen HL-8 busbar bolt torque", "-k", "3")
+        assert len(results) == 3
+        assert all(keys.HIERARCHICAL_SCORE not in r["metadata"] for r in results)
+        assert results[0]["metadata"][keys.CONTEXT].startswith("Context zqxmarker")
+
+    def test_hierarchical_query_of_a_plain_index(self, index_dir: Path) -> None:
+        status, out, err = _run(["query", str(index_dir), "flood", "--hierarchical"])
+        _assert_one_line_error(status, out, err, "is a plain index without page summaries", "--summaries")
+
+    def test_ask_hierarchical(
+        self, llm_built: tuple[Path, dict[str, Any], Any], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+        out, _, _ = llm_built
+        _use_chat_model(monkeypatch, GenericFakeChatModel(messages=iter([ANSWER])))
+        status, stdout, err = _run(["ask", str(out), "Why did the batteries survive?", "--hierarchical", "--json"])
+        assert status == 0, err
+        payload = json.loads(stdout)
+        assert payload["answer"] == ANSWER
+        assert all(keys.SUMMARY_ID in s["metadata"] for s in payload["sources"])
+
+    def test_text_output_and_failures(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        text = "The GC-9 controller reboots nightly.\n\n" + "".join(
+            f"Lockout {i} is logged in hut {i} with the date and the technician's initials.\n\n" for i in range(8)
+        )
+        (tmp_path / "notes.txt").write_text(text, encoding="utf-8")
+
+        def rule(prompt: str) -> Any:
+            if "<chunk>" in prompt and _chunk_of(prompt).startswith("The GC-9"):
+                return ValueError("refused by the content filter")
+            return _indexing_rule(prompt)
+
+        _use_chat_model(monkeypatch, _indexing_model(rule))
+        argv = ["index", str(tmp_path / "notes.txt"), "-o", str(tmp_path / "idx"), "--embeddings", "local"]
+        status, stdout, stderr = _run([*argv, "--contextual", "--chunk-size", "200", "--chunk-overlap", "0", "-q"])
+        assert status == 0, stderr
+        lines = stdout.splitlines()
+        assert lines[0].startswith("indexed 1 files (0 PDF pages) into ")
+        assert re.fullmatch(
+            r"contextual enrichment \(rating-fake\): (\d+) chunks, \1 model calls \(0 retries\), 0 cached, 1 failed",
+            lines[2],
+        )
+        assert lines[3] == f"chat model answers cached in {tmp_path / 'idx.llm-cache'}"
+        failures = [line for line in stderr.splitlines() if line.startswith("enrichment failed for ")]
+        assert failures == [
+            f"enrichment failed for {tmp_path / 'notes.txt'}, chunk 0: ValueError: refused by the content filter; "
+            "indexed without context"
+        ]
+        assert "Traceback" not in stderr
+        assert [line for line in stderr.splitlines() if "failed" in line] == failures  # no duplicate log record
+        loaded = FusionIndex.load(tmp_path / "idx")
+        assert keys.CONTEXT not in loaded.documents[0].metadata
+        assert all(keys.CONTEXT in d.metadata for d in loaded.documents[1:])
+
+
+class TestChatModelErrors:
+    @pytest.mark.parametrize("flag", ["--contextual", "--summaries"])
+    def test_without_key_one_line_before_any_work(
+        self, flag: str, no_openai_key: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        def no_embedding_work(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("embedding work started before the key check")
+
+        monkeypatch.setattr("langchain_fusion.embeddings.resolve_embeddings", no_embedding_work)
+        monkeypatch.setattr(LocalEmbeddings, "load_model", no_embedding_work)
+        shutil.copy(DATA / "maintenance-handbook.md", tmp_path / "handbook.md")
+        status, out, err = _run(["index", "handbook.md", "--out", "idx", flag])
+        _assert_one_line_error(status, out, err, "OPENAI_API_KEY is not set", "--llm PROVIDER:MODEL")
+        assert not (tmp_path / "idx").exists()
+        assert not (tmp_path / "idx.llm-cache").exists()
+
+    @pytest.mark.parametrize("option", [["--llm", "openai"], ["--llm-cache", "c"], ["--llm-concurrency", "2"]])
+    def test_llm_options_need_a_chat_model_step(self, option: list[str], tmp_path: Path) -> None:
+        status, out, err = _run(["index", str(tmp_path), "--out", str(tmp_path / "idx"), *option])
+        _assert_one_line_error(status, out, err, "only for --contextual and --summaries", option[0])
+
+    @pytest.mark.parametrize(
+        ("command", "option"), [("query", ["--k-summaries", "2"]), ("ask", ["--summary-weight", "0.2"])]
+    )
+    def test_hierarchical_options_need_hierarchical(self, command: str, option: list[str]) -> None:
+        status, out, err = _run([command, "idx", "q", *option])
+        _assert_one_line_error(status, out, err, f"{option[0]} is an option of hierarchical search: add --hierarchical")
+
+    def test_query_hierarchical_needs_no_chat_model(self, no_openai_key: None, tmp_path: Path) -> None:
+        status, out, err = _run(["query", str(tmp_path / "nope"), "flood", "--hierarchical"])
+        _assert_one_line_error(status, out, err, "nope is not a folder")

@@ -517,3 +517,240 @@ class TestNoPickle:
             if path.is_file():
                 head = path.read_bytes()[:2]
                 assert head[:1] != b"\x80", path  # pickle protocol 2+ opcode PROTO
+
+
+# --- text fields (contextual enrichment) and hierarchical indexes ---------------------------------
+
+ENRICHED_DOCS = [
+    Document(
+        id="e1",
+        page_content="The cabinets stood on raised racks.",
+        metadata={
+            "source": "r.pdf",
+            "page": 2,
+            "chunk_index": 0,
+            "start_index": 0,
+            "context": "From the zephyr flood.",
+        },
+    ),
+    Document(
+        id="e2",
+        page_content="Fans need new filters every quarter.",
+        metadata={"source": "h.md", "chunk_index": 0, "start_index": 0},
+    ),
+]
+
+
+class TestTextFields:
+    def test_recorded_in_the_manifest_and_restored(self, tmp_path: Path, embeddings) -> None:
+        index = FusionIndex.from_documents(ENRICHED_DOCS, embeddings, bm25_fields=("content",))
+        folder = index.save(tmp_path / "idx")
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        assert manifest["text_fields"] == {"embed": ["context", "content"], "bm25": ["content"]}
+        loaded = FusionIndex.load(folder, embeddings)
+        assert (loaded.embed_fields, loaded.bm25_fields) == (("context", "content"), ("content",))
+        assert list(loaded.documents) == ENRICHED_DOCS  # the context is stored apart from the text
+        for query in ["zephyr flood", "racks", "filters"]:
+            for alpha in ALPHAS:
+                a = loaded.as_retriever(k=2, alpha=alpha, fetch_k=None).invoke(query)
+                b = index.as_retriever(k=2, alpha=alpha, fetch_k=None).invoke(query)
+                assert a == b
+
+    def test_honoured_by_add_documents_after_load(self, tmp_path: Path, embeddings) -> None:
+        index = FusionIndex(embeddings, embed_fields=("content",), bm25_fields=("context",))
+        index.add_documents(ENRICHED_DOCS[1:])
+        loaded = FusionIndex.load(index.save(tmp_path / "idx"), embeddings)
+        loaded.add_documents(ENRICHED_DOCS[:1])
+        fresh = FusionIndex.from_documents(
+            [ENRICHED_DOCS[1], ENRICHED_DOCS[0]], embeddings, embed_fields=("content",), bm25_fields=("context",)
+        )
+        assert np.array_equal(loaded.bm25.scores("zephyr"), fresh.bm25.scores("zephyr"))
+        assert loaded.bm25.scores("racks").tolist() == [0.0, 0.0]  # BM25 sees only the context
+        assert loaded.vectors is not None and fresh.vectors is not None
+        rows = np.arange(2)
+        np.testing.assert_allclose(loaded.vectors.vectors(rows), fresh.vectors.vectors(rows), atol=1e-6)
+
+    def test_a_manifest_without_text_fields_loads_with_the_defaults(self, saved: Path, embeddings) -> None:
+        _rewrite_manifest(saved, lambda m: m.pop("text_fields"))
+        loaded = FusionIndex.load(saved, embeddings)
+        assert (loaded.embed_fields, loaded.bm25_fields) == (("context", "content"), ("context", "content"))
+
+    @pytest.mark.parametrize("fields", [{"embed": ["title"]}, {"bm25": []}, ["content"], {"embed": "content"}])
+    def test_invalid_text_fields(self, saved: Path, embeddings, fields: Any) -> None:
+        _rewrite_manifest(saved, lambda m: m.update(text_fields=fields))
+        with pytest.raises(IndexFormatError, match=r"manifest\.json is incomplete or invalid"):
+            FusionIndex.load(saved, embeddings)
+
+
+def _hierarchical(embeddings) -> Any:
+    from langchain_fusion import HierarchicalIndex
+
+    chunks = FusionIndex.from_documents(
+        [
+            Document(id=f"c{i}", page_content=text, metadata={"source": "a.pdf", "page": 1 + i // 4, "chunk_index": i})
+            for i, text in enumerate(
+                [
+                    "The cat sat on the warm mat.",
+                    "Dogs bark at the postman.",
+                    "A cat and a dog are friends.",
+                    "Cats purr when content.",
+                    "Quantum physics describes waves.",
+                    "The stock market fell sharply.",
+                    "Parrots imitate human speech.",
+                    "Photosynthesis turns sunlight into energy.",
+                ]
+            )
+        ],
+        embeddings,
+    )
+    summaries = [
+        Document(id="s1", page_content="cats and dogs", metadata={"source": "a.pdf", "page": 1,
+                 "summary_chunk_ids": ["c0", "c1", "c2", "c3"], "summary_fallback": False}),
+        Document(id="s2", page_content="science, money and birds", metadata={"source": "a.pdf", "page": 2,
+                 "summary_chunk_ids": ["c4", "c5", "c6", "c7"], "summary_fallback": False}),
+    ]  # fmt: skip
+    return HierarchicalIndex.from_summaries(chunks, summaries)
+
+
+def _hierarchical_results(index: Any, query: str) -> list[tuple[str | None, dict[str, Any]]]:
+    return [(d.id, d.metadata) for d in index.as_retriever(k=8, k_summaries=2).invoke(query)]
+
+
+class TestHierarchicalPersistence:
+    def test_round_trip(self, tmp_path: Path, embeddings) -> None:
+        from langchain_fusion import HierarchicalIndex
+
+        original = _hierarchical(embeddings)
+        folder = original.save(tmp_path / "hier")
+        assert folder == (tmp_path / "hier").absolute()
+        assert sorted(p.name for p in folder.iterdir()) == ["chunks", "manifest.json", "summaries"]
+        for part in ("chunks", "summaries"):
+            assert sorted(p.name for p in (folder / part).iterdir()) == [
+                "bm25",
+                "documents.jsonl",
+                "manifest.json",
+                "vectors.faiss",
+            ]
+        loaded = HierarchicalIndex.load(folder, embeddings)
+        assert list(loaded.chunks.documents) == list(original.chunks.documents)
+        assert list(loaded.summaries.documents) == list(original.summaries.documents)
+        assert loaded.summaries.embeddings is loaded.chunks.embeddings
+        assert [r.tolist() for r in loaded.links()] == [r.tolist() for r in original.links()]
+        for query in ["cat", "parrots speech", "market waves"]:
+            assert _hierarchical_results(loaded, query) == _hierarchical_results(original, query)
+
+    def test_manifest(self, tmp_path: Path, embeddings) -> None:
+        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        assert manifest["format"] == "langchain-fusion-hierarchical-index"
+        assert manifest["format_version"] == 1
+        assert manifest["library_version"] == library_version()
+        assert manifest["counts"] == {"chunks": 8, "summaries": 2}
+        assert manifest["embeddings"]["dimension"] == 64
+        for part in ("chunks", "summaries"):
+            data = (folder / part / "manifest.json").read_bytes()
+            assert manifest["parts"][part] == {"folder": part, "manifest_sha256": hashlib.sha256(data).hexdigest()}
+
+    def test_loads_as_a_hierarchical_index_only(self, tmp_path: Path, embeddings) -> None:
+        from langchain_fusion import HierarchicalIndex
+        from langchain_fusion.persistence import index_kind
+
+        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        plain = FusionIndex.from_documents(EXTRA_DOCS, embeddings).save(tmp_path / "plain")
+        assert (index_kind(folder), index_kind(plain)) == ("hierarchical", "index")
+        with pytest.raises(IndexFormatError, match=r"is a hierarchical index .*HierarchicalIndex\.load"):
+            FusionIndex.load(folder, embeddings)
+        assert len(FusionIndex.load(folder / "chunks", embeddings)) == 8  # its chunk index is a plain index
+        with pytest.raises(IndexFormatError, match=r"is a plain index without page summaries"):
+            HierarchicalIndex.load(plain, embeddings)
+        with pytest.raises(IndexFormatError, match=r"is not a folder"):
+            HierarchicalIndex.load(tmp_path / "nowhere", embeddings)
+        with pytest.raises(IndexFormatError, match=r"manifest\.json is missing"):
+            index_kind(tmp_path)
+
+    def test_altered_part_manifest(self, tmp_path: Path, embeddings) -> None:
+        from langchain_fusion import HierarchicalIndex
+
+        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        _rewrite_manifest(folder / "summaries", lambda m: m["counts"].update(documents=3))
+        with pytest.raises(IndexFormatError, match=r"summaries/manifest\.json does not match its checksum"):
+            HierarchicalIndex.load(folder, embeddings)
+
+    def test_altered_part_file(self, tmp_path: Path, embeddings) -> None:
+        from langchain_fusion import HierarchicalIndex
+
+        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        path = folder / "chunks" / "documents.jsonl"
+        path.write_bytes(path.read_bytes().replace(b"warm mat", b"Warm mat"))
+        with pytest.raises(IndexFormatError, match=r"chunks/documents\.jsonl does not match its checksum"):
+            HierarchicalIndex.load(folder, embeddings)
+
+    @pytest.mark.parametrize(
+        ("change", "message"),
+        [
+            (lambda m: m.update(format_version=2), r"hierarchical index format version 2"),
+            (lambda m: m.pop("parts"), r"incomplete or invalid"),
+            (lambda m: m["counts"].update(summaries=5), r": 2 summaries found but the manifest says 5"),
+            (lambda m: m["parts"]["chunks"].update(folder="../elsewhere"), r"unexpected folder"),
+        ],
+    )
+    def test_bad_manifest(self, tmp_path: Path, embeddings, change: Any, message: str) -> None:
+        from langchain_fusion import HierarchicalIndex
+
+        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        _rewrite_manifest(folder, change)
+        with pytest.raises(IndexFormatError, match=message):
+            HierarchicalIndex.load(folder, embeddings)
+
+    def test_missing_part(self, tmp_path: Path, embeddings) -> None:
+        import shutil
+
+        from langchain_fusion import HierarchicalIndex
+
+        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        shutil.rmtree(folder / "summaries")
+        with pytest.raises(IndexFormatError, match=r"summaries/manifest\.json is missing"):
+            HierarchicalIndex.load(folder, embeddings)
+
+    def test_other_embeddings_are_refused(self, tmp_path: Path, embeddings) -> None:
+        from langchain_fusion import HierarchicalIndex
+
+        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        with pytest.raises(EmbeddingsMismatchError):
+            HierarchicalIndex.load(folder, type(embeddings)(model="other"))
+
+    def test_save_is_atomic(self, tmp_path: Path, embeddings, monkeypatch: pytest.MonkeyPatch) -> None:
+        from langchain_fusion import HierarchicalIndex
+
+        parent = tmp_path / "parent"
+        original = _hierarchical(embeddings)
+        folder = original.save(parent / "hier")
+        before = _snapshot(folder)
+
+        def broken(self: BM25Index, folder: Path) -> None:
+            raise RuntimeError("disk full (simulated)")
+
+        monkeypatch.setattr(BM25Index, "save", broken)
+        with pytest.raises(RuntimeError, match="disk full"):
+            original.save(folder)
+        with pytest.raises(RuntimeError, match="disk full"):
+            original.save(parent / "new")
+        monkeypatch.undo()
+        assert sorted(p.name for p in parent.iterdir()) == ["hier"]
+        assert _snapshot(folder) == before
+        assert len(HierarchicalIndex.load(folder, embeddings).summaries) == 2
+
+    def test_replaces_an_index_but_nothing_else(self, tmp_path: Path, embeddings) -> None:
+        from langchain_fusion import HierarchicalIndex
+
+        plain = FusionIndex.from_documents(EXTRA_DOCS, embeddings).save(tmp_path / "idx")
+        _hierarchical(embeddings).save(plain)
+        assert len(HierarchicalIndex.load(plain, embeddings).chunks) == 8
+        FusionIndex.from_documents(EXTRA_DOCS, embeddings).save(plain)  # and back
+        assert len(FusionIndex.load(plain, embeddings)) == 3
+        notes = tmp_path / "notes"
+        notes.mkdir()
+        (notes / "keep.txt").write_text("precious", encoding="utf-8")
+        with pytest.raises(FusionError, match="refusing to overwrite"):
+            _hierarchical(embeddings).save(notes)
+        assert [p.name for p in notes.iterdir()] == ["keep.txt"]
