@@ -29,7 +29,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
@@ -39,8 +39,8 @@ from langchain_core.prompts import ChatPromptTemplate
 from pydantic import Field, PrivateAttr, field_validator
 
 from langchain_fusion import metadata as keys
-from langchain_fusion.context_window import PAGE_BREAK, merge_chunks
 from langchain_fusion.index import DEFAULT_TEXT_FIELDS, FIELD_SEPARATOR, TextField, check_text_fields, indexed_text
+from langchain_fusion.ingest import PAGE_BREAK, merge_chunks
 from langchain_fusion.llm_calls import (
     CHARS_PER_TOKEN,
     CallOutcome,
@@ -49,6 +49,7 @@ from langchain_fusion.llm_calls import (
     LLMReport,
     ProgressCallback,
     Prompt,
+    _Runner,
     check_prompt,
     describe_error,
     prompt_version_of,
@@ -285,15 +286,8 @@ class ContextualEnricher(LLMBatchSettings, BaseDocumentTransformer):
         callbacks: Callbacks = None,
     ) -> tuple[list[Document], LLMReport]:
         """Enriched copies of ``chunks`` (same order) and a report; ``progress(n)`` counts finished chunks."""
-        asked, requests = self._requests(chunks, documents)
-        runner = self._runner(self.prompt, "contextual enrichment", self._version())
-        self._skip(len(chunks) - len(asked), progress)
-        outcomes = runner.run(
-            requests,
-            on_done=None if progress is None else lambda _: progress(1),
-            callbacks=callbacks,
-        )
-        return self._results(chunks, asked, outcomes)
+        asked, requests, runner, on_done = self._prepare(chunks, documents, progress)
+        return self._results(chunks, asked, runner.run(requests, on_done=on_done, callbacks=callbacks))
 
     async def aenrich(
         self,
@@ -304,31 +298,26 @@ class ContextualEnricher(LLMBatchSettings, BaseDocumentTransformer):
         callbacks: Callbacks = None,
     ) -> tuple[list[Document], LLMReport]:
         """Async twin of :meth:`enrich` (awaits the model's async API)."""
-        asked, requests = self._requests(chunks, documents)
-        runner = self._runner(self.prompt, "contextual enrichment", self._version())
-        self._skip(len(chunks) - len(asked), progress)
-        outcomes = await runner.arun(
-            requests,
-            on_done=None if progress is None else lambda _: progress(1),
-            callbacks=callbacks,
-        )
-        return self._results(chunks, asked, outcomes)
+        asked, requests, runner, on_done = self._prepare(chunks, documents, progress)
+        return self._results(chunks, asked, await runner.arun(requests, on_done=on_done, callbacks=callbacks))
 
-    def _requests(
-        self, chunks: Sequence[Document], documents: Sequence[Document] | None
-    ) -> tuple[list[int], list[dict[str, str]]]:
-        """Positions of the chunks to ask about, and their prompt inputs."""
+    def _prepare(
+        self, chunks: Sequence[Document], documents: Sequence[Document] | None, progress: ProgressCallback | None
+    ) -> tuple[list[int], list[dict[str, str]], _Runner, Callable[[int], None] | None]:
+        """Positions of the chunks to ask about, their prompt inputs, the runner and its ``on_done``.
+
+        Blank chunks are not asked about; ``progress`` counts them as finished at once.
+        """
         asked, requests = [], []
         for position, inputs in enumerate(self.prompt_inputs(chunks, documents)):
             if inputs is not None:
                 asked.append(position)
                 requests.append(inputs)
-        return asked, requests
-
-    @staticmethod
-    def _skip(count: int, progress: ProgressCallback | None) -> None:
-        if count and progress is not None:
-            progress(count)
+        runner = self._runner(self.prompt, "contextual enrichment", self._version())
+        skipped = len(chunks) - len(asked)
+        if skipped and progress is not None:
+            progress(skipped)
+        return asked, requests, runner, None if progress is None else lambda _: progress(1)
 
     def _results(
         self, chunks: Sequence[Document], asked: list[int], outcomes: list[CallOutcome]
@@ -346,13 +335,7 @@ class ContextualEnricher(LLMBatchSettings, BaseDocumentTransformer):
                 chunk = chunks[position]
                 error = describe_error(outcome.error) if outcome.error is not None else "no answer"
                 report.failed.append(LLMFailure(str(chunk.id), chunk_label(chunk), error, outcome.attempts))
-        if report.failed:
-            logger.warning(
-                "contextual enrichment failed for %d of %d chunks; they are indexed without context (%s)",
-                len(report.failed),
-                len(chunks),
-                report.failed[0].error,
-            )
+        report.warn_failures(logger, "they are indexed without context")
         self._last_report = report
         return enriched, report
 

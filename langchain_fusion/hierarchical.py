@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -44,11 +44,11 @@ from numpy.typing import NDArray
 from pydantic import ConfigDict, Field, field_validator
 
 from langchain_fusion import metadata as keys
-from langchain_fusion.context_window import merge_chunks
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.filters import MetadataFilter, as_predicate
 from langchain_fusion.fusion import FusionMethod, check_alpha
 from langchain_fusion.index import FIELD_SEPARATOR, FusionIndex, ProgressCallback
+from langchain_fusion.ingest import merge_chunks
 from langchain_fusion.llm_calls import (
     CHARS_PER_TOKEN,
     CallOutcome,
@@ -56,6 +56,7 @@ from langchain_fusion.llm_calls import (
     LLMFailure,
     LLMReport,
     Prompt,
+    _Runner,
     check_prompt,
     describe_error,
     prompt_version_of,
@@ -351,6 +352,19 @@ class PageSummarizer(LLMBatchSettings):
         report.items = len(units)
         return [_UnitState(unit, unit.text) for unit in units], report
 
+    def _rounds(self, states: list[_UnitState]) -> Iterator[tuple[_Runner, list[_Request]]]:
+        """The rounds of calls, each with its runner: the first prompts, then reduce rounds until every unit is done.
+
+        Each round is planned when the loop asks for it, after the previous round's outcomes were accepted.
+        """
+        first_version, reduce_version = self._versions()
+        first_runner = self._runner(self.prompt, "summaries", first_version)
+        reduce_runner = self._runner(self.reduce_prompt, "summary reduce", reduce_version)
+        first = True
+        while plan := self._plan(states, first):
+            yield (first_runner if first else reduce_runner), plan
+            first = False
+
     @staticmethod
     def _on_done(plan: list[_Request], progress: ProgressCallback | None) -> Any:
         if progress is None:
@@ -362,17 +376,9 @@ class PageSummarizer(LLMBatchSettings):
     ) -> tuple[list[Document], LLMReport]:
         """One summary document per page or section, and a report; ``progress(n)`` counts finished units."""
         states, report = self._start(chunks)
-        first_version, reduce_version = self._versions()
-        runners = (
-            self._runner(self.prompt, "summaries", first_version),
-            self._runner(self.reduce_prompt, "summary reduce", reduce_version),
-        )
-        first = True
-        while plan := self._plan(states, first):
-            runner = runners[0] if first else runners[1]
+        for runner, plan in self._rounds(states):
             outcomes = runner.run([r.inputs for r in plan], on_done=self._on_done(plan, progress), callbacks=callbacks)
             self._accept(states, plan, outcomes, report, progress)
-            first = False
         return self._documents(states, report)
 
     async def asummarize(
@@ -380,19 +386,11 @@ class PageSummarizer(LLMBatchSettings):
     ) -> tuple[list[Document], LLMReport]:
         """Async twin of :meth:`summarize` (awaits the model's async API)."""
         states, report = self._start(chunks)
-        first_version, reduce_version = self._versions()
-        runners = (
-            self._runner(self.prompt, "summaries", first_version),
-            self._runner(self.reduce_prompt, "summary reduce", reduce_version),
-        )
-        first = True
-        while plan := self._plan(states, first):
-            runner = runners[0] if first else runners[1]
+        for runner, plan in self._rounds(states):
             outcomes = await runner.arun(
                 [r.inputs for r in plan], on_done=self._on_done(plan, progress), callbacks=callbacks
             )
             self._accept(states, plan, outcomes, report, progress)
-            first = False
         return self._documents(states, report)
 
     def _documents(self, states: list[_UnitState], report: LLMReport) -> tuple[list[Document], LLMReport]:
@@ -410,13 +408,7 @@ class PageSummarizer(LLMBatchSettings):
             meta[keys.SUMMARY_FALLBACK] = state.summary is None
             text = state.summary if state.summary is not None else state.text[: self.piece_chars]
             documents.append(Document(id=unit.id, page_content=text, metadata=meta))
-        if report.failed:
-            logger.warning(
-                "summaries failed for %d of %d pages and sections; their leading text stands in (%s)",
-                len(report.failed),
-                len(states),
-                report.failed[0].error,
-            )
+        report.warn_failures(logger, "their leading text stands in")
         return documents, report
 
 

@@ -2,7 +2,8 @@
 
 Chunks carry the metadata contract of :mod:`langchain_fusion.metadata` and a stable
 ``Document.id`` derived from their source, position and text, so re-indexing an unchanged
-file gives the same ids.
+file gives the same ids. :func:`merge_chunks` is the inverse of the split: it joins
+consecutive chunks back into their original text.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from langchain_core.documents import Document
 from langchain_text_splitters import RecursiveCharacterTextSplitter
@@ -30,6 +32,9 @@ SUPPORTED_SUFFIXES = PDF_SUFFIXES | TEXT_SUFFIXES
 
 DEFAULT_CHUNK_SIZE = 1000
 DEFAULT_CHUNK_OVERLAP = 200
+
+PAGE_BREAK = "\n\n"
+"""What joins the last chunk of one page to the first chunk of the next page (see :func:`merge_chunks`)."""
 
 
 class SkippedFileWarning(UserWarning):
@@ -208,3 +213,71 @@ def split_documents(
             issued.add(chunk.id)
             chunks.append(chunk)
     return chunks
+
+
+# --- merging chunks back into text: the inverse of split_documents -----------------------------
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """One chunk with its position: the text and offsets a merge needs."""
+
+    chunk_index: int
+    start: int
+    page: Any
+    text: str
+
+
+def _gap(length: int) -> str:
+    # The splitter strips the whitespace at a split point. Cleaned text has only ' ', '\n'
+    # and '\n\n' between words; a one-character gap is almost always a line break there.
+    return "\n" if length == 1 else "\n\n"
+
+
+def _longest_overlap(tail: str, head: str) -> int:
+    """Length of the longest suffix of ``tail`` that is a prefix of ``head``."""
+    for size in range(min(len(tail), len(head)), 0, -1):
+        if tail.endswith(head[:size]):
+            return size
+    return 0
+
+
+def merge_chunks(chunks: Sequence[Document]) -> str:
+    """Join consecutive chunks of one source (in ``chunk_index`` order) into one text.
+
+    Chunks of the same page are joined at their ``start_index`` offsets, so the splitter's
+    overlap is removed exactly (the result is the page text from the first chunk's start to
+    the last chunk's end). A whitespace gap the splitter dropped between two chunks becomes a
+    line break; chunks of different pages are joined with a paragraph break. Every chunk
+    needs a ``start_index``; if the offsets contradict the texts, the longest textual
+    overlap is removed instead.
+    """
+    parts = [_Chunk(_require_int(d, keys.CHUNK_INDEX), _require_int(d, keys.START_INDEX),
+                    d.metadata.get(keys.PAGE), d.page_content) for d in chunks]  # fmt: skip
+    if not parts:
+        return ""
+    text, end, page = parts[0].text, parts[0].start + len(parts[0].text), parts[0].page
+    for part in parts[1:]:
+        part_end = part.start + len(part.text)
+        if part.page != page:
+            text += PAGE_BREAK + part.text
+        elif part.start >= end:
+            text += (_gap(part.start - end) if part.start > end else "") + part.text
+        else:
+            shared = end - part.start  # characters from this chunk's start already in the text
+            if shared <= len(text) and text[len(text) - shared :].startswith(part.text[:shared]):
+                text += part.text[shared:]  # nothing when the chunk lies wholly inside the text
+            else:
+                logger.debug("start_index offsets of chunk %s contradict its text", part.chunk_index)
+                text += part.text[_longest_overlap(text, part.text) :]
+                part_end = max(part_end, end)
+        end = part_end if part.page != page else max(end, part_end)
+        page = part.page
+    return text
+
+
+def _require_int(doc: Document, key: str) -> int:
+    value = doc.metadata.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FusionError(f"chunk {doc.id!r} has no integer {key!r} in its metadata (got {value!r})")
+    return int(value)

@@ -18,6 +18,7 @@ the same machinery:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import json
 import logging
@@ -30,7 +31,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.callbacks import Callbacks
 from langchain_core.messages import BaseMessage
@@ -41,6 +42,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from langchain_fusion.errors import InvalidParameterError
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     Prompt = BasePromptTemplate[Any]
@@ -68,6 +71,50 @@ def check_prompt(prompt: Prompt, needed: set[str]) -> Prompt:
             f"the prompt must take exactly the variables {sorted(needed)}; it takes {sorted(variables)}"
         )
     return prompt
+
+
+def call_with_timeout(fn: Callable[[], T], timeout: float, slots: threading.Semaphore) -> T:
+    """Run ``fn`` in a daemon thread; give up waiting after ``timeout`` seconds (``TimeoutError``).
+
+    A sync call cannot be cancelled, so it finishes in the background; ``slots`` (one per
+    allowed concurrent call) is held until it does, so abandoned calls count toward the bound.
+    ``fn`` runs in a copy of the caller's context (callbacks, tracing).
+    """
+    box: dict[str, Any] = {}
+    done = threading.Event()
+    context = contextvars.copy_context()
+
+    def target() -> None:
+        with slots:
+            if done.is_set():  # gave up while waiting for a slot
+                return
+            try:
+                box["value"] = context.run(fn)
+            except BaseException as exc:  # handed to the caller below
+                box["error"] = exc
+            finally:
+                done.set()
+
+    threading.Thread(target=target, name="langchain-fusion-call", daemon=True).start()
+    if not done.wait(timeout):
+        done.set()
+        raise TimeoutError(f"no answer within {timeout:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+async def await_with_timeout(call: Awaitable[T], timeout: float | None) -> T:
+    """Await ``call``; after ``timeout`` seconds (None: no limit), cancel it and raise ``TimeoutError``.
+
+    The async twin of :func:`call_with_timeout`, with the same error message.
+    """
+    if timeout is None:
+        return await call
+    try:
+        return await asyncio.wait_for(call, timeout)
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"no answer within {timeout:g} s") from None
 
 
 ProgressCallback = Callable[[int], None]
@@ -345,6 +392,19 @@ class LLMReport:
             f"({self.retries} retries), {self.cached} cached, {len(self.failed)} failed"
         )
 
+    def warn_failures(self, log: logging.Logger, consequence: str) -> None:
+        """If any item failed, warn on ``log``: ``<task> failed for F of N <unit>; <consequence> (<first error>)``."""
+        if self.failed:
+            log.warning(
+                "%s failed for %d of %d %s; %s (%s)",
+                self.task,
+                len(self.failed),
+                self.items,
+                self.unit,
+                consequence,
+                self.failed[0].error,
+            )
+
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data."""
         return {
@@ -399,6 +459,22 @@ class LLMBatchSettings(BaseModel):
         return _Runner(self, prompt, task, prompt_version, cache, self._memory)
 
 
+@dataclass
+class _Batch:
+    """One run of :class:`_Runner`: the requests' cache keys, what is known without a call, what to send."""
+
+    keys: list[str]
+    """The cache key of each request, in order."""
+    outcomes: list[CallOutcome | None]
+    """Each request's cached outcome, or None when it needs a call (its own, or an identical prompt's)."""
+    on_done: Callable[[int], None] | None
+    """Called with each request's position once its outcome is known."""
+    inputs: dict[str, dict[str, str]] = field(default_factory=dict)
+    """The inputs of the prompts to send, by key, in first-seen order: one call per distinct uncached key."""
+    positions: dict[str, list[int]] = field(default_factory=dict)
+    """The positions of the requests with each key."""
+
+
 class _Runner:
     """Runs one list of prompts through ``prompt | llm`` with the settings' bound, retries and cache."""
 
@@ -438,32 +514,32 @@ class _Runner:
         else:
             self.memory[key] = text
 
-    def _plan(self, requests: Sequence[dict[str, str]]) -> tuple[list[str], list[CallOutcome | None], list[str]]:
+    def _prepare(self, requests: Sequence[dict[str, str]], on_done: Callable[[int], None] | None) -> _Batch:
+        """Look every request up in the cache (reporting the hits to ``on_done``) and list the prompts to send."""
         keys = [self.key(r) for r in requests]
-        outcomes: list[CallOutcome | None] = [None] * len(requests)
-        pending: list[str] = []
-        seen: set[str] = set()
+        batch = _Batch(keys, [None] * len(requests), on_done)
         for position, key in enumerate(keys):
             cached = self._lookup(key)
             if cached is not None:
-                outcomes[position] = CallOutcome(text=cached, cached=True)
-            elif key not in seen:
-                seen.add(key)
-                pending.append(key)
-        return keys, outcomes, pending
+                batch.outcomes[position] = CallOutcome(text=cached, cached=True)
+            elif key not in batch.inputs:
+                batch.inputs[key] = requests[position]
+            batch.positions.setdefault(key, []).append(position)
+        if on_done is not None:
+            for position, outcome in enumerate(batch.outcomes):
+                if outcome is not None:
+                    on_done(position)
+        return batch
 
     def _config(self, callbacks: Callbacks) -> RunnableConfig:
         return {"callbacks": callbacks, "max_concurrency": self.settings.max_concurrency, "run_name": self.task}
 
-    def _finish(
-        self,
-        keys: list[str],
-        outcomes: list[CallOutcome | None],
-        results: dict[str, CallOutcome],
-    ) -> list[CallOutcome]:
+    @staticmethod
+    def _finish(batch: _Batch, answers: list[CallOutcome]) -> list[CallOutcome]:
+        results = dict(zip(batch.inputs, answers, strict=True))
         final: list[CallOutcome] = []
         counted: set[str] = set()
-        for key, outcome in zip(keys, outcomes, strict=True):
+        for key, outcome in zip(batch.keys, batch.outcomes, strict=True):
             if outcome is not None:
                 final.append(outcome)
             elif key in counted:  # a repeated prompt: answered by the first one's call
@@ -482,17 +558,13 @@ class _Runner:
         callbacks: Callbacks = None,
     ) -> list[CallOutcome]:
         """One outcome per request, in order; ``on_done(position)`` fires as each is known."""
-        keys, outcomes, pending = self._plan(requests)
-        self._notify_cached(outcomes, on_done)
-        by_key, positions = self._index(requests, keys)
+        batch = self._prepare(requests, on_done)
 
         def work(key: str, config: RunnableConfig) -> CallOutcome:
-            outcome = self._attempts(by_key[key], config)
-            self._done(key, outcome, positions[key], on_done)
-            return outcome
+            return self._done(batch, key, self._attempts(batch.inputs[key], config))
 
-        answers = RunnableLambda(work, name=self.task).batch(pending, self._config(callbacks))
-        return self._finish(keys, outcomes, dict(zip(pending, answers, strict=True)))
+        answers = RunnableLambda(work, name=self.task).batch(list(batch.inputs), self._config(callbacks))
+        return self._finish(batch, answers)
 
     async def arun(
         self,
@@ -502,45 +574,23 @@ class _Runner:
         callbacks: Callbacks = None,
     ) -> list[CallOutcome]:
         """Async twin of :meth:`run` (awaits the model's async API)."""
-        keys, outcomes, pending = self._plan(requests)
-        self._notify_cached(outcomes, on_done)
-        by_key, positions = self._index(requests, keys)
+        batch = self._prepare(requests, on_done)
 
         async def work(key: str, config: RunnableConfig) -> CallOutcome:
-            outcome = await self._aattempts(by_key[key], config)
-            self._done(key, outcome, positions[key], on_done)
-            return outcome
+            return self._done(batch, key, await self._aattempts(batch.inputs[key], config))
 
-        answers = await RunnableLambda(work, name=self.task).abatch(pending, self._config(callbacks))
-        return self._finish(keys, outcomes, dict(zip(pending, answers, strict=True)))
+        answers = await RunnableLambda(work, name=self.task).abatch(list(batch.inputs), self._config(callbacks))
+        return self._finish(batch, answers)
 
-    @staticmethod
-    def _index(
-        requests: Sequence[dict[str, str]], keys: list[str]
-    ) -> tuple[dict[str, dict[str, str]], dict[str, list[int]]]:
-        by_key: dict[str, dict[str, str]] = {}
-        positions: dict[str, list[int]] = {}
-        for position, key in enumerate(keys):
-            by_key.setdefault(key, requests[position])
-            positions.setdefault(key, []).append(position)
-        return by_key, positions
-
-    @staticmethod
-    def _notify_cached(outcomes: list[CallOutcome | None], on_done: Callable[[int], None] | None) -> None:
-        if on_done is not None:
-            for position, outcome in enumerate(outcomes):
-                if outcome is not None:
-                    on_done(position)
-
-    def _done(
-        self, key: str, outcome: CallOutcome, positions: list[int], on_done: Callable[[int], None] | None
-    ) -> None:
+    def _done(self, batch: _Batch, key: str, outcome: CallOutcome) -> CallOutcome:
+        """Store a call's answer and report its requests to ``on_done``; returns ``outcome``."""
         if outcome.text is not None:
             self._store(key, outcome.text)
-        if on_done is not None:
+        if batch.on_done is not None:
             with self.lock:  # progress bars are not thread-safe
-                for position in positions:
-                    on_done(position)
+                for position in batch.positions[key]:
+                    batch.on_done(position)
+        return outcome
 
     def _attempts(self, inputs: dict[str, str], config: RunnableConfig) -> CallOutcome:
         policy = self.settings.retry
@@ -560,9 +610,7 @@ class _Runner:
         timeout = self.settings.timeout
         if timeout is None:
             return self.chain.invoke(inputs, config)
-        from langchain_fusion.rerank import _call_with_timeout  # the reranker's abandon-after-timeout helper
-
-        return _call_with_timeout(lambda: self.chain.invoke(inputs, config), timeout, self.slots)
+        return call_with_timeout(lambda: self.chain.invoke(inputs, config), timeout, self.slots)
 
     async def _aattempts(self, inputs: dict[str, str], config: RunnableConfig) -> CallOutcome:
         policy = self.settings.retry
@@ -579,10 +627,4 @@ class _Runner:
                 await policy.asleep(wait)
 
     async def _acall(self, inputs: dict[str, str], config: RunnableConfig) -> Any:
-        timeout = self.settings.timeout
-        if timeout is None:
-            return await self.chain.ainvoke(inputs, config)
-        try:
-            return await asyncio.wait_for(self.chain.ainvoke(inputs, config), timeout)
-        except asyncio.TimeoutError:
-            raise TimeoutError(f"no answer within {timeout:g} s") from None
+        return await await_with_timeout(self.chain.ainvoke(inputs, config), self.settings.timeout)

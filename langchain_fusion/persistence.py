@@ -185,17 +185,50 @@ def _write_contents(index: FusionIndex, folder: Path) -> None:
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def read_manifest(folder: Path) -> dict[str, Any]:
-    """The manifest of a saved index, checked for format and version."""
+def _load_manifest(folder: Path) -> Any:
+    """The parsed ``manifest.json`` of ``folder`` (any JSON value), or IndexFormatError if there is none."""
     path = folder / MANIFEST
     if not folder.is_dir():
         raise IndexFormatError(f"{folder} is not a folder; give the folder an index was saved to")
     if not path.is_file():
         raise IndexFormatError(f"{folder} is not a langchain-fusion index: {MANIFEST} is missing")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise IndexFormatError(f"{path} is not valid JSON ({exc}); the index is damaged, rebuild it") from None
+
+
+def _check_format_version(folder: Path, manifest: dict[str, Any], expected: int, kind: str) -> None:
+    version = manifest.get("format_version")
+    if version != expected:
+        raise IndexFormatError(
+            f"{folder} uses {kind} format version {version!r}; this langchain-fusion "
+            f"({library_version()}) reads version {expected}. Rebuild the index with this version."
+        )
+
+
+def _check_counts(folder: Path, expected: dict[str, Any], actual: dict[str, int]) -> None:
+    for name, value in actual.items():
+        if expected.get(name) != value:
+            raise IndexFormatError(
+                f"{folder}: {value} {name} found but the manifest says {expected.get(name)}; rebuild the index"
+            )
+
+
+def _check_checksum(path: Path, sha256: Any) -> None:
+    if _sha256(path) != sha256:
+        raise IndexFormatError(f"{path} does not match its checksum: the file is altered; rebuild the index")
+
+
+def _require_file(path: Path) -> None:
+    if not path.is_file():
+        raise IndexFormatError(f"{path} is missing; the index is incomplete, rebuild it")
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """The manifest of a saved index, checked for format and version."""
+    path = folder / MANIFEST
+    manifest = _load_manifest(folder)
     if isinstance(manifest, dict) and manifest.get("format") == HIERARCHICAL_FORMAT_NAME:
         raise IndexFormatError(
             f"{folder} is a hierarchical index (page summaries and chunks): load it with "
@@ -203,12 +236,7 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         )
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         raise IndexFormatError(f"{path} is not a langchain-fusion manifest")
-    version = manifest.get("format_version")
-    if version != FORMAT_VERSION:
-        raise IndexFormatError(
-            f"{folder} uses index format version {version!r}; this langchain-fusion "
-            f"({library_version()}) reads version {FORMAT_VERSION}. Rebuild the index with this version."
-        )
+    _check_format_version(folder, manifest, FORMAT_VERSION, "index")
     return manifest
 
 
@@ -218,16 +246,14 @@ def _verify_files(folder: Path, manifest: dict[str, Any]) -> None:
         raise IndexFormatError(f"{folder / MANIFEST} has no valid file list; the index is damaged, rebuild it")
     for name, expected in files.items():
         path = folder / name
-        if not path.is_file():
-            raise IndexFormatError(f"{path} is missing; the index is incomplete, rebuild it")
+        _require_file(path)
         size = path.stat().st_size
         if size != expected.get("bytes"):
             raise IndexFormatError(
                 f"{path} has {size} bytes, the manifest says {expected.get('bytes')}: "
                 "the file is truncated or altered; rebuild the index"
             )
-        if _sha256(path) != expected.get("sha256"):
-            raise IndexFormatError(f"{path} does not match its checksum: the file is altered; rebuild the index")
+        _check_checksum(path, expected.get("sha256"))
 
 
 def _read_documents(path: Path) -> list[Document]:
@@ -303,11 +329,7 @@ def load_index(folder: Path, embeddings: Embeddings | None = None) -> FusionInde
     except (RuntimeError, ValueError, OSError, FusionError) as exc:
         raise IndexFormatError(f"{folder}: cannot read the index files ({exc}); rebuild the index") from None
     actual = {"documents": len(documents), "vectors": 0 if vectors is None else len(vectors), "bm25_rows": len(bm25)}
-    for name, value in actual.items():
-        if counts.get(name) != value:
-            raise IndexFormatError(
-                f"{folder}: {value} {name} found but the manifest says {counts.get(name)}; rebuild the index"
-            )
+    _check_counts(folder, counts, actual)
     index.restore(documents, vectors, bm25)
     return index
 
@@ -357,14 +379,7 @@ def _write_part(index: FusionIndex, folder: Path) -> None:
 
 def _read_hierarchical_manifest(folder: Path, *, strict: bool = True) -> dict[str, Any] | None:
     path = folder / MANIFEST
-    if not folder.is_dir():
-        raise IndexFormatError(f"{folder} is not a folder; give the folder an index was saved to")
-    if not path.is_file():
-        raise IndexFormatError(f"{folder} is not a langchain-fusion index: {MANIFEST} is missing")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise IndexFormatError(f"{path} is not valid JSON ({exc}); the index is damaged, rebuild it") from None
+    manifest = _load_manifest(folder)
     if not isinstance(manifest, dict) or manifest.get("format") != HIERARCHICAL_FORMAT_NAME:
         if not strict:
             return None
@@ -374,12 +389,7 @@ def _read_hierarchical_manifest(folder: Path, *, strict: bool = True) -> dict[st
                 "(langchain-fusion index --summaries, or HierarchicalIndex.build)"
             )
         raise IndexFormatError(f"{path} is not a langchain-fusion manifest")
-    version = manifest.get("format_version")
-    if version != HIERARCHICAL_FORMAT_VERSION:
-        raise IndexFormatError(
-            f"{folder} uses hierarchical index format version {version!r}; this langchain-fusion "
-            f"({library_version()}) reads version {HIERARCHICAL_FORMAT_VERSION}. Rebuild the index with this version."
-        )
+    _check_format_version(folder, manifest, HIERARCHICAL_FORMAT_VERSION, "hierarchical index")
     return manifest
 
 
@@ -400,16 +410,9 @@ def load_hierarchical(folder: Path, embeddings: Embeddings | None = None) -> Hie
         if sub != name:
             raise IndexFormatError(f"{folder / MANIFEST} names an unexpected folder {sub!r} for the {name}")
         path = folder / sub / MANIFEST
-        if not path.is_file():
-            raise IndexFormatError(f"{path} is missing; the index is incomplete, rebuild it")
-        if _sha256(path) != checksum:
-            raise IndexFormatError(f"{path} does not match its checksum: the file is altered; rebuild the index")
+        _require_file(path)
+        _check_checksum(path, checksum)
     chunks = load_index(folder / CHUNKS_DIR, embeddings)
     summaries = load_index(folder / SUMMARIES_DIR, chunks.embeddings)
-    actual = {"chunks": len(chunks), "summaries": len(summaries)}
-    for name, value in actual.items():
-        if counts.get(name) != value:
-            raise IndexFormatError(
-                f"{folder}: {value} {name} found but the manifest says {counts.get(name)}; rebuild the index"
-            )
+    _check_counts(folder, counts, {"chunks": len(chunks), "summaries": len(summaries)})
     return HierarchicalIndex(chunks, summaries)

@@ -16,15 +16,13 @@ Both are ``BaseDocumentCompressor``s (for LangChain's ``ContextualCompressionRet
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import logging
 import math
 import re
 import threading
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+from collections.abc import Sequence
+from typing import Any, TypedDict
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForChainRun,
@@ -35,22 +33,17 @@ from langchain_core.callbacks import (
 )
 from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.messages import BaseMessage
-from langchain_core.prompts import BasePromptTemplate, ChatPromptTemplate
+from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda, RunnableSerializable
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import FusionError, InvalidParameterError
+from langchain_fusion.llm_calls import Prompt as Prompt  # re-exported: chains imports it from here
+from langchain_fusion.llm_calls import await_with_timeout, call_with_timeout, check_prompt
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-if TYPE_CHECKING:
-    Prompt = BasePromptTemplate[Any]
-else:  # pydantic validates fields against the plain class (a parametrised one rejects subclasses)
-    Prompt = BasePromptTemplate
 
 DEFAULT_RATING_PROMPT = ChatPromptTemplate.from_messages(
     [
@@ -222,36 +215,6 @@ def _normalized_fusion(scores: list[float | None]) -> list[float]:
     return [1.0 if high == low else (s - low) / (high - low) for s in known]
 
 
-def _call_with_timeout(fn: Callable[[], T], timeout: float, slots: threading.Semaphore) -> T:
-    """Run ``fn`` in a daemon thread; give up waiting after ``timeout`` seconds.
-
-    A sync call cannot be cancelled, so it finishes in the background; ``slots`` (one per
-    allowed concurrent call) is held until it does, so abandoned calls count toward the bound.
-    """
-    box: dict[str, Any] = {}
-    done = threading.Event()
-    context = contextvars.copy_context()
-
-    def target() -> None:
-        with slots:
-            if done.is_set():  # gave up while waiting for a slot
-                return
-            try:
-                box["value"] = context.run(fn)
-            except BaseException as exc:  # handed to the caller below
-                box["error"] = exc
-            finally:
-                done.set()
-
-    threading.Thread(target=target, name="langchain-fusion-rerank", daemon=True).start()
-    if not done.wait(timeout):
-        done.set()
-        raise TimeoutError(f"no answer within {timeout:g} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
-
-
 class BaseLLMReranker(BaseDocumentCompressor, RunnableSerializable[RerankInput, list[Document]]):
     """What the LLM rerankers share: the model, ``top_n``, the LCEL and compressor interfaces."""
 
@@ -343,15 +306,10 @@ class BaseLLMReranker(BaseDocumentCompressor, RunnableSerializable[RerankInput, 
         """One model call, given up on after ``timeout`` (``slots`` bounds abandoned calls too)."""
         if self.timeout is None:
             return chain.invoke(inputs, config)
-        return _call_with_timeout(lambda: chain.invoke(inputs, config), self.timeout, slots or threading.Semaphore(1))
+        return call_with_timeout(lambda: chain.invoke(inputs, config), self.timeout, slots or threading.Semaphore(1))
 
     async def _aask(self, chain: Runnable[dict[str, Any], Any], inputs: dict[str, Any], config: RunnableConfig) -> Any:
-        if self.timeout is None:
-            return await chain.ainvoke(inputs, config)
-        try:
-            return await asyncio.wait_for(chain.ainvoke(inputs, config), self.timeout)
-        except asyncio.TimeoutError:
-            raise TimeoutError(f"no answer within {self.timeout:g} s") from None
+        return await await_with_timeout(chain.ainvoke(inputs, config), self.timeout)
 
     @staticmethod
     def _copy(doc: Document, updates: dict[str, Any]) -> Document:
@@ -399,7 +357,7 @@ class LLMReranker(BaseLLMReranker):
     @field_validator("prompt")
     @classmethod
     def _valid_prompt(cls, prompt: Prompt) -> Prompt:
-        return _check_prompt(prompt, {"query", "document"})
+        return check_prompt(prompt, {"query", "document"})
 
     def _rater(self) -> RunnableLambda[dict[str, Any], int]:
         chain = self._answering(RelevanceRating, self.prompt)
@@ -493,7 +451,7 @@ class LLMListwiseReranker(BaseLLMReranker):
     @field_validator("prompt")
     @classmethod
     def _valid_prompt(cls, prompt: Prompt) -> Prompt:
-        return _check_prompt(prompt, {"query", "documents"})
+        return check_prompt(prompt, {"query", "documents"})
 
     def _request(self, documents: list[Document], query: str) -> tuple[dict[str, Any], list[str]]:
         texts = list(dict.fromkeys(doc.page_content for doc in documents))  # identical texts listed once
@@ -538,15 +496,6 @@ class LLMListwiseReranker(BaseLLMReranker):
         )
         kept = order if top_n is None else order[:top_n]
         return [self._copy(documents[p], {keys.RERANK_RANK: rank_of.get(documents[p].page_content)}) for p in kept]
-
-
-def _check_prompt(prompt: Prompt, needed: set[str]) -> Prompt:
-    variables = set(prompt.input_variables)
-    if variables != needed:
-        raise InvalidParameterError(
-            f"the prompt must take exactly the variables {sorted(needed)}; it takes {sorted(variables)}"
-        )
-    return prompt
 
 
 class RerankRetriever(BaseRetriever):

@@ -26,7 +26,7 @@ from langchain_fusion import (
     split_documents,
 )
 from langchain_fusion import metadata as keys
-from langchain_fusion.context_window import merge_chunks
+from langchain_fusion.ingest import merge_chunks
 from tests.conftest import ANIMALS, HashingEmbeddings
 
 WORDS = [
