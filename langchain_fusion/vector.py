@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +131,7 @@ class VectorIndex:
     def scores_all(self, query: FloatMatrix) -> NDArray[np.float32]:
         """Exact similarity of the query to every row."""
         if self.is_exact:
-            return np.asarray(self._flat_view() @ query[0], dtype=np.float32)
+            return _inner_products(self._flat_view(), np.ascontiguousarray(query[0], dtype=np.float32))
         return np.asarray(self.vectors(np.arange(len(self), dtype=np.int64)) @ query[0], dtype=np.float32)
 
     def scores_for(self, query: FloatMatrix, rows: NDArray[np.int64]) -> NDArray[np.float32]:
@@ -192,6 +195,47 @@ class VectorIndex:
         index._apply_search_params(index._index)
         _enable_reconstruction(index._index)
         return index
+
+
+_PARALLEL_MIN_ROWS = 32_768
+"""Below this many rows a scan is too short to gain from a second thread."""
+
+_scan_pool: ThreadPoolExecutor | None = None
+
+
+def _inner_products(matrix: FloatMatrix, vector: NDArray[np.float32]) -> NDArray[np.float32]:
+    """``matrix @ vector`` with FAISS's SIMD kernel, split over threads for large matrices.
+
+    A flat scan is bound by memory bandwidth. BLAS's own threads busy-wait for each other and
+    stall for milliseconds when another process holds a core, so the scan uses FAISS's
+    single-threaded kernel (which releases the GIL) on contiguous row blocks instead.
+    """
+    global _scan_pool
+    rows, dimension = matrix.shape
+    out = np.empty(rows, dtype=np.float32)
+
+    def scan(start: int, stop: int) -> None:
+        if stop > start:
+            faiss.fvec_inner_products_ny(
+                faiss.swig_ptr(out[start:stop]),
+                faiss.swig_ptr(vector),
+                faiss.swig_ptr(matrix[start:stop]),
+                dimension,
+                stop - start,
+            )
+
+    workers = min(os.cpu_count() or 1, 4)
+    if rows < _PARALLEL_MIN_ROWS or workers < 2:
+        scan(0, rows)
+        return out
+    if _scan_pool is None:
+        _scan_pool = ThreadPoolExecutor(max_workers=workers - 1, thread_name_prefix="langchain-fusion-scan")
+    blocks = list(itertools.pairwise(int(b) for b in np.linspace(0, rows, workers + 1)))
+    futures = [_scan_pool.submit(scan, start, stop) for start, stop in blocks[1:]]
+    scan(*blocks[0])
+    for future in futures:
+        future.result()
+    return out
 
 
 def _min_training_size(index: Any) -> int:

@@ -123,3 +123,18 @@ class TestFusionIndex:
     def test_ivf_needs_enough_training_vectors(self, animal_docs: list[Document], embeddings) -> None:  # type: ignore[no-untyped-def]
         with pytest.raises(FusionError, match="must be trained on at least 64 vectors"):
             FusionIndex.from_documents(animal_docs, embeddings, vector_index="IVF64,Flat")
+
+
+class TestFlatScan:
+    """The exact scan (FAISS kernel, split over threads for large matrices) equals NumPy."""
+
+    @pytest.mark.parametrize("rows", [1, 7, 32_767, 32_768, 50_001])
+    def test_scores_all_match_numpy(self, rows: int) -> None:
+        from langchain_fusion.vector import VectorIndex, normalize_rows
+
+        rng = np.random.default_rng(rows)
+        vectors = normalize_rows(rng.standard_normal((rows, 24)), 24)
+        index = VectorIndex(24)
+        index.add(vectors)
+        query = normalize_rows(rng.standard_normal((1, 24)), 24)
+        np.testing.assert_allclose(index.scores_all(query), vectors @ query[0], atol=1e-5)
