@@ -30,6 +30,12 @@ DEFAULT_K_SUMMARIES = 3
 DEFAULT_SUMMARY_WEIGHT = 0.5
 DEFAULT_LLM_CONCURRENCY = 8
 LLM_CACHE_SUFFIX = ".llm-cache"
+# The serve defaults, the same as langchain_fusion.server's (not imported here: it needs the server extra).
+SERVE_HOST = "127.0.0.1"
+SERVE_PORT = 8000
+SERVE_MAX_K = 100
+SERVE_MAX_QUERY_CHARS = 2000
+SERVE_MAX_BATCH_SIZE = 32
 
 
 class UserError(Exception):
@@ -56,6 +62,10 @@ def _alpha(value: str) -> float:
 
 def _non_negative_int(value: str) -> int:
     return int(_parse(value, int, lambda n: n >= 0, "a non-negative integer"))
+
+
+def _port(value: str) -> int:
+    return int(_parse(value, int, lambda n: 0 <= n <= 65535, "a TCP port from 0 to 65535 (0: any free port)"))
 
 
 def _fetch_k(value: str) -> int | None:
@@ -174,7 +184,95 @@ def build_parser() -> argparse.ArgumentParser:
     from langchain_fusion.evaluation.command import add_eval_parser
 
     add_eval_parser(commands, _fetch_k)
+    _add_serve_parser(commands)
     return parser
+
+
+def _add_serve_parser(commands: Any) -> None:
+    """The ``serve`` subcommand (its defaults mirror ``langchain_fusion.server``, which needs the server extra)."""
+    from langchain_fusion.llm import OPENAI_DEFAULT_CHAT_MODEL
+
+    serve = commands.add_parser(
+        "serve",
+        help="serve a saved index over HTTP with LangServe: the retriever, the RAG chain and a playground",
+        description="Load a saved index once and serve it with LangServe and uvicorn: the fusion retriever at "
+        "/retriever (invoke, batch, stream, playground), the RAG chain at /rag when a chat model is available, "
+        "and GET /health with the index manifest. Requests may set k, alpha and method through LangServe's "
+        "configurable fields, within the limits below. There is no authentication: keep the default host "
+        "unless the network in front of it is trusted. Needs the server extra: "
+        "pip install 'langchain-fusion[server]'. Stop it with Ctrl-C.",
+    )
+    serve.add_argument("index_dir", metavar="DIR", help="an index folder made by 'langchain-fusion index'")
+    serve.add_argument(
+        "--host",
+        default=SERVE_HOST,
+        help="address to listen on (default: %(default)s, this machine only; 0.0.0.0 exposes the server to the "
+        "network)",
+    )
+    serve.add_argument(
+        "--port", type=_port, default=SERVE_PORT, help="TCP port (default: %(default)s; 0 picks a free port)"
+    )
+    serve.add_argument(
+        "--llm",
+        metavar="PROVIDER:MODEL",
+        help="chat model of /rag: 'openai' or 'openai:MODEL' (needs OPENAI_API_KEY), or any 'PROVIDER:MODEL' "
+        f"that LangChain's init_chat_model knows. Default: openai:{OPENAI_DEFAULT_CHAT_MODEL} when "
+        "OPENAI_API_KEY is set; otherwise only /retriever is served",
+    )
+    serve.add_argument(
+        "--embeddings",
+        metavar="SPEC",
+        help="embedding model; default: the one recorded in the index (must match it)",
+    )
+    serve.add_argument(
+        "-k",
+        type=_positive_int,
+        default=DEFAULT_K,
+        help="documents per query unless a request sets k (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--alpha",
+        type=_alpha,
+        default=0.5,
+        help="default weight of the vector side, 1-alpha of BM25 (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--method", choices=FUSION_METHODS, default="weighted", help="default fusion method (default: %(default)s)"
+    )
+    serve.add_argument(
+        "--fetch-k",
+        type=_fetch_k,
+        default=100,
+        metavar="N",
+        help="candidates per side before fusion, or 'all' (default: %(default)s; not settable per request)",
+    )
+    serve.add_argument(
+        "--max-k",
+        type=_positive_int,
+        default=SERVE_MAX_K,
+        metavar="N",
+        help="largest k a request may ask for (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--max-query-chars",
+        type=_positive_int,
+        default=SERVE_MAX_QUERY_CHARS,
+        metavar="N",
+        help="longest query or question accepted, in characters (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--max-batch-size",
+        type=_positive_int,
+        default=SERVE_MAX_BATCH_SIZE,
+        metavar="N",
+        help="most inputs in one /batch request (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--log-level",
+        choices=("critical", "error", "warning", "info", "debug"),
+        default="info",
+        help="uvicorn's log level (default: %(default)s)",
+    )
 
 
 def _add_search_options(sub: argparse.ArgumentParser, results: str) -> None:
@@ -558,13 +656,72 @@ def run_ask(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_serve(args: argparse.Namespace) -> int:
+    """Serve a saved index with LangServe and uvicorn until interrupted."""
+    from langchain_fusion import server  # MissingDependencyError without the server extra
+    from langchain_fusion.embeddings import resolve_embeddings
+
+    if args.k > args.max_k:
+        raise UserError(f"-k {args.k} is more than --max-k {args.max_k}: raise --max-k or lower -k")
+    try:  # the port first: a busy one fails in a second, not after loading the index
+        sock = server.bind_socket(args.host, args.port)
+    except OSError as exc:
+        raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    try:
+        embeddings = resolve_embeddings(args.embeddings) if args.embeddings else None
+        with _quiet_logger("langchain_fusion.server"):  # its start-up lines are printed below instead
+            app = server.create_app(
+                args.index_dir,
+                embeddings=embeddings,
+                llm=args.llm,
+                k=args.k,
+                alpha=args.alpha,
+                method=args.method,
+                fetch_k=args.fetch_k,
+                k_summaries=min(DEFAULT_K_SUMMARIES, args.max_k),  # used by hierarchical folders
+                max_k=args.max_k,
+                max_query_chars=args.max_query_chars,
+                max_batch_size=args.max_batch_size,
+            )
+        status = app.state.langchain_fusion
+        index, rag, url = status["index"], status["rag"], server.url_of(sock)
+        what = f"{index['documents']} chunks" + (
+            f" and {index['summaries']} summaries" if index["kind"] == "hierarchical" else ""
+        )
+        lines = [
+            f"serving {args.index_dir} ({what}, {index['embeddings']}) at {url}",
+            f"retriever: {url}{server.RETRIEVER_PATH}/ (playground: {url}{server.RETRIEVER_PATH}/playground/); "
+            f"health: {url}{server.HEALTH_PATH}",
+        ]
+        if rag["enabled"]:
+            lines.append(f"RAG chain with {rag['chat_model']}: {url}{server.RAG_PATH}/")
+        else:
+            lines.append(f"no chat model, so /rag is not served: {rag['reason']}")
+        if not server.is_loopback(args.host):
+            lines.append(
+                f"warning: listening on {args.host} makes the server reachable from other machines; "
+                "it has no authentication"
+            )
+        for line in lines:
+            print(f"langchain-fusion: {line}", file=sys.stderr, flush=True)
+        try:
+            server.serve(app, sock=sock, log_level=args.log_level)
+        except KeyboardInterrupt:  # uvicorn shut down cleanly, then re-raised the Ctrl-C
+            print("langchain-fusion: stopped", file=sys.stderr)
+    finally:
+        sock.close()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     from langchain_fusion.evaluation.command import run_eval
 
-    handler = {"index": run_index, "query": run_query, "ask": run_ask, "eval": run_eval}[args.command]
+    handler = {"index": run_index, "query": run_query, "ask": run_ask, "eval": run_eval, "serve": run_serve}[
+        args.command
+    ]
     try:
         return handler(args)
     except (UserError, FusionError, ValidationError) as exc:

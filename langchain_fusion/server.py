@@ -1,0 +1,596 @@
+"""Serving a fusion index over HTTP with LangServe: the retriever, the RAG chain and a health check.
+
+Needs the ``server`` extra (``pip install "langchain-fusion[server]"``); this is the only module
+that imports LangServe, FastAPI and uvicorn. LangServe is in maintenance mode upstream (bug fixes
+only) but works with langchain-core 1.x::
+
+    from langchain_fusion.server import create_app
+
+    app = create_app("arden-index")     # run with `uvicorn module:app`, or `langchain-fusion serve arden-index`
+
+:func:`create_app` loads the index once and serves, with LangServe's ``add_routes``:
+
+- ``/retriever/invoke``, ``/batch``, ``/stream``, ``/stream_log``, ``/playground/`` and the input,
+  output and config schemas: the fusion retriever (for a folder saved with page summaries, the
+  hierarchical retriever). The input is the query string; the output is the documents with
+  their score provenance.
+- ``/rag/...``: the RAG chain of :func:`~langchain_fusion.chains.build_rag_chain`, from a question
+  to ``{"answer", "sources"}``, when a chat model is available.
+- ``GET /health``: the index (kind, counts, embeddings, the saved manifest), whether ``/rag`` is
+  served (and if not, why), the defaults and the limits.
+
+``k``, ``alpha`` and ``method`` (and ``k_summaries`` on a hierarchical index) can be set per request
+through LangServe's configurable fields: ``{"input": "...", "config": {"configurable": {"k": 8}}}``.
+
+Safety: the server serves the one index given at start-up and never opens a path taken from a
+request (nothing in a request can name a file: the configurable fields are numbers and a fusion
+method). Requests are bounded, with 4xx answers that say what was wrong: the query length
+(``max_query_chars``), ``k`` (``max_k``), the inputs of a batch (``max_batch_size``) and the
+body size (``max_request_bytes``, 413). There is no authentication: :func:`serve` and the
+``serve`` command bind to 127.0.0.1 unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib
+import ipaddress
+import json
+import logging
+import math
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.runnables import ConfigurableField, Runnable
+from pydantic import Field, StringConstraints, TypeAdapter, ValidationError
+
+from langchain_fusion.errors import InvalidParameterError, MissingCredentialsError, MissingDependencyError
+from langchain_fusion.fusion import FusionMethod, check_alpha, check_method
+from langchain_fusion.hierarchical import HierarchicalIndex
+from langchain_fusion.index import FusionIndex
+from langchain_fusion.persistence import MANIFEST, index_kind, library_version
+
+try:
+    import uvicorn
+    from fastapi import Depends, FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from langserve import add_routes
+    from langserve.server import EndpointName
+    from starlette.responses import JSONResponse
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise MissingDependencyError(
+        f"serving needs the 'server' extra ({exc.name} is missing): pip install 'langchain-fusion[server]'"
+    ) from None
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"
+"""Where :func:`serve` and ``langchain-fusion serve`` listen by default: this machine only."""
+DEFAULT_PORT = 8000
+"""The default TCP port."""
+DEFAULT_MAX_QUERY_CHARS = 2000
+"""Longest query (or question) accepted, in characters."""
+DEFAULT_MAX_K = 100
+"""Largest ``k`` (and ``k_summaries``) a request may ask for."""
+DEFAULT_MAX_BATCH_SIZE = 32
+"""Most inputs in one ``/batch`` request."""
+DEFAULT_MAX_REQUEST_BYTES = 1_000_000
+"""Largest request body, in bytes (413 above it)."""
+
+RETRIEVER_PATH = "/retriever"
+"""Where the retriever is served."""
+RAG_PATH = "/rag"
+"""Where the RAG chain is served (when there is a chat model)."""
+HEALTH_PATH = "/health"
+"""The health endpoint."""
+
+ENDPOINTS: Sequence[EndpointName] = (
+    "invoke",
+    "batch",
+    "stream",
+    "stream_log",  # the playground streams through it
+    "playground",
+    "input_schema",
+    "output_schema",
+    "config_schema",
+    "config_hashes",  # the playground's shareable /c/<config>/ links; bounded like the rest
+)
+"""The LangServe endpoints served for each runnable (not ``stream_events`` or feedback)."""
+
+ServedIndex = FusionIndex | HierarchicalIndex
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The bounds every request is checked against (4xx answers beyond them)."""
+
+    max_query_chars: int = DEFAULT_MAX_QUERY_CHARS
+    """Longest query (or question), in characters; longer ones get 422."""
+    max_k: int = DEFAULT_MAX_K
+    """Largest ``k`` (and ``k_summaries``) through the configurable fields; larger ones get 422."""
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
+    """Most inputs in one ``/batch`` request; more get 422."""
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    """Largest request body in bytes; larger ones get 413 before anything is parsed."""
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidParameterError(f"{name} must be a positive integer; got {value!r}")
+
+
+def query_type(max_chars: int) -> Any:
+    """The served input type: a non-empty string of at most ``max_chars`` characters."""
+    return Annotated[str, StringConstraints(min_length=1, max_length=max_chars)]
+
+
+def _configurable_annotations(limits: Limits, hierarchical: bool) -> dict[str, Any]:
+    """The type (with bounds) of each field a request may configure."""
+    bounded_k = Annotated[int, Field(ge=1, le=limits.max_k)]
+    annotations: dict[str, Any] = {
+        "k": bounded_k,
+        "alpha": Annotated[float, Field(ge=0.0, le=1.0)],
+        "method": FusionMethod,
+    }
+    if hierarchical:
+        annotations["k_summaries"] = bounded_k
+    return annotations
+
+
+_DESCRIPTIONS = {
+    "k": "How many documents to return (1 to {max_k}).",
+    "alpha": "Weight of the vector side, between 0 and 1; 1 - alpha is the weight of BM25.",
+    "method": "Fusion method: weighted (min-max), zscore or rrf.",
+    "k_summaries": "How many page summaries to select before searching their chunks (1 to {max_k}).",
+}
+
+
+def _configurable_retriever(
+    served: ServedIndex, limits: Limits, defaults: dict[str, Any]
+) -> Runnable[str, list[Document]]:
+    """The retriever with its per-request fields exposed as LangServe configurable fields."""
+    hierarchical = isinstance(served, HierarchicalIndex)
+    base = served.as_retriever(**defaults)
+    fields = {
+        name: ConfigurableField(
+            id=name,
+            name=name,
+            description=_DESCRIPTIONS[name].format(max_k=limits.max_k),
+            annotation=annotation,
+        )
+        for name, annotation in _configurable_annotations(limits, hierarchical).items()
+    }
+    configurable = base.configurable_fields(**fields)
+    configurable.name = "HierarchicalRetriever" if hierarchical else "FusionRetriever"
+    return configurable
+
+
+class _RequestGuard:
+    """Checks what LangServe's input schema cannot: configurable bounds, batch size and batch inputs."""
+
+    def __init__(self, limits: Limits, hierarchical: bool) -> None:
+        self.limits = limits
+        self.query: TypeAdapter[str] = TypeAdapter(query_type(limits.max_query_chars))
+        self.fields = {
+            name: TypeAdapter(annotation)
+            for name, annotation in _configurable_annotations(limits, hierarchical).items()
+        }
+
+    async def check_config(self, config: dict[str, Any], request: Request) -> dict[str, Any]:
+        """LangServe's per-request config modifier: configured values outside their bounds get 422.
+
+        It sees the merged configuration (request body and ``/c/<config hash>/`` path) of every
+        invoke, batch, stream and stream_log request. LangServe checks the types but drops the
+        bounds of the configurable fields, so ``k`` could otherwise be anything.
+        """
+        values = config.get("configurable") or {}
+        errors: list[dict[str, Any]] = []
+        checked = dict(values)
+        for name, value in values.items():
+            adapter = self.fields.get(name)
+            if adapter is None:
+                continue
+            try:
+                checked[name] = adapter.validate_python(value)
+            except ValidationError as exc:
+                errors.extend(_located(exc, "config", "configurable", name))
+        if errors:
+            raise RequestValidationError(errors)
+        return {**config, "configurable": checked} if values else config
+
+    async def check_batch(self, request: Request) -> None:
+        """A route dependency: a ``/batch`` body holds at most ``max_batch_size`` valid queries (else 422).
+
+        LangServe would validate batch inputs only after accepting the request, and answer a bad
+        one with a 500; other malformed bodies are left to LangServe, which answers 422.
+        """
+        if request.method != "POST" or not request.url.path.endswith("/batch"):
+            return
+        try:
+            body = await request.json()  # Starlette keeps it: the endpoint does not parse it again
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return
+        if not isinstance(body, dict) or "inputs" not in body:
+            return
+        inputs = body["inputs"]
+        if not isinstance(inputs, list):  # LangServe would run each character of a string as a query
+            raise RequestValidationError(
+                [
+                    {
+                        "type": "list_type",
+                        "loc": ("body", "inputs"),
+                        "msg": "inputs must be a list of queries",
+                        "input": None,
+                    }
+                ]
+            )
+        if len(inputs) > self.limits.max_batch_size:
+            raise RequestValidationError(
+                [
+                    {
+                        "type": "too_long",
+                        "loc": ("body", "inputs"),
+                        "msg": f"a batch holds at most {self.limits.max_batch_size} inputs; got {len(inputs)}",
+                        "input": None,
+                    }
+                ]
+            )
+        errors: list[dict[str, Any]] = []
+        for position, item in enumerate(inputs):
+            try:
+                self.query.validate_python(item)
+            except ValidationError as exc:
+                errors.extend(_located(exc, "body", "inputs", position))
+        if errors:
+            raise RequestValidationError(errors)
+
+
+def _located(exc: ValidationError, *prefix: str | int) -> list[dict[str, Any]]:
+    """Pydantic errors as FastAPI reports them, located in the request body."""
+    return [
+        {**error, "loc": (*prefix, *error["loc"])} for error in exc.errors(include_url=False, include_context=False)
+    ]
+
+
+class _NonFiniteNumber(ValueError):
+    """A JSON body holds NaN or an infinite number."""
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise _NonFiniteNumber(text)
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise _NonFiniteNumber(name)
+
+
+class _RequestBody:
+    """ASGI middleware: 413 for a body above ``max_bytes``, before any of it is parsed; 422 for bad JSON.
+
+    Bad JSON is what Python's parser accepts but would fail later (see :func:`_json_problem`).
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            await self._too_large(scope, receive, send)
+            return
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            body += message.get("body", b"")
+            if len(body) > self.max_bytes:
+                await self._too_large(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+        problem = _json_problem(bytes(body))
+        if problem is not None:
+            error = {"type": "json_invalid", "loc": ["body"], "msg": problem}
+            await JSONResponse({"detail": [error]}, status_code=422)(scope, receive, send)
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()  # e.g. a streaming response waiting for the client to disconnect
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = JSONResponse(
+            {"detail": f"the request body is larger than the limit of {self.max_bytes} bytes"}, status_code=413
+        )
+        await response(scope, receive, send)
+
+
+def _fresh_stream_exit_event() -> None:
+    """Forget sse-starlette's process-wide exit event at start-up, so that streaming works on this event loop.
+
+    sse-starlette 1.x (what LangServe 0.3 uses) creates one ``anyio.Event`` per process, bound to the
+    event loop of the first streamed response; streams on any later loop (a second test client, an
+    app served again in the same process or notebook) then fail. Each start-up gets a fresh one.
+    """
+    try:
+        sse = importlib.import_module("sse_starlette.sse")
+    except ImportError:  # pragma: no cover - LangServe's server extra brings it
+        return
+    status = getattr(sse, "AppStatus", None)
+    if status is not None and hasattr(status, "should_exit_event"):
+        status.should_exit_event = None
+
+
+def _json_problem(body: bytes) -> str | None:
+    r"""What is wrong with a body that LangServe would not answer with a 4xx, if anything.
+
+    Python's parser accepts NaN, Infinity, numbers out of range and unpaired surrogates (``\ud800``),
+    guesses UTF-16 and UTF-32 from the first bytes, and fails on deep nesting with a RecursionError;
+    LangServe fails on ``"config": null``. Each would become a 500 further on. Bodies that are not
+    JSON at all are left to LangServe, which answers 422.
+    """
+    if not body:
+        return None
+    try:
+        value = json.loads(body.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeDecodeError:
+        return "the body is not UTF-8 text"
+    except _NonFiniteNumber:
+        return "NaN and Infinity are not JSON numbers"
+    except UnicodeEncodeError:
+        return "the body holds an unpaired surrogate escape (\\ud800 to \\udfff), which is not text"
+    except RecursionError:
+        return "the body is nested too deeply"
+    except ValueError:
+        return None
+    if isinstance(value, dict) and "config" in value and value["config"] is None:
+        return "config must be an object (or, for /batch, a list of objects) when given"
+    return None
+
+
+def _resolve_llm(llm: Runnable[Any, Any] | str | None) -> tuple[Runnable[Any, Any] | None, str | None]:
+    """The chat model for ``/rag``, or None and the reason there is none."""
+    from langchain_fusion.llm import default_chat_model, resolve_chat_model
+
+    if isinstance(llm, str):
+        return resolve_chat_model(llm), None  # asked for explicitly: any failure is the caller's error
+    if llm is not None:
+        return llm, None
+    try:
+        return default_chat_model(), None
+    except MissingCredentialsError as exc:
+        return None, str(exc)
+
+
+def load_served_index(
+    folder: str | os.PathLike[str], embeddings: Embeddings | None = None
+) -> tuple[ServedIndex, dict[str, Any]]:
+    """Load a saved index folder (plain or hierarchical) and its manifest, verifying both."""
+    path = Path(folder).expanduser()
+    served: ServedIndex
+    if index_kind(path) == "hierarchical":
+        served = HierarchicalIndex.load(path, embeddings)
+    else:
+        served = FusionIndex.load(path, embeddings)
+    manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    return served, manifest
+
+
+def _check_k(name: str, value: Any, limits: Limits) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limits.max_k:
+        raise InvalidParameterError(f"{name} must be an integer from 1 to max_k ({limits.max_k}); got {value!r}")
+    return value
+
+
+def create_app(
+    index: str | os.PathLike[str] | FusionIndex | HierarchicalIndex,
+    *,
+    embeddings: Embeddings | None = None,
+    llm: Runnable[Any, Any] | str | None = None,
+    k: int = 4,
+    alpha: float = 0.5,
+    method: FusionMethod = "weighted",
+    fetch_k: int | None = 100,
+    k_summaries: int = 3,
+    max_query_chars: int = DEFAULT_MAX_QUERY_CHARS,
+    max_k: int = DEFAULT_MAX_K,
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    title: str = "langchain-fusion",
+) -> FastAPI:
+    """A FastAPI app serving one index's retriever and RAG chain with LangServe, and ``/health``.
+
+    Args:
+        index: a saved index folder (plain, or hierarchical: saved with page summaries), loaded
+            and verified now, once; or an already loaded :class:`~langchain_fusion.index.FusionIndex`
+            or :class:`~langchain_fusion.hierarchical.HierarchicalIndex`.
+        embeddings: the embeddings to load a folder with; default: the model named in its manifest.
+        llm: the chat model of ``/rag``: a chat model (or any Runnable from a prompt), or a spec
+            such as ``"openai:gpt-4o-mini"`` or ``"anthropic:claude-sonnet-4-5"`` (see
+            :func:`~langchain_fusion.llm.resolve_chat_model`; an error if it cannot be built).
+            Default: OpenAI ``gpt-4o-mini`` when ``OPENAI_API_KEY`` is set; otherwise only the
+            retriever is served, which ``/health`` and a log line say.
+        k: documents per query unless a request configures another ``k``.
+        alpha: the default weight of the vector side.
+        method: the default fusion method.
+        fetch_k: candidates per side before fusion (None: the whole corpus); not configurable
+            per request.
+        k_summaries: summaries selected per query on a hierarchical index (default of its
+            configurable field).
+        max_query_chars: longest query accepted (422 beyond).
+        max_k: largest ``k`` (and ``k_summaries``) a request may configure (422 beyond).
+        max_batch_size: most inputs in one ``/batch`` request (422 beyond).
+        max_request_bytes: largest request body (413 beyond).
+        title: the app's title in its OpenAPI page.
+
+    Raises:
+        FusionError: the folder is not a valid index, a parameter is out of range, or the chat
+            model asked for cannot be built.
+    """
+    limits = Limits(max_query_chars, max_k, max_batch_size, max_request_bytes)
+    defaults: dict[str, Any] = {"k": k, "alpha": check_alpha(alpha), "method": check_method(method), "fetch_k": fetch_k}
+    _check_k("k", k, limits)
+    if fetch_k is not None and (isinstance(fetch_k, bool) or not isinstance(fetch_k, int) or fetch_k < 1):
+        raise InvalidParameterError(
+            f"fetch_k must be a positive integer, or None for the whole corpus; got {fetch_k!r}"
+        )
+
+    chat_model, no_rag_reason = _resolve_llm(llm)  # before loading: a bad model spec fails fast
+    manifest: dict[str, Any] | None = None
+    if isinstance(index, (FusionIndex, HierarchicalIndex)):
+        served: ServedIndex = index
+    else:
+        served, manifest = load_served_index(index, embeddings)
+    hierarchical = isinstance(served, HierarchicalIndex)
+    if hierarchical:
+        defaults["k_summaries"] = _check_k("k_summaries", k_summaries, limits)
+
+    query = query_type(limits.max_query_chars)
+    retriever = _configurable_retriever(served, limits, defaults)
+    guard = _RequestGuard(limits, hierarchical)
+    app = FastAPI(
+        title=title,
+        version=library_version(),
+        description="Hybrid (FAISS vector + BM25 keyword) retrieval served with LangServe.",
+    )
+    app.add_middleware(_RequestBody, max_bytes=limits.max_request_bytes)
+    app.router.on_startup.append(_fresh_stream_exit_event)
+    routes: dict[str, Any] = {
+        "enabled_endpoints": ENDPOINTS,
+        "per_req_config_modifier": guard.check_config,
+        "dependencies": [Depends(guard.check_batch)],
+    }
+    add_routes(app, retriever.with_types(input_type=query), path=RETRIEVER_PATH, **routes)
+    if chat_model is not None:
+        from langchain_fusion.chains import build_rag_chain
+        from langchain_fusion.llm_calls import chat_model_id
+
+        chain = build_rag_chain(retriever, chat_model).with_types(input_type=query)
+        add_routes(app, chain, path=RAG_PATH, **routes)
+
+    chunks = served.chunks if isinstance(served, HierarchicalIndex) else served
+    status: dict[str, Any] = {
+        "status": "ok",
+        "library_version": library_version(),
+        "index": {
+            "kind": "hierarchical" if hierarchical else "index",
+            "documents": len(chunks),
+            **({"summaries": len(served.summaries)} if isinstance(served, HierarchicalIndex) else {}),
+            "embeddings": chunks.embeddings_id,
+            "dimension": chunks.dimension,
+            "manifest": manifest,
+        },
+        "routes": {"retriever": RETRIEVER_PATH, "rag": RAG_PATH if chat_model is not None else None},
+        "rag": {
+            "enabled": chat_model is not None,
+            "chat_model": chat_model_id(chat_model) if chat_model is not None else None,
+            "reason": no_rag_reason,
+        },
+        "defaults": defaults,
+        "limits": asdict(limits),
+    }
+    app.state.langchain_fusion = status
+
+    @app.get(HEALTH_PATH, tags=["health"], summary="The served index, its manifest, the chat model and the limits")
+    async def health() -> dict[str, Any]:
+        return status
+
+    what = f"{len(chunks)} chunks"
+    if isinstance(served, HierarchicalIndex):
+        what += f" and {len(served.summaries)} summaries"
+    logger.info("serving %s (%s) at %s", what, chunks.embeddings_id, RETRIEVER_PATH)
+    if chat_model is None:
+        logger.warning("no chat model, so only %s is served (not %s): %s", RETRIEVER_PATH, RAG_PATH, no_rag_reason)
+    else:
+        logger.info("RAG chain with %s at %s", status["rag"]["chat_model"], RAG_PATH)
+    return app
+
+
+# --- running it ---------------------------------------------------------------------------------
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine only (``localhost`` or a loopback address)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def bind_socket(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (port 0: a free one), for :func:`serve`; OSError if it cannot bind."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    """``http://HOST:PORT`` of a bound socket."""
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def serve(
+    app: FastAPI,
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    sock: socket.socket | None = None,
+    log_level: str = "info",
+) -> None:
+    """Run ``app`` with uvicorn until interrupted (Ctrl-C); on ``sock`` if given, else on ``host:port``."""
+    bound = sock if sock is not None else bind_socket(host, port)
+    try:
+        uvicorn.Server(uvicorn.Config(app, log_level=log_level)).run(sockets=[bound])
+    finally:
+        if sock is None:
+            bound.close()
+
+
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_MAX_BATCH_SIZE",
+    "DEFAULT_MAX_K",
+    "DEFAULT_MAX_QUERY_CHARS",
+    "DEFAULT_MAX_REQUEST_BYTES",
+    "DEFAULT_PORT",
+    "Limits",
+    "bind_socket",
+    "create_app",
+    "is_loopback",
+    "load_served_index",
+    "query_type",
+    "serve",
+    "url_of",
+]

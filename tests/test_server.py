@@ -1,0 +1,820 @@
+"""Serving with LangServe: create_app's routes, bounds and health; a real uvicorn round trip; ``serve``."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from langchain_core.documents import Document
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from langserve import RemoteRunnable
+from langserve.lzstring import LZString
+
+from langchain_fusion import FusionError, FusionIndex, HierarchicalIndex, IndexFormatError, LocalEmbeddings
+from langchain_fusion import metadata as keys
+from langchain_fusion.cli import main
+from langchain_fusion.errors import InvalidParameterError
+from langchain_fusion.server import (
+    DEFAULT_MAX_BATCH_SIZE,
+    DEFAULT_MAX_K,
+    DEFAULT_MAX_QUERY_CHARS,
+    bind_socket,
+    create_app,
+    is_loopback,
+    url_of,
+)
+from tests.conftest import ANIMALS, DATA, HashingEmbeddings
+
+ANSWER = "Cats purr when they are content [1]."
+ERROR_PREFIX = "langchain-fusion: error: "
+SCORE_KEYS = ("fusion_score", "vector_score", "bm25_score", "vector_rank", "bm25_rank")
+
+
+def _docs() -> list[Document]:
+    return [Document(page_content=text, metadata={keys.SOURCE: f"doc{i}.txt"}) for i, text in enumerate(ANIMALS)]
+
+
+def fake_llm() -> FakeListChatModel:
+    """Answers every question with ANSWER (streamed character by character)."""
+    return FakeListChatModel(responses=[ANSWER])
+
+
+@pytest.fixture(scope="module")
+def index() -> FusionIndex:
+    return FusionIndex.from_documents(_docs(), HashingEmbeddings())
+
+
+@pytest.fixture(scope="module")
+def saved(index: FusionIndex, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return index.save(tmp_path_factory.mktemp("server") / "animals-index")
+
+
+@pytest.fixture(scope="module")
+def client(index: FusionIndex) -> Iterator[TestClient]:
+    """An app over the in-memory index with a fake chat model; one event loop for all its requests."""
+    with TestClient(create_app(index, llm=fake_llm())) as test_client:
+        yield test_client
+
+
+@pytest.fixture(autouse=True)
+def fresh_stream_exit_event() -> None:
+    """sse-starlette 1.x binds one process-wide event to the first loop that streams; tests use several loops.
+
+    (create_app resets it at each start-up, which covers loops that run one after another; the
+    module's long-lived client overlaps with others, so every test starts afresh too.)
+    """
+    from sse_starlette.sse import AppStatus
+
+    AppStatus.should_exit_event = None
+
+
+@pytest.fixture
+def no_openai_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "placeholder")  # so that undo also removes a key loaded from .env
+    monkeypatch.delenv("OPENAI_API_KEY")
+    monkeypatch.chdir(tmp_path)  # no .env file can be found from here
+
+
+@pytest.fixture
+def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HTTP clients talk to 127.0.0.1 directly, whatever proxy the environment names."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+
+
+def _expected(index: FusionIndex, query: str, **options: Any) -> list[Document]:
+    return index.as_retriever().invoke(query, **options)
+
+
+def _as_docs(output: list[dict[str, Any]]) -> list[Document]:
+    """Documents from LangServe's JSON serialisation of a list of Documents."""
+    return [Document(id=d["id"], page_content=d["page_content"], metadata=d["metadata"]) for d in output]
+
+
+def _same(actual: list[Document], expected: list[Document]) -> None:
+    assert [d.id for d in actual] == [d.id for d in expected]
+    assert [d.page_content for d in actual] == [d.page_content for d in expected]
+    for got, want in zip(actual, expected, strict=True):
+        for key in SCORE_KEYS:
+            assert got.metadata[key] == pytest.approx(want.metadata[key]), key
+
+
+def _sse_events(text: str) -> list[tuple[str, str]]:
+    """(event, data) pairs of a server-sent events body."""
+    events = []
+    for block in text.replace("\r\n", "\n").strip().split("\n\n"):
+        fields = dict(line.split(": ", 1) if ": " in line else (line.rstrip(":"), "") for line in block.split("\n"))
+        events.append((fields.get("event", ""), fields.get("data", "")))
+    return events
+
+
+def _detail(response: httpx.Response) -> list[dict[str, Any]]:
+    detail = response.json()["detail"]
+    assert isinstance(detail, list)
+    return detail
+
+
+# --- the routes -----------------------------------------------------------------------------------
+
+
+class TestRetrieverRoutes:
+    def test_invoke_returns_the_documents_and_scores(self, client: TestClient, index: FusionIndex) -> None:
+        response = client.post("/retriever/invoke", json={"input": "cat on a mat"})
+        assert response.status_code == 200
+        docs = _as_docs(response.json()["output"])
+        assert len(docs) == 4
+        _same(docs, _expected(index, "cat on a mat"))
+        assert docs[0].metadata[keys.FUSION_METHOD] == "weighted"
+
+    def test_configurable_k_alpha_method(self, client: TestClient, index: FusionIndex) -> None:
+        config = {"configurable": {"k": 2, "alpha": 0.2, "method": "rrf"}}
+        response = client.post("/retriever/invoke", json={"input": "dogs bark", "config": config})
+        assert response.status_code == 200
+        docs = _as_docs(response.json()["output"])
+        _same(docs, _expected(index, "dogs bark", k=2, alpha=0.2, method="rrf"))
+        assert {d.metadata[keys.FUSION_METHOD] for d in docs} == {"rrf"}
+
+    def test_configuration_does_not_leak_between_requests(self, client: TestClient, index: FusionIndex) -> None:
+        client.post("/retriever/invoke", json={"input": "cat", "config": {"configurable": {"k": 1, "alpha": 1.0}}})
+        response = client.post("/retriever/invoke", json={"input": "cat"})
+        _same(_as_docs(response.json()["output"]), _expected(index, "cat"))
+
+    def test_batch_with_one_config_per_input(self, client: TestClient, index: FusionIndex) -> None:
+        body = {
+            "inputs": ["cat", "stock market", "parrots speech"],
+            "config": [{"configurable": {"k": 1}}, {"configurable": {"k": 2, "alpha": 0.0}}, {}],
+        }
+        response = client.post("/retriever/batch", json=body)
+        assert response.status_code == 200
+        outputs = [_as_docs(o) for o in response.json()["output"]]
+        _same(outputs[0], _expected(index, "cat", k=1))
+        _same(outputs[1], _expected(index, "stock market", k=2, alpha=0.0))
+        _same(outputs[2], _expected(index, "parrots speech"))
+
+    def test_batch_with_a_shared_config(self, client: TestClient, index: FusionIndex) -> None:
+        response = client.post(
+            "/retriever/batch", json={"inputs": ["cat", "dog"], "config": {"configurable": {"k": 3}}}
+        )
+        assert [len(o) for o in response.json()["output"]] == [3, 3]
+
+    def test_stream(self, client: TestClient, index: FusionIndex) -> None:
+        response = client.post("/retriever/stream", json={"input": "photosynthesis sunlight"})
+        assert response.status_code == 200
+        events = _sse_events(response.text)
+        assert [e for e, _ in events] == ["metadata", "data", "end"]
+        _same(_as_docs(json.loads(events[1][1])), _expected(index, "photosynthesis sunlight"))
+
+    def test_config_hash_route(self, client: TestClient, index: FusionIndex) -> None:
+        config_hash = LZString.compressToEncodedURIComponent(json.dumps({"configurable": {"k": 1}}))
+        response = client.post(f"/retriever/c/{config_hash}/invoke", json={"input": "cat"})
+        assert response.status_code == 200
+        _same(_as_docs(response.json()["output"]), _expected(index, "cat", k=1))
+
+    def test_schemas_show_the_bounds(self, client: TestClient) -> None:
+        input_schema = client.get("/retriever/input_schema").json()
+        assert input_schema["type"] == "string"
+        assert (input_schema["minLength"], input_schema["maxLength"]) == (1, DEFAULT_MAX_QUERY_CHARS)
+        configurable = client.get("/retriever/config_schema").json()["$defs"]["Configurable"]["properties"]
+        assert set(configurable) == {"k", "alpha", "method"}
+        assert (configurable["k"]["minimum"], configurable["k"]["maximum"]) == (1, DEFAULT_MAX_K)
+        assert (configurable["alpha"]["minimum"], configurable["alpha"]["maximum"]) == (0, 1)
+        assert configurable["method"]["enum"] == ["weighted", "zscore", "rrf"]
+        assert client.get("/retriever/output_schema").status_code == 200
+
+    def test_playground_and_openapi(self, client: TestClient) -> None:
+        page = client.get("/retriever/playground/")
+        assert page.status_code == 200
+        assert "<html" in page.text.lower()
+        assert client.get("/retriever/playground/../../../etc/passwd").status_code == 404
+        paths = client.get("/openapi.json").json()["paths"]
+        for route in ("/retriever/invoke", "/retriever/batch", "/retriever/stream", "/rag/invoke", "/health"):
+            assert route in paths
+        assert "/retriever/stream_events" not in paths
+
+    def test_streams_on_a_second_event_loop(self, index: FusionIndex) -> None:
+        app = create_app(index, llm=fake_llm())
+        for _ in range(2):  # each client runs its own loop; sse-starlette's exit event must follow
+            with TestClient(app) as client:
+                response = client.post("/retriever/stream", json={"input": "cat"})
+                assert [e for e, _ in _sse_events(response.text)] == ["metadata", "data", "end"]
+
+    def test_stream_log_for_the_playground(self, client: TestClient) -> None:
+        with pytest.warns(Warning):  # langchain-core deprecates astream_log, which the playground still uses
+            response = client.post("/retriever/stream_log", json={"input": "cat"})
+        assert response.status_code == 200
+        assert [e for e, _ in _sse_events(response.text)][-1] == "end"
+
+
+class TestRagRoutes:
+    def test_invoke(self, client: TestClient, index: FusionIndex) -> None:
+        response = client.post("/rag/invoke", json={"input": "Why do cats purr?", "config": {"configurable": {"k": 2}}})
+        assert response.status_code == 200
+        output = response.json()["output"]
+        assert output["answer"] == ANSWER
+        _same(_as_docs(output["sources"]), _expected(index, "Why do cats purr?", k=2))
+
+    def test_stream_sends_sources_then_the_answer(self, client: TestClient) -> None:
+        response = client.post("/rag/stream", json={"input": "Why do cats purr?"})
+        assert response.status_code == 200
+        events = _sse_events(response.text)
+        assert events[0][0] == "metadata" and events[-1][0] == "end"
+        chunks = [json.loads(data) for event, data in events if event == "data"]
+        assert set(chunks[0]) == {"sources"} and len(chunks[0]["sources"]) == 4
+        assert len(chunks) > 2  # the answer comes in pieces
+        assert "".join(c.get("answer", "") for c in chunks[1:]) == ANSWER
+
+    def test_batch(self, client: TestClient) -> None:
+        response = client.post("/rag/batch", json={"inputs": ["cats?", "dogs?"]})
+        assert response.status_code == 200
+        assert [o["answer"] for o in response.json()["output"]] == [ANSWER, ANSWER]
+
+    def test_config_schema_has_the_retriever_fields(self, client: TestClient) -> None:
+        configurable = client.get("/rag/config_schema").json()["$defs"]["Configurable"]["properties"]
+        assert {"k", "alpha", "method"} <= set(configurable)
+        assert configurable["k"]["maximum"] == DEFAULT_MAX_K
+
+
+class TestHealth:
+    def test_in_memory_index(self, client: TestClient, index: FusionIndex) -> None:
+        health = client.get("/health").json()
+        assert health["status"] == "ok"
+        assert health["index"] == {
+            "kind": "index",
+            "documents": len(ANIMALS),
+            "embeddings": index.embeddings_id,
+            "dimension": 64,
+            "manifest": None,
+        }
+        assert health["routes"] == {"retriever": "/retriever", "rag": "/rag"}
+        assert health["rag"] == {"enabled": True, "chat_model": "fake-list-chat-model", "reason": None}
+        assert health["defaults"] == {"k": 4, "alpha": 0.5, "method": "weighted", "fetch_k": 100}
+        assert health["limits"] == {
+            "max_query_chars": DEFAULT_MAX_QUERY_CHARS,
+            "max_k": DEFAULT_MAX_K,
+            "max_batch_size": DEFAULT_MAX_BATCH_SIZE,
+            "max_request_bytes": 1_000_000,
+        }
+
+    def test_folder_reports_its_manifest(self, saved: Path, index: FusionIndex) -> None:
+        app = create_app(saved, embeddings=HashingEmbeddings(), llm=fake_llm(), k=3, alpha=0.7, method="zscore")
+        with TestClient(app) as client:
+            health = client.get("/health").json()
+            manifest = json.loads((saved / "manifest.json").read_text(encoding="utf-8"))
+            assert health["index"]["manifest"] == manifest
+            assert health["index"]["manifest"]["counts"]["documents"] == len(ANIMALS)
+            assert health["defaults"] == {"k": 3, "alpha": 0.7, "method": "zscore", "fetch_k": 100}
+            docs = _as_docs(client.post("/retriever/invoke", json={"input": "cat"}).json()["output"])
+            _same(docs, _expected(index, "cat", k=3, alpha=0.7, method="zscore"))
+
+
+# --- bad requests ---------------------------------------------------------------------------------
+
+TOO_LONG = "cat " * 600  # 2400 characters
+
+
+class TestBadRequests:
+    @pytest.mark.parametrize("route", ["/retriever/invoke", "/retriever/stream", "/rag/invoke", "/rag/stream"])
+    @pytest.mark.parametrize(
+        ("value", "error_type"),
+        [(TOO_LONG, "string_too_long"), ("", "string_too_short"), (42, "string_type"), ({"q": "cat"}, "string_type")],
+    )
+    def test_bad_query(self, client: TestClient, route: str, value: Any, error_type: str) -> None:
+        response = client.post(route, json={"input": value})
+        assert response.status_code == 422
+        assert _detail(response)[0]["type"] == error_type
+
+    @pytest.mark.parametrize("route", ["/retriever/invoke", "/retriever/stream", "/rag/invoke", "/retriever/batch"])
+    @pytest.mark.parametrize(
+        ("configurable", "error_type"),
+        [
+            ({"k": 0}, "greater_than_equal"),
+            ({"k": DEFAULT_MAX_K + 1}, "less_than_equal"),
+            ({"k": 10**9}, "less_than_equal"),
+            ({"k": "many"}, "int_parsing"),
+            ({"alpha": -0.1}, "greater_than_equal"),
+            ({"alpha": 1.5}, "less_than_equal"),
+            ({"method": "bogus"}, "literal_error"),
+        ],
+    )
+    def test_configurable_out_of_bounds(
+        self, client: TestClient, route: str, configurable: dict[str, Any], error_type: str
+    ) -> None:
+        payload: dict[str, Any] = {"config": {"configurable": configurable}}
+        payload.update({"inputs": ["cat"]} if route.endswith("batch") else {"input": "cat"})
+        response = client.post(route, json=payload)
+        assert response.status_code == 422
+        error = _detail(response)[0]
+        assert error["type"] == error_type
+        assert error["loc"][-1] == next(iter(configurable))
+
+    def test_bound_applies_to_the_config_hash_route(self, client: TestClient) -> None:
+        config_hash = LZString.compressToEncodedURIComponent(json.dumps({"configurable": {"k": DEFAULT_MAX_K + 1}}))
+        response = client.post(f"/retriever/c/{config_hash}/invoke", json={"input": "cat"})
+        assert response.status_code == 422
+        assert _detail(response)[0]["type"] == "less_than_equal"
+
+    def test_bound_applies_to_each_config_of_a_batch(self, client: TestClient) -> None:
+        body = {"inputs": ["cat", "dog"], "config": [{"configurable": {"k": 1}}, {"configurable": {"k": 1000}}]}
+        response = client.post("/retriever/batch", json=body)
+        assert response.status_code == 422
+
+    def test_batch_too_large(self, client: TestClient) -> None:
+        response = client.post("/retriever/batch", json={"inputs": ["cat"] * (DEFAULT_MAX_BATCH_SIZE + 1)})
+        assert response.status_code == 422
+        assert _detail(response)[0]["msg"] == f"a batch holds at most {DEFAULT_MAX_BATCH_SIZE} inputs; got 33"
+        assert client.post("/rag/batch", json={"inputs": ["cat"] * 40}).status_code == 422
+        full = client.post("/retriever/batch", json={"inputs": ["cat"] * DEFAULT_MAX_BATCH_SIZE})
+        assert full.status_code == 200
+
+    def test_bad_inputs_in_a_batch(self, client: TestClient) -> None:
+        response = client.post("/retriever/batch", json={"inputs": ["cat", TOO_LONG, 7]})
+        assert response.status_code == 422
+        assert [(e["loc"], e["type"]) for e in _detail(response)] == [
+            (["body", "inputs", 1], "string_too_long"),
+            (["body", "inputs", 2], "string_type"),
+        ]
+
+    def test_malformed_bodies(self, client: TestClient) -> None:
+        headers = {"content-type": "application/json"}
+        assert client.post("/retriever/invoke", content=b"{not json", headers=headers).status_code == 422
+        assert client.post("/retriever/batch", content=b"{not json", headers=headers).status_code == 422
+        assert client.post("/retriever/invoke", json={"query": "cat"}).status_code == 422
+        not_a_list = client.post("/retriever/batch", json={"inputs": "cat"})  # not three one-letter queries
+        assert not_a_list.status_code == 422
+        assert _detail(not_a_list)[0]["msg"] == "inputs must be a list of queries"
+        assert client.post("/retriever/batch", json={"inputs": {"a": 1}}).status_code == 422
+        assert client.post("/retriever/batch", json={"config": {}}).status_code == 422
+        assert client.post("/retriever/batch", json={"inputs": ["a", "b"], "config": [{}]}).status_code == 422
+
+    def test_body_too_large(self, client: TestClient) -> None:
+        big = json.dumps({"input": "x" * 1_000_001}).encode()
+        response = client.post("/retriever/invoke", content=big, headers={"content-type": "application/json"})
+        assert response.status_code == 413
+        assert "1000000 bytes" in response.json()["detail"]
+
+        def chunked() -> Iterator[bytes]:  # no content-length: counted as it arrives
+            yield b'{"input": "'
+            for _ in range(20):
+                yield b"x" * 60_000
+            yield b'"}'
+
+        response = client.post("/retriever/invoke", content=chunked(), headers={"content-type": "application/json"})
+        assert response.status_code == 413
+
+    @pytest.mark.parametrize("route", ["/retriever/invoke", "/retriever/batch", "/rag/stream"])
+    @pytest.mark.parametrize(
+        ("body", "message"),
+        [
+            (b'{"input": "cat", "config": {"configurable": {"alpha": NaN}}}', "NaN and Infinity"),
+            (b'{"input": "cat", "config": {"configurable": {"alpha": -Infinity}}}', "NaN and Infinity"),
+            (b'{"input": "cat", "config": {"configurable": {"k": 1e400}}}', "NaN and Infinity"),
+            (b'{"inputs": ["cat", NaN], "input": NaN}', "NaN and Infinity"),
+            (b'{"input": "cat \\ud800 dog", "inputs": ["\\udfff"]}', "unpaired surrogate"),
+            (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+            (b"\xff\xfe\x00", "not UTF-8"),
+            ('{"input": "café"}'.encode("utf-16"), "not UTF-8"),
+            (b'{"input": "cat", "config": null}', "config must be an object"),
+        ],
+    )
+    def test_json_that_python_accepts_but_is_not_json(
+        self, client: TestClient, route: str, body: bytes, message: str
+    ) -> None:
+        response = client.post(route, content=body, headers={"content-type": "application/json"})
+        assert response.status_code == 422
+        error = _detail(response)[0]
+        assert error["type"] == "json_invalid"
+        assert message in error["msg"]
+
+    @pytest.mark.parametrize(
+        "body",
+        [
+            b"",
+            b"null",
+            b"[]",
+            b'"cat"',
+            b'{"input": null}',
+            b'{"input": ["cat"]}',
+            b'{"input": "cat", "config": null}',
+            b'{"input": "cat", "config": []}',
+            b'{"input": "cat", "config": {"configurable": null}}',
+            b'{"input": "cat", "config": {"configurable": [1]}}',
+            b'{"input": "cat", "config": {"configurable": {"k": null, "alpha": "high", "method": 3}}}',
+            b'{"inputs": [], "config": []}',
+            b'{"inputs": null}',
+            b'{"inputs": [null, {}, []]}',
+            b'{"inputs": ["cat"], "config": "k=3"}',
+            b'{"input": "cat", "kwargs": {"k": 500}}',
+            b"\xff\xfe\x00",
+            '{"input": "caf\u00e9 \U0001f600 \u0000"}'.encode(),
+        ],
+    )
+    def test_odd_bodies_never_fail_the_server(self, client: TestClient, body: bytes) -> None:
+        for route in ("/retriever/invoke", "/retriever/batch", "/retriever/stream", "/rag/invoke"):
+            response = client.post(route, content=body, headers={"content-type": "application/json"})
+            assert response.status_code < 500, (route, body, response.text)
+
+    def test_wrong_method_and_unknown_routes(self, client: TestClient) -> None:
+        assert client.get("/retriever/invoke").status_code == 405
+        assert client.post("/retriever/stream_events", json={"input": "cat"}).status_code == 404
+        assert client.post("/index/invoke", json={"input": "cat"}).status_code == 404
+
+    def test_unknown_configurable_keys_change_nothing(self, client: TestClient, index: FusionIndex) -> None:
+        config = {"configurable": {"fetch_k": 1, "index": "/etc", "filter": {"source": "doc0.txt"}}}
+        response = client.post("/retriever/invoke", json={"input": "cat", "config": config})
+        assert response.status_code == 200
+        _same(_as_docs(response.json()["output"]), _expected(index, "cat"))
+
+    def test_other_config_keys_are_refused_or_dropped(self, client: TestClient, index: FusionIndex) -> None:
+        response = client.post("/retriever/invoke", json={"input": "cat", "config": {"recursion_limit": 1}})
+        assert response.status_code == 200
+        _same(_as_docs(response.json()["output"]), _expected(index, "cat"))
+
+    def test_custom_limits(self, index: FusionIndex) -> None:
+        app = create_app(
+            index, llm=fake_llm(), k=2, max_query_chars=10, max_k=3, max_batch_size=2, max_request_bytes=300
+        )
+        with TestClient(app) as client:
+            assert client.post("/retriever/invoke", json={"input": "cat dog bird"}).status_code == 422
+            assert client.post("/retriever/invoke", json={"input": "cat dog"}).status_code == 200
+            k4 = {"input": "cat", "config": {"configurable": {"k": 4}}}
+            assert client.post("/retriever/invoke", json=k4).status_code == 422
+            assert client.post("/retriever/batch", json={"inputs": ["a", "b", "c"]}).status_code == 422
+            padded = {"input": "cat", "padding": "x" * 300}
+            assert client.post("/retriever/invoke", json=padded).status_code == 413
+            assert client.get("/health").json()["limits"]["max_k"] == 3
+
+
+# --- what create_app accepts ------------------------------------------------------------------------
+
+
+class TestCreateApp:
+    def test_index_is_loaded_once_not_per_request(self, saved: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        app = create_app(saved, embeddings=HashingEmbeddings(), llm=fake_llm())
+
+        def refuse(*args: Any, **kwargs: Any) -> None:
+            raise AssertionError("a request loaded an index")
+
+        monkeypatch.setattr(FusionIndex, "load", refuse)
+        monkeypatch.setattr(HierarchicalIndex, "load", refuse)
+        monkeypatch.setattr("langchain_fusion.persistence.load_index", refuse)
+        with TestClient(app) as client:
+            assert client.post("/retriever/invoke", json={"input": "cat"}).status_code == 200
+            assert client.post("/retriever/batch", json={"inputs": ["cat", "dog"]}).status_code == 200
+            assert client.post("/rag/invoke", json={"input": "cat"}).status_code == 200
+            assert client.get("/health").status_code == 200
+
+    def test_without_a_chat_model_only_the_retriever(
+        self, index: FusionIndex, no_openai_key: None, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        with caplog.at_level("INFO", logger="langchain_fusion.server"):
+            app = create_app(index)
+        with TestClient(app) as client:
+            health = client.get("/health").json()
+            assert health["routes"] == {"retriever": "/retriever", "rag": None}
+            assert health["rag"]["enabled"] is False
+            assert health["rag"]["chat_model"] is None
+            assert health["rag"]["reason"].startswith("OPENAI_API_KEY is not set")
+            assert client.post("/rag/invoke", json={"input": "cat"}).status_code == 404
+            assert client.post("/retriever/invoke", json={"input": "cat"}).status_code == 200
+        warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == 1
+        assert "no chat model, so only /retriever is served" in warnings[0].getMessage()
+        assert "OPENAI_API_KEY" in warnings[0].getMessage()
+
+    def test_default_chat_model_with_a_key(self, index: FusionIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")  # nothing is called
+        health = create_app(index).state.langchain_fusion
+        assert health["rag"] == {"enabled": True, "chat_model": "openai-chat:gpt-4o-mini", "reason": None}
+
+    def test_chat_model_spec_that_cannot_be_built(self, index: FusionIndex, no_openai_key: None) -> None:
+        with pytest.raises(FusionError, match="OPENAI_API_KEY is not set"):
+            create_app(index, llm="openai:gpt-4.1")
+        with pytest.raises(FusionError, match="unknown chat model 'nonsense'"):
+            create_app(index, llm="nonsense")
+
+    @pytest.mark.parametrize(
+        ("options", "message"),
+        [
+            ({"k": 0}, "k must be an integer from 1 to max_k"),
+            ({"k": 101}, "k must be an integer from 1 to max_k \\(100\\); got 101"),
+            ({"k": 5, "max_k": 4}, "got 5"),
+            ({"alpha": 2}, "alpha must be"),
+            ({"method": "max"}, "method must be one of"),
+            ({"fetch_k": 0}, "fetch_k must be"),
+            ({"max_query_chars": 0}, "max_query_chars must be a positive integer"),
+            ({"max_batch_size": -1}, "max_batch_size must be"),
+            ({"max_request_bytes": 1.5}, "max_request_bytes must be"),
+        ],
+    )
+    def test_invalid_parameters(self, index: FusionIndex, options: dict[str, Any], message: str) -> None:
+        with pytest.raises(InvalidParameterError, match=message):
+            create_app(index, llm=fake_llm(), **options)
+
+    def test_not_an_index(self, tmp_path: Path) -> None:
+        with pytest.raises(IndexFormatError, match="is not a folder"):
+            create_app(tmp_path / "ghost", llm=fake_llm())
+        (tmp_path / "empty").mkdir()
+        with pytest.raises(IndexFormatError, match=r"manifest\.json is missing"):
+            create_app(tmp_path / "empty", llm=fake_llm())
+
+    def test_wrong_embeddings(self, saved: Path) -> None:
+        with pytest.raises(FusionError, match="was built with embeddings"):
+            create_app(saved, embeddings=HashingEmbeddings(model="other"), llm=fake_llm())
+
+
+@pytest.fixture(scope="module")
+def hierarchical(index: FusionIndex, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    ids = [d.id for d in index.documents]
+    summaries = [
+        Document(
+            page_content="Pets: cats, dogs and parrots, purring, barking and speech.",
+            metadata={keys.SOURCE: "pets", keys.SUMMARY_CHUNK_IDS: [ids[i] for i in (0, 1, 2, 4, 6)]},
+        ),
+        Document(
+            page_content="Science and money: quantum physics, photosynthesis and the stock market.",
+            metadata={keys.SOURCE: "science", keys.SUMMARY_CHUNK_IDS: [ids[i] for i in (3, 5, 7)]},
+        ),
+    ]
+    built = HierarchicalIndex.from_summaries(index, summaries)
+    return built.save(tmp_path_factory.mktemp("hier") / "animals-hierarchical")
+
+
+class TestHierarchicalFolder:
+    def test_serves_the_hierarchical_retriever(self, hierarchical: Path) -> None:
+        loaded = HierarchicalIndex.load(hierarchical, HashingEmbeddings())
+        app = create_app(hierarchical, embeddings=HashingEmbeddings(), llm=fake_llm())
+        with TestClient(app) as client:
+            health = client.get("/health").json()
+            assert health["index"]["kind"] == "hierarchical"
+            assert (health["index"]["documents"], health["index"]["summaries"]) == (len(ANIMALS), 2)
+            assert health["index"]["manifest"]["format"] == "langchain-fusion-hierarchical-index"
+            assert health["defaults"]["k_summaries"] == 3
+            config = {"configurable": {"k": 3, "k_summaries": 1}}
+            response = client.post("/retriever/invoke", json={"input": "cats purr", "config": config})
+            assert response.status_code == 200
+            docs = _as_docs(response.json()["output"])
+            expected = loaded.as_retriever().invoke("cats purr", k=3, k_summaries=1)
+            assert [d.id for d in docs] == [d.id for d in expected]
+            assert all(d.metadata[keys.SUMMARY_RANK] == 1 for d in docs)
+            assert docs[0].metadata[keys.HIERARCHICAL_SCORE] == pytest.approx(
+                expected[0].metadata[keys.HIERARCHICAL_SCORE]
+            )
+            too_many = {"input": "cats", "config": {"configurable": {"k_summaries": DEFAULT_MAX_K + 1}}}
+            assert client.post("/retriever/invoke", json=too_many).status_code == 422
+            rag = client.post("/rag/invoke", json={"input": "cats purr", "config": config}).json()["output"]
+            assert rag["answer"] == ANSWER and len(rag["sources"]) == 3
+
+    def test_k_summaries_default_is_checked(self, hierarchical: Path, index: FusionIndex) -> None:
+        with pytest.raises(InvalidParameterError, match=r"k_summaries must be an integer from 1 to max_k \(5\)"):
+            create_app(hierarchical, embeddings=HashingEmbeddings(), llm=fake_llm(), k_summaries=6, max_k=5)
+        create_app(index, llm=fake_llm(), k_summaries=6, max_k=5)  # not used by a plain index
+
+
+# --- a real server ----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def running(app: FastAPI) -> Iterator[str]:
+    """Run ``app`` with uvicorn on a free loopback port in a thread; yield its URL; stop it."""
+    sock = bind_socket("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = url_of(sock)
+    try:
+        _wait_for_health(url, thread.is_alive, timeout=30)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        sock.close()
+    assert not thread.is_alive(), "the server did not stop"
+
+
+def _wait_for_health(url: str, alive: Any, timeout: float) -> dict[str, Any]:
+    """GET /health until it answers (bounded in time); the server must stay alive meanwhile."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            response = httpx.get(f"{url}/health", timeout=2)
+            if response.status_code == 200:
+                health: dict[str, Any] = response.json()
+                return health
+        except httpx.TransportError:
+            pass
+        if not alive():
+            raise AssertionError("the server stopped before answering /health")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the server did not answer {url}/health within {timeout} s")
+        time.sleep(0.05)
+
+
+@pytest.mark.usefixtures("loopback_only")
+class TestRoundTrip:
+    def test_remote_runnable(self, saved: Path, index: FusionIndex) -> None:
+        app = create_app(saved, embeddings=HashingEmbeddings(), llm=fake_llm())
+        with running(app) as url:
+            assert url.startswith("http://127.0.0.1:")
+            retriever = RemoteRunnable(f"{url}/retriever/")
+            docs = retriever.invoke("cat on a mat")
+            assert all(isinstance(d, Document) for d in docs)
+            _same(docs, _expected(index, "cat on a mat"))
+
+            config = {"configurable": {"k": 2, "alpha": 0.3, "method": "zscore"}}
+            _same(
+                retriever.invoke("dogs bark", config=config),
+                _expected(index, "dogs bark", k=2, alpha=0.3, method="zscore"),
+            )
+
+            batched = retriever.batch(["quantum waves", "parrots"], config={"configurable": {"k": 3}})
+            _same(batched[0], _expected(index, "quantum waves", k=3))
+            _same(batched[1], _expected(index, "parrots", k=3))
+
+            streamed = list(retriever.stream("sunlight energy"))
+            assert len(streamed) == 1
+            _same(streamed[0], _expected(index, "sunlight energy"))
+
+            with pytest.raises(httpx.HTTPStatusError, match="422"):
+                retriever.invoke("cat", config={"configurable": {"k": DEFAULT_MAX_K + 1}})
+            with pytest.raises(httpx.HTTPStatusError, match="422"):
+                retriever.batch(["cat"] * (DEFAULT_MAX_BATCH_SIZE + 1))
+
+            rag = RemoteRunnable(f"{url}/rag/")
+            result = rag.invoke("Why do cats purr?", config={"configurable": {"k": 2}})
+            assert result["answer"] == ANSWER
+            _same(result["sources"], _expected(index, "Why do cats purr?", k=2))
+            chunks = list(rag.stream("Why do cats purr?"))
+            assert set(chunks[0]) == {"sources"}
+            assert "".join(c.get("answer", "") for c in chunks[1:]) == ANSWER
+
+            health = httpx.get(f"{url}/health").json()
+            assert health["index"]["manifest"]["counts"]["documents"] == len(ANIMALS)
+
+    async def test_async_client(self, index: FusionIndex) -> None:
+        with running(create_app(index, llm=fake_llm())) as url:
+            retriever = RemoteRunnable(f"{url}/retriever/")
+            _same(await retriever.ainvoke("cat", config={"configurable": {"k": 2}}), _expected(index, "cat", k=2))
+            results = await retriever.abatch(["cat", "dog", "market"])
+            assert [len(r) for r in results] == [4, 4, 4]
+
+
+# --- the serve command ------------------------------------------------------------------------------
+
+
+def _run(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(argv)
+    return status, out.getvalue(), err.getvalue()
+
+
+def _one_line_error(status: int, out: str, err: str, *fragments: str) -> None:
+    assert status == 2
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(ERROR_PREFIX)
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+class TestServeCommand:
+    def test_help_explains_every_flag(self, capsys: pytest.CaptureFixture[str]) -> None:
+        with pytest.raises(SystemExit) as exit_info:
+            main(["serve", "--help"])
+        assert exit_info.value.code == 0
+        text = capsys.readouterr().out
+        for flag in ("--host", "--port", "--llm", "--embeddings", "-k", "--alpha", "--method", "--fetch-k"):
+            assert flag in text
+        for flag in ("--max-k", "--max-query-chars", "--max-batch-size", "--log-level", "127.0.0.1", "/health"):
+            assert flag in text
+
+    def test_missing_folder(self, tmp_path: Path) -> None:
+        _one_line_error(*_run(["serve", str(tmp_path / "ghost"), "--port", "0"]), "is not a folder")
+
+    def test_bad_port(self, capsys: pytest.CaptureFixture[str]) -> None:
+        with pytest.raises(SystemExit) as exit_info:
+            main(["serve", "idx", "--port", "70000"])
+        assert exit_info.value.code == 2
+        assert "expected a TCP port from 0 to 65535" in capsys.readouterr().err
+
+    def test_k_above_max_k(self, saved: Path) -> None:
+        _one_line_error(*_run(["serve", str(saved), "-k", "20", "--max-k", "10"]), "-k 20 is more than --max-k 10")
+
+    def test_port_in_use_fails_before_loading(self, tmp_path: Path) -> None:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            status, out, err = _run(["serve", str(tmp_path / "ghost"), "--port", str(port)])
+        _one_line_error(status, out, err, f"cannot listen on 127.0.0.1:{port}")
+
+    def test_explicit_chat_model_that_cannot_be_built(self, saved: Path, no_openai_key: None) -> None:
+        status, out, err = _run(["serve", str(saved), "--port", "0", "--llm", "openai:gpt-4.1"])
+        _one_line_error(status, out, err, "OPENAI_API_KEY is not set")
+
+    def test_index_that_cannot_be_reopened_by_name(self, saved: Path) -> None:
+        # The hashing embeddings of the tests cannot be recreated from the manifest.
+        _one_line_error(*_run(["serve", str(saved), "--port", "0"]), "cannot be recreated by name")
+
+    def test_without_the_server_extra(self, saved: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setitem(sys.modules, "langserve", None)  # as if LangServe were not installed
+        monkeypatch.delitem(sys.modules, "langchain_fusion.server")
+        monkeypatch.delattr("langchain_fusion.server")
+        status, out, err = _run(["serve", str(saved)])
+        _one_line_error(status, out, err, "needs the 'server' extra (langserve is missing)", "langchain-fusion[server]")
+
+    def test_defaults_match_the_server_module(self) -> None:
+        from langchain_fusion import cli, server
+
+        assert (cli.SERVE_HOST, cli.SERVE_PORT) == (server.DEFAULT_HOST, server.DEFAULT_PORT)
+        assert (cli.SERVE_MAX_K, cli.SERVE_MAX_QUERY_CHARS, cli.SERVE_MAX_BATCH_SIZE) == (
+            server.DEFAULT_MAX_K,
+            server.DEFAULT_MAX_QUERY_CHARS,
+            server.DEFAULT_MAX_BATCH_SIZE,
+        )
+
+    def test_loopback(self) -> None:
+        assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
+        assert is_loopback("[::1]") and is_loopback("127.0.0.2")
+        assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.10") and not is_loopback("example.org")
+
+
+@pytest.fixture(scope="module")
+def local_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small index of the maintenance handbook with the bundled model (a name the CLI can reload)."""
+    folder = tmp_path_factory.mktemp("serve-cli")
+    return FusionIndex.from_files([DATA / "maintenance-handbook.md"], LocalEmbeddings()).save(folder / "handbook")
+
+
+@pytest.mark.local_model
+@pytest.mark.usefixtures("loopback_only")
+def test_serve_command_round_trip(local_index: Path, tmp_path: Path) -> None:
+    """``langchain-fusion serve`` in a subprocess on a free port: start-up lines, /health, a query, Ctrl-C."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    env.update(HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    command = [sys.executable, "-m", "langchain_fusion.cli", "serve", str(local_index), "--port", "0"]
+    process = subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in process.stderr or []], daemon=True)
+    reader.start()
+    seen: list[str] = []
+    try:
+        url = None
+        deadline = time.monotonic() + 120
+        while url is None:
+            assert time.monotonic() < deadline, f"no start-up line within 120 s: {seen}"
+            assert process.poll() is None or not lines.empty(), f"serve exited ({process.returncode}): {seen}"
+            with contextlib.suppress(queue.Empty):
+                seen.append(lines.get(timeout=0.5))
+                match = re.search(r" at (http://127\.0\.0\.1:\d+)$", seen[-1].rstrip())
+                url = match.group(1) if match else None
+        health = _wait_for_health(url, lambda: process.poll() is None, timeout=60)
+        assert health["index"]["embeddings"] == "local:sentence-transformers/all-MiniLM-L6-v2"
+        assert health["rag"]["enabled"] is False
+        docs = RemoteRunnable(f"{url}/retriever/").invoke(
+            "torque for the busbar bolts", config={"configurable": {"k": 2}}
+        )
+        assert len(docs) == 2
+        assert all(d.metadata["source"].endswith("maintenance-handbook.md") for d in docs)
+        with contextlib.suppress(queue.Empty):
+            while True:
+                seen.append(lines.get(timeout=0.5))
+        startup = [line for line in seen if line.startswith("langchain-fusion: ")]
+        assert startup[0].startswith(f"langchain-fusion: serving {local_index} (")
+        assert any("no chat model, so /rag is not served: OPENAI_API_KEY is not set" in line for line in startup)
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+        reader.join(timeout=10)
+    while not lines.empty():
+        seen.append(lines.get())
+    assert process.returncode == 0, seen
+    assert seen[-1] == "langchain-fusion: stopped\n"
+    assert "Traceback" not in "".join(seen)
