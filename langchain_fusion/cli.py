@@ -22,9 +22,15 @@ from langchain_fusion import metadata as keys
 from langchain_fusion.errors import FusionError
 from langchain_fusion.fusion import FUSION_METHODS
 from langchain_fusion.ingest import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, load_files, split_documents
+from langchain_fusion.retrievers import FusionRetriever
 
 EXIT_USER_ERROR = 2
-DEFAULT_K = 4
+# The retrieval defaults are FusionRetriever's own, so the CLI can never drift from the library.
+_FUSION_FIELDS = FusionRetriever.model_fields
+DEFAULT_K: int = _FUSION_FIELDS["k"].default
+DEFAULT_ALPHA: float = _FUSION_FIELDS["alpha"].default
+DEFAULT_METHOD: str = _FUSION_FIELDS["method"].default
+DEFAULT_FETCH_K: int | None = _FUSION_FIELDS["fetch_k"].default
 DEFAULT_RERANK_CANDIDATES = 20
 DEFAULT_K_SUMMARIES = 3
 DEFAULT_SUMMARY_WEIGHT = 0.5
@@ -233,16 +239,16 @@ def _add_serve_parser(commands: Any) -> None:
     serve.add_argument(
         "--alpha",
         type=_alpha,
-        default=0.5,
+        default=DEFAULT_ALPHA,
         help="default weight of the vector side, 1-alpha of BM25 (default: %(default)s)",
     )
     serve.add_argument(
-        "--method", choices=FUSION_METHODS, default="weighted", help="default fusion method (default: %(default)s)"
+        "--method", choices=FUSION_METHODS, default=DEFAULT_METHOD, help="default fusion method (default: %(default)s)"
     )
     serve.add_argument(
         "--fetch-k",
         type=_fetch_k,
-        default=100,
+        default=DEFAULT_FETCH_K,
         metavar="N",
         help="candidates per side before fusion, or 'all' (default: %(default)s; not settable per request)",
     )
@@ -289,16 +295,16 @@ def _add_search_options(sub: argparse.ArgumentParser, results: str) -> None:
     sub.add_argument(
         "--alpha",
         type=_alpha,
-        default=0.5,
+        default=DEFAULT_ALPHA,
         help="weight of the vector side, 1-alpha of BM25: 1 = vector only, 0 = BM25 only (default: %(default)s)",
     )
     sub.add_argument(
-        "--method", choices=FUSION_METHODS, default="weighted", help="fusion method (default: %(default)s)"
+        "--method", choices=FUSION_METHODS, default=DEFAULT_METHOD, help="fusion method (default: %(default)s)"
     )
     sub.add_argument(
         "--fetch-k",
         type=_fetch_k,
-        default=100,
+        default=DEFAULT_FETCH_K,
         metavar="N",
         help="candidates per side before fusion, or 'all' to score the whole corpus (default: %(default)s)",
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from langchain_fusion.fusion import FUSION_METHODS
+from langchain_fusion.retrievers import FusionRetriever
 
 DEFAULT_CACHE = Path.home() / ".cache" / "langchain-fusion" / "embeddings"
 
@@ -59,7 +60,7 @@ def add_eval_parser(commands: Any, fetch_k_type: Any) -> None:
     parser.add_argument(
         "--fetch-k",
         type=fetch_k_type,
-        default=100,
+        default=FusionRetriever.model_fields["fetch_k"].default,
         metavar="N",
         help="fusion candidates per side, or 'all' (default: %(default)s)",
     )
