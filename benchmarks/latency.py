@@ -393,20 +393,21 @@ def run_worker(args: argparse.Namespace) -> None:
     result: dict[str, Any] = {"system": system, "n": len(corpus.texts)}
 
     if system == "bm25":
-        from langchain_fusion.bm25 import BM25Index
+        from langchain_fusion.stores.analyzer import Analyzer
+        from langchain_fusion.stores.local.bm25 import BM25Corpus
+        from langchain_fusion.stores.settings import BM25Params
 
         texts = corpus.texts
         with BuildMemory() as mem:
             t0 = time.perf_counter()
-            bm25 = BM25Index()
-            bm25.add(texts)
+            bm25 = BM25Corpus(texts, Analyzer(), BM25Params())
             build_s = time.perf_counter() - t0
         result.update(build_s=build_s, peak_mb=mem.peak, kept_mb=mem.kept, mem_method=mem.method)
-        result["vocabulary"] = bm25.vocabulary_size
+        result["vocabulary"] = len(bm25.vocabulary)
 
     elif system in ("exact", "hnsw"):
-        from langchain_fusion.index import FusionIndex
-        from langchain_fusion.search import fused_search
+        from langchain_fusion.index.fusion_index import FusionIndex
+        from langchain_fusion.search.pool import fused_search
 
         docs = corpus.documents()
         options: dict[str, Any] = {}
@@ -423,11 +424,13 @@ def run_worker(args: argparse.Namespace) -> None:
         timed_v = [(q, index.embed_query(q)) for q, _ in timed]
 
         def ours(query: str, query_vector: np.ndarray) -> Any:
-            return fused_search(index, query, query_vector, k=k, alpha=ALPHA, fetch_k=FETCH_K, method=METHOD, mask=None)
+            view = index.view()
+            return fused_search(view, query, query_vector, k=k, alpha=ALPHA, fetch_k=FETCH_K, method=METHOD, where=None)
 
         timing = time_queries(ours, warm_v, timed_v, None)
         result["latencies_ms"] = timing.latencies_ms
-        result["rows"] = [[h.row for h in hits] for hits in timing.results]
+        # Keys of the in-process store are row numbers (nothing is deleted here).
+        result["rows"] = [[h.key for h in hits] for hits in timing.results]
 
         if system == "exact":
             retriever = index.as_retriever(k=k, alpha=ALPHA, fetch_k=FETCH_K, method=METHOD)
@@ -491,8 +494,11 @@ def run_worker(args: argparse.Namespace) -> None:
 
 def breakdown(index: Any, timed: Sequence[tuple[str, np.ndarray]]) -> dict[str, float]:
     """Median ms of the pieces of one fused query (the same calls fused_search makes)."""
-    from langchain_fusion.fusion import fuse
-    from langchain_fusion.search import fused_search, top_rows
+    from langchain_fusion.search.fusion import fuse
+    from langchain_fusion.search.pool import fused_search
+    from langchain_fusion.stores.ranking import top_rows
+
+    snapshot = index.store.snapshot  # the in-process store's current state
 
     pieces: dict[str, list[float]] = {
         name: []
@@ -508,11 +514,11 @@ def breakdown(index: Any, timed: Sequence[tuple[str, np.ndarray]]) -> dict[str, 
     }
     for query, qv in timed:
         t = [time.perf_counter()]
-        index.bm25.query_token_ids(query)
+        snapshot.query_terms(query)
         t.append(time.perf_counter())
-        bm25_all = index.bm25.scores(query)
+        bm25_all = snapshot.bm25_scores_all(query)
         t.append(time.perf_counter())
-        vector_all = index.vectors.scores_all(qv)
+        vector_all = snapshot.vector_scores_all(qv)
         t.append(time.perf_counter())
         v_rows = top_rows(vector_all, FETCH_K)
         t.append(time.perf_counter())
@@ -523,7 +529,7 @@ def breakdown(index: Any, timed: Sequence[tuple[str, np.ndarray]]) -> dict[str, 
         fused = fuse(vector_pool, bm25_pool, ALPHA, METHOD)
         np.lexsort((pool, -vector_pool, -fused.fused))
         t.append(time.perf_counter())
-        fused_search(index, query, qv, k=5, alpha=ALPHA, fetch_k=FETCH_K, method=METHOD, mask=None)
+        fused_search(index.view(), query, qv, k=5, alpha=ALPHA, fetch_k=FETCH_K, method=METHOD, where=None)
         t.append(time.perf_counter())
         for name, start, stop in zip(pieces, t[:-1], t[1:], strict=True):
             pieces[name].append((stop - start) * 1000)

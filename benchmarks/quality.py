@@ -236,7 +236,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     from rank_bm25 import BM25Okapi
 
     from langchain_fusion import BM25Retriever, FusionIndex, FusionRetriever, LocalEmbeddings, VectorRetriever
-    from langchain_fusion.embedding_cache import CachedEmbeddings
     from langchain_fusion.evaluation import (
         EvalDataset,
         Report,
@@ -246,7 +245,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         parse_metric,
         sweep_alpha,
     )
-    from langchain_fusion.fusion import check_method
+    from langchain_fusion.models.embedding_cache import CachedEmbeddings
+    from langchain_fusion.search.fusion import check_method
 
     metrics = args.metric_list
     for metric in metrics:
@@ -392,8 +392,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     elapsed = time.perf_counter() - started
 
     # The report.
-    params = index.bm25.params
-    analyzer = index.bm25.analyzer
+    params = index.bm25_params
+    analyzer = index.analyzer
     versions = ", ".join(
         f"{p} {_version(p)}"
         for p in (
@@ -456,7 +456,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "the first ones.",
         f"- `ours: FusionRetriever defaults` is `FusionRetriever(index=index)` with the defaults at run time: "
         f"{opts}; BM25 params {params.model_dump()} (bm25s); analyzer {analyzer!r}; FAISS "
-        f"`{index.vector_factory}` (exact). This row is what users get without tuning."
+        f"`{index.store.vector_index}` (exact). This row is what users get without tuning."
         + (
             " Its options equal `ours: weighted, alpha=0.5`, so the two rows must be identical (they are "
             "separate runs, so only the latency differs)."

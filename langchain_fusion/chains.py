@@ -19,9 +19,9 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel, RunnablePassthrough
 
 from langchain_fusion import metadata as keys
-from langchain_fusion.context_window import ContextWindowRetriever
 from langchain_fusion.errors import FusionError
-from langchain_fusion.rerank import BaseLLMReranker, Prompt, RerankRetriever
+from langchain_fusion.retrievers.rerank import BaseLLMReranker, Prompt, RerankRetriever
+from langchain_fusion.retrievers.windows import ContextWindowRetriever
 
 DEFAULT_RAG_PROMPT = ChatPromptTemplate.from_messages(
     [
@@ -101,7 +101,7 @@ def build_rag_chain(
         prompt: the answer prompt, taking ``context`` and ``question``; default
             :data:`DEFAULT_RAG_PROMPT`.
         window: if given, each hit is widened to ``window`` neighbouring chunks on each side
-            (:class:`~langchain_fusion.context_window.ContextWindowRetriever`); needs a
+            (:class:`~langchain_fusion.retrievers.windows.ContextWindowRetriever`); needs a
             retriever over a FusionIndex.
         max_chars: character budget per passage for ``window``.
         reranker: if given, it reranks the (windowed) passages and keeps its ``top_n``;

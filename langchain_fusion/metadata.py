@@ -9,7 +9,14 @@ The stable chunk id is not a metadata key: it is ``Document.id``.
 
 from __future__ import annotations
 
-from typing import Final
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any, Final, Literal, get_args
+
+from langchain_core.documents import Document
+
+from langchain_fusion.errors import InvalidParameterError
 
 # --- chunk keys (written by ingestion) ---------------------------------------------------
 
@@ -143,3 +150,51 @@ SUMMARY_RANK: Final = "summary_rank"
 
 HIERARCHICAL_KEYS: Final = (HIERARCHICAL_SCORE, SUMMARY_ID, SUMMARY_SCORE, SUMMARY_RANK)
 """All hierarchical retrieval keys, in documentation order."""
+
+
+# --- text fields: what each index side sees of a chunk -------------------------------------
+
+TextField = Literal["context", "content"]
+"""A part of a chunk that can be indexed: ``context`` (the :data:`CONTEXT` metadata written by
+contextual enrichment) or ``content`` (``page_content``, the original text)."""
+
+DEFAULT_TEXT_FIELDS: tuple[TextField, ...] = ("context", "content")
+"""What both sides index by default: the context (when there is one), a blank line, the content."""
+
+FIELD_SEPARATOR: Final = "\n\n"
+"""What joins the indexed fields of a chunk."""
+
+
+def check_text_fields(fields: Any, name: str = "text fields") -> tuple[TextField, ...]:
+    """Validate a tuple of :data:`TextField` names (non-empty, known, no repeats)."""
+    allowed = get_args(TextField)
+    if isinstance(fields, str) or not isinstance(fields, (tuple, list)):
+        raise InvalidParameterError(f"{name} must be a tuple drawn from {allowed}; got {fields!r}")
+    values = tuple(fields)
+    if not values or any(f not in allowed for f in values) or len(set(values)) != len(values):
+        raise InvalidParameterError(
+            f"{name} must be a non-empty tuple of distinct fields from {allowed}; got {values!r}"
+        )
+    return values
+
+
+def indexed_text(doc: Document, fields: Sequence[TextField] = DEFAULT_TEXT_FIELDS) -> str:
+    """The text an index side sees for ``doc``: the chosen fields joined by a blank line.
+
+    A field that is missing or blank (a chunk without context) is left out, so a document
+    without context is indexed as exactly its ``page_content``. If no chosen field has text
+    (``("context",)`` on a chunk without context), the ``page_content`` is used instead, so
+    a row is never indexed as empty text when it has content.
+    """
+    parts = []
+    for field in fields:
+        value: Any = doc.page_content if field == "content" else doc.metadata.get(CONTEXT)
+        if isinstance(value, str) and value.strip():
+            parts.append(value)
+    return FIELD_SEPARATOR.join(parts) if parts else doc.page_content
+
+
+def content_id(doc: Document) -> str:
+    """A deterministic id for a document that has none: a hash of its text and metadata."""
+    payload = json.dumps([doc.page_content, doc.metadata], sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]

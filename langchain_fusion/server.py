@@ -49,11 +49,12 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.runnables import ConfigurableField, Runnable
 from pydantic import Field, StringConstraints, TypeAdapter, ValidationError
 
+from langchain_fusion._checks import FusionMethod, check_alpha, check_method
 from langchain_fusion.errors import InvalidParameterError, MissingCredentialsError, MissingDependencyError
-from langchain_fusion.fusion import FusionMethod, check_alpha, check_method
-from langchain_fusion.hierarchical import HierarchicalIndex
-from langchain_fusion.index import FusionIndex
-from langchain_fusion.persistence import MANIFEST, index_kind, library_version
+from langchain_fusion.index.fusion_index import FusionIndex
+from langchain_fusion.index.hierarchical import HierarchicalIndex, is_hierarchical
+from langchain_fusion.search.options import SEARCH_DEFAULTS
+from langchain_fusion.stores.local.folder import MANIFEST, library_version
 
 try:
     import uvicorn
@@ -371,7 +372,7 @@ def _json_problem(body: bytes) -> str | None:
 
 def _resolve_llm(llm: Runnable[Any, Any] | str | None) -> tuple[Runnable[Any, Any] | None, str | None]:
     """The chat model for ``/rag``, or None and the reason there is none."""
-    from langchain_fusion.llm import default_chat_model, resolve_chat_model
+    from langchain_fusion.models.chat import default_chat_model, resolve_chat_model
 
     if isinstance(llm, str):
         return resolve_chat_model(llm), None  # asked for explicitly: any failure is the caller's error
@@ -389,10 +390,7 @@ def load_served_index(
     """Load a saved index folder (plain or hierarchical) and its manifest, verifying both."""
     path = Path(folder).expanduser()
     served: ServedIndex
-    if index_kind(path) == "hierarchical":
-        served = HierarchicalIndex.load(path, embeddings)
-    else:
-        served = FusionIndex.load(path, embeddings)
+    served = HierarchicalIndex.load(path, embeddings) if is_hierarchical(path) else FusionIndex.load(path, embeddings)
     manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
     return served, manifest
 
@@ -408,11 +406,11 @@ def create_app(
     *,
     embeddings: Embeddings | None = None,
     llm: Runnable[Any, Any] | str | None = None,
-    k: int = 4,
-    alpha: float = 0.5,
-    method: FusionMethod = "weighted",
-    fetch_k: int | None = 100,
-    k_summaries: int = 3,
+    k: int = SEARCH_DEFAULTS.k,
+    alpha: float = SEARCH_DEFAULTS.alpha,
+    method: FusionMethod = SEARCH_DEFAULTS.method,
+    fetch_k: int | None = SEARCH_DEFAULTS.fetch_k,
+    k_summaries: int = SEARCH_DEFAULTS.k_summaries,
     max_query_chars: int = DEFAULT_MAX_QUERY_CHARS,
     max_k: int = DEFAULT_MAX_K,
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
@@ -423,12 +421,12 @@ def create_app(
 
     Args:
         index: a saved index folder (plain, or hierarchical: saved with page summaries), loaded
-            and verified now, once; or an already loaded :class:`~langchain_fusion.index.FusionIndex`
-            or :class:`~langchain_fusion.hierarchical.HierarchicalIndex`.
+            and verified now, once; or an already loaded :class:`~langchain_fusion.index.fusion_index.FusionIndex`
+            or :class:`~langchain_fusion.index.hierarchical.HierarchicalIndex`.
         embeddings: the embeddings to load a folder with; default: the model named in its manifest.
         llm: the chat model of ``/rag``: a chat model (or any Runnable from a prompt), or a spec
             such as ``"openai:gpt-4o-mini"`` or ``"anthropic:claude-sonnet-4-5"`` (see
-            :func:`~langchain_fusion.llm.resolve_chat_model`; an error if it cannot be built).
+            :func:`~langchain_fusion.models.chat.resolve_chat_model`; an error if it cannot be built).
             Default: OpenAI ``gpt-4o-mini`` when ``OPENAI_API_KEY`` is set; otherwise only the
             retriever is served, which ``/health`` and a log line say.
         k: documents per query unless a request configures another ``k``.
@@ -484,7 +482,7 @@ def create_app(
     add_routes(app, retriever.with_types(input_type=query), path=RETRIEVER_PATH, **routes)
     if chat_model is not None:
         from langchain_fusion.chains import build_rag_chain
-        from langchain_fusion.llm_calls import chat_model_id
+        from langchain_fusion.models.llm_calls import chat_model_id
 
         chain = build_rag_chain(retriever, chat_model).with_types(input_type=query)
         add_routes(app, chain, path=RAG_PATH, **routes)

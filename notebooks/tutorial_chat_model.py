@@ -30,7 +30,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 
 from langchain_fusion import Analyzer, default_chat_model
-from langchain_fusion.embeddings import load_env
+from langchain_fusion.models.embeddings import load_env
 
 FORCE_FAKE = "LANGCHAIN_FUSION_FAKE_LLM"
 """Set to 1 to use the fake model even when ``OPENAI_API_KEY`` is set."""

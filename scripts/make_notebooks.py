@@ -66,8 +66,8 @@ QUICKSTART = [
     new_markdown_cell(
         "## Build the index\n\n"
         "`FusionIndex.from_files` loads the files (one document per PDF page), splits them into chunks of about "
-        "1000 characters and indexes every chunk twice over **one row space**: row *i* of the FAISS vector "
-        "index, row *i* of the BM25 index and document *i* are the same chunk."
+        "1000 characters and indexes every chunk for both sides in **one store**: each row holds the chunk, "
+        "its vector and its BM25 terms, so the two sides can never disagree about which chunk is which."
     ),
     new_code_cell(LOAD_INDEX),
     new_markdown_cell(
@@ -157,9 +157,9 @@ QUICKSTART = [
     new_markdown_cell(
         "## Saving and loading\n\n"
         "A saved index is a folder: a manifest (versions, embedding model, BM25 settings, counts, checksums), "
-        "the chunks as JSON lines, the FAISS index and the BM25 arrays. No pickle. `FusionIndex.load` checks "
-        "every checksum and that the embeddings are the model that built the index. (The command line does "
-        "the same: `langchain-fusion index ../data --out arden-index`.)"
+        "the chunks as JSON lines, the vectors as a NumPy array and the BM25 postings. No pickle. "
+        "`FusionIndex.load` checks every checksum and that the embeddings are the model that built the index. "
+        "(The command line does the same: `langchain-fusion index ../data --out arden-index`.)"
     ),
     new_code_cell(
         "import json\n"
@@ -463,7 +463,7 @@ ENRICHMENT = [
         "`PageSummarizer` summarises every PDF page (and sections of files without pages; long pages "
         "map-reduce). `HierarchicalIndex.build` indexes the summaries next to the chunks, each linked to the "
         "chunks it covers. `HierarchicalRetriever` selects the `k_summaries` best pages, then searches the "
-        "chunks **restricted to those pages** (a row mask on both sides before ranking, not a post-filter "
+        "chunks **restricted to those pages** (a restriction on both sides before ranking, not a post-filter "
         "that can come back empty), and scores each chunk\n\n"
         "`hierarchical_score = summary_weight * summary_score + (1 - summary_weight) * fusion_score`.\n\n"
         "(The fake model's \"summary\" is the first 600 characters of the page, so the page selection below is "
@@ -491,9 +491,9 @@ ENRICHMENT = [
         "is one folder holding both indexes (`chunks/`, `summaries/`) under one checksummed manifest:"
     ),
     new_code_cell(
-        "from langchain_fusion.persistence import index_kind\n\n"
+        "from langchain_fusion.index.hierarchical import is_hierarchical\n\n"
         'folder = hierarchical.save(workdir / "arden-hierarchical")\n'
-        'print(index_kind(folder), sorted(p.name for p in folder.iterdir()))\n'
+        'print("hierarchical:", is_hierarchical(folder), sorted(p.name for p in folder.iterdir()))\n'
         "reloaded = HierarchicalIndex.load(folder, embeddings)\n"
         "again = reloaded.as_retriever(k=4, k_summaries=2).invoke(query)\n"
         'print("same results after loading:", [d.id for d in again] == [d.id for d in retriever.invoke(query)])'

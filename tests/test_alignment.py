@@ -82,7 +82,7 @@ class TestAgainstBruteForce:
         index = FusionIndex.from_documents(docs, embeddings)
         retriever = FusionRetriever(index=index, k=10, alpha=alpha, fetch_k=None)
         for query in queries(seed):
-            params = index.bm25.params
+            params = index.bm25_params
             expected = reference_fusion(docs, embeddings, query, alpha, k=10, k1=params.k1, b=params.b)
             got = retriever.invoke(query)
             assert [d.metadata["n"] for d in got] == [i for i, _ in expected], query
@@ -96,13 +96,13 @@ class TestAgainstBruteForce:
         retriever = FusionRetriever(index=index, k=5, fetch_k=None)
         mismatches = 0
         for query in queries(7):
-            params = index.bm25.params
+            params = index.bm25_params
             expected = [i for i, _ in reference_fusion(docs, embeddings, query, 0.5, 5, params.k1, params.b)]
             # The tutorial's mistake, reproduced: the vector scores come back sorted by
             # similarity, BM25 scores come in corpus order, and the two arrays are added.
             doc_vectors = np.array(embeddings.embed_documents([d.page_content for d in docs]))
             cosine = doc_vectors @ np.array(embeddings.embed_query(query))
-            bm25 = np.array([index.bm25.scores(query)[i] for i in range(len(docs))])
+            bm25 = np.array([index.store.snapshot.bm25_scores_all(query)[i] for i in range(len(docs))])  # type: ignore[attr-defined]
             vector_sorted = np.sort(cosine)[::-1]
             v = (vector_sorted - vector_sorted.min()) / (np.ptp(vector_sorted) + 1e-8)
             b = (bm25 - bm25.min()) / (np.ptp(bm25) + 1e-8)
@@ -131,11 +131,12 @@ class TestCandidatePool:
         docs = random_corpus(5)
         index = FusionIndex.from_documents(docs, HashingEmbeddings(size=32))
         query = queries(5)[0]
-        all_bm25 = index.bm25.scores(query)
+        snapshot = index.store.snapshot  # type: ignore[attr-defined]
+        all_bm25 = snapshot.bm25_scores_all(query)
         q = index.embed_query(query)
-        all_cosine = index.vectors.scores_all(q)  # type: ignore[union-attr]
+        all_cosine = snapshot.vector_scores_all(q)
         for doc in FusionRetriever(index=index, k=10, fetch_k=3).invoke(query):
-            row = index.row_of(doc.id)  # type: ignore[arg-type]
+            row = int(index.view().keys_of([doc.id])[0])  # type: ignore[list-item]
             assert doc.metadata["bm25_score"] == pytest.approx(float(all_bm25[row]))
             assert doc.metadata["vector_score"] == pytest.approx(float(all_cosine[row]), abs=1e-6)
 
@@ -182,20 +183,41 @@ class TestCandidatePool:
         assert retriever.invoke("keyword", alpha=0.0)[0].page_content == "keyword keyword keyword match"
 
 
+def is_approximate(index: FusionIndex) -> bool:
+    """True when some segment of the index proposes vector candidates from a FAISS ANN index."""
+    return any(segment.ann is not None for segment in index.store.snapshot.segments)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def ann_on_small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Build ANN indexes for segments of any size (normally only from ANN_MIN_ROWS rows on)."""
+    import langchain_fusion.stores.local.snapshot as snapshot_module
+
+    monkeypatch.setattr(snapshot_module, "ANN_MIN_ROWS", 1)
+
+
 class TestApproximateIndex:
+    def test_small_segments_are_scanned_exactly(self) -> None:
+        docs = random_corpus(9)
+        approx = FusionIndex.from_documents(docs, HashingEmbeddings(size=32), vector_index="HNSW16")
+        assert not is_approximate(approx)
+
+    @pytest.mark.usefixtures("ann_on_small_segments")
     @pytest.mark.parametrize("factory,params", [("HNSW16", "efSearch=256"), ("IVF4,Flat", "nprobe=4")])
     def test_matches_exact_on_a_small_corpus(self, factory: str, params: str) -> None:
         docs = random_corpus(9)
         embeddings = HashingEmbeddings(size=32)
         exact = FusionIndex.from_documents(docs, embeddings)
         approx = FusionIndex.from_documents(docs, embeddings, vector_index=factory, vector_search_params=params)
-        assert not approx.vectors.is_exact  # type: ignore[union-attr]
+        assert is_approximate(approx)
+        assert not is_approximate(exact)
         for query in queries(9):
             for fetch_k in (20, None):
                 want = [d.id for d in FusionRetriever(index=exact, k=5, fetch_k=fetch_k).invoke(query)]
                 got = [d.id for d in FusionRetriever(index=approx, k=5, fetch_k=fetch_k).invoke(query)]
                 assert got == want
 
+    @pytest.mark.usefixtures("ann_on_small_segments")
     def test_add_and_delete_keep_rows_aligned(self) -> None:
         docs = random_corpus(10)
         embeddings = HashingEmbeddings(size=32)
@@ -205,6 +227,7 @@ class TestApproximateIndex:
         approx.add_documents(docs[100:])
         removed = [d.id for d in approx.documents[::7]]
         approx.delete(removed)  # type: ignore[arg-type]
+        assert is_approximate(approx)
         fresh = FusionIndex.from_documents([d for d in approx.documents], embeddings)
         for query in queries(10):
             want = [

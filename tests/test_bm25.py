@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
+from langchain_core.documents import Document
+from numpy.typing import NDArray
 from rank_bm25 import BM25Okapi
 
-from langchain_fusion.analyzer import Analyzer
-from langchain_fusion.bm25 import BM25Index, BM25Params
+from langchain_fusion.stores.analyzer import Analyzer
+from langchain_fusion.stores.local import snapshot as snapshot_module
+from langchain_fusion.stores.local.bm25 import BM25Corpus, QueryWeights
+from langchain_fusion.stores.local.store import LocalStore
+from langchain_fusion.stores.settings import BM25Params
 
 CORPUS = [
     "solar panels charge the battery bank during the day",
@@ -22,6 +29,8 @@ CORPUS = [
     "a lightning strike tripped the surge protection",
     "training covered earthing surge protection and safe isolation",
 ]
+
+Scorer = Callable[[str], NDArray[np.float32]]
 
 
 def lucene_bm25(corpus_tokens: list[list[str]], query_tokens: list[str], k1: float, b: float) -> list[float]:
@@ -42,68 +51,111 @@ def lucene_bm25(corpus_tokens: list[list[str]], query_tokens: list[str], k1: flo
     return scores
 
 
-class TestBM25Index:
+def add_texts(store: LocalStore, texts: Sequence[str], first_id: int = 0) -> list[str]:
+    """Add ``texts`` as rows of ``store`` (ids ``t<n>``, dummy unit vectors); returns the ids."""
+    ids = [f"t{first_id + i}" for i in range(len(texts))]
+    vectors = np.zeros((len(texts), 4), dtype=np.float32)
+    vectors[:, 0] = 1.0
+    store.upsert([Document(id=i, page_content=t) for i, t in zip(ids, texts, strict=True)], vectors, list(texts))
+    return ids
+
+
+def store_of(texts: Sequence[str], analyzer: Analyzer | None = None, params: BM25Params | None = None) -> LocalStore:
+    store = LocalStore(analyzer, params)
+    add_texts(store, texts)
+    return store
+
+
+def scorers(texts: Sequence[str], analyzer: Analyzer, params: BM25Params) -> list[Scorer]:
+    """The two BM25 implementations under test: the store's postings and the standalone corpus."""
+    store = store_of(texts, analyzer, params)
+    return [store.snapshot.bm25_scores_all, BM25Corpus(texts, analyzer, params).scores]
+
+
+def store_scores(store: LocalStore, ids: Sequence[str], query: str) -> NDArray[np.float64]:
+    """BM25 scores of the rows with ``ids`` (in that order) through the store's read view."""
+    view = store.view()
+    keys = view.keys_of(list(ids))
+    assert (keys >= 0).all()
+    return view.bm25(query).scores(keys)
+
+
+class TestBM25Scores:
     @pytest.mark.parametrize("query", ["battery inverter", "solar midday", "surge protection earthing", "floods"])
     def test_matches_textbook_lucene_formula(self, query: str) -> None:
         analyzer = Analyzer()
-        index = BM25Index(analyzer, BM25Params(k1=1.2, b=0.75))
-        index.add(CORPUS)
         expected = lucene_bm25([analyzer.tokenize(t) for t in CORPUS], analyzer.tokenize(query), 1.2, 0.75)
-        assert index.scores(query) == pytest.approx(expected, rel=1e-5)
+        for scores in scorers(CORPUS, analyzer, BM25Params(k1=1.2, b=0.75)):
+            assert scores(query) == pytest.approx(expected, rel=1e-5)
+
+    def test_default_params_are_lucene_k1_0_9_b_0_4(self) -> None:
+        analyzer = Analyzer()
+        assert BM25Params() == BM25Params(k1=0.9, b=0.4, method="lucene")
+        expected = lucene_bm25([analyzer.tokenize(t) for t in CORPUS], analyzer.tokenize("battery solar"), 0.9, 0.4)
+        for scores in scorers(CORPUS, analyzer, BM25Params()):
+            assert scores("battery solar") == pytest.approx(expected, rel=1e-5)
 
     @pytest.mark.parametrize("query", ["inverter fan", "lightning surge", "grain mill midday", "monsoon july"])
     def test_robertson_agrees_with_rank_bm25(self, query: str) -> None:
         # rank_bm25's BM25Okapi uses Robertson's IDF and includes the (k1 + 1) factor that
-        # bm25s leaves out; they agree wherever every query term occurs in under half the
-        # documents (no negative IDF, so rank_bm25's epsilon floor never applies).
+        # bm25s (and so this library) leaves out; they agree wherever every query term occurs
+        # in under half the documents (no negative IDF, so rank_bm25's epsilon floor never applies).
         analyzer = Analyzer.whitespace()
         tokens = [analyzer.tokenize(t) for t in CORPUS]
         query_tokens = analyzer.tokenize(query)
         assert all(sum(term in doc for doc in tokens) < len(CORPUS) / 2 for term in query_tokens)
         params = BM25Params(k1=1.5, b=0.75, method="robertson")
-        index = BM25Index(analyzer, params)
-        index.add(CORPUS)
         reference = BM25Okapi(tokens, k1=1.5, b=0.75).get_scores(query_tokens)
-        assert index.scores(query) * (params.k1 + 1) == pytest.approx(reference, rel=1e-5)
+        for scores in scorers(CORPUS, analyzer, params):
+            assert scores(query) * (params.k1 + 1) == pytest.approx(reference, rel=1e-5)
 
     def test_unknown_terms_score_zero(self) -> None:
-        index = BM25Index()
-        index.add(CORPUS)
-        assert not index.scores("zebra xylophone").any()
-        assert not index.scores("").any()
-        assert index.query_token_ids("the and") == []  # stopwords only
+        for scores in scorers(CORPUS, Analyzer(), BM25Params()):
+            assert not scores("zebra xylophone").any()
+            assert not scores("").any()
+            assert not scores("the and").any()
+        assert store_of(CORPUS).snapshot.query_terms("the and") == Counter()  # stopwords only
 
     def test_empty_index(self) -> None:
-        index = BM25Index()
-        index.add([])
-        assert len(index) == 0
-        assert index.scores("battery").shape == (0,)
+        assert BM25Corpus([], Analyzer(), BM25Params()).scores("battery").shape == (0,)
+        store = store_of([])
+        assert len(store.view()) == 0
+        assert store.snapshot.bm25_scores_all("battery").shape == (0,)
+        assert store.view().bm25("battery").top(5)[0].size == 0
 
     def test_documents_without_tokens(self) -> None:
-        index = BM25Index()
-        index.add(["", "the of and", "battery"])
-        assert index.scores("battery").tolist()[:2] == [0.0, 0.0]
-        assert index.scores("battery")[2] > 0
+        for scores in scorers(["", "the of and", "battery"], Analyzer(), BM25Params()):
+            assert scores("battery").tolist()[:2] == [0.0, 0.0]
+            assert scores("battery")[2] > 0
 
-    def test_add_and_delete_equal_a_fresh_build(self) -> None:
-        grown = BM25Index()
-        grown.add(CORPUS[:3])
-        grown.add(CORPUS[3:])
-        grown.delete(np.array([1, 5]))
-        expected_texts = [t for i, t in enumerate(CORPUS) if i not in (1, 5)]
-        fresh = BM25Index()
-        fresh.add(expected_texts)
+    @pytest.mark.parametrize("compact", [True, False], ids=["compacted", "tombstones"])
+    def test_add_and_delete_equal_a_fresh_build(self, compact: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+        if not compact:  # keep the deleted rows as tombstones: statistics must still ignore them
+            monkeypatch.setattr(snapshot_module, "COMPACT_DEAD_RATIO", 2.0)
+        grown = LocalStore()
+        ids = add_texts(grown, CORPUS[:3])
+        ids += add_texts(grown, CORPUS[3:], first_id=3)
+        assert grown.delete([ids[1], ids[5]]) == 2
+        assert (grown.snapshot.dead_count > 0) is not compact
+        kept = [i for i in range(len(CORPUS)) if i not in (1, 5)]
+        fresh = store_of([CORPUS[i] for i in kept])
         for query in ("battery inverter", "solar midday", "surge"):
-            assert grown.scores(query) == pytest.approx(fresh.scores(query), rel=1e-6)
+            expected = fresh.snapshot.bm25_scores_all(query)
+            assert store_scores(grown, [ids[i] for i in kept], query) == pytest.approx(expected, rel=1e-6)
+            found, _ = grown.view().bm25(query).top(None)
+            assert not {ids[1], ids[5]} & {d.id for d in grown.view().documents(found)}
 
-    def test_save_and_load(self, tmp_path) -> None:  # type: ignore[no-untyped-def]
-        index = BM25Index(Analyzer(stemmer=None), BM25Params(k1=0.9, b=0.4))
-        index.add(CORPUS)
-        index.save(tmp_path / "bm25")
-        loaded = BM25Index.load(tmp_path / "bm25", index.analyzer, index.params)
-        assert loaded.scores("battery panels") == pytest.approx(index.scores("battery panels"))
-        loaded.add(["battery battery battery"])
-        assert int(np.argmax(loaded.scores("battery"))) == len(CORPUS)
+    def test_save_and_load(self, tmp_path: Path) -> None:
+        analyzer, params = Analyzer(stemmer=None), BM25Params(k1=0.9, b=0.4)
+        store = store_of(CORPUS, analyzer, params)
+        store.save(tmp_path / "bm25")
+        loaded, _ = LocalStore.load(tmp_path / "bm25", analyzer)
+        assert (loaded.settings.analyzer, loaded.settings.bm25_params) == (analyzer, params)
+        np.testing.assert_allclose(
+            loaded.snapshot.bm25_scores_all("battery panels"), store.snapshot.bm25_scores_all("battery panels")
+        )
+        add_texts(loaded, ["battery battery battery"], first_id=len(CORPUS))
+        assert int(np.argmax(loaded.snapshot.bm25_scores_all("battery"))) == len(CORPUS)
 
 
 class TestAnalyzer:
@@ -136,33 +188,50 @@ class TestAnalyzer:
             Analyzer(stemmer="klingon")  # type: ignore[arg-type]
 
 
-class TestVectorisedBuild:
-    """Our NumPy build of the weight matrix equals bm25s's own (Python-loop) build."""
+class TestAgainstBm25s:
+    """Our postings, weighted at query time, equal bm25s's precomputed weight matrix."""
 
     @pytest.mark.parametrize("method", ["lucene", "robertson", "atire", "bm25l", "bm25+"])
     def test_same_matrix_as_bm25s(self, method: str) -> None:
         import bm25s
 
         params = BM25Params(k1=1.3, b=0.6, method=method)  # type: ignore[arg-type]
-        index = BM25Index(Analyzer(), params)
-        index.add(CORPUS * 3)
+        texts = CORPUS * 3
+        analyzer = Analyzer()
+        store = store_of(texts, analyzer, params)
+        snapshot = store.snapshot
+        (segment,) = snapshot.segments
+        postings = segment.postings
+        vocabulary = dict(snapshot.vocabulary)
         reference = bm25s.BM25(k1=1.3, b=0.6, method=method)
-        ids = [[index._vocab[t] for t in index.analyzer.tokenize(text)] for text in CORPUS * 3]
-        reference.index((ids, dict(index._vocab)), create_empty_token=False, show_progress=False)
-        ours = index._model.scores  # type: ignore[union-attr]
-        np.testing.assert_array_equal(ours["indptr"], reference.scores["indptr"])
-        np.testing.assert_array_equal(ours["indices"], reference.scores["indices"])
-        np.testing.assert_allclose(ours["data"], reference.scores["data"], rtol=1e-6)
-        for query in ("battery inverter", "surge midday"):
-            expected = reference.get_scores(index.analyzer.tokenize(query))
-            np.testing.assert_allclose(index.scores(query), expected, rtol=1e-6)
+        ids = [[vocabulary[t] for t in analyzer.tokenize(text)] for text in texts]
+        reference.index((ids, vocabulary), create_empty_token=False, show_progress=False)
+        matrix = reference.scores
+        np.testing.assert_array_equal(postings.indptr, matrix["indptr"])
+        np.testing.assert_array_equal(postings.rows, matrix["indices"])
+        # The weight of each posting, as a one-term query computes it, is bm25s's stored weight.
+        for term in range(len(vocabulary)):
+            out = np.zeros(snapshot.size, dtype=np.float32)
+            weights = QueryWeights(
+                params, Counter({term: 1}), snapshot.document_frequency, snapshot.live_count, snapshot.relative_lengths
+            )
+            weights.add_block(out, postings, 0)
+            lo, hi = int(postings.indptr[term]), int(postings.indptr[term + 1])
+            np.testing.assert_allclose(out[postings.rows[lo:hi]], matrix["data"][lo:hi], rtol=1e-6)
+        for query in ("battery inverter", "surge midday", "battery battery panels"):
+            expected = reference.get_scores(analyzer.tokenize(query))
+            np.testing.assert_allclose(snapshot.bm25_scores_all(query), expected, rtol=1e-6)
+            np.testing.assert_allclose(BM25Corpus(texts, analyzer, params).scores(query), expected, rtol=1e-6)
 
     def test_batches_are_equivalent_to_one_add(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        import langchain_fusion.bm25 as module
-
-        whole = BM25Index()
-        whole.add(CORPUS)
-        monkeypatch.setattr(module, "_ADD_BATCH", 3)
-        batched = BM25Index()
-        batched.add(CORPUS)
-        np.testing.assert_allclose(batched.scores("battery solar surge"), whole.scores("battery solar surge"))
+        whole = store_of(CORPUS)
+        monkeypatch.setattr(snapshot_module, "TOKENIZE_BATCH", 3)  # three postings blocks, merged
+        batched = store_of(CORPUS)
+        (a,), (b,) = whole.snapshot.segments, batched.snapshot.segments
+        np.testing.assert_array_equal(a.postings.indptr, b.postings.indptr)
+        np.testing.assert_array_equal(a.postings.rows, b.postings.rows)
+        np.testing.assert_array_equal(a.postings.tf, b.postings.tf)
+        np.testing.assert_allclose(
+            batched.snapshot.bm25_scores_all("battery solar surge"),
+            whole.snapshot.bm25_scores_all("battery solar surge"),
+        )

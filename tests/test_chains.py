@@ -219,7 +219,7 @@ def test_async_stream_matches_invoke(animal_index: FusionIndex) -> None:
 @pytest.mark.integration
 @pytest.mark.skipif(not os.environ.get("OPENAI_API_KEY"), reason="needs OPENAI_API_KEY (calls the OpenAI API)")
 def test_real_model_answers_with_citations(animal_index: FusionIndex) -> None:
-    from langchain_fusion.llm import default_chat_model
+    from langchain_fusion.models.chat import default_chat_model
 
     chain = build_rag_chain(animal_index.as_retriever(k=3), default_chat_model())
     result = chain.invoke("Which animal purrs when it is content?")

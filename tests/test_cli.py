@@ -21,8 +21,8 @@ from pypdf import PdfReader, PdfWriter
 
 from langchain_fusion import FusionIndex, LocalEmbeddings
 from langchain_fusion import metadata as keys
-from langchain_fusion.cli import build_parser, main
-from langchain_fusion.ingest import load_files, split_documents
+from langchain_fusion.cli.app import build_parser, main
+from langchain_fusion.ingest.loading import load_files, split_documents
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 LOCAL_ID = "local:sentence-transformers/all-MiniLM-L6-v2"
@@ -281,10 +281,10 @@ class TestUserErrors:
     @pytest.mark.local_model
     def test_query_damaged_index(self, index_dir: Path, tmp_path: Path) -> None:
         copy = shutil.copytree(index_dir, tmp_path / "damaged")
-        vectors = copy / "vectors.faiss"
+        vectors = copy / "vectors.npy"
         vectors.write_bytes(vectors.read_bytes()[:100])
         status, out, err = _run(["query", str(copy), "anything"])
-        _assert_one_line_error(status, out, err, "vectors.faiss has 100 bytes", "truncated")
+        _assert_one_line_error(status, out, err, "vectors.npy has 100 bytes", "truncated")
 
     def test_index_empty_folder(self, tmp_path: Path) -> None:
         (tmp_path / "empty").mkdir()
@@ -408,7 +408,8 @@ class TestHelp:
 
     def test_console_script_help(self) -> None:
         proc = subprocess.run(
-            [sys.executable, "-m", "langchain_fusion.cli", "--help"],
+            # What the console script runs (pyproject: langchain-fusion = "langchain_fusion.cli:main").
+            [sys.executable, "-c", "import sys; from langchain_fusion.cli import main; sys.exit(main())", "--help"],
             capture_output=True,
             text=True,
             timeout=120,
@@ -427,7 +428,7 @@ class TestHelp:
         script = Path(sys.executable).parent / "langchain-fusion"
         if not script.exists():
             pytest.skip("package not installed with its console script")
-        assert "langchain_fusion.cli" in script.read_text(encoding="utf-8", errors="replace")
+        assert "from langchain_fusion.cli import main" in script.read_text(encoding="utf-8", errors="replace")
 
     @pytest.mark.parametrize("command", ["index", "query", "ask"])
     def test_subcommand_help_mentions_every_flag(
@@ -468,7 +469,7 @@ def _use_chat_model(monkeypatch: pytest.MonkeyPatch, model: Any) -> list[str | N
         specs.append(spec)
         return model
 
-    monkeypatch.setattr("langchain_fusion.llm.resolve_chat_model", resolve)
+    monkeypatch.setattr("langchain_fusion.models.chat.resolve_chat_model", resolve)
     return specs
 
 
@@ -665,7 +666,7 @@ def llm_built(workspace: Path) -> tuple[Path, dict[str, Any], Any]:
     model = _indexing_model()
     out = workspace / "llm-idx"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("langchain_fusion.llm.resolve_chat_model", lambda spec: model)
+        patch.setattr("langchain_fusion.models.chat.resolve_chat_model", lambda spec: model)
         argv = ["index", str(workspace / "data"), "--out", str(out), "--embeddings", "local", "--json"]
         status, stdout, stderr = _run([*argv, "--contextual", "--summaries", "--llm", "openai:gpt-4.1-mini"])
     assert status == 0, stderr
@@ -811,7 +812,7 @@ class TestChatModelErrors:
         def no_embedding_work(*args: Any, **kwargs: Any) -> Any:
             raise AssertionError("embedding work started before the key check")
 
-        monkeypatch.setattr("langchain_fusion.embeddings.resolve_embeddings", no_embedding_work)
+        monkeypatch.setattr("langchain_fusion.models.embeddings.resolve_embeddings", no_embedding_work)
         monkeypatch.setattr(LocalEmbeddings, "load_model", no_embedding_work)
         shutil.copy(DATA / "maintenance-handbook.md", tmp_path / "handbook.md")
         status, out, err = _run(["index", "handbook.md", "--out", "idx", flag])

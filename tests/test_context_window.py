@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import itertools
 import random
 from typing import Any
@@ -26,7 +27,9 @@ from langchain_fusion import (
     split_documents,
 )
 from langchain_fusion import metadata as keys
-from langchain_fusion.ingest import merge_chunks
+from langchain_fusion.errors import InvalidParameterError
+from langchain_fusion.ingest.loading import merge_chunks
+from langchain_fusion.stores.local.store import LocalStore
 from tests.conftest import ANIMALS, HashingEmbeddings
 
 WORDS = [
@@ -163,9 +166,9 @@ class TestExpandWindows:
         assert last_passage.page_content == chunk_slice(text, chunks[last - 2], chunks[last])
 
     def test_a_source_with_one_chunk(self, index: FusionIndex) -> None:
-        row = index.row_of_chunk("one.txt", 0)
-        assert row is not None
-        [passage] = expand_windows([hit(index.document(row))], index, n=3)
+        only = index.view().neighbours("one.txt", [0]).get(0)
+        assert only is not None
+        [passage] = expand_windows([hit(only)], index, n=3)
         assert passage.page_content == "One short note."
         assert passage.metadata[keys.WINDOW_SPAN] == [0, 0]
 
@@ -277,54 +280,68 @@ class TestExpandWindows:
             expand_windows([hit(chunks[1])], index, **options)
 
     def test_neighbours_are_looked_up_not_scanned(self, chunks: list[Document], index: FusionIndex) -> None:
-        class CountingList(list[Document]):
+        class CountingTuple(tuple[Document, ...]):
             iterations = 0
 
             def __iter__(self) -> Any:
-                CountingList.iterations += 1
+                CountingTuple.iterations += 1
                 return super().__iter__()
 
         local = FusionIndex.from_documents(chunks, HashingEmbeddings())
-        local._documents = CountingList(local._documents)
+        store = local.store
+        assert isinstance(store, LocalStore)
+        store._snapshot = dataclasses.replace(
+            store.snapshot, documents=CountingTuple(store.snapshot.documents), _cache={}
+        )
         expand_windows([hit(chunks[5])], local, n=2)
-        built = CountingList.iterations
-        assert built <= 1  # the (source, chunk_index) table, built once
+        built = CountingTuple.iterations
+        assert built <= 1  # the (source, chunk_index) table, built once per snapshot
         for i in range(0, len(chunks), 3):
             expand_windows([hit(chunks[i])], local, n=3)
-        assert CountingList.iterations == built
+        assert CountingTuple.iterations == built
 
 
-class TestRowOfChunk:
+def _neighbour_ids(index: FusionIndex, source: str, positions: list[int]) -> dict[int, str | None]:
+    return {i: doc.id for i, doc in index.view().neighbours(source, positions).items()}
+
+
+class TestNeighbours:
     def test_lookup(self, chunks: list[Document], index: FusionIndex) -> None:
-        for chunk in chunks:
-            row = index.row_of_chunk("notes.txt", chunk.metadata[keys.CHUNK_INDEX])
-            assert row is not None and index.document(row).id == chunk.id
-        assert index.row_of_chunk("notes.txt", len(chunks)) is None
-        assert index.row_of_chunk("notes.txt", -1) is None
-        assert index.row_of_chunk("nope.txt", 0) is None
+        positions = [chunk.metadata[keys.CHUNK_INDEX] for chunk in chunks]
+        assert _neighbour_ids(index, "notes.txt", positions) == {
+            chunk.metadata[keys.CHUNK_INDEX]: chunk.id for chunk in chunks
+        }
+        assert index.view().neighbours("notes.txt", [len(chunks), -1]) == {}
+        assert index.view().neighbours("nope.txt", [0]) == {}
 
     def test_table_follows_add_and_delete(self, chunks: list[Document]) -> None:
         local = FusionIndex.from_documents(chunks[:5], HashingEmbeddings())
-        assert local.row_of_chunk("notes.txt", 6) is None
-        table = local._chunk_table
-        assert local.row_of_chunk("notes.txt", 1) == 1
-        assert local._chunk_table is table  # not rebuilt between changes
+        assert _neighbour_ids(local, "notes.txt", [6]) == {}
+        store = local.store
+        assert isinstance(store, LocalStore)
+        table = store.snapshot.chunk_rows()
+        assert _neighbour_ids(local, "notes.txt", [1]) == {1: chunks[1].id}
+        assert store.snapshot.chunk_rows() is table  # not rebuilt between changes
+        before = local.view()
         local.add_documents(chunks[5:8])
-        assert local.row_of_chunk("notes.txt", 6) == 6
+        assert _neighbour_ids(local, "notes.txt", [6]) == {6: chunks[6].id}
+        assert before.neighbours("notes.txt", [6]) == {}  # an older view keeps its state
         local.delete([chunks[0].id or ""])
-        assert local.row_of_chunk("notes.txt", 0) is None
-        assert local.row_of_chunk("notes.txt", 6) == 5
+        assert _neighbour_ids(local, "notes.txt", [0, 6]) == {6: chunks[6].id}
 
     def test_after_save_and_load(self, chunks: list[Document], tmp_path: Any) -> None:
         local = FusionIndex.from_documents(chunks[:4], HashingEmbeddings())
-        assert local.row_of_chunk("notes.txt", 3) == 3
+        assert _neighbour_ids(local, "notes.txt", [3]) == {3: chunks[3].id}
         local.save(tmp_path / "idx")
         loaded = FusionIndex.load(tmp_path / "idx", HashingEmbeddings())
-        assert loaded.row_of_chunk("notes.txt", 3) == 3
+        assert _neighbour_ids(loaded, "notes.txt", [3]) == {3: chunks[3].id}
 
     def test_rows_without_position_are_left_out(self, embeddings: HashingEmbeddings) -> None:
         local = FusionIndex.from_documents([Document(page_content=t) for t in ANIMALS], embeddings)
-        assert local.row_of_chunk("", 0) is None
+        assert local.view().neighbours("", [0]) == {}
+        store = local.store
+        assert isinstance(store, LocalStore)
+        assert store.snapshot.chunk_rows() == {}
 
 
 class _Recorder(BaseCallbackHandler):
@@ -358,7 +375,7 @@ class TestContextWindowRetriever:
         assert budget[0].metadata[keys.WINDOW_SPAN] == [hit_index, hit_index]
         with pytest.raises(ValueError, match="n must be"):
             retriever.invoke("battery", n=-2)
-        with pytest.raises(TypeError, match="unexpected argument"):
+        with pytest.raises(InvalidParameterError, match="unexpected argument"):
             retriever.invoke("battery", bogus=1)
 
     def test_async_twin(self, index: FusionIndex) -> None:

@@ -17,8 +17,8 @@ from langchain_openai import OpenAIEmbeddings
 from pydantic import ValidationError
 
 from langchain_fusion import FusionIndex, LocalEmbeddings, default_embeddings, resolve_embeddings
-from langchain_fusion.embeddings import LOCAL_MODEL_NAME, OPENAI_DEFAULT_MODEL, embeddings_from_id, embeddings_id
 from langchain_fusion.errors import FusionError, MissingCredentialsError, MissingDependencyError
+from langchain_fusion.models.embeddings import LOCAL_MODEL_NAME, OPENAI_DEFAULT_MODEL, embeddings_from_id, embeddings_id
 
 LOCAL_ID = "local:sentence-transformers/all-MiniLM-L6-v2"
 

@@ -18,17 +18,18 @@ from pydantic import ValidationError
 
 from langchain_fusion import BM25Retriever, ContextualEnricher, FusionIndex, RetryPolicy, with_context
 from langchain_fusion import metadata as keys
-from langchain_fusion.enrichment import (
+from langchain_fusion.errors import InvalidParameterError
+from langchain_fusion.ingest.enrichment import (
     CONTEXT_PROMPT_VERSION,
     TRUNCATION_MARK,
     document_part,
     estimate_tokens,
     window_start,
 )
-from langchain_fusion.errors import InvalidParameterError
-from langchain_fusion.index import indexed_text
-from langchain_fusion.ingest import split_documents
-from langchain_fusion.llm_calls import ResultCache, cache_key, chat_model_id, is_transient
+from langchain_fusion.ingest.loading import split_documents
+from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, indexed_text
+from langchain_fusion.models.llm_calls import ResultCache, cache_key, chat_model_id, is_transient
+from langchain_fusion.stores.local.store import LocalStore
 from tests.conftest import HashingEmbeddings
 from tests.fake_chat_models import HTTPStatusError, RateLimitError, RatingModel, flaky
 
@@ -236,6 +237,20 @@ class TestResults:
         assert list(again) == list(transformed)
 
 
+def stored_vectors(index: FusionIndex) -> np.ndarray:
+    """The stored (normalised) vectors of every row, in row order (nothing deleted)."""
+    store = index.store
+    assert isinstance(store, LocalStore)
+    return store.snapshot.vectors_of(np.arange(len(index)))
+
+
+def bm25_scores(index: FusionIndex, query: str) -> np.ndarray:
+    """BM25 scores of every row for ``query``, in row order (nothing deleted)."""
+    store = index.store
+    assert isinstance(store, LocalStore)
+    return store.snapshot.bm25_scores_all(query)
+
+
 class TestIndexingTheContext:
     DOC = Document(
         id="c1",
@@ -259,8 +274,7 @@ class TestIndexingTheContext:
     def test_both_sides_see_the_context_and_results_show_the_original(self, embeddings: HashingEmbeddings) -> None:
         index = FusionIndex.from_documents([self.DOC, self.OTHER], embeddings)
         expected = np.asarray(embeddings.embed_documents([indexed_text(self.DOC), self.OTHER.page_content]))
-        assert index.vectors is not None
-        np.testing.assert_allclose(index.vectors.vectors(np.arange(2)), expected, atol=1e-6)
+        np.testing.assert_allclose(stored_vectors(index), expected, atol=1e-6)
         hits = BM25Retriever(index=index).invoke("zephyrine")
         assert [d.id for d in hits] == ["c1"]
         assert hits[0].page_content == self.DOC.page_content
@@ -271,14 +285,12 @@ class TestIndexingTheContext:
     def test_choosing_what_each_side_sees(self, embeddings: HashingEmbeddings) -> None:
         index = FusionIndex.from_documents([self.DOC, self.OTHER], embeddings, bm25_fields=("content",))
         assert BM25Retriever(index=index).invoke("zephyrine") == []
-        assert index.vectors is not None
         np.testing.assert_allclose(
-            index.vectors.vectors(np.arange(1)), embeddings.embed_documents([indexed_text(self.DOC)]), atol=1e-6
+            stored_vectors(index)[:1], embeddings.embed_documents([indexed_text(self.DOC)]), atol=1e-6
         )
         content_only = FusionIndex.from_documents([self.DOC], embeddings, embed_fields=("content",))
-        assert content_only.vectors is not None
         np.testing.assert_allclose(
-            content_only.vectors.vectors(np.arange(1)), embeddings.embed_documents([self.DOC.page_content]), atol=1e-6
+            stored_vectors(content_only), embeddings.embed_documents([self.DOC.page_content]), atol=1e-6
         )
         context_only = FusionIndex.from_documents([self.DOC], embeddings, bm25_fields=("context",))
         assert BM25Retriever(index=context_only).invoke("racks") == []
@@ -289,18 +301,21 @@ class TestIndexingTheContext:
         content = FusionIndex.from_documents(
             animal_docs, embeddings, embed_fields=("content",), bm25_fields=("content",)
         )
-        assert default.vectors is not None and content.vectors is not None
-        rows = np.arange(len(animal_docs))
-        assert np.array_equal(default.vectors.vectors(rows), content.vectors.vectors(rows))
+        assert len(default) == len(content) == len(animal_docs)
+        assert np.array_equal(stored_vectors(default), stored_vectors(content))
         for query in ["cat", "quantum waves", "dog barking"]:
-            assert np.array_equal(default.bm25.scores(query), content.bm25.scores(query))
+            assert np.array_equal(bm25_scores(default, query), bm25_scores(content, query))
 
-    @pytest.mark.parametrize("fields", [(), ("title",), ("content", "content"), "content", None])
+    @pytest.mark.parametrize("fields", [(), ("title",), ("content", "content"), "content", 7])
     def test_invalid_fields(self, fields: Any, embeddings: HashingEmbeddings) -> None:
         with pytest.raises(InvalidParameterError, match="embed_fields"):
             FusionIndex(embeddings, embed_fields=fields)
         with pytest.raises(InvalidParameterError, match="bm25_fields"):
             FusionIndex(embeddings, bm25_fields=fields)
+
+    def test_none_fields_mean_the_default(self, embeddings: HashingEmbeddings) -> None:
+        index = FusionIndex(embeddings, embed_fields=None, bm25_fields=None)
+        assert index.embed_fields == index.bm25_fields == DEFAULT_TEXT_FIELDS
 
     def test_with_context_shows_the_indexed_text(self) -> None:
         shown = with_context([self.DOC, self.OTHER])
@@ -636,7 +651,7 @@ class TestConcurrency:
 @pytest.mark.integration
 @pytest.mark.skipif(not os.environ.get("OPENAI_API_KEY"), reason="needs OPENAI_API_KEY (calls the OpenAI API)")
 def test_real_model_writes_contexts(tmp_path: Path) -> None:
-    from langchain_fusion.llm import default_chat_model
+    from langchain_fusion.models.chat import default_chat_model
 
     documents, chunks = corpus()
     enriched, report = ContextualEnricher(llm=default_chat_model(), cache_dir=tmp_path).enrich(chunks[:3], documents)

@@ -11,9 +11,7 @@ import pytest
 from langchain_core.documents import Document
 
 from langchain_fusion import BM25Retriever, FusionError, FusionIndex, FusionRetriever, VectorRetriever
-from langchain_fusion.cli import main
-from langchain_fusion.embedding_cache import CachedEmbeddings
-from langchain_fusion.embeddings import embeddings_id
+from langchain_fusion.cli.app import main
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.evaluation import (
     alpha_grid,
@@ -23,7 +21,9 @@ from langchain_fusion.evaluation import (
     plot_alpha_sweep,
     sweep_alpha,
 )
-from langchain_fusion.ingest import load_files, split_documents
+from langchain_fusion.ingest.loading import load_files, split_documents
+from langchain_fusion.models.embedding_cache import CachedEmbeddings
+from langchain_fusion.models.embeddings import embeddings_id
 from tests.conftest import DATA, SAMPLE_QUERIES, HashingEmbeddings
 
 BEIR_CORPUS = [
@@ -95,8 +95,7 @@ class TestLoadLabelled:
         for query_id, relevant in dataset.qrels.items():
             assert relevant, query_id
             for doc_id in relevant:
-                row = sample_index.row_of(doc_id)
-                assert row is not None
+                assert doc_id in sample_index
         # q01 is labelled with page 4 of the report: exactly the chunks of that page.
         page4 = {d.id for d in sample_index.documents if d.metadata.get("page") == 4}
         assert set(dataset.qrels["q01"]) == page4
@@ -121,7 +120,9 @@ class TestLoadLabelled:
             "a,KV-5500 rating,maintenance-handbook.md,\n"
         )
         dataset = load_labelled(path, sample_index.documents)
-        pages = {sample_index.documents[sample_index.row_of(i)].metadata.get("page") for i in dataset.qrels["a"]}  # type: ignore[index]
+        labelled = sample_index.get_by_ids(list(dataset.qrels["a"]))
+        assert len(labelled) == len(dataset.qrels["a"])
+        pages = {doc.metadata.get("page") for doc in labelled}
         assert pages == {4, None}
 
     def test_unmatched_labels_warn_and_all_unmatched_fails(self, tmp_path: Path, sample_index: FusionIndex) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from langchain_fusion.fusion import RRF_RANK_CONSTANT, fuse, min_max, ranks, z_score
+from langchain_fusion.search.fusion import RRF_RANK_CONSTANT, fuse, min_max, ranks, z_score
 
 
 class TestMinMax:

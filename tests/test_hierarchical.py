@@ -26,8 +26,9 @@ from langchain_fusion import (
 )
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import InvalidParameterError
-from langchain_fusion.fusion import min_max
-from langchain_fusion.hierarchical import page_units, summary_id
+from langchain_fusion.ingest.summaries import page_units, summary_id
+from langchain_fusion.search.fusion import min_max
+from langchain_fusion.stores.local.store import LocalStore
 from tests.conftest import HashingEmbeddings
 from tests.fake_chat_models import RateLimitError, RatingModel, flaky
 
@@ -62,6 +63,21 @@ def make_chunks(pages: dict[tuple[str, int | None], list[str]]) -> list[Document
             chunks.append(Document(id=f"{source}#{position}", page_content=text, metadata=meta))
             offset += len(text) + 2
     return chunks
+
+
+def all_bm25_scores(index: FusionIndex, query: str) -> np.ndarray:
+    """BM25 score of every row of an in-process index (row order = ``index.documents`` with no deletes)."""
+    store = index.store
+    assert isinstance(store, LocalStore)
+    return store.snapshot.bm25_scores_all(query)
+
+
+def stored_document(index: FusionIndex, doc_id: str) -> Document:
+    """The index's own (shared) document with this id."""
+    view = index.view()
+    [key] = view.keys_of([doc_id])
+    assert key >= 0, doc_id
+    return view.documents(np.array([key]))[0]
 
 
 def restriction_corpus(distractor_pages: int = 9) -> list[Document]:
@@ -208,31 +224,33 @@ class TestScores:
         embeddings = HashingEmbeddings()
         q = np.asarray(embeddings.embed_query(query))
 
+        # Rows are positions in ``index.documents`` (nothing is deleted from these indexes).
         def fused(index: FusionIndex, rows: np.ndarray) -> np.ndarray:
-            vectors = np.asarray(embeddings.embed_documents([index.document(r).page_content for r in rows]))
+            documents = index.documents
+            vectors = np.asarray(embeddings.embed_documents([documents[r].page_content for r in rows]))
             vector = vectors @ q
-            bm25 = index.bm25.scores(query)[rows].astype(np.float64)
+            bm25 = all_bm25_scores(index, query)[rows].astype(np.float64)
             return alpha * min_max(vector) + (1 - alpha) * min_max(bm25)
 
         summaries, chunks = mixed_index.summaries, mixed_index.chunks
+        chunk_row = {doc.id: row for row, doc in enumerate(chunks.documents)}
         all_summaries = np.arange(len(summaries))
         if alpha == 0.0:
-            all_summaries = all_summaries[summaries.bm25.scores(query) > 0]
+            all_summaries = all_summaries[all_bm25_scores(summaries, query) > 0]
         summary_scores = fused(summaries, all_summaries)
         order = sorted(range(len(all_summaries)), key=lambda i: -summary_scores[i])[:k_summaries]
         selected = {int(all_summaries[i]): summary_scores[i] for i in order}
         rows, leaders = [], {}
         for row, score in selected.items():
-            for chunk_id in summaries.document(row).metadata[keys.SUMMARY_CHUNK_IDS]:
-                chunk_row = chunks.row_of(chunk_id)
-                rows.append(chunk_row)
-                leaders[chunk_row] = score
+            for chunk_id in summaries.documents[row].metadata[keys.SUMMARY_CHUNK_IDS]:
+                rows.append(chunk_row[chunk_id])
+                leaders[chunk_row[chunk_id]] = score
         pool = np.asarray(sorted(rows))
         if alpha == 0.0:
-            pool = pool[chunks.bm25.scores(query)[pool] > 0]
+            pool = pool[all_bm25_scores(chunks, query)[pool] > 0]
         chunk_scores = fused(chunks, pool)
         expected = {
-            chunks.document(int(r)).id: weight * leaders[int(r)] + (1 - weight) * s
+            chunks.documents[int(r)].id: weight * leaders[int(r)] + (1 - weight) * s
             for r, s in zip(pool, chunk_scores, strict=True)
         }
         docs = mixed_index.as_retriever(
@@ -304,7 +322,7 @@ class TestScores:
 
     def test_results_are_copies(self, mixed_index: HierarchicalIndex) -> None:
         doc = mixed_index.as_retriever(k=1).invoke("solar")[0]
-        stored = mixed_index.chunks.document(mixed_index.chunks.row_of(doc.id))  # type: ignore[arg-type]
+        stored = stored_document(mixed_index.chunks, doc.id or "")
         assert keys.HIERARCHICAL_SCORE not in stored.metadata
         assert doc.page_content == stored.page_content
 
@@ -329,9 +347,9 @@ class TestRetriever:
     @pytest.mark.parametrize(
         ("option", "value", "message"),
         [
-            ("k", 0, "k must be a positive integer"),
-            ("k_summaries", 0, "k_summaries must be a positive integer"),
-            ("k_summaries", True, "k_summaries must be a positive integer"),
+            ("k", 0, "k must be a positive whole number"),
+            ("k_summaries", 0, "k_summaries must be a positive whole number"),
+            ("k_summaries", True, "k_summaries must be a positive whole number"),
             ("summary_weight", 1.5, "summary_weight must be a number between 0 and 1"),
             ("alpha", -0.1, "alpha must be a number between 0 and 1"),
             ("method", "max", "method must be one of"),
@@ -344,7 +362,7 @@ class TestRetriever:
             mixed_index.as_retriever().invoke("solar", **{option: value})
 
     def test_unknown_option(self, mixed_index: HierarchicalIndex) -> None:
-        with pytest.raises(TypeError, match="per-call options are"):
+        with pytest.raises(InvalidParameterError, match="per-call options are"):
             mixed_index.as_retriever().invoke("solar", top_n=3)
 
     @pytest.mark.parametrize(("field", "value"), [("k_summaries", 0), ("summary_weight", 2.0), ("alpha", 3.0)])
@@ -378,14 +396,21 @@ class TestHierarchicalIndex:
     def test_links_follow_changes_of_the_chunk_index(self) -> None:
         chunks = make_chunks(MIXED_PAGES)
         hierarchical = build(chunks)
-        first = hierarchical.links()
-        assert sum(len(rows) for rows in first) == len(chunks)
-        assert sorted(np.concatenate(first).tolist()) == list(range(len(chunks)))
+        # Summaries link to chunk ids (not rows): together they cover every chunk exactly once.
+        linked = [i for doc in hierarchical.summaries.documents for i in doc.metadata[keys.SUMMARY_CHUNK_IDS]]
+        assert sorted(linked) == sorted(c.id or "" for c in chunks)
+        assert (hierarchical.chunks.view().keys_of(linked) >= 0).all()
+        retriever = hierarchical.as_retriever(k=len(chunks), k_summaries=4)
+        assert {d.id for d in retriever.invoke("solar roof")} == set(linked)
         hierarchical.chunks.delete([chunks[0].id])  # type: ignore[list-item]
-        after = hierarchical.links()
-        assert sum(len(rows) for rows in after) == len(chunks) - 1
-        docs = hierarchical.as_retriever(k=20, k_summaries=4).invoke("solar roof")
+        # The links resolve against the current chunk index: the deleted chunk is gone from them...
+        assert int((hierarchical.chunks.view().keys_of(linked) >= 0).sum()) == len(chunks) - 1
+        docs = retriever.invoke("solar roof")
         assert chunks[0].id not in {d.id for d in docs}
+        assert {d.id for d in docs} == set(linked) - {chunks[0].id}
+        # ...and comes back when the chunk is indexed again (at a new row).
+        hierarchical.chunks.add_documents([chunks[0]])
+        assert {d.id for d in retriever.invoke("solar roof")} == set(linked)
 
     def test_summary_index_settings(self) -> None:
         from langchain_fusion import Analyzer, BM25Params
@@ -395,9 +420,10 @@ class TestHierarchicalIndex:
             make_chunks(MIXED_PAGES), HashingEmbeddings(), analyzer=analyzer, bm25_params=params, vector_index="HNSW16"
         )
         hierarchical = HierarchicalIndex.build(index, summarizer(model()))
-        assert hierarchical.summaries.bm25.analyzer == analyzer
-        assert hierarchical.summaries.bm25.params == params
-        assert hierarchical.summaries.vector_factory == "Flat"
+        assert hierarchical.summaries.analyzer == analyzer
+        assert hierarchical.summaries.bm25_params == params
+        summary_store = hierarchical.summaries.store
+        assert isinstance(summary_store, LocalStore) and summary_store.vector_index == "Flat"
         assert hierarchical.summaries.embeddings is index.embeddings
         assert hierarchical.summary_report is not None and hierarchical.summary_report.items == 4
 
@@ -608,7 +634,7 @@ def test_async_summaries_feed_an_index() -> None:
 @pytest.mark.integration
 @pytest.mark.skipif(not os.environ.get("OPENAI_API_KEY"), reason="needs OPENAI_API_KEY (calls the OpenAI API)")
 def test_real_model_summaries(tmp_path: Path) -> None:
-    from langchain_fusion.llm import default_chat_model
+    from langchain_fusion.models.chat import default_chat_model
 
     index = FusionIndex.from_documents(make_chunks(MIXED_PAGES), HashingEmbeddings())
     hierarchical = HierarchicalIndex.build(index, PageSummarizer(llm=default_chat_model(), cache_dir=tmp_path))

@@ -11,18 +11,30 @@ from tests.conftest import ANIMALS, HashingEmbeddings
 
 
 def assert_rows_aligned(index: FusionIndex) -> None:
-    """Row i of every side is document i: its stored vector is the embedding of its text."""
-    embeddings = index.embeddings
-    rows = np.arange(len(index), dtype=np.int64)
-    stored = index.vectors.vectors(rows)  # type: ignore[union-attr]
-    expected = np.array(embeddings.embed_documents([d.page_content for d in index.documents]), dtype=np.float32)
+    """Every live document has one row, and that row's vector and BM25 terms are its own.
+
+    Rows are read through one view (one snapshot): ``keys_of`` maps each id to its row, the
+    row's document is that document, its stored vector is the embedding of its text, and its
+    BM25 row matches its own words.
+    """
+    view = index.view()
+    snapshot = view.snapshot  # type: ignore[attr-defined]
+    snapshot.check_aligned()
+    docs = list(view.iter_documents())
+    assert docs == list(index.documents)
+    keys = view.keys_of([d.id for d in docs])  # type: ignore[misc]
+    assert (keys >= 0).all()
+    assert (np.diff(keys) > 0).all()  # distinct rows, in row order
+    assert view.documents(keys) == docs
+    stored = snapshot.vectors_of(keys)
+    expected = np.array(index.embeddings.embed_documents([d.page_content for d in docs]), dtype=np.float32)
     expected /= np.linalg.norm(expected, axis=1, keepdims=True)
     np.testing.assert_allclose(stored, expected, atol=1e-6)
-    for row, doc in enumerate(index.documents):
-        assert index.row_of(doc.id) == row  # type: ignore[arg-type]
+    for key, doc in zip(keys, docs, strict=True):
         own_terms = " ".join(doc.page_content.split()[:3])
-        assert index.bm25.scores(own_terms)[row] > 0
-    assert len(index.bm25) == len(index.vectors) == len(index)  # type: ignore[arg-type]
+        assert view.bm25(own_terms).scores(np.array([key]))[0] > 0
+    assert sum(segment.size for segment in snapshot.segments) == snapshot.lengths.size == snapshot.size
+    assert len(view) == snapshot.live_count == len(docs) == len(index)
 
 
 class TestFusionIndex:
@@ -49,11 +61,20 @@ class TestFusionIndex:
         for query in ("cat", "dog friends", "energy sunlight"):
             assert FusionRetriever(index=index, k=5).invoke(query) == FusionRetriever(index=fresh, k=5).invoke(query)
 
-    def test_delete_keeps_alignment(self, animal_index: FusionIndex, animal_docs: list[Document], embeddings) -> None:  # type: ignore[no-untyped-def]
+    @pytest.mark.parametrize("compact", [True, False], ids=["compacted", "tombstones"])
+    def test_delete_keeps_alignment(  # type: ignore[no-untyped-def]
+        self, animal_index: FusionIndex, animal_docs: list[Document], embeddings, compact: bool, monkeypatch
+    ) -> None:
+        import langchain_fusion.stores.local.snapshot as snapshot_module
+
+        if not compact:  # deleted rows stay as tombstones: live rows keep their (now gapped) row numbers
+            monkeypatch.setattr(snapshot_module, "COMPACT_DEAD_RATIO", 2.0)
         victims = [animal_index.documents[i].id for i in (0, 3, 7)]
         assert animal_index.delete(victims) == 3  # type: ignore[arg-type]
         assert len(animal_index) == len(animal_docs) - 3
-        assert all(animal_index.row_of(v) is None for v in victims)  # type: ignore[arg-type]
+        assert (animal_index.view().keys_of(victims) == -1).all()  # type: ignore[arg-type]
+        assert not any(v in animal_index for v in victims)
+        assert animal_index.store.snapshot.dead_count == (0 if compact else 3)  # type: ignore[attr-defined]
         assert_rows_aligned(animal_index)
         survivors = [d for i, d in enumerate(animal_docs) if i not in (0, 3, 7)]
         fresh = FusionIndex.from_documents(survivors, embeddings)
@@ -120,9 +141,34 @@ class TestFusionIndex:
         with pytest.raises(FusionError, match="FAISS could not build an index from factory string 'Bogus'"):
             FusionIndex(embeddings, vector_index="Bogus")
 
-    def test_ivf_needs_enough_training_vectors(self, animal_docs: list[Document], embeddings) -> None:  # type: ignore[no-untyped-def]
-        with pytest.raises(FusionError, match="must be trained on at least 64 vectors"):
-            FusionIndex.from_documents(animal_docs, embeddings, vector_index="IVF64,Flat")
+    def test_small_corpora_are_scanned_exactly_with_any_factory(
+        self, animal_docs: list[Document], embeddings: HashingEmbeddings
+    ) -> None:
+        # An IVF index cannot be trained on 8 vectors; segments this small never get one.
+        index = FusionIndex.from_documents(animal_docs, embeddings, vector_index="IVF64,Flat")
+        assert index.store.vector_index == "IVF64,Flat"  # type: ignore[attr-defined]
+        assert all(s.ann is None for s in index.store.snapshot.segments)  # type: ignore[attr-defined]
+        exact = FusionIndex.from_documents(animal_docs, embeddings)
+        for query in ("cat", "dog friends", "energy sunlight"):
+            assert index.as_retriever(k=5).invoke(query) == exact.as_retriever(k=5).invoke(query)
+
+    def test_segments_too_small_to_train_ivf_are_scanned_exactly(
+        self, animal_docs: list[Document], embeddings: HashingEmbeddings, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """IVF64 needs 64 training rows: smaller segments get no approximate index, and results stay exact."""
+        import langchain_fusion.stores.local.snapshot as snapshot_module
+
+        monkeypatch.setattr(snapshot_module, "ANN_MIN_ROWS", 1)
+        index = FusionIndex.from_documents(animal_docs[:4], embeddings, vector_index="IVF64,Flat")
+        index.add_documents(animal_docs[4:])
+        assert all(s.ann is None for s in index.store.snapshot.segments)  # type: ignore[attr-defined]
+        exact = FusionIndex.from_documents(animal_docs, embeddings)
+        for query in ("cat", "dog friends"):
+            assert index.as_retriever(k=5).invoke(query) == exact.as_retriever(k=5).invoke(query)
+        assert_rows_aligned(index)
+        big = [Document(page_content=f"w{i % 97} w{i % 13} row {i}", id=f"r{i}") for i in range(70)]
+        trained = FusionIndex.from_documents(big, embeddings, vector_index="IVF64,Flat")
+        assert all(s.ann is not None for s in trained.store.snapshot.segments)  # type: ignore[attr-defined]
 
 
 class TestFlatScan:
@@ -130,11 +176,24 @@ class TestFlatScan:
 
     @pytest.mark.parametrize("rows", [1, 7, 32_767, 32_768, 50_001])
     def test_scores_all_match_numpy(self, rows: int) -> None:
-        from langchain_fusion.vector import VectorIndex, normalize_rows
+        from langchain_fusion.stores.local.vectors import inner_products, normalize_rows
 
         rng = np.random.default_rng(rows)
         vectors = normalize_rows(rng.standard_normal((rows, 24)), 24)
-        index = VectorIndex(24)
-        index.add(vectors)
         query = normalize_rows(rng.standard_normal((1, 24)), 24)
-        np.testing.assert_allclose(index.scores_all(query), vectors @ query[0], atol=1e-5)
+        np.testing.assert_allclose(inner_products(vectors, query[0]), vectors @ query[0], atol=1e-5)
+
+    def test_store_scans_every_segment(self, embeddings: HashingEmbeddings, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The store's whole-corpus scan over several segments equals NumPy over all rows."""
+        import langchain_fusion.stores.local.snapshot as snapshot_module
+
+        monkeypatch.setattr(snapshot_module, "MERGE_FACTOR", 0)  # every batch stays a segment of its own
+        docs = [Document(page_content=f"text number {i} about cats " * (1 + i % 3), id=str(i)) for i in range(50)]
+        index = FusionIndex(embeddings)
+        for start, stop in ((0, 40), (40, 48), (48, 50)):
+            index.add_documents(docs[start:stop])
+        snapshot = index.store.snapshot  # type: ignore[attr-defined]
+        assert [segment.size for segment in snapshot.segments] == [40, 8, 2]
+        vectors = snapshot.vectors_of(np.arange(50))
+        query = index.embed_query("cats")
+        np.testing.assert_allclose(snapshot.vector_scores_all(query), vectors @ query[0], atol=1e-5)

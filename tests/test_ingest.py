@@ -16,7 +16,7 @@ from pypdf import PdfReader, PdfWriter
 
 from langchain_fusion import FusionIndex
 from langchain_fusion import metadata as keys
-from langchain_fusion.ingest import (
+from langchain_fusion.ingest.loading import (
     LoadResult,
     SkippedFile,
     SkippedFileWarning,

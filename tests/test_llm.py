@@ -14,7 +14,7 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_openai import ChatOpenAI
 
 from langchain_fusion import FusionError, MissingCredentialsError, MissingDependencyError
-from langchain_fusion.llm import OPENAI_DEFAULT_CHAT_MODEL, default_chat_model, resolve_chat_model
+from langchain_fusion.models.chat import OPENAI_DEFAULT_CHAT_MODEL, default_chat_model, resolve_chat_model
 
 
 @pytest.fixture

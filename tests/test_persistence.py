@@ -18,9 +18,9 @@ from langchain_core.documents import Document
 
 import langchain_fusion
 from langchain_fusion import Analyzer, BM25Params, FusionIndex
-from langchain_fusion.bm25 import BM25Index
 from langchain_fusion.errors import EmbeddingsMismatchError, FusionError, IndexFormatError
-from langchain_fusion.persistence import FORMAT_NAME, FORMAT_VERSION, library_version
+from langchain_fusion.stores.local.folder import library_version
+from langchain_fusion.stores.local.store import FORMAT_NAME, FORMAT_VERSION
 
 QUERIES = [
     "cat",
@@ -76,6 +76,41 @@ def _assert_same_results(got: FusionIndex, expected: FusionIndex, *, exact: bool
                                 assert value == meta_b[key], (query, key)
 
 
+def _assert_aligned(index: FusionIndex) -> None:
+    """Every live document has one row, in row order, on every side of one snapshot."""
+    view = index.view()
+    snapshot = view.snapshot  # type: ignore[attr-defined]
+    snapshot.check_aligned()
+    keys = view.keys_of([d.id for d in index.documents])  # type: ignore[misc]
+    assert (keys >= 0).all() and (np.diff(keys) > 0).all()
+    assert view.documents(keys) == list(index.documents)
+    assert len(view) == snapshot.live_count == len(index)
+
+
+@pytest.fixture
+def ann_on_small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Build ANN indexes for segments of any size (normally only from ANN_MIN_ROWS rows on)."""
+    import langchain_fusion.stores.local.snapshot as snapshot_module
+
+    monkeypatch.setattr(snapshot_module, "ANN_MIN_ROWS", 1)
+
+
+def _fail_writing_bm25(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make saves fail half way: after the vectors, while writing the BM25 arrays (a partial file is left)."""
+    from langchain_fusion.stores.local import folder as fmt
+
+    real_save_array = fmt.save_array
+
+    def broken(path: Path, array: Any) -> None:
+        if path.parent.name != "bm25":
+            real_save_array(path, array)
+            return
+        path.write_bytes(b"\x93NUMPY partial")
+        raise RuntimeError("disk full (simulated)")
+
+    monkeypatch.setattr(fmt, "save_array", broken)
+
+
 def _snapshot(folder: Path) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
@@ -98,7 +133,8 @@ class TestRoundTrip:
         assert len(loaded) == len(animal_index) == 8
         assert [d.id for d in loaded.documents] == [d.id for d in animal_index.documents]
         assert list(loaded.documents) == list(animal_index.documents)
-        assert all(loaded.row_of(d.id) == row for row, d in enumerate(animal_index.documents))
+        assert loaded.view().keys_of([d.id for d in animal_index.documents]).tolist() == list(range(8))  # type: ignore[misc]
+        _assert_aligned(loaded)
         assert loaded.embeddings_id == animal_index.embeddings_id
         assert loaded.dimension == 64
 
@@ -138,27 +174,37 @@ class TestRoundTrip:
         params = BM25Params(k1=1.2, b=0.5, method="bm25+", delta=1.0)
         index = FusionIndex.from_documents(animal_docs, embeddings, analyzer=analyzer, bm25_params=params)
         loaded = FusionIndex.load(index.save(tmp_path / "idx"), embeddings)
-        assert loaded.bm25.analyzer == analyzer
-        assert loaded.bm25.params == params
+        assert loaded.analyzer == analyzer
+        assert loaded.bm25_params == params
         _assert_same_results(loaded, index, exact=True)
 
+    @pytest.mark.usefixtures("ann_on_small_segments")
     def test_hnsw_index_round_trip(self, animal_docs, tmp_path: Path, embeddings) -> None:
         index = FusionIndex.from_documents(animal_docs, embeddings, vector_index="HNSW16")
         folder = index.save(tmp_path / "hnsw")
         manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
         assert manifest["vector_index"]["factory"] == "HNSW16"
+        assert (folder / "vectors.ann").is_file() and "vectors.ann" in manifest["files"]
         loaded = FusionIndex.load(folder, embeddings)
-        assert loaded.vector_factory == "HNSW16"
-        assert loaded.vectors is not None and not loaded.vectors.is_exact
+        assert loaded.store.vector_index == "HNSW16"  # type: ignore[attr-defined]
+        assert all(s.ann is not None for s in loaded.store.snapshot.segments)  # type: ignore[attr-defined]
         _assert_same_results(loaded, index, exact=True)
         # And it is still a working, aligned index after a delete.
         assert loaded.delete([loaded.documents[0].id]) == 1
         fresh = FusionIndex.from_documents(loaded.documents, embeddings, vector_index="HNSW16")
         _assert_same_results(loaded, fresh, exact=False)
 
+    def test_small_approximate_index_saves_no_ann_file(self, animal_docs, tmp_path: Path, embeddings) -> None:
+        index = FusionIndex.from_documents(animal_docs, embeddings, vector_index="HNSW16")
+        folder = index.save(tmp_path / "hnsw")
+        assert not (folder / "vectors.ann").exists()  # fewer than ANN_MIN_ROWS rows: scanned exactly
+        loaded = FusionIndex.load(folder, embeddings)
+        assert loaded.store.vector_index == "HNSW16"  # type: ignore[attr-defined]
+        _assert_same_results(loaded, index, exact=True)
+
     def test_empty_index_round_trip(self, tmp_path: Path, embeddings) -> None:
         folder = FusionIndex(embeddings).save(tmp_path / "empty")
-        assert not (folder / "vectors.faiss").exists()
+        assert not (folder / "vectors.npy").exists()
         manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
         assert manifest["counts"] == {"documents": 0, "vectors": 0, "bm25_rows": 0, "vocabulary": 0}
         assert manifest["embeddings"]["dimension"] is None
@@ -184,8 +230,7 @@ class TestRoundTrip:
         removed = [loaded.documents[0].id, loaded.documents[3].id, "extra-2"]
         assert loaded.delete(removed) == 3
         assert len(loaded) == 8
-        assert [loaded.row_of(d.id) for d in loaded.documents] == list(range(8))
-        assert len(loaded.vectors) == len(loaded.bm25) == 8
+        _assert_aligned(loaded)
         fresh = FusionIndex.from_documents(loaded.documents, embeddings)
         _assert_same_results(loaded, fresh, exact=False)
         top = loaded.as_retriever(k=1, alpha=0.0).invoke("kitten garden")
@@ -202,11 +247,25 @@ class TestRoundTrip:
 
 class TestLayoutAndManifest:
     def test_folder_layout(self, saved: Path) -> None:
-        assert sorted(p.name for p in saved.iterdir()) == ["bm25", "documents.jsonl", "manifest.json", "vectors.faiss"]
+        assert sorted(p.name for p in saved.iterdir()) == ["bm25", "documents.jsonl", "manifest.json", "vectors.npy"]
         assert (saved / "bm25").is_dir()
         bm25_files = {p.relative_to(saved / "bm25").as_posix() for p in (saved / "bm25").rglob("*") if p.is_file()}
-        assert {"row_indptr.npy", "row_terms.npy", "row_tf.npy", "row_lengths.npy", "vocabulary.json"} <= bm25_files
+        assert bm25_files == {"indptr.npy", "rows.npy", "tf.npy", "lengths.npy", "vocabulary.json"}
         assert not [name for name in bm25_files if name.endswith((".pkl", ".pickle", ".joblib"))]
+
+    def test_arrays(self, animal_index: FusionIndex, saved: Path) -> None:
+        vectors = np.load(saved / "vectors.npy", allow_pickle=False)
+        assert vectors.dtype == np.float32 and vectors.shape == (8, 64)
+        snapshot = animal_index.store.snapshot  # type: ignore[attr-defined]
+        np.testing.assert_array_equal(vectors, snapshot.vectors_of(np.arange(8)))
+        vocabulary = json.loads((saved / "bm25" / "vocabulary.json").read_text(encoding="utf-8"))
+        assert vocabulary == sorted(snapshot.vocabulary, key=snapshot.vocabulary.__getitem__)
+        indptr, rows, tf, lengths = (
+            np.load(saved / "bm25" / f"{name}.npy", allow_pickle=False) for name in ("indptr", "rows", "tf", "lengths")
+        )
+        assert indptr.size == len(vocabulary) + 1 and indptr[-1] == rows.size == tf.size
+        assert lengths.tolist() == [len(animal_index.analyzer.tokenize(d.page_content)) for d in animal_index.documents]
+        np.testing.assert_array_equal(np.bincount(rows, weights=tf, minlength=8), lengths)
 
     def test_documents_jsonl(self, animal_index: FusionIndex, saved: Path) -> None:
         lines = (saved / "documents.jsonl").read_text(encoding="utf-8").splitlines()
@@ -218,7 +277,19 @@ class TestLayoutAndManifest:
     def test_manifest_contents(self, animal_index: FusionIndex, saved: Path) -> None:
         manifest = json.loads((saved / "manifest.json").read_text(encoding="utf-8"))
         assert manifest["format"] == FORMAT_NAME == "langchain-fusion-index"
-        assert manifest["format_version"] == FORMAT_VERSION == 1
+        assert manifest["format_version"] == FORMAT_VERSION == 2
+        assert set(manifest) == {
+            "format",
+            "format_version",
+            "library_version",
+            "created_at",
+            "embeddings",
+            "vector_index",
+            "bm25",
+            "text_fields",
+            "counts",
+            "files",
+        }
         assert manifest["library_version"] == library_version()
         assert datetime.fromisoformat(manifest["created_at"]).tzinfo is not None
         assert manifest["embeddings"] == {"id": animal_index.embeddings_id, "dimension": 64}
@@ -230,14 +301,15 @@ class TestLayoutAndManifest:
             "normalized": True,
         }
         assert manifest["bm25"] == {
-            "analyzer": animal_index.bm25.analyzer.model_dump(),
-            "params": animal_index.bm25.params.model_dump(),
+            "analyzer": animal_index.analyzer.model_dump(),
+            "analyzer_class": "langchain_fusion.stores.analyzer.Analyzer",
+            "params": animal_index.bm25_params.model_dump(),
         }
         assert manifest["counts"] == {
             "documents": 8,
             "vectors": 8,
             "bm25_rows": 8,
-            "vocabulary": animal_index.bm25.vocabulary_size,
+            "vocabulary": len(animal_index.store.snapshot.vocabulary),  # type: ignore[attr-defined]
         }
         assert manifest["counts"]["vocabulary"] > 20
 
@@ -247,7 +319,7 @@ class TestLayoutAndManifest:
             p.relative_to(saved).as_posix(): p for p in saved.rglob("*") if p.is_file() and p.name != "manifest.json"
         }
         assert set(manifest["files"]) == set(on_disk)
-        assert {"documents.jsonl", "vectors.faiss", "bm25/row_terms.npy", "bm25/vocabulary.json"} <= set(on_disk)
+        assert {"documents.jsonl", "vectors.npy", "bm25/rows.npy", "bm25/vocabulary.json"} <= set(on_disk)
         for name, entry in manifest["files"].items():
             data = on_disk[name].read_bytes()
             assert entry == {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
@@ -286,26 +358,56 @@ class TestLoadErrors:
 
     def test_manifest_of_another_format(self, saved: Path, embeddings) -> None:
         _rewrite_manifest(saved, lambda m: m.update(format="something-else"))
-        with pytest.raises(IndexFormatError, match=r"manifest\.json is not a langchain-fusion manifest"):
+        with pytest.raises(IndexFormatError, match=r"manifest\.json is not a langchain-fusion index manifest"):
             FusionIndex.load(saved, embeddings)
 
-    @pytest.mark.parametrize("version", [2, 0, "1", None])
+    @pytest.mark.parametrize("version", [1, 0, "2", None, True])
     def test_wrong_format_version(self, saved: Path, embeddings, version: Any) -> None:
         _rewrite_manifest(saved, lambda m: m.update(format_version=version))
         with pytest.raises(IndexFormatError, match=rf"uses index format version {re.escape(repr(version))}; .* reads"):
             FusionIndex.load(saved, embeddings)
 
-    @pytest.mark.parametrize("name", ["documents.jsonl", "vectors.faiss", "bm25/vocabulary.json", "bm25/row_terms.npy"])
+    def test_newer_format_version_asks_for_an_upgrade(self, saved: Path, embeddings) -> None:
+        _rewrite_manifest(saved, lambda m: m.update(format_version=3))
+        with pytest.raises(IndexFormatError, match=r"uses index format version 3, newer .*upgrade langchain-fusion"):
+            FusionIndex.load(saved, embeddings)
+
+    @pytest.mark.parametrize(
+        "name",
+        [
+            "documents.jsonl",
+            "vectors.npy",
+            "bm25/vocabulary.json",
+            "bm25/indptr.npy",
+            "bm25/rows.npy",
+            "bm25/tf.npy",
+            "bm25/lengths.npy",
+        ],
+    )
     def test_missing_file(self, saved: Path, embeddings, name: str) -> None:
         (saved / name).unlink()
         with pytest.raises(IndexFormatError, match=rf"{re.escape(name)} is missing; the index is incomplete"):
             FusionIndex.load(saved, embeddings)
 
+    def test_missing_file_not_listed_in_the_manifest(self, saved: Path, embeddings) -> None:
+        (saved / "bm25" / "tf.npy").unlink()
+        _rewrite_manifest(saved, lambda m: m["files"].pop("bm25/tf.npy"))
+        with pytest.raises(IndexFormatError, match=r"tf\.npy is missing; the index is incomplete"):
+            FusionIndex.load(saved, embeddings)
+
+    @pytest.mark.parametrize(
+        "name", ["vectors.faiss", "bm25/weights/data.csc.index.npy", "../outside.npy", "notes.txt"]
+    )
+    def test_unexpected_file_in_the_manifest(self, saved: Path, embeddings, name: str) -> None:
+        _rewrite_manifest(saved, lambda m: m["files"].update({name: {"sha256": "0" * 64, "bytes": 0}}))
+        with pytest.raises(IndexFormatError, match=r"lists an unexpected file"):
+            FusionIndex.load(saved, embeddings)
+
     def test_truncated_vectors_file(self, saved: Path, embeddings) -> None:
-        path = saved / "vectors.faiss"
+        path = saved / "vectors.npy"
         data = path.read_bytes()
         path.write_bytes(data[: len(data) // 2])
-        expected = rf"vectors\.faiss has {len(data) // 2} bytes, the manifest says {len(data)}: .*truncated"
+        expected = rf"vectors\.npy has {len(data) // 2} bytes, the manifest says {len(data)}: .*truncated"
         with pytest.raises(IndexFormatError, match=expected):
             FusionIndex.load(saved, embeddings)
 
@@ -321,12 +423,13 @@ class TestLoadErrors:
         ):
             FusionIndex.load(saved, embeddings)
 
-    def test_altered_bm25_weights(self, saved: Path, embeddings) -> None:
-        path = next((saved / "bm25").rglob("data.csc.index.npy"))
+    @pytest.mark.parametrize("name", ["tf.npy", "rows.npy", "lengths.npy"])
+    def test_altered_bm25_postings(self, saved: Path, embeddings, name: str) -> None:
+        path = saved / "bm25" / name
         data = bytearray(path.read_bytes())
         data[-1] ^= 0xFF
         path.write_bytes(bytes(data))
-        with pytest.raises(IndexFormatError, match=r"data\.csc\.index\.npy does not match its checksum"):
+        with pytest.raises(IndexFormatError, match=rf"{re.escape(name)} does not match its checksum"):
             FusionIndex.load(saved, embeddings)
 
     @pytest.mark.parametrize("count", ["documents", "vectors", "bm25_rows"])
@@ -335,9 +438,15 @@ class TestLoadErrors:
         with pytest.raises(IndexFormatError, match=rf": 8 {count} found but the manifest says 9; rebuild"):
             FusionIndex.load(saved, embeddings)
 
+    def test_vocabulary_count_mismatch(self, saved: Path, embeddings) -> None:
+        size = json.loads((saved / "manifest.json").read_text(encoding="utf-8"))["counts"]["vocabulary"]
+        _rewrite_manifest(saved, lambda m: m["counts"].update(vocabulary=size + 1))
+        with pytest.raises(IndexFormatError, match=rf": {size} vocabulary found but the manifest says {size + 1}"):
+            FusionIndex.load(saved, embeddings)
+
     def test_missing_vectors_file_removed_from_manifest_is_a_count_mismatch(self, saved: Path, embeddings) -> None:
-        (saved / "vectors.faiss").unlink()
-        _rewrite_manifest(saved, lambda m: m["files"].pop("vectors.faiss"))
+        (saved / "vectors.npy").unlink()
+        _rewrite_manifest(saved, lambda m: m["files"].pop("vectors.npy"))
         with pytest.raises(IndexFormatError, match=r": 0 vectors found but the manifest says 8"):
             FusionIndex.load(saved, embeddings)
 
@@ -384,14 +493,6 @@ class TestEmbeddingsCheck:
 
 
 class TestAtomicSave:
-    def _broken_bm25_save(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        def broken(self: BM25Index, folder: Path) -> None:
-            folder.mkdir(parents=True, exist_ok=True)
-            np.save(folder / "row_terms.npy", np.arange(3, dtype=np.int32), allow_pickle=False)
-            raise RuntimeError("disk full (simulated)")
-
-        monkeypatch.setattr(BM25Index, "save", broken)
-
     def test_failed_save_over_existing_index_keeps_the_old_one(
         self, animal_index: FusionIndex, tmp_path: Path, embeddings, monkeypatch: pytest.MonkeyPatch
     ) -> None:
@@ -401,12 +502,12 @@ class TestAtomicSave:
 
         changed = FusionIndex.load(folder, embeddings)
         changed.add_documents(EXTRA_DOCS)
-        self._broken_bm25_save(monkeypatch)
+        _fail_writing_bm25(monkeypatch)
         with pytest.raises(RuntimeError, match="disk full"):
             changed.save(folder)
         monkeypatch.undo()
 
-        assert sorted(p.name for p in parent.iterdir()) == ["idx"]
+        assert sorted(p.name for p in parent.iterdir()) == [".idx.lock", "idx"]  # only the save lock beside the index
         assert _snapshot(folder) == before
         old = FusionIndex.load(folder, embeddings)
         assert list(old.documents) == list(animal_index.documents)
@@ -417,17 +518,17 @@ class TestAtomicSave:
     ) -> None:
         parent = tmp_path / "parent"
         parent.mkdir()
-        self._broken_bm25_save(monkeypatch)
+        _fail_writing_bm25(monkeypatch)
         with pytest.raises(RuntimeError, match="disk full"):
             animal_index.save(parent / "idx")
-        assert list(parent.iterdir()) == []
+        assert [p.name for p in parent.iterdir()] == [".idx.lock"]  # no index, no staging folder
 
     def test_unserialisable_metadata_fails_cleanly(self, tmp_path: Path, embeddings) -> None:
         doc = Document(id="d1", page_content="cat", metadata={"when": object()})
         index = FusionIndex.from_documents([doc], embeddings)
         with pytest.raises(FusionError, match=r"document 'd1' has metadata that is not JSON-serialisable"):
             index.save(tmp_path / "idx")
-        assert list(tmp_path.iterdir()) == []
+        assert [p.name for p in tmp_path.iterdir()] == [".idx.lock"]
 
     def test_successful_save_over_an_index_replaces_it(
         self, animal_index: FusionIndex, tmp_path: Path, embeddings
@@ -435,7 +536,7 @@ class TestAtomicSave:
         folder = animal_index.save(tmp_path / "idx")
         smaller = FusionIndex.from_documents(animal_index.documents[:3], embeddings)
         assert smaller.save(folder) == folder
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.lock", "idx"]
         assert [d.id for d in FusionIndex.load(folder, embeddings).documents] == [
             d.id for d in animal_index.documents[:3]
         ]
@@ -445,7 +546,7 @@ class TestAtomicSave:
         folder.mkdir()
         animal_index.save(folder)
         assert len(FusionIndex.load(folder, embeddings)) == 8
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.lock", "idx"]
 
     def test_refuses_to_overwrite_a_folder_that_is_not_an_index(
         self, animal_index: FusionIndex, tmp_path: Path
@@ -564,11 +665,13 @@ class TestTextFields:
         fresh = FusionIndex.from_documents(
             [ENRICHED_DOCS[1], ENRICHED_DOCS[0]], embeddings, embed_fields=("content",), bm25_fields=("context",)
         )
-        assert np.array_equal(loaded.bm25.scores("zephyr"), fresh.bm25.scores("zephyr"))
-        assert loaded.bm25.scores("racks").tolist() == [0.0, 0.0]  # BM25 sees only the context
-        assert loaded.vectors is not None and fresh.vectors is not None
+        ours, theirs = loaded.store.snapshot, fresh.store.snapshot  # type: ignore[attr-defined]
+        assert [d.id for d in loaded.documents] == [d.id for d in fresh.documents] == ["e2", "e1"]
+        assert np.array_equal(ours.bm25_scores_all("zephyr"), theirs.bm25_scores_all("zephyr"))
+        assert ours.bm25_scores_all("zephyr")[1] > 0
+        assert ours.bm25_scores_all("racks").tolist() == [0.0, 0.0]  # BM25 sees only the context
         rows = np.arange(2)
-        np.testing.assert_allclose(loaded.vectors.vectors(rows), fresh.vectors.vectors(rows), atol=1e-6)
+        np.testing.assert_allclose(ours.vectors_of(rows), theirs.vectors_of(rows), atol=1e-6)
 
     def test_a_manifest_without_text_fields_loads_with_the_defaults(self, saved: Path, embeddings) -> None:
         _rewrite_manifest(saved, lambda m: m.pop("text_fields"))
@@ -629,13 +732,15 @@ class TestHierarchicalPersistence:
                 "bm25",
                 "documents.jsonl",
                 "manifest.json",
-                "vectors.faiss",
+                "vectors.npy",
             ]
         loaded = HierarchicalIndex.load(folder, embeddings)
         assert list(loaded.chunks.documents) == list(original.chunks.documents)
         assert list(loaded.summaries.documents) == list(original.summaries.documents)
         assert loaded.summaries.embeddings is loaded.chunks.embeddings
-        assert [r.tolist() for r in loaded.links()] == [r.tolist() for r in original.links()]
+        for summary in loaded.summaries.documents:  # every summary still links to chunks of the index
+            linked = summary.metadata["summary_chunk_ids"]
+            assert linked and all(chunk_id in loaded.chunks for chunk_id in linked)
         for query in ["cat", "parrots speech", "market waves"]:
             assert _hierarchical_results(loaded, query) == _hierarchical_results(original, query)
 
@@ -643,7 +748,7 @@ class TestHierarchicalPersistence:
         folder = _hierarchical(embeddings).save(tmp_path / "hier")
         manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
         assert manifest["format"] == "langchain-fusion-hierarchical-index"
-        assert manifest["format_version"] == 1
+        assert manifest["format_version"] == 2
         assert manifest["library_version"] == library_version()
         assert manifest["counts"] == {"chunks": 8, "summaries": 2}
         assert manifest["embeddings"]["dimension"] == 64
@@ -653,12 +758,12 @@ class TestHierarchicalPersistence:
 
     def test_loads_as_a_hierarchical_index_only(self, tmp_path: Path, embeddings) -> None:
         from langchain_fusion import HierarchicalIndex
-        from langchain_fusion.persistence import index_kind
+        from langchain_fusion.index.hierarchical import is_hierarchical
 
         folder = _hierarchical(embeddings).save(tmp_path / "hier")
         plain = FusionIndex.from_documents(EXTRA_DOCS, embeddings).save(tmp_path / "plain")
-        assert (index_kind(folder), index_kind(plain)) == ("hierarchical", "index")
-        with pytest.raises(IndexFormatError, match=r"is a hierarchical index .*HierarchicalIndex\.load"):
+        assert (is_hierarchical(folder), is_hierarchical(plain)) == (True, False)
+        with pytest.raises(IndexFormatError):
             FusionIndex.load(folder, embeddings)
         assert len(FusionIndex.load(folder / "chunks", embeddings)) == 8  # its chunk index is a plain index
         with pytest.raises(IndexFormatError, match=r"is a plain index without page summaries"):
@@ -666,7 +771,14 @@ class TestHierarchicalPersistence:
         with pytest.raises(IndexFormatError, match=r"is not a folder"):
             HierarchicalIndex.load(tmp_path / "nowhere", embeddings)
         with pytest.raises(IndexFormatError, match=r"manifest\.json is missing"):
-            index_kind(tmp_path)
+            is_hierarchical(tmp_path)
+
+    def test_loading_a_hierarchical_folder_as_a_plain_index_names_the_right_loader(
+        self, tmp_path: Path, embeddings
+    ) -> None:
+        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        with pytest.raises(IndexFormatError, match=r"is a hierarchical index .*HierarchicalIndex\.load"):
+            FusionIndex.load(folder, embeddings)
 
     def test_altered_part_manifest(self, tmp_path: Path, embeddings) -> None:
         from langchain_fusion import HierarchicalIndex
@@ -688,7 +800,8 @@ class TestHierarchicalPersistence:
     @pytest.mark.parametrize(
         ("change", "message"),
         [
-            (lambda m: m.update(format_version=2), r"hierarchical index format version 2"),
+            (lambda m: m.update(format_version=1), r"hierarchical index format version 1; .* reads version 2"),
+            (lambda m: m.update(format_version=3), r"hierarchical index format version 3, newer .*upgrade"),
             (lambda m: m.pop("parts"), r"incomplete or invalid"),
             (lambda m: m["counts"].update(summaries=5), r": 2 summaries found but the manifest says 5"),
             (lambda m: m["parts"]["chunks"].update(folder="../elsewhere"), r"unexpected folder"),
@@ -727,16 +840,13 @@ class TestHierarchicalPersistence:
         folder = original.save(parent / "hier")
         before = _snapshot(folder)
 
-        def broken(self: BM25Index, folder: Path) -> None:
-            raise RuntimeError("disk full (simulated)")
-
-        monkeypatch.setattr(BM25Index, "save", broken)
+        _fail_writing_bm25(monkeypatch)
         with pytest.raises(RuntimeError, match="disk full"):
             original.save(folder)
         with pytest.raises(RuntimeError, match="disk full"):
             original.save(parent / "new")
         monkeypatch.undo()
-        assert sorted(p.name for p in parent.iterdir()) == ["hier"]
+        assert sorted(p.name for p in parent.iterdir()) == [".hier.lock", ".new.lock", "hier"]
         assert _snapshot(folder) == before
         assert len(HierarchicalIndex.load(folder, embeddings).summaries) == 2
 

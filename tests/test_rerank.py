@@ -22,7 +22,7 @@ from langchain_tests.integration_tests import RetrieversIntegrationTests
 
 from langchain_fusion import FusionIndex, LLMListwiseReranker, LLMReranker, RerankRetriever
 from langchain_fusion import metadata as keys
-from langchain_fusion.rerank import RatingError, RelevanceRating, parse_ranking, parse_rating
+from langchain_fusion.retrievers.rerank import RatingError, RelevanceRating, parse_ranking, parse_rating
 from tests.conftest import HashingEmbeddings
 from tests.fake_chat_models import RatingModel, keyword_rule
 
@@ -118,7 +118,7 @@ class TestLLMReranker:
             {"alpha": 3, "beta": RuntimeError("provider exploded"), "gamma": 9, "delta": "no idea", "eps": 42}
         )
         docs = candidates("alpha", "beta", "gamma", "delta", "eps", "zeta")
-        with caplog.at_level(logging.WARNING, logger="langchain_fusion.rerank"):
+        with caplog.at_level(logging.WARNING, logger="langchain_fusion.retrievers.rerank"):
             result = LLMReranker(llm=RatingModel(rule=rule, structured=False), top_n=None).rerank(docs, "q")
         # beta (2nd), delta (4th) and eps (5th) failed and stay where fusion put them.
         assert words_of(result) == ["gamma", "beta", "zeta", "delta", "eps", "alpha"]
@@ -135,7 +135,7 @@ class TestLLMReranker:
     def test_structured_output_failures_fall_back_too(self, caplog: pytest.LogCaptureFixture) -> None:
         rule = keyword_rule({"alpha": None, "beta": {"nonsense": 1}, "gamma": 6})
         docs = candidates("alpha", "beta", "gamma")
-        with caplog.at_level(logging.WARNING, logger="langchain_fusion.rerank"):
+        with caplog.at_level(logging.WARNING, logger="langchain_fusion.retrievers.rerank"):
             result = LLMReranker(llm=RatingModel(rule=rule), top_n=2).rerank(docs, "q")
         assert words_of(result) == ["alpha", "beta"]
         assert len(caplog.records) == 2
@@ -149,7 +149,7 @@ class TestLLMReranker:
         model = RatingModel(rule=keyword_rule({"alpha": 2, "beta": 9}, default=6), slow={"beta": 3.0})
         reranker = LLMReranker(llm=model, top_n=None, timeout=0.3)
         started = time.perf_counter()
-        with caplog.at_level(logging.WARNING, logger="langchain_fusion.rerank"):
+        with caplog.at_level(logging.WARNING, logger="langchain_fusion.retrievers.rerank"):
             result = reranker.rerank(candidates("alpha", "beta", "gamma"), "q")
         assert time.perf_counter() - started < 2.0
         assert words_of(result) == ["gamma", "beta", "alpha"]
@@ -303,14 +303,14 @@ class TestLLMListwiseReranker:
 
     def test_invalid_ids_are_dropped_with_a_warning(self, caplog: pytest.LogCaptureFixture) -> None:
         model = RatingModel(rule=lambda prompt: {"ids": [2, 2, 9, -1, 1]})
-        with caplog.at_level(logging.WARNING, logger="langchain_fusion.rerank"):
+        with caplog.at_level(logging.WARNING, logger="langchain_fusion.retrievers.rerank"):
             result = LLMListwiseReranker(llm=model, top_n=3).rerank(candidates("alpha", "beta", "gamma"), "q")
         assert words_of(result) == ["beta", "alpha", "gamma"]
         assert "2 is repeated; 9 is out of range 1-3; -1 is out of range 1-3" in caplog.text
 
     def test_failure_keeps_the_fusion_order(self, caplog: pytest.LogCaptureFixture) -> None:
         model = RatingModel(rule=lambda prompt: RuntimeError("boom"))
-        with caplog.at_level(logging.WARNING, logger="langchain_fusion.rerank"):
+        with caplog.at_level(logging.WARNING, logger="langchain_fusion.retrievers.rerank"):
             result = LLMListwiseReranker(llm=model, top_n=2).rerank(candidates("alpha", "beta", "gamma"), "q")
         assert words_of(result) == ["alpha", "beta"]
         assert "no ranking (RuntimeError: boom)" in caplog.text
@@ -429,7 +429,7 @@ class TestRerankRetrieverStandard(RetrieversIntegrationTests):
 @pytest.mark.integration
 @pytest.mark.skipif(not os.environ.get("OPENAI_API_KEY"), reason="needs OPENAI_API_KEY (calls the OpenAI API)")
 def test_real_model_reranks(animal_index: FusionIndex) -> None:
-    from langchain_fusion.llm import default_chat_model
+    from langchain_fusion.models.chat import default_chat_model
 
     reranker = LLMReranker(llm=default_chat_model(), top_n=2)
     docs = animal_index.as_retriever(k=6).invoke("Which animal purrs when it is happy?")

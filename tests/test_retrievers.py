@@ -10,6 +10,7 @@ from langchain_core.runnables import ConfigurableField, RunnableLambda
 
 from langchain_fusion import BM25Retriever, FusionIndex, FusionRetriever, VectorRetriever
 from langchain_fusion import metadata as keys
+from langchain_fusion.errors import FusionError, InvalidParameterError
 from tests.conftest import HashingEmbeddings
 
 RETRIEVERS = [VectorRetriever, BM25Retriever, FusionRetriever]
@@ -41,22 +42,25 @@ class TestFusionRetrieverOptions:
     @pytest.mark.parametrize(
         "kwargs,message",
         [
-            ({"k": 0}, "k must be a positive integer"),
-            ({"k": "3"}, "k must be a positive integer"),
+            ({"k": 0}, "k must be a positive whole number"),
+            ({"k": "3"}, "k must be a positive whole number"),
             ({"alpha": 1.2}, "alpha must be a number between 0 and 1"),
-            ({"fetch_k": 0}, "fetch_k must be a positive integer"),
+            ({"fetch_k": 0}, "fetch_k must be a positive whole number"),
             ({"method": "sum"}, "method must be one of"),
         ],
     )
     def test_invalid_per_call_values(self, animal_index: FusionIndex, kwargs: dict, message: str) -> None:
-        with pytest.raises(ValueError, match=message):
+        with pytest.raises(InvalidParameterError, match=message):
             animal_index.as_retriever().invoke("cat", **kwargs)
 
     def test_unknown_per_call_option(self, animal_index: FusionIndex) -> None:
-        with pytest.raises(TypeError, match="unexpected argument"):
+        with pytest.raises(InvalidParameterError, match="unexpected argument") as raised:
             animal_index.as_retriever().invoke("cat", top_k=3)
+        assert isinstance(raised.value, FusionError) and isinstance(raised.value, ValueError)
 
-    @pytest.mark.parametrize("kwargs", [{"k": 0}, {"alpha": -0.5}, {"fetch_k": 0}, {"method": "max"}])
+    @pytest.mark.parametrize(
+        "kwargs", [{"k": 0}, {"alpha": -0.5}, {"fetch_k": 0}, {"method": "max"}, {"alpha": True}, {"k": "3"}]
+    )
     def test_invalid_construction(self, animal_index: FusionIndex, kwargs: dict) -> None:
         with pytest.raises(ValueError):
             FusionRetriever(index=animal_index, **kwargs)
@@ -160,7 +164,7 @@ class TestFilter:
         assert animal_index.as_retriever().invoke("cat", filter={"missing_key": 1}) == []
 
     def test_invalid_filter(self, animal_index: FusionIndex) -> None:
-        with pytest.raises(TypeError, match="filter must be a mapping"):
+        with pytest.raises(InvalidParameterError, match="filter must be a mapping"):
             animal_index.as_retriever().invoke("cat", filter=42)
 
 

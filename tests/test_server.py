@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import os
@@ -30,7 +31,7 @@ from langserve.lzstring import LZString
 
 from langchain_fusion import FusionError, FusionIndex, HierarchicalIndex, IndexFormatError, LocalEmbeddings
 from langchain_fusion import metadata as keys
-from langchain_fusion.cli import main
+from langchain_fusion.cli.app import main
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.server import (
     DEFAULT_MAX_BATCH_SIZE,
@@ -41,6 +42,7 @@ from langchain_fusion.server import (
     is_loopback,
     url_of,
 )
+from langchain_fusion.stores.local.store import LocalStore
 from tests.conftest import ANIMALS, DATA, HashingEmbeddings
 
 ANSWER = "Cats purr when they are content [1]."
@@ -476,7 +478,7 @@ class TestCreateApp:
 
         monkeypatch.setattr(FusionIndex, "load", refuse)
         monkeypatch.setattr(HierarchicalIndex, "load", refuse)
-        monkeypatch.setattr("langchain_fusion.persistence.load_index", refuse)
+        monkeypatch.setattr(LocalStore, "load", refuse)
         with TestClient(app) as client:
             assert client.post("/retriever/invoke", json={"input": "cat"}).status_code == 200
             assert client.post("/retriever/batch", json={"inputs": ["cat", "dog"]}).status_code == 200
@@ -745,7 +747,10 @@ class TestServeCommand:
         _one_line_error(status, out, err, "needs the 'server' extra (langserve is missing)", "langchain-fusion[server]")
 
     def test_defaults_match_the_server_module(self) -> None:
-        from langchain_fusion import cli, server
+        from langchain_fusion import server
+
+        # The module (langchain_fusion.cli re-exports its main function under the same name).
+        cli = importlib.import_module("langchain_fusion.cli.app")
 
         assert (cli.SERVE_HOST, cli.SERVE_PORT) == (server.DEFAULT_HOST, server.DEFAULT_PORT)
         assert (cli.SERVE_MAX_K, cli.SERVE_MAX_QUERY_CHARS, cli.SERVE_MAX_BATCH_SIZE) == (
@@ -773,7 +778,9 @@ def test_serve_command_round_trip(local_index: Path, tmp_path: Path) -> None:
     """``langchain-fusion serve`` in a subprocess on a free port: start-up lines, /health, a query, Ctrl-C."""
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     env.update(HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
-    command = [sys.executable, "-m", "langchain_fusion.cli", "serve", str(local_index), "--port", "0"]
+    # What the console script runs (pyproject: langchain-fusion = "langchain_fusion.cli:main").
+    entry = "import sys; from langchain_fusion.cli import main; sys.exit(main())"
+    command = [sys.executable, "-c", entry, "serve", str(local_index), "--port", "0"]
     process = subprocess.Popen(
         command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )

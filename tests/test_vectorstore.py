@@ -11,6 +11,7 @@ from langchain_core.vectorstores import InMemoryVectorStore
 
 from langchain_fusion import FusionError, FusionIndex, FusionRetriever, VectorStoreFusionRetriever
 from langchain_fusion import metadata as keys
+from langchain_fusion.stores.local.store import LocalStore
 from tests.conftest import ANIMALS, HashingEmbeddings
 
 with warnings.catch_warnings():
@@ -56,9 +57,14 @@ class TestVectorStoreFusionRetriever:
         store = InMemoryVectorStore.from_documents(list(reversed(docs())), embeddings)
         retriever = VectorStoreFusionRetriever(vectorstore=store, documents=docs(), k=8, fetch_k=None)
         index = FusionIndex.from_documents(docs(), embeddings)
-        for doc in retriever.invoke("cat dog"):
+        store = index.store
+        assert isinstance(store, LocalStore)
+        bm25 = store.snapshot.bm25_scores_all("cat dog")  # row order = docs() order
+        results = retriever.invoke("cat dog")
+        assert results
+        for doc in results:
             row = doc.metadata["i"]
-            assert doc.metadata[keys.BM25_SCORE] == pytest.approx(float(index.bm25.scores("cat dog")[row]))
+            assert doc.metadata[keys.BM25_SCORE] == pytest.approx(float(bm25[row]))
 
     def test_bm25_candidate_outside_store_results(self) -> None:
         embeddings = HashingEmbeddings()

@@ -2,7 +2,7 @@
 
 ``evaluate_retrievers`` runs any LangChain retrievers (timing each query). ``sweep_alpha``
 scores a FusionIndex for many (method, alpha) pairs cheaply: each query is embedded and
-scored on both sides once (:func:`~langchain_fusion.search.score_query`), then fused for
+scored on both sides once (:func:`~langchain_fusion.search.pool.query_scorers`), then fused for
 every setting.
 """
 
@@ -16,12 +16,12 @@ import numpy as np
 from langchain_core.retrievers import BaseRetriever
 from tqdm import tqdm
 
+from langchain_fusion._checks import FusionMethod, check_alpha, check_method
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.evaluation.datasets import EvalDataset
 from langchain_fusion.evaluation.metrics import evaluate_run, mean_scores, parse_metric
-from langchain_fusion.fusion import FusionMethod, check_alpha, check_method
-from langchain_fusion.index import FusionIndex
-from langchain_fusion.search import fused_search, score_query
+from langchain_fusion.index.fusion_index import FusionIndex
+from langchain_fusion.search.pool import fused_search, query_scorers
 
 DEFAULT_METRICS = ("ndcg@10", "recall@10", "mrr@10", "hit_rate@5")
 """Metrics reported when none are asked for."""
@@ -185,23 +185,25 @@ def sweep_alpha(
         qid: index.embed_query(text)
         for qid, text in tqdm(dataset.queries.items(), desc="embedding queries", disable=not progress, leave=False)
     }
-    scores = {qid: score_query(index, text, vectors[qid], fetch_k=fetch_k) for qid, text in dataset.queries.items()}
+    view = index.view()
+    scorers = {qid: query_scorers(view, text, vectors[qid]) for qid, text in dataset.queries.items()}
     results = []
     settings = [(m, a) for m in methods for a in alphas]
     for method, alpha in tqdm(settings, desc="alpha sweep", disable=not progress, leave=False):
         run = {}
         for query_id, text in dataset.queries.items():
             hits = fused_search(
-                index,
+                view,
                 text,
                 vectors[query_id],
                 k=depth,
                 alpha=alpha,
                 fetch_k=fetch_k,
                 method=method,
-                mask=None,
-                scores=scores[query_id],
+                where=None,
+                scorers=scorers[query_id],
             )
-            run[query_id] = [index.document(h.row).id or "" for h in hits]
+            documents = view.documents(np.fromiter((h.key for h in hits), dtype=np.int64, count=len(hits)))
+            run[query_id] = [doc.id or "" for doc in documents]
         results.append(MethodResult(f"{method}@{alpha:g}", evaluate_run(run, dataset.qrels, metrics)))
     return Report(dataset.name, list(metrics), results)

@@ -19,21 +19,21 @@ from typing import Any
 from pydantic import ValidationError
 
 from langchain_fusion import metadata as keys
+from langchain_fusion.cli.errors import UserError
 from langchain_fusion.errors import FusionError
-from langchain_fusion.fusion import FUSION_METHODS
-from langchain_fusion.ingest import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, load_files, split_documents
-from langchain_fusion.retrievers import FusionRetriever
+from langchain_fusion.ingest.loading import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, load_files, split_documents
+from langchain_fusion.search.fusion import FUSION_METHODS
+from langchain_fusion.search.options import SEARCH_DEFAULTS
 
 EXIT_USER_ERROR = 2
-# The retrieval defaults are FusionRetriever's own, so the CLI can never drift from the library.
-_FUSION_FIELDS = FusionRetriever.model_fields
-DEFAULT_K: int = _FUSION_FIELDS["k"].default
-DEFAULT_ALPHA: float = _FUSION_FIELDS["alpha"].default
-DEFAULT_METHOD: str = _FUSION_FIELDS["method"].default
-DEFAULT_FETCH_K: int | None = _FUSION_FIELDS["fetch_k"].default
+# The retrieval defaults are the library's own (search.options), so the CLI can never drift from it.
+DEFAULT_K: int = SEARCH_DEFAULTS.k
+DEFAULT_ALPHA: float = SEARCH_DEFAULTS.alpha
+DEFAULT_METHOD: str = SEARCH_DEFAULTS.method
+DEFAULT_FETCH_K: int | None = SEARCH_DEFAULTS.fetch_k
 DEFAULT_RERANK_CANDIDATES = 20
-DEFAULT_K_SUMMARIES = 3
-DEFAULT_SUMMARY_WEIGHT = 0.5
+DEFAULT_K_SUMMARIES = SEARCH_DEFAULTS.k_summaries
+DEFAULT_SUMMARY_WEIGHT = SEARCH_DEFAULTS.summary_weight
 DEFAULT_LLM_CONCURRENCY = 8
 LLM_CACHE_SUFFIX = ".llm-cache"
 # The serve defaults, the same as langchain_fusion.server's (not imported here: it needs the server extra).
@@ -42,10 +42,6 @@ SERVE_PORT = 8000
 SERVE_MAX_K = 100
 SERVE_MAX_QUERY_CHARS = 2000
 SERVE_MAX_BATCH_SIZE = 32
-
-
-class UserError(Exception):
-    """A mistake in how the command was called; printed as one line."""
 
 
 def _parse(value: str, convert: Callable[[str], Any], valid: Callable[[Any], bool], expected: str) -> Any:
@@ -82,8 +78,8 @@ def _fetch_k(value: str) -> int | None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``langchain-fusion`` command."""
-    from langchain_fusion.llm import OPENAI_DEFAULT_CHAT_MODEL
-    from langchain_fusion.persistence import library_version
+    from langchain_fusion.models.chat import OPENAI_DEFAULT_CHAT_MODEL
+    from langchain_fusion.stores.local.folder import library_version
 
     parser = argparse.ArgumentParser(
         prog="langchain-fusion",
@@ -187,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("question", help="the question to answer")
     _add_search_options(ask, results="passages given to the model")
     ask.add_argument("--json", action="store_true", help="print the answer and its sources as JSON")
-    from langchain_fusion.evaluation.command import add_eval_parser
+    from langchain_fusion.cli.evaluate import add_eval_parser
 
     add_eval_parser(commands, _fetch_k)
     _add_serve_parser(commands)
@@ -196,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_serve_parser(commands: Any) -> None:
     """The ``serve`` subcommand (its defaults mirror ``langchain_fusion.server``, which needs the server extra)."""
-    from langchain_fusion.llm import OPENAI_DEFAULT_CHAT_MODEL
+    from langchain_fusion.models.chat import OPENAI_DEFAULT_CHAT_MODEL
 
     serve = commands.add_parser(
         "serve",
@@ -283,7 +279,7 @@ def _add_serve_parser(commands: Any) -> None:
 
 def _add_search_options(sub: argparse.ArgumentParser, results: str) -> None:
     """The retrieval options shared by ``query`` and ``ask``."""
-    from langchain_fusion.llm import OPENAI_DEFAULT_CHAT_MODEL
+    from langchain_fusion.models.chat import OPENAI_DEFAULT_CHAT_MODEL
 
     sub.add_argument(
         "-k",
@@ -394,10 +390,10 @@ def run_index(args: argparse.Namespace) -> int:
     """Build and save an index; print a summary."""
     import warnings
 
-    from langchain_fusion.embeddings import LocalEmbeddings, resolve_embeddings
-    from langchain_fusion.index import FusionIndex
-    from langchain_fusion.ingest import SkippedFileWarning
-    from langchain_fusion.persistence import check_save_target
+    from langchain_fusion.index.fusion_index import FusionIndex
+    from langchain_fusion.ingest.loading import SkippedFileWarning
+    from langchain_fusion.models.embeddings import LocalEmbeddings, resolve_embeddings
+    from langchain_fusion.stores.local.folder import check_save_target
 
     # Check everything that can be wrong before paying for a chat model or embeddings.
     out = check_save_target(Path(args.out))
@@ -445,7 +441,7 @@ def run_index(args: argparse.Namespace) -> int:
         "skipped": [{"path": s.path, "reason": s.reason} for s in loaded.skipped],
         "embeddings": index.embeddings_id,
         "dimension": index.dimension,
-        "vector_index": index.vector_factory,
+        "vector_index": _vector_index(index),
     }
     if uses_llm:
         summary["summaries"] = summaries if args.summaries else None
@@ -457,7 +453,7 @@ def run_index(args: argparse.Namespace) -> int:
             f"indexed {summary['files']} files ({pages} PDF pages) into {len(index)} chunks"
             + (f" and {summaries} page and section summaries" if args.summaries else "")
             + f" -> {folder}",
-            f"embeddings: {index.embeddings_id} ({index.dimension} dimensions); vector index: {index.vector_factory}",
+            f"embeddings: {index.embeddings_id} ({index.dimension} dimensions); vector index: {_vector_index(index)}",
         ]
         lines.extend(report.summary() for report in reports.values())
         if uses_llm:
@@ -482,10 +478,13 @@ def _quiet_logger(name: str) -> Iterator[None]:
 
 def _enrich(chunks: list[Any], documents: list[Any], llm_options: dict[str, Any], quiet: bool) -> tuple[list[Any], Any]:
     """Contextual enrichment of the chunks, with a progress bar; failures are listed on stderr."""
-    from langchain_fusion.enrichment import ContextualEnricher
+    from langchain_fusion.ingest.enrichment import ContextualEnricher
 
     enricher = ContextualEnricher(**llm_options)
-    with _progress_bar(len(chunks), quiet, "enriching chunks") as bar, _quiet_logger("langchain_fusion.enrichment"):
+    with (
+        _progress_bar(len(chunks), quiet, "enriching chunks") as bar,
+        _quiet_logger("langchain_fusion.ingest.enrichment"),
+    ):
         enriched, report = enricher.enrich(chunks, documents, progress=bar.update)
     for failure in report.failed:
         print(f"enrichment failed for {failure.label}: {failure.error}; indexed without context", file=sys.stderr)
@@ -494,13 +493,14 @@ def _enrich(chunks: list[Any], documents: list[Any], llm_options: dict[str, Any]
 
 def _summarize(index: Any, llm_options: dict[str, Any], quiet: bool) -> tuple[Any, Any]:
     """Page and section summaries of the index, embedded into a hierarchical index, with progress bars."""
-    from langchain_fusion.hierarchical import HierarchicalIndex, PageSummarizer, page_units
+    from langchain_fusion.index.hierarchical import HierarchicalIndex
+    from langchain_fusion.ingest.summaries import PageSummarizer, page_units
 
     summarizer = PageSummarizer(**llm_options)
     units = len(page_units(index.documents, summarizer.section_chars))
     with (
         _progress_bar(units, quiet, "summarising pages", "page") as bar,
-        _quiet_logger("langchain_fusion.hierarchical"),
+        _quiet_logger("langchain_fusion.ingest.summaries"),
     ):
         documents, report = summarizer.summarize(index.documents, progress=bar.update)
     for failure in report.failed:
@@ -531,19 +531,18 @@ def _check_combinations(args: argparse.Namespace, command: str) -> None:
 
 
 def _chat_model(args: argparse.Namespace) -> Any:
-    from langchain_fusion import llm
+    from langchain_fusion.models import chat as llm
 
     return llm.resolve_chat_model(args.llm)
 
 
 def _retriever(args: argparse.Namespace, chat_model: Any) -> Any:
     """The fused retriever, wrapped by a context window and a reranker as the options ask."""
-    from langchain_fusion.context_window import ContextWindowRetriever
-    from langchain_fusion.embeddings import resolve_embeddings
-    from langchain_fusion.hierarchical import HierarchicalIndex
-    from langchain_fusion.index import FusionIndex
-    from langchain_fusion.persistence import CHUNKS_DIR, index_kind
-    from langchain_fusion.rerank import LLMReranker, RerankRetriever
+    from langchain_fusion.index.fusion_index import FusionIndex
+    from langchain_fusion.index.hierarchical import CHUNKS_DIR, HierarchicalIndex, is_hierarchical
+    from langchain_fusion.models.embeddings import resolve_embeddings
+    from langchain_fusion.retrievers.rerank import LLMReranker, RerankRetriever
+    from langchain_fusion.retrievers.windows import ContextWindowRetriever
 
     embeddings = resolve_embeddings(args.embeddings) if args.embeddings else None
     k = args.k if args.k is not None else DEFAULT_RERANK_CANDIDATES if args.rerank else DEFAULT_K
@@ -560,7 +559,7 @@ def _retriever(args: argparse.Namespace, chat_model: Any) -> Any:
     else:
         folder = Path(args.index_dir)
         # A hierarchical folder also answers plain searches: its chunk index.
-        index = FusionIndex.load(folder / CHUNKS_DIR if index_kind(folder) == "hierarchical" else folder, embeddings)
+        index = FusionIndex.load(folder / CHUNKS_DIR if is_hierarchical(folder) else folder, embeddings)
         retriever = index.as_retriever(**options)
     if args.window:
         retriever = ContextWindowRetriever(retriever=retriever, index=index, n=args.window, max_chars=args.max_chars)
@@ -665,7 +664,7 @@ def run_ask(args: argparse.Namespace) -> int:
 def run_serve(args: argparse.Namespace) -> int:
     """Serve a saved index with LangServe and uvicorn until interrupted."""
     from langchain_fusion import server  # MissingDependencyError without the server extra
-    from langchain_fusion.embeddings import resolve_embeddings
+    from langchain_fusion.models.embeddings import resolve_embeddings
 
     if args.k > args.max_k:
         raise UserError(f"-k {args.k} is more than --max-k {args.max_k}: raise --max-k or lower -k")
@@ -723,7 +722,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    from langchain_fusion.evaluation.command import run_eval
+    from langchain_fusion.cli.evaluate import run_eval
 
     handler = {"index": run_index, "query": run_query, "ask": run_ask, "eval": run_eval, "serve": run_serve}[
         args.command
@@ -739,5 +738,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def _vector_index(index: Any) -> str:
+    """The FAISS factory string of an in-process index's store (``-`` for other stores)."""
+    return str(getattr(index.store, "vector_index", "-"))

@@ -9,23 +9,16 @@ widely copied tutorial adds arrays that are sorted in different orders).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, cast, get_args
 
 import numpy as np
 from numpy.typing import NDArray
 
-from langchain_fusion.errors import InvalidParameterError
-
-FusionMethod = Literal["weighted", "zscore", "rrf"]
-"""``weighted``: min-max normalise each side, then ``alpha * v + (1 - alpha) * b``.
-``zscore``: the same convex combination of z-scores. ``rrf``: weighted reciprocal rank
-fusion, ``alpha / (60 + rank_v) + (1 - alpha) / (60 + rank_b)``."""
-
-FUSION_METHODS: tuple[str, ...] = get_args(FusionMethod)
-"""The accepted values of ``method``."""
+from langchain_fusion._checks import FUSION_METHODS, FusionMethod, check_alpha, check_method
 
 RRF_RANK_CONSTANT = 60
 """The rank constant of reciprocal rank fusion (Cormack et al., 2009)."""
+
+__all__ = ["FUSION_METHODS", "RRF_RANK_CONSTANT", "FusedScores", "FusionMethod", "fuse", "min_max", "ranks", "z_score"]
 
 FloatArray = NDArray[np.float64]
 
@@ -113,19 +106,3 @@ def fuse(
         b_norm = np.where(matched, 1.0 / (RRF_RANK_CONSTANT + np.maximum(bm25_rank, 1)), 0.0)
     fused = alpha * v_norm + (1.0 - alpha) * b_norm
     return FusedScores(fused, v_norm, b_norm, vector_rank, bm25_rank)
-
-
-def check_alpha(alpha: float) -> float:
-    """Return ``alpha`` if it is a number in [0, 1], else raise a ValueError that says so."""
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
-        raise InvalidParameterError(
-            f"alpha must be a number between 0 and 1 (the weight of the vector side); got {alpha!r}"
-        )
-    return float(alpha)
-
-
-def check_method(method: str) -> FusionMethod:
-    """Return ``method`` if it is a known fusion method, else raise a ValueError listing them."""
-    if method not in FUSION_METHODS:
-        raise InvalidParameterError(f"method must be one of {', '.join(FUSION_METHODS)}; got {method!r}")
-    return cast(FusionMethod, method)

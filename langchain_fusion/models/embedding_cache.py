@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from langchain_fusion.embeddings import embeddings_id
+from langchain_fusion.models.embeddings import embeddings_id
 
 
 def _text_key(text: str) -> str:

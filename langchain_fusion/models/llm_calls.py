@@ -428,7 +428,7 @@ def describe_error(exc: BaseException) -> str:
 class LLMBatchSettings(BaseModel):
     """The chat model and call settings shared by the indexing-time LLM steps.
 
-    See :mod:`langchain_fusion.llm_calls` for how calls are bounded, retried and cached.
+    See :mod:`langchain_fusion.models.llm_calls` for how calls are bounded, retried and cached.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)

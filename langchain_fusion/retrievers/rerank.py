@@ -40,8 +40,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import FusionError, InvalidParameterError
-from langchain_fusion.llm_calls import Prompt as Prompt  # re-exported: chains imports it from here
-from langchain_fusion.llm_calls import await_with_timeout, call_with_timeout, check_prompt
+from langchain_fusion.models.llm_calls import Prompt as Prompt  # re-exported: chains imports it from here
+from langchain_fusion.models.llm_calls import await_with_timeout, call_with_timeout, check_prompt
 
 logger = logging.getLogger(__name__)
 

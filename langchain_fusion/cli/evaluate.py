@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from langchain_fusion.fusion import FUSION_METHODS
-from langchain_fusion.retrievers import FusionRetriever
+from langchain_fusion.cli.errors import UserError
+from langchain_fusion.search.fusion import FUSION_METHODS
+from langchain_fusion.search.options import SEARCH_DEFAULTS
 
 DEFAULT_CACHE = Path.home() / ".cache" / "langchain-fusion" / "embeddings"
 
@@ -60,7 +61,7 @@ def add_eval_parser(commands: Any, fetch_k_type: Any) -> None:
     parser.add_argument(
         "--fetch-k",
         type=fetch_k_type,
-        default=FusionRetriever.model_fields["fetch_k"].default,
+        default=SEARCH_DEFAULTS.fetch_k,
         metavar="N",
         help="fusion candidates per side, or 'all' (default: %(default)s)",
     )
@@ -70,11 +71,10 @@ def add_eval_parser(commands: Any, fetch_k_type: Any) -> None:
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
-    from langchain_fusion.cli import UserError
-    from langchain_fusion.embedding_cache import CachedEmbeddings
-    from langchain_fusion.embeddings import resolve_embeddings
     from langchain_fusion.evaluation.datasets import load_beir, load_labelled
-    from langchain_fusion.index import FusionIndex
+    from langchain_fusion.index.fusion_index import FusionIndex
+    from langchain_fusion.models.embedding_cache import CachedEmbeddings
+    from langchain_fusion.models.embeddings import resolve_embeddings
 
     if args.beir and (args.index or args.labels):
         raise UserError("use either --beir FOLDER, or --index DIR with --labels FILE, not both")
@@ -93,10 +93,10 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
 
 def run_eval(args: argparse.Namespace) -> int:
     """Evaluate and print the tables (or JSON)."""
+    from langchain_fusion._checks import check_method
     from langchain_fusion.evaluation.harness import alpha_grid, evaluate_retrievers, sweep_alpha
     from langchain_fusion.evaluation.metrics import parse_metric
-    from langchain_fusion.fusion import check_method
-    from langchain_fusion.retrievers import BM25Retriever, FusionRetriever, VectorRetriever
+    from langchain_fusion.retrievers.fusion import BM25Retriever, FusionRetriever, VectorRetriever
 
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
     for metric in metrics:

@@ -1,7 +1,7 @@
 """Context windows: each hit widened to its neighbouring chunks and merged into one passage.
 
 For a hit at chunk ``i`` of a source, chunks ``i-n .. i+n`` of the same source are looked up in
-the :class:`~langchain_fusion.index.FusionIndex` (O(1) each, by source and ``chunk_index``) and
+the :class:`~langchain_fusion.index.fusion_index.FusionIndex` (O(1) each, by source and ``chunk_index``) and
 joined into one passage. The splitter's overlap is removed exactly, using ``start_index``:
 two chunks of the same page overlap by ``prev.start + len(prev) - next.start`` characters, so
 the passage is the original page text, not a guess. Windows of different hits of the same
@@ -34,8 +34,8 @@ from pydantic import ConfigDict, Field, model_validator
 
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import FusionError, InvalidParameterError
-from langchain_fusion.index import FusionIndex
-from langchain_fusion.ingest import merge_chunks
+from langchain_fusion.index.fusion_index import FusionIndex
+from langchain_fusion.ingest.loading import merge_chunks
 
 
 def _position(doc: Document) -> tuple[str, int, int] | None:
@@ -120,14 +120,13 @@ class _NeighbourLookup:
     """Chunks of the index by (source, chunk_index), cached for one call."""
 
     def __init__(self, index: FusionIndex) -> None:
-        self.index = index
+        self.view = index.view()
         self.cache: dict[tuple[str, int], Document | None] = {}
 
     def get(self, source: str, chunk_index: int) -> Document | None:
         key = (source, chunk_index)
         if key not in self.cache:
-            row = self.index.row_of_chunk(source, chunk_index) if chunk_index >= 0 else None
-            doc = None if row is None else self.index.document(row)
+            doc = self.view.neighbours(source, [chunk_index]).get(chunk_index) if chunk_index >= 0 else None
             self.cache[key] = doc if doc is not None and _position(doc) is not None else None
         return self.cache[key]
 

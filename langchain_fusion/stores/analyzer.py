@@ -14,6 +14,7 @@ _WORD = re.compile(r"\w+")
 class Analyzer(BaseModel):
     """Turns text into BM25 tokens; plain data, so it can be saved in an index manifest.
 
+    A subclass may override :meth:`tokenize` (or :meth:`split_words` and :meth:`normalize_word`).
     The default lowercases (Unicode-aware), splits on non-word characters, drops English
     stopwords and applies the Snowball English stemmer (PyStemmer). :meth:`whitespace` gives
     the tutorial's ``str.split()`` behaviour, kept only for parity comparisons.
@@ -74,8 +75,16 @@ class Analyzer(BaseModel):
     def _memo(self) -> _WordMemo:
         return _WordMemo(self.normalize_word)
 
+    def has_custom_tokenize(self) -> bool:
+        """True when a subclass overrides :meth:`tokenize` (then it is called for every text)."""
+        return type(self).tokenize is not Analyzer.tokenize
+
     def tokenize(self, text: str) -> list[str]:
-        """Return the tokens of ``text`` in order (duplicates kept: BM25 counts them)."""
+        """Return the tokens of ``text`` in order (duplicates kept: BM25 counts them).
+
+        Override it in a subclass for languages or codes the default splits badly; the index
+        then calls it for every document and query (and records the class in its manifest).
+        """
         return [t for t in map(self._memo.__getitem__, self.split_words(text)) if t is not None]
 
 

@@ -18,15 +18,18 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
-from pydantic import ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
 
-from langchain_fusion.analyzer import Analyzer
-from langchain_fusion.bm25 import BM25Index, BM25Params
+from langchain_fusion._checks import FusionMethod
 from langchain_fusion.errors import FusionError
-from langchain_fusion.fusion import FusionMethod, check_alpha
-from langchain_fusion.index import content_id
-from langchain_fusion.retrievers import per_call_options
-from langchain_fusion.search import rank_pool, scored_copy, top_rows
+from langchain_fusion.metadata import content_id
+from langchain_fusion.retrievers.fusion import OPTION_CHECKS, per_call_options
+from langchain_fusion.search.options import SEARCH_DEFAULTS
+from langchain_fusion.search.pool import rank_pool, scored_copy
+from langchain_fusion.stores.analyzer import Analyzer
+from langchain_fusion.stores.local.bm25 import BM25Corpus
+from langchain_fusion.stores.ranking import top_rows
+from langchain_fusion.stores.settings import BM25Params
 
 ScoreKind = Literal["auto", "similarity", "distance"]
 """How to read the store's scores: ``similarity`` (higher is better), ``distance`` (lower is
@@ -95,13 +98,13 @@ class VectorStoreFusionRetriever(BaseRetriever):
     """The store to query; it must hold the same documents as ``documents``."""
     documents: list[Document] = Field(default_factory=list)
     """The BM25 corpus; by default read from the store (community FAISS, InMemoryVectorStore)."""
-    k: int = Field(default=4, ge=1)
+    k: int = SEARCH_DEFAULTS.k
     """How many documents to return; override per call with ``invoke(query, k=...)``."""
-    alpha: float = 0.5
+    alpha: float = SEARCH_DEFAULTS.alpha
     """Weight of the vector side; ``1 - alpha`` is the weight of BM25."""
-    fetch_k: int | None = Field(default=100, ge=1)
+    fetch_k: int | None = SEARCH_DEFAULTS.fetch_k
     """Results requested from the store and BM25 candidates; None means every document."""
-    method: FusionMethod = "weighted"
+    method: FusionMethod = SEARCH_DEFAULTS.method
     """``weighted`` (min-max, the default), ``zscore`` or ``rrf``."""
     score_kind: ScoreKind = "auto"
     """Whether the store returns similarities or distances; ``auto`` reads its distance_strategy."""
@@ -112,21 +115,20 @@ class VectorStoreFusionRetriever(BaseRetriever):
     bm25_params: BM25Params = Field(default_factory=BM25Params)
     """The BM25 parameters."""
 
-    _bm25: BM25Index = PrivateAttr()
+    _bm25: BM25Corpus = PrivateAttr()
     _by_id: dict[str, int] = PrivateAttr()
     _by_content: dict[str, int] = PrivateAttr()
 
-    @field_validator("alpha")
+    @field_validator("k", "alpha", "fetch_k", "method", mode="before")
     @classmethod
-    def _valid_alpha(cls, value: float) -> float:
-        return check_alpha(value)
+    def _valid_option(cls, value: Any, info: ValidationInfo) -> Any:
+        return OPTION_CHECKS[info.field_name or ""](value)
 
     def model_post_init(self, context: Any, /) -> None:
         """Read the documents from the store if none were given, and build the BM25 side."""
         if not self.documents:
             self.documents = store_documents(self.vectorstore)
-        self._bm25 = BM25Index(self.analyzer, self.bm25_params)
-        self._bm25.add([doc.page_content for doc in self.documents])
+        self._bm25 = BM25Corpus([doc.page_content for doc in self.documents], self.analyzer, self.bm25_params)
         self._by_id = {doc.id: row for row, doc in enumerate(self.documents) if doc.id is not None}
         self._by_content = {content_id(doc): row for row, doc in enumerate(self.documents)}
 
@@ -167,7 +169,7 @@ class VectorStoreFusionRetriever(BaseRetriever):
             pool, vector_scores, bm25_scores, alpha=alpha, method=options["method"], k=k, vector_known=known
         )
         everything = [*self.documents, *extra]
-        return [scored_copy(everything[hit.row], hit, options["method"]) for hit in hits]
+        return [scored_copy(everything[hit.key], hit, options["method"]) for hit in hits]
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any

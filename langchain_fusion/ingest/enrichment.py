@@ -3,7 +3,7 @@
 At ingestion, :class:`ContextualEnricher` asks a chat model for 1-3 sentences that situate each
 chunk in the document it comes from ("contextual retrieval"). The context is stored in the
 chunk's :data:`~langchain_fusion.metadata.CONTEXT` metadata; ``page_content`` stays the original
-text. A :class:`~langchain_fusion.index.FusionIndex` then embeds and BM25-indexes the context, a
+text. A :class:`~langchain_fusion.index.fusion_index.FusionIndex` then embeds and BM25-indexes the context, a
 blank line and the text (its ``embed_fields`` / ``bm25_fields`` choose), while results show the
 original text.
 
@@ -17,7 +17,7 @@ Cost control:
   chunk. Windows are snapped to a grid of half-budget steps, so neighbouring chunks still share
   an identical document part.
 - Answers are cached on disk by (model, prompt version, hash of the document part, hash of the
-  chunk) (see :mod:`langchain_fusion.llm_calls`), so re-indexing pays only for new or changed
+  chunk) (see :mod:`langchain_fusion.models.llm_calls`), so re-indexing pays only for new or changed
   chunks.
 
 Calls run concurrently with a bound and are retried on rate-limit and transient errors; a chunk
@@ -39,9 +39,9 @@ from langchain_core.prompts import ChatPromptTemplate
 from pydantic import Field, PrivateAttr, field_validator
 
 from langchain_fusion import metadata as keys
-from langchain_fusion.index import DEFAULT_TEXT_FIELDS, FIELD_SEPARATOR, TextField, check_text_fields, indexed_text
-from langchain_fusion.ingest import PAGE_BREAK, merge_chunks
-from langchain_fusion.llm_calls import (
+from langchain_fusion.ingest.loading import PAGE_BREAK, merge_chunks
+from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, FIELD_SEPARATOR, TextField, check_text_fields, indexed_text
+from langchain_fusion.models.llm_calls import (
     CHARS_PER_TOKEN,
     CallOutcome,
     LLMBatchSettings,
@@ -224,7 +224,7 @@ class ContextualEnricher(LLMBatchSettings, BaseDocumentTransformer):
 
     ``enrich(chunks, documents)`` returns enriched copies (the context in
     :data:`~langchain_fusion.metadata.CONTEXT`, ``page_content`` unchanged) and an
-    :class:`~langchain_fusion.llm_calls.LLMReport`. ``documents`` are the whole pages or files
+    :class:`~langchain_fusion.models.llm_calls.LLMReport`. ``documents`` are the whole pages or files
     the chunks were split from (``load_files(...).documents``); the pages of one source are
     joined into one document. Without them, each source is rebuilt from its chunks.
 

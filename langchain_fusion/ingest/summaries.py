@@ -1,25 +1,12 @@
-"""Hierarchical retrieval: page (or section) summaries first, then the best chunks of those pages.
+"""Page and section summaries: a chat model summarises every PDF page (or section of a text).
 
 :class:`PageSummarizer` has a chat model summarise every PDF page, and every section of a source
 without pages (the whole text file, or consecutive chunks of about ``section_chars`` characters
 when it is large). A page too long for one prompt is summarised map-reduce: its pieces first,
 then the summaries of the pieces. Calls are bounded, retried and cached like contextual
-enrichment's (:mod:`langchain_fusion.llm_calls`); a page whose summary fails gets its leading
-text as a stand-in (so it stays reachable) and is reported.
-
-:class:`HierarchicalIndex` keeps the summaries in a fusion index of their own, each linked to
-the chunks it covers (:data:`~langchain_fusion.metadata.SUMMARY_CHUNK_IDS`), next to the chunk
-index. :class:`HierarchicalRetriever` searches the summaries, then searches the chunks
-**restricted to the rows of the selected pages** (a mask applied to both sides before ranking,
-through a FAISS id selector on approximate indexes), so a selected page always yields up to
-``k`` chunks, unlike a post-filter of a global top-n, which returns fewer or none. Each chunk's
-score combines both levels::
-
-    hierarchical_score = summary_weight * summary_score + (1 - summary_weight) * fusion_score
-
-where ``summary_score`` is the fused score of the chunk's summary among the summary candidates
-and ``fusion_score`` the chunk's fused score among the chunks of the selected pages (both with
-the retriever's ``alpha`` and ``method``). Results are one global top ``k`` by that score.
+enrichment's (:mod:`langchain_fusion.models.llm_calls`); a page whose summary fails gets its
+leading text as a stand-in (so it stays reachable) and is reported. The summaries are the
+documents of a :class:`~langchain_fusion.index.hierarchical.HierarchicalIndex`'s summary index.
 """
 
 from __future__ import annotations
@@ -27,29 +14,21 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeGuard
 
-import numpy as np
-from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun, Callbacks
+from langchain_core.callbacks import Callbacks
 from langchain_core.documents import Document
-from langchain_core.embeddings import Embeddings
 from langchain_core.prompts import ChatPromptTemplate
-from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables.config import run_in_executor
 from langchain_text_splitters import RecursiveCharacterTextSplitter
-from numpy.typing import NDArray
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import InvalidParameterError
-from langchain_fusion.filters import MetadataFilter, as_predicate
-from langchain_fusion.fusion import FusionMethod, check_alpha
-from langchain_fusion.index import FIELD_SEPARATOR, FusionIndex, ProgressCallback
-from langchain_fusion.ingest import merge_chunks
-from langchain_fusion.llm_calls import (
+from langchain_fusion.ingest.loading import merge_chunks
+from langchain_fusion.metadata import FIELD_SEPARATOR
+from langchain_fusion.models.llm_calls import (
     CHARS_PER_TOKEN,
     CallOutcome,
     LLMBatchSettings,
@@ -61,9 +40,9 @@ from langchain_fusion.llm_calls import (
     describe_error,
     prompt_version_of,
 )
-from langchain_fusion.retrievers import FusionRetriever, per_call_options
-from langchain_fusion.search import Hit, fused_search, scored_copy
-from langchain_fusion.vector import FloatMatrix
+
+ProgressCallback = Callable[[int], None]
+"""Called with the number of units just done, for progress bars."""
 
 logger = logging.getLogger(__name__)
 
@@ -236,7 +215,7 @@ class PageSummarizer(LLMBatchSettings):
     ``summarize(chunks)`` returns one summary ``Document`` per :func:`page_units` unit (its
     ``source``, ``page`` or ``section``, the ids of its chunks in
     :data:`~langchain_fusion.metadata.SUMMARY_CHUNK_IDS`) and an
-    :class:`~langchain_fusion.llm_calls.LLMReport`. A unit longer than ``piece_token_budget``
+    :class:`~langchain_fusion.models.llm_calls.LLMReport`. A unit longer than ``piece_token_budget``
     tokens is summarised map-reduce: each piece, then the piece summaries (in rounds, if they are
     long too). A unit whose calls finally fail gets its leading text as summary
     (:data:`~langchain_fusion.metadata.SUMMARY_FALLBACK` True) and is listed in ``report.failed``.
@@ -410,251 +389,3 @@ class PageSummarizer(LLMBatchSettings):
             documents.append(Document(id=unit.id, page_content=text, metadata=meta))
         report.warn_failures(logger, "their leading text stands in")
         return documents, report
-
-
-# --- the index --------------------------------------------------------------------------------
-
-Rows = NDArray[np.int64]
-
-
-class HierarchicalIndex:
-    """A chunk index and a summary index, each summary linked to the chunk rows it covers.
-
-    Build one with :meth:`build` (summarises the chunk index's pages with a
-    :class:`PageSummarizer`) or :meth:`from_summaries`; query it with :meth:`as_retriever`;
-    persist it with :meth:`save` and :meth:`load` (one folder holding both indexes). Both
-    indexes use the same embedding model, so a query is embedded once.
-    """
-
-    def __init__(self, chunks: FusionIndex, summaries: FusionIndex) -> None:
-        """Pair a chunk index with a summary index over it (same embedding model)."""
-        if chunks.embeddings_id != summaries.embeddings_id:
-            raise InvalidParameterError(
-                f"the summary index uses embeddings {summaries.embeddings_id!r} but the chunk index "
-                f"{chunks.embeddings_id!r}; both must use the same model"
-            )
-        for doc in summaries.documents:
-            ids = doc.metadata.get(keys.SUMMARY_CHUNK_IDS)
-            if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-                raise InvalidParameterError(
-                    f"summary {doc.id!r} has no list of chunk ids in its {keys.SUMMARY_CHUNK_IDS!r} metadata"
-                )
-        self.chunks = chunks
-        """The chunk index (searched within the selected pages)."""
-        self.summaries = summaries
-        """The summary index (one row per page or section)."""
-        self.summary_report: LLMReport | None = None
-        """The summarizer's report when built by :meth:`build` (None after :meth:`load`)."""
-        self._links: tuple[tuple[int, int], list[Rows]] | None = None
-
-    @classmethod
-    def from_summaries(
-        cls, chunks: FusionIndex, summaries: Sequence[Document], *, progress: ProgressCallback | None = None
-    ) -> HierarchicalIndex:
-        """Index summary documents (e.g. from :meth:`PageSummarizer.summarize`) next to ``chunks``.
-
-        The summary index uses the chunk index's embeddings, analyzer and BM25 parameters, and
-        an exact (flat) vector index: there are far fewer summaries than chunks.
-        """
-        index = FusionIndex(
-            chunks.embeddings,
-            analyzer=chunks.bm25.analyzer,
-            bm25_params=chunks.bm25.params,
-            embedding_batch_size=chunks.embedding_batch_size,
-        )
-        index.add_documents(summaries, progress=progress)
-        return cls(chunks, index)
-
-    @classmethod
-    def build(
-        cls,
-        chunks: FusionIndex,
-        summarizer: PageSummarizer,
-        *,
-        progress: ProgressCallback | None = None,
-        summary_progress: ProgressCallback | None = None,
-        callbacks: Callbacks = None,
-    ) -> HierarchicalIndex:
-        """Summarise the pages of ``chunks`` with ``summarizer`` and index the summaries.
-
-        ``summary_progress`` counts summarised pages, ``progress`` embedded summaries. The
-        summarizer's report is kept in :attr:`summary_report`.
-        """
-        documents, report = summarizer.summarize(chunks.documents, progress=summary_progress, callbacks=callbacks)
-        built = cls.from_summaries(chunks, documents, progress=progress)
-        built.summary_report = report
-        return built
-
-    def links(self) -> list[Rows]:
-        """For each summary row, the chunk rows it covers (ids no longer in the chunk index are skipped)."""
-        stamp = (self.chunks.revision, self.summaries.revision)
-        if self._links is None or self._links[0] != stamp:
-            table = []
-            for doc in self.summaries.documents:
-                rows = [self.chunks.row_of(i) for i in doc.metadata[keys.SUMMARY_CHUNK_IDS]]
-                table.append(np.asarray(sorted({r for r in rows if r is not None}), dtype=np.int64))
-            self._links = (stamp, table)
-        return self._links[1]
-
-    def save(self, folder: str | Path) -> Path:
-        """Save both indexes to one folder atomically (see :mod:`langchain_fusion.persistence`)."""
-        from langchain_fusion.persistence import save_hierarchical
-
-        return save_hierarchical(self, Path(folder))
-
-    @classmethod
-    def load(cls, folder: str | Path, embeddings: Embeddings | None = None) -> HierarchicalIndex:
-        """Load a folder saved by :meth:`save`, verifying both indexes and the link between them."""
-        from langchain_fusion.persistence import load_hierarchical
-
-        return load_hierarchical(Path(folder), embeddings)
-
-    def as_retriever(self, **kwargs: Any) -> HierarchicalRetriever:
-        """A :class:`HierarchicalRetriever` over this index; keyword arguments are its fields."""
-        return HierarchicalRetriever(index=self, **kwargs)
-
-
-# --- the retriever ----------------------------------------------------------------------------
-
-
-def _fusion_default(name: str) -> Any:
-    return FusionRetriever.model_fields[name].default
-
-
-def _check_positive(name: str) -> Any:
-    def check(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise InvalidParameterError(f"{name} must be a positive integer; got {value!r}")
-        return int(value)
-
-    return check
-
-
-def _check_weight(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise InvalidParameterError(f"summary_weight must be a number between 0 and 1; got {value!r}")
-    return float(value)
-
-
-class HierarchicalRetriever(BaseRetriever):
-    """Summaries first, then the best chunks of the selected pages; one global top ``k``.
-
-    For a query: the ``k_summaries`` best summaries by fused score; a mask of the chunk rows of
-    their pages; a fused search of the chunks restricted to that mask (both sides, before
-    ranking); each chunk scored ``summary_weight * summary_score + (1 - summary_weight) *
-    fusion_score``; the ``k`` best. A chunk covered by several selected summaries counts once,
-    under the best-ranked one. Returned chunks carry the usual score provenance plus
-    :data:`~langchain_fusion.metadata.HIERARCHICAL_KEYS`. ``alpha``, ``fetch_k`` and ``method``
-    apply to both searches and default to :class:`~langchain_fusion.retrievers.FusionRetriever`'s;
-    every field can be overridden per call (``invoke(q, k=3, k_summaries=1)``).
-
-    With ``alpha=0`` (BM25 only), only chunks containing a query term are candidates, as with
-    the BM25 retriever. ``filter`` restricts the chunks, and the summaries to those covering a
-    matching chunk.
-    """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    index: HierarchicalIndex
-    """The summary and chunk indexes."""
-    k: int = Field(default=4, ge=1)
-    """How many chunks to return."""
-    k_summaries: int = Field(default=3, ge=1)
-    """How many summaries (pages or sections) to select."""
-    summary_weight: float = Field(default=0.5, ge=0.0, le=1.0)
-    """Weight of the summary's score in ``hierarchical_score``; ``1 - summary_weight`` goes to the chunk's."""
-    alpha: float = _fusion_default("alpha")
-    """Weight of the vector side in both searches; ``1 - alpha`` is the weight of BM25."""
-    fetch_k: int | None = Field(default=_fusion_default("fetch_k"), ge=1)
-    """Candidates per side in the summary search (None: all). The chunk search always considers every
-    chunk of the selected pages."""
-    method: FusionMethod = _fusion_default("method")
-    """``weighted``, ``zscore`` or ``rrf``, for both searches."""
-    filter: MetadataFilter | None = None
-    """Restrict results to chunks whose metadata matches (applied before ranking)."""
-
-    _per_call_options = ("k", "k_summaries", "summary_weight", "alpha", "fetch_k", "method", "filter")
-
-    @field_validator("alpha")
-    @classmethod
-    def _valid_alpha(cls, value: float) -> float:
-        return check_alpha(value)
-
-    def _options(self, overrides: dict[str, Any]) -> dict[str, Any]:
-        options = per_call_options(self, self._per_call_options, overrides)
-        if "k_summaries" in overrides:
-            options["k_summaries"] = _check_positive("k_summaries")(options["k_summaries"])
-        if "summary_weight" in overrides:
-            options["summary_weight"] = _check_weight(options["summary_weight"])
-        return options
-
-    def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
-    ) -> list[Document]:
-        options = self._options(kwargs)
-        if not query.strip() or len(self.index.chunks) == 0 or len(self.index.summaries) == 0:
-            return []
-        return self._search(query, self.index.chunks.embed_query(query), options)
-
-    async def _aget_relevant_documents(
-        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
-    ) -> list[Document]:
-        options = self._options(kwargs)
-        if not query.strip() or len(self.index.chunks) == 0 or len(self.index.summaries) == 0:
-            return []
-        query_vector = await self.index.chunks.aembed_query(query)
-        return await run_in_executor(None, self._search, query, query_vector, options)
-
-    def _search(self, query: str, query_vector: FloatMatrix, options: dict[str, Any]) -> list[Document]:
-        index = self.index
-        links = index.links()
-        chunk_filter = None
-        summary_mask = None
-        if options["filter"] is not None:
-            chunk_filter = index.chunks.row_mask(as_predicate(options["filter"]))
-            summary_mask = np.fromiter((bool(chunk_filter[rows].any()) for rows in links), bool, count=len(links))
-        method, alpha = options["method"], options["alpha"]
-        summary_hits = fused_search(
-            index.summaries,
-            query,
-            query_vector,
-            k=options["k_summaries"],
-            alpha=alpha,
-            fetch_k=options["fetch_k"],
-            method=method,
-            mask=summary_mask,
-        )
-        mask = np.zeros(len(index.chunks), dtype=bool)
-        leader: dict[int, tuple[int, Hit]] = {}
-        for rank, summary in enumerate(summary_hits, 1):
-            rows = links[summary.row]
-            if chunk_filter is not None:
-                rows = rows[chunk_filter[rows]]
-            for row in rows.tolist():
-                leader.setdefault(row, (rank, summary))  # the best-ranked summary leads
-            mask[rows] = True
-        allowed = int(mask.sum())
-        if allowed == 0:
-            return []
-        # k and fetch_k = every allowed row: the pool is every chunk of the selected pages (on the vector
-        # side; with alpha=0, those containing a query term), found inside FAISS with an id selector on
-        # approximate indexes, and only those rows are scored.
-        chunk_hits = fused_search(
-            index.chunks, query, query_vector, k=allowed, alpha=alpha, fetch_k=allowed, method=method, mask=mask
-        )
-        weight = options["summary_weight"]
-        scored = []
-        for hit in chunk_hits:
-            rank, summary = leader[hit.row]
-            combined = weight * float(summary.fused or 0.0) + (1 - weight) * float(hit.fused or 0.0)
-            scored.append((combined, rank, summary, hit))
-        scored.sort(key=lambda s: (-s[0], s[1], -(s[3].fused or 0.0), s[3].row))
-        results = []
-        for combined, rank, summary, hit in scored[: options["k"]]:
-            doc = scored_copy(index.chunks.document(hit.row), hit, method)
-            doc.metadata[keys.HIERARCHICAL_SCORE] = combined
-            doc.metadata[keys.SUMMARY_ID] = index.summaries.document(summary.row).id
-            doc.metadata[keys.SUMMARY_SCORE] = summary.fused
-            doc.metadata[keys.SUMMARY_RANK] = rank
-            results.append(doc)
-        return results

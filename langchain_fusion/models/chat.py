@@ -12,8 +12,8 @@ import os
 
 from langchain_core.language_models import BaseChatModel
 
-from langchain_fusion.embeddings import load_env
 from langchain_fusion.errors import FusionError, MissingCredentialsError, MissingDependencyError
+from langchain_fusion.models.embeddings import load_env
 
 OPENAI_DEFAULT_CHAT_MODEL = "gpt-4o-mini"
 """The OpenAI chat model used when no other is chosen."""

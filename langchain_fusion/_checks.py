@@ -1,0 +1,75 @@
+"""The one set of validators for user-facing options: constructor, per call, CLI and server alike.
+
+Booleans are never numbers here (``alpha=True`` is an error, not 1.0) and strings are never
+parsed into numbers: a check either returns the value in its canonical type or raises an
+:class:`~langchain_fusion.errors.InvalidParameterError` that says what it received and what it expects.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal, cast, get_args
+
+import numpy as np
+
+from langchain_fusion.errors import InvalidParameterError
+
+FusionMethod = Literal["weighted", "zscore", "rrf"]
+"""``weighted``: min-max normalise each side, then ``alpha * v + (1 - alpha) * b``.
+``zscore``: the same convex combination of z-scores. ``rrf``: weighted reciprocal rank
+fusion, ``alpha / (60 + rank_v) + (1 - alpha) / (60 + rank_b)``."""
+
+FUSION_METHODS: tuple[str, ...] = get_args(FusionMethod)
+"""The accepted values of ``method``."""
+
+
+def is_whole_number(value: Any) -> bool:
+    """True for ints (and NumPy integers), never for booleans or floats."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_real_number(value: Any) -> bool:
+    """True for finite ints and floats (and their NumPy kinds), never for booleans."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return False
+    return math.isfinite(float(value))
+
+
+def check_positive_int(value: Any, name: str, meaning: str = "") -> int:
+    """``value`` as an int if it is a whole number >= 1."""
+    if not is_whole_number(value) or value < 1:
+        detail = f" ({meaning})" if meaning else ""
+        raise InvalidParameterError(f"{name} must be a positive whole number{detail}; got {value!r}")
+    return int(value)
+
+
+def check_k(k: Any) -> int:
+    """The number of documents to return: a whole number >= 1."""
+    return check_positive_int(k, "k", "the number of documents to return")
+
+
+def check_fetch_k(fetch_k: Any) -> int | None:
+    """Candidates per side: a whole number >= 1, or None for the whole corpus."""
+    if fetch_k is None:
+        return None
+    if not is_whole_number(fetch_k) or fetch_k < 1:
+        raise InvalidParameterError(
+            f"fetch_k must be a positive whole number, or None for the whole corpus; got {fetch_k!r}"
+        )
+    return int(fetch_k)
+
+
+def check_alpha(alpha: Any) -> float:
+    """The weight of the vector side: a number in [0, 1]."""
+    if not is_real_number(alpha) or not 0.0 <= float(alpha) <= 1.0:
+        raise InvalidParameterError(
+            f"alpha must be a number between 0 and 1 (the weight of the vector side); got {alpha!r}"
+        )
+    return float(alpha)
+
+
+def check_method(method: Any) -> FusionMethod:
+    """A known fusion method."""
+    if not isinstance(method, str) or method not in FUSION_METHODS:
+        raise InvalidParameterError(f"method must be one of {', '.join(FUSION_METHODS)}; got {method!r}")
+    return cast(FusionMethod, method)

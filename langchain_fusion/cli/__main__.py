@@ -1,0 +1,7 @@
+"""``python -m langchain_fusion.cli``: the same as the ``langchain-fusion`` command."""
+
+import sys
+
+from langchain_fusion.cli.app import main
+
+sys.exit(main())

@@ -1,0 +1,191 @@
+"""HierarchicalIndex: a chunk index and a summary index, each summary linked to its chunks.
+
+The summaries (see :mod:`langchain_fusion.ingest.summaries`) live in a fusion index of their
+own, each linked to the chunks it covers (:data:`~langchain_fusion.metadata.SUMMARY_CHUNK_IDS`),
+next to the chunk index. :class:`~langchain_fusion.retrievers.hierarchical.HierarchicalRetriever`
+searches the summaries, then the chunks restricted to the selected pages.
+
+Saved as one folder holding both indexes and a manifest of its own::
+
+    manifest.json     format (langchain-fusion-hierarchical-index) and version, library
+                      version, counts, and the sha256 of each part's manifest
+    chunks/           the chunk index (a saved FusionIndex)
+    summaries/        the page and section summaries (a saved FusionIndex)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.callbacks import Callbacks
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+
+from langchain_fusion import metadata as keys
+from langchain_fusion.errors import IndexFormatError, InvalidParameterError
+from langchain_fusion.index.fusion_index import FusionIndex, ProgressCallback
+from langchain_fusion.ingest.summaries import PageSummarizer
+from langchain_fusion.models.llm_calls import LLMReport
+from langchain_fusion.stores.local import folder as fmt
+from langchain_fusion.stores.local.store import LocalStore, write_snapshot
+
+if TYPE_CHECKING:
+    from langchain_fusion.retrievers.hierarchical import HierarchicalRetriever
+
+HIERARCHICAL_FORMAT_NAME = fmt.HIERARCHICAL_FORMAT_NAME
+HIERARCHICAL_FORMAT_VERSION = 2
+CHUNKS_DIR = "chunks"
+SUMMARIES_DIR = "summaries"
+
+
+class HierarchicalIndex:
+    """A chunk index and a summary index, each summary linked to the chunk rows it covers.
+
+    Build one with :meth:`build` (summarises the chunk index's pages with a
+    :class:`PageSummarizer`) or :meth:`from_summaries`; query it with :meth:`as_retriever`;
+    persist it with :meth:`save` and :meth:`load` (one folder holding both indexes). Both
+    indexes use the same embedding model, so a query is embedded once.
+    """
+
+    def __init__(self, chunks: FusionIndex, summaries: FusionIndex) -> None:
+        """Pair a chunk index with a summary index over it (same embedding model)."""
+        if chunks.embeddings_id != summaries.embeddings_id:
+            raise InvalidParameterError(
+                f"the summary index uses embeddings {summaries.embeddings_id!r} but the chunk index "
+                f"{chunks.embeddings_id!r}; both must use the same model"
+            )
+        for doc in summaries.documents:
+            ids = doc.metadata.get(keys.SUMMARY_CHUNK_IDS)
+            if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+                raise InvalidParameterError(
+                    f"summary {doc.id!r} has no list of chunk ids in its {keys.SUMMARY_CHUNK_IDS!r} metadata"
+                )
+        self.chunks = chunks
+        """The chunk index (searched within the selected pages)."""
+        self.summaries = summaries
+        """The summary index (one row per page or section)."""
+        self.summary_report: LLMReport | None = None
+        """The summarizer's report when built by :meth:`build` (None after :meth:`load`)."""
+
+    @classmethod
+    def from_summaries(
+        cls, chunks: FusionIndex, summaries: Sequence[Document], *, progress: ProgressCallback | None = None
+    ) -> HierarchicalIndex:
+        """Index summary documents (e.g. from :meth:`PageSummarizer.summarize`) next to ``chunks``.
+
+        The summary index uses the chunk index's embeddings, analyzer and BM25 parameters, and
+        an exact (flat) vector index: there are far fewer summaries than chunks.
+        """
+        index = FusionIndex(
+            chunks.embeddings,
+            analyzer=chunks.analyzer,
+            bm25_params=chunks.bm25_params,
+            embedding_batch_size=chunks.embedding_batch_size,
+        )
+        index.add_documents(summaries, progress=progress)
+        return cls(chunks, index)
+
+    @classmethod
+    def build(
+        cls,
+        chunks: FusionIndex,
+        summarizer: PageSummarizer,
+        *,
+        progress: ProgressCallback | None = None,
+        summary_progress: ProgressCallback | None = None,
+        callbacks: Callbacks = None,
+    ) -> HierarchicalIndex:
+        """Summarise the pages of ``chunks`` with ``summarizer`` and index the summaries.
+
+        ``summary_progress`` counts summarised pages, ``progress`` embedded summaries. The
+        summarizer's report is kept in :attr:`summary_report`.
+        """
+        documents, report = summarizer.summarize(chunks.documents, progress=summary_progress, callbacks=callbacks)
+        built = cls.from_summaries(chunks, documents, progress=progress)
+        built.summary_report = report
+        return built
+
+    def save(self, folder: str | Path) -> Path:
+        """Save both indexes to one folder atomically and crash-safely (both parts, then the manifest)."""
+        stores = {CHUNKS_DIR: self.chunks.store, SUMMARIES_DIR: self.summaries.store}
+        for name, store in stores.items():
+            if not isinstance(store, LocalStore):
+                raise IndexFormatError(f"the {name} live on {type(store).__name__}; only in-process stores are saved")
+        snapshots = {name: store.snapshot for name, store in stores.items() if isinstance(store, LocalStore)}
+
+        def write(staging: Path) -> None:
+            for name, snapshot in snapshots.items():
+                (staging / name).mkdir()
+                write_snapshot(snapshot, staging / name, {})
+            manifest = {
+                "format": HIERARCHICAL_FORMAT_NAME,
+                "format_version": HIERARCHICAL_FORMAT_VERSION,
+                "library_version": fmt.library_version(),
+                "created_at": fmt.now_iso(),
+                "embeddings": {"id": self.chunks.embeddings_id, "dimension": self.chunks.dimension},
+                "counts": {name: snapshot.live_count for name, snapshot in snapshots.items()},
+                "parts": {
+                    name: {"folder": name, "manifest_sha256": fmt.sha256_file(staging / name / fmt.MANIFEST)}
+                    for name in snapshots
+                },
+            }
+            fmt.write_manifest(staging, manifest)
+
+        return fmt.save_folder(Path(folder), write)
+
+    @classmethod
+    def load(cls, folder: str | Path, embeddings: Embeddings | None = None) -> HierarchicalIndex:
+        """Load a folder saved by :meth:`save`, verifying both indexes and the link between them."""
+        folder = Path(folder).expanduser()
+        manifest = read_hierarchical_manifest(folder)
+        try:
+            parts = {name: manifest["parts"][name] for name in (CHUNKS_DIR, SUMMARIES_DIR)}
+            expected = {name: (part["folder"], part["manifest_sha256"]) for name, part in parts.items()}
+            counts = manifest["counts"]
+            if not isinstance(counts, dict):
+                raise TypeError("counts must be an object")
+        except (KeyError, TypeError) as exc:
+            raise IndexFormatError(
+                f"{folder / fmt.MANIFEST} is incomplete or invalid ({exc}); rebuild the index"
+            ) from None
+        for name, (sub, checksum) in expected.items():
+            if sub != name:
+                raise IndexFormatError(f"{folder / fmt.MANIFEST} names an unexpected folder {sub!r} for the {name}")
+            path = folder / sub / fmt.MANIFEST
+            fmt.require_file(path)
+            fmt.check_checksum(path, checksum)
+        chunks = FusionIndex.load(folder / CHUNKS_DIR, embeddings)
+        summaries = FusionIndex.load(folder / SUMMARIES_DIR, chunks.embeddings)
+        for name, value in {CHUNKS_DIR: len(chunks), SUMMARIES_DIR: len(summaries)}.items():
+            if counts.get(name) != value:
+                raise IndexFormatError(
+                    f"{folder}: {value} {name} found but the manifest says {counts.get(name)}; rebuild the index"
+                )
+        return cls(chunks, summaries)
+
+    def as_retriever(self, **kwargs: Any) -> HierarchicalRetriever:
+        """A :class:`HierarchicalRetriever` over this index; keyword arguments are its fields."""
+        from langchain_fusion.retrievers.hierarchical import HierarchicalRetriever
+
+        return HierarchicalRetriever(index=self, **kwargs)
+
+
+def read_hierarchical_manifest(folder: Path) -> dict[str, Any]:
+    """The manifest of a saved hierarchical index, checked for format and version."""
+    manifest = fmt.read_manifest(folder)
+    if isinstance(manifest, dict) and manifest.get("format") == "langchain-fusion-index":
+        raise IndexFormatError(
+            f"{folder} is a plain index without page summaries: rebuild it with summaries "
+            "(langchain-fusion index --summaries, or HierarchicalIndex.build)"
+        )
+    return fmt.check_format(
+        folder, manifest, HIERARCHICAL_FORMAT_NAME, HIERARCHICAL_FORMAT_VERSION, "hierarchical index"
+    )
+
+
+def is_hierarchical(folder: Path) -> bool:
+    """True when ``folder`` holds a saved hierarchical index (by its manifest's format name)."""
+    manifest = fmt.read_manifest(folder.expanduser())
+    return isinstance(manifest, dict) and manifest.get("format") == HIERARCHICAL_FORMAT_NAME

@@ -1,0 +1,1 @@
+"""Ingestion: loading files, chunking, contextual enrichment and page summaries."""

@@ -1,0 +1,1 @@
+"""Models: embeddings (local, named, cached), chat models and the runner of LLM calls."""

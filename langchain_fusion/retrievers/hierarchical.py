@@ -1,0 +1,148 @@
+"""HierarchicalRetriever: summaries first, then the best chunks of the selected pages.
+
+The chunk search is **restricted to the chunks of the selected pages** (a restriction applied
+to both sides before ranking), so a selected page always yields up to ``k`` chunks, unlike a
+post-filter of a global top-n, which returns fewer or none. Each chunk's score combines both
+levels::
+
+    hierarchical_score = summary_weight * summary_score + (1 - summary_weight) * fusion_score
+
+where ``summary_score`` is the fused score of the chunk's summary among the summary candidates
+and ``fusion_score`` the chunk's fused score among the chunks of the selected pages (both with
+the retriever's ``alpha`` and ``method``). Results are one global top ``k`` by that score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+from langchain_core.documents import Document
+
+from langchain_fusion import metadata as keys
+from langchain_fusion._checks import FusionMethod, check_positive_int, is_real_number
+from langchain_fusion.errors import InvalidParameterError
+from langchain_fusion.index.fusion_index import FusionIndex
+from langchain_fusion.index.hierarchical import HierarchicalIndex
+from langchain_fusion.retrievers.fusion import OPTION_CHECKS, SearchRetriever
+from langchain_fusion.search.options import SEARCH_DEFAULTS
+from langchain_fusion.search.pool import Hit, fused_search, scored_copy
+from langchain_fusion.stores.base import FloatMatrix, Where
+from langchain_fusion.stores.filters import MetadataFilter
+
+
+def _check_weight(value: Any) -> float:
+    if not is_real_number(value) or not 0.0 <= float(value) <= 1.0:
+        raise InvalidParameterError(f"summary_weight must be a number between 0 and 1; got {value!r}")
+    return float(value)
+
+
+def _check_k_summaries(value: Any) -> int:
+    return check_positive_int(value, "k_summaries", "how many summaries to select")
+
+
+class HierarchicalRetriever(SearchRetriever):
+    """Summaries first, then the best chunks of the selected pages; one global top ``k``.
+
+    For a query: the ``k_summaries`` best summaries by fused score; the chunks of their pages;
+    a fused search of the chunks restricted to those (both sides, before ranking); each chunk
+    scored ``summary_weight * summary_score + (1 - summary_weight) * fusion_score``; the ``k``
+    best. A chunk covered by several selected summaries counts once, under the best-ranked one.
+    Returned chunks carry the usual score provenance plus
+    :data:`~langchain_fusion.metadata.HIERARCHICAL_KEYS`. ``alpha``, ``fetch_k`` and ``method``
+    apply to both searches and default to :class:`~langchain_fusion.retrievers.fusion.FusionRetriever`'s;
+    every field can be overridden per call (``invoke(q, k=3, k_summaries=1)``).
+
+    With ``alpha=0`` (BM25 only), only chunks containing a query term are candidates, as with
+    the BM25 retriever. ``filter`` restricts the chunks, and the summaries to those covering a
+    matching chunk.
+    """
+
+    index: HierarchicalIndex
+    """The summary and chunk indexes."""
+    k: int = SEARCH_DEFAULTS.k
+    """How many chunks to return."""
+    k_summaries: int = SEARCH_DEFAULTS.k_summaries
+    """How many summaries (pages or sections) to select."""
+    summary_weight: float = SEARCH_DEFAULTS.summary_weight
+    """Weight of the summary's score in ``hierarchical_score``; ``1 - summary_weight`` goes to the chunk's."""
+    alpha: float = SEARCH_DEFAULTS.alpha
+    """Weight of the vector side in both searches; ``1 - alpha`` is the weight of BM25."""
+    fetch_k: int | None = SEARCH_DEFAULTS.fetch_k
+    """Candidates per side in the summary search (None: all). The chunk search always considers every
+    chunk of the selected pages."""
+    method: FusionMethod = SEARCH_DEFAULTS.method
+    """``weighted``, ``zscore`` or ``rrf``, for both searches."""
+    filter: MetadataFilter | None = None
+    """Restrict results to chunks whose metadata matches (applied before ranking)."""
+
+    _per_call_options = ("k", "k_summaries", "summary_weight", "alpha", "fetch_k", "method", "filter")
+    _option_checks: ClassVar[dict[str, Callable[[Any], Any]]] = {
+        **OPTION_CHECKS,
+        "k_summaries": _check_k_summaries,
+        "summary_weight": _check_weight,
+    }
+
+    def _embedder(self) -> FusionIndex:
+        return self.index.chunks
+
+    def _is_empty(self) -> bool:
+        return len(self.index.chunks) == 0 or len(self.index.summaries) == 0
+
+    def _search(self, query: str, query_vector: FloatMatrix | None, options: dict[str, Any]) -> list[Document]:
+        assert query_vector is not None
+        chunks, summaries = self.index.chunks.view(), self.index.summaries.view()
+        spec = options["filter"]
+        summary_where = None
+        if spec is not None:
+            matching = chunks.documents(chunks.select(Where(metadata=spec)))
+            allowed_ids = {doc.id for doc in matching}
+            covering = frozenset(
+                doc.id or ""
+                for doc in summaries.iter_documents()
+                if any(i in allowed_ids for i in doc.metadata[keys.SUMMARY_CHUNK_IDS])
+            )
+            summary_where = Where(ids=covering)
+        method, alpha = options["method"], options["alpha"]
+        summary_hits = fused_search(
+            summaries,
+            query,
+            query_vector,
+            k=options["k_summaries"],
+            alpha=alpha,
+            fetch_k=options["fetch_k"],
+            method=method,
+            where=summary_where,
+        )
+        summary_docs = summaries.documents(np.fromiter((h.key for h in summary_hits), np.int64, len(summary_hits)))
+        leader: dict[str, tuple[int, Hit, Document]] = {}
+        for rank, (summary, summary_doc) in enumerate(zip(summary_hits, summary_docs, strict=True), 1):
+            for chunk_id in summary_doc.metadata[keys.SUMMARY_CHUNK_IDS]:
+                leader.setdefault(chunk_id, (rank, summary, summary_doc))  # the best-ranked summary leads
+        chunk_where = Where(metadata=spec, ids=frozenset(leader))
+        allowed = int(chunks.select(chunk_where).size)
+        if allowed == 0:
+            return []
+        # k and fetch_k = every allowed row: the pool is every chunk of the selected pages (on the vector
+        # side; with alpha=0, those containing a query term), and only those rows are scored.
+        chunk_hits = fused_search(
+            chunks, query, query_vector, k=allowed, alpha=alpha, fetch_k=allowed, method=method, where=chunk_where
+        )
+        chunk_docs = chunks.documents(np.fromiter((h.key for h in chunk_hits), np.int64, len(chunk_hits)))
+        weight = options["summary_weight"]
+        scored = []
+        for hit, chunk_doc in zip(chunk_hits, chunk_docs, strict=True):
+            rank, summary, summary_doc = leader[chunk_doc.id or ""]
+            combined = weight * float(summary.fused or 0.0) + (1 - weight) * float(hit.fused or 0.0)
+            scored.append((combined, rank, summary, summary_doc, hit, chunk_doc))
+        scored.sort(key=lambda s: (-s[0], s[1], -(s[4].fused or 0.0), s[4].key))
+        results = []
+        for combined, rank, summary, summary_doc, hit, chunk_doc in scored[: options["k"]]:
+            doc = scored_copy(chunk_doc, hit, method)
+            doc.metadata[keys.HIERARCHICAL_SCORE] = combined
+            doc.metadata[keys.SUMMARY_ID] = summary_doc.id
+            doc.metadata[keys.SUMMARY_SCORE] = summary.fused
+            doc.metadata[keys.SUMMARY_RANK] = rank
+            results.append(doc)
+        return results

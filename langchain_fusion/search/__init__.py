@@ -1,0 +1,1 @@
+"""Fusion math and the fused search over a store view."""

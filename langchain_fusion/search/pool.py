@@ -1,0 +1,224 @@
+"""Scoring one query over a store view: single-side top-k and the fused top-k over a candidate pool.
+
+The fused search builds a candidate pool from both sides (``fetch_k`` rows each, or every row
+when ``fetch_k`` is None), then completes each candidate's score on the side that did not
+return it by asking that side for the exact score of that row, before normalising and fusing.
+Nothing is ever combined by list position, and the same code runs on every store.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+from langchain_core.documents import Document
+from numpy.typing import NDArray
+
+from langchain_fusion import metadata as keys
+from langchain_fusion.search.fusion import FusionMethod, fuse
+from langchain_fusion.stores.base import FloatMatrix, Keys, SideScorer, StoreView, Where, WholeCorpusScorer
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One ranked result: its key in the view and the score provenance retrievers put in metadata."""
+
+    key: int
+    """Key of the row in the view it was found in."""
+    fused: float | None = None
+    """Fused score (fused search only)."""
+    vector_score: float | None = None
+    """Raw cosine similarity, when the vector side was consulted."""
+    vector_normalized: float | None = None
+    """Normalised vector score (fused search only)."""
+    vector_rank: int | None = None
+    """1-based rank on the vector side among the candidates."""
+    bm25_score: float | None = None
+    """Raw BM25 score, when the BM25 side was consulted."""
+    bm25_normalized: float | None = None
+    """Normalised BM25 score (fused search only)."""
+    bm25_rank: int | None = None
+    """1-based rank on the BM25 side; None when no query term matched."""
+
+
+@dataclass(frozen=True)
+class QueryScorers:
+    """One query's two sides on one view; reuse it to fuse the same query under several settings."""
+
+    vector: SideScorer
+    """The vector side for the query's embedding."""
+    bm25: SideScorer
+    """The BM25 side for the query's text."""
+
+
+def query_scorers(view: StoreView, query: str, query_vector: FloatMatrix) -> QueryScorers:
+    """Both sides of ``view`` for one query."""
+    return QueryScorers(vector=view.vector(query_vector), bm25=view.bm25(query))
+
+
+def vector_search(view: StoreView, query_vector: FloatMatrix, k: int, where: Where | None) -> list[Hit]:
+    """Top ``k`` rows by cosine similarity, restricted to ``where``."""
+    if len(view) == 0:
+        return []
+    found, scores = view.vector(query_vector).top(k, where)
+    return [
+        Hit(key=int(r), vector_score=float(s), vector_rank=rank)
+        for rank, (r, s) in enumerate(zip(found, scores, strict=True), start=1)
+    ]
+
+
+def bm25_search(view: StoreView, query: str, k: int, where: Where | None) -> list[Hit]:
+    """Top ``k`` rows by BM25 among rows that match at least one query term."""
+    if len(view) == 0:
+        return []
+    found, scores = view.bm25(query).top(k, where)
+    return [
+        Hit(key=int(r), bm25_score=float(s), bm25_rank=rank)
+        for rank, (r, s) in enumerate(zip(found, scores, strict=True), start=1)
+    ]
+
+
+def fused_search(
+    view: StoreView,
+    query: str,
+    query_vector: FloatMatrix,
+    *,
+    k: int,
+    alpha: float,
+    fetch_k: int | None,
+    method: FusionMethod,
+    where: Where | None,
+    scorers: QueryScorers | None = None,
+) -> list[Hit]:
+    """Top ``k`` rows by fused score; see the module docstring for the candidate pool.
+
+    A side whose weight is zero (``alpha`` 0 or 1) adds no candidates, so the limits give
+    exactly the single-side rankings. Ties are broken by the raw score of the side with the
+    larger weight, then by key. ``scorers`` (from :func:`query_scorers` for the same query and
+    view) lets several settings share one scoring of the query.
+    """
+    if len(view) == 0:
+        return []
+    if scorers is None:
+        scorers = query_scorers(view, query, query_vector)
+    pool_size = None if fetch_k is None else max(fetch_k, k)
+    found: list[tuple[Keys, NDArray[np.float64]]] = []
+    sides: list[SideScorer] = []
+    if alpha > 0:
+        found.append(scorers.vector.top(pool_size, where))
+        sides.append(scorers.vector)
+    if alpha < 1:
+        found.append(scorers.bm25.top(pool_size, where))
+        sides.append(scorers.bm25)
+    if (
+        pool_size is None
+        and isinstance(scorers.vector, WholeCorpusScorer)
+        and isinstance(scorers.bm25, WholeCorpusScorer)
+    ):
+        # Whole-corpus capability: the pool is a mask over the key space, scores are read directly.
+        vector_all, bm25_all = scorers.vector.all_scores(), scorers.bm25.all_scores()
+        in_pool = np.zeros(vector_all.size, dtype=bool)
+        for keys_, _ in found:
+            in_pool[keys_] = True
+        pool = np.flatnonzero(in_pool)
+        if pool.size == 0:
+            return []
+        vector_pool = vector_all[pool].astype(np.float64)
+        bm25_pool = bm25_all[pool].astype(np.float64)
+        return rank_pool(pool, vector_pool, bm25_pool, alpha=alpha, method=method, k=k)
+    pool = _sorted_union([keys_ for keys_, _ in found])
+    if pool.size == 0:
+        return []
+    vector_pool = _complete(pool, scorers.vector, found[0] if alpha > 0 else None)
+    bm25_pool = _complete(pool, scorers.bm25, found[-1] if alpha < 1 else None)
+    return rank_pool(pool, vector_pool, bm25_pool, alpha=alpha, method=method, k=k)
+
+
+def _sorted_union(parts: list[Keys]) -> Keys:
+    """The distinct keys of ``parts``, ascending (a sort, cheaper than ``np.unique`` for small pools)."""
+    if not parts:
+        return np.zeros(0, dtype=np.int64)
+    merged = np.concatenate(parts).astype(np.int64, copy=False)
+    merged.sort()
+    if merged.size < 2:
+        return merged
+    return merged[np.concatenate(([True], merged[1:] != merged[:-1]))]
+
+
+def _complete(pool: Keys, side: SideScorer, found: tuple[Keys, NDArray[np.float64]] | None) -> NDArray[np.float64]:
+    """Every pooled key's score on ``side``: those it returned, then the real score of the rest."""
+    scores = np.empty(pool.size, dtype=np.float64)
+    known = np.zeros(pool.size, dtype=bool)
+    if found is not None and found[0].size:
+        positions = np.searchsorted(pool, found[0])
+        scores[positions] = found[1]
+        known[positions] = True
+    missing = np.flatnonzero(~known)
+    if missing.size:
+        scores[missing] = side.scores(pool[missing])
+    return scores
+
+
+def rank_pool(
+    keys_: Keys,
+    vector_scores: NDArray[np.float64],
+    bm25_scores: NDArray[np.float64],
+    *,
+    alpha: float,
+    method: FusionMethod,
+    k: int,
+    vector_known: NDArray[np.bool_] | None = None,
+) -> list[Hit]:
+    """Fuse an aligned candidate pool and return its top ``k`` as hits.
+
+    ``keys_`` must be sorted ascending (it is the final tie-break). ``vector_known`` marks the
+    candidates whose vector score was actually observed; the others are reported with no
+    vector score or rank (their placeholder score still takes part in normalisation).
+    """
+    fused = fuse(vector_scores, bm25_scores, alpha, method)
+    heavier = vector_scores if alpha >= 0.5 else bm25_scores
+    order = np.lexsort((keys_, -heavier, -fused.fused))[:k]
+    hits = []
+    for i in order:
+        known = vector_known is None or bool(vector_known[i])
+        hits.append(
+            Hit(
+                key=int(keys_[i]),
+                fused=float(fused.fused[i]),
+                vector_score=float(vector_scores[i]) if known else None,
+                vector_normalized=float(fused.vector_normalized[i]),
+                vector_rank=int(fused.vector_rank[i]) if known else None,
+                bm25_score=float(bm25_scores[i]),
+                bm25_normalized=float(fused.bm25_normalized[i]),
+                bm25_rank=int(fused.bm25_rank[i]) or None,
+            )
+        )
+    return hits
+
+
+def scored_copy(document: Document, hit: Hit, method: str | None = None) -> Document:
+    """A copy of ``document`` whose metadata also holds the hit's score provenance."""
+    meta = copy.deepcopy(document.metadata)
+    if hit.fused is not None:
+        meta[keys.FUSION_SCORE] = hit.fused
+        meta[keys.FUSION_METHOD] = method
+        meta[keys.VECTOR_SCORE] = hit.vector_score
+        meta[keys.VECTOR_SCORE_NORMALIZED] = hit.vector_normalized
+        meta[keys.VECTOR_RANK] = hit.vector_rank
+        meta[keys.BM25_SCORE] = hit.bm25_score
+        meta[keys.BM25_SCORE_NORMALIZED] = hit.bm25_normalized
+        meta[keys.BM25_RANK] = hit.bm25_rank
+    elif hit.vector_score is not None:
+        meta[keys.VECTOR_SCORE] = hit.vector_score
+        meta[keys.VECTOR_RANK] = hit.vector_rank
+    else:
+        meta[keys.BM25_SCORE] = hit.bm25_score
+        meta[keys.BM25_RANK] = hit.bm25_rank
+    return Document(id=document.id, page_content=document.page_content, metadata=meta)
+
+
+def hits_to_documents(view: StoreView, hits: list[Hit], method: str | None = None) -> list[Document]:
+    """Scored copies of the hits' documents, in hit order."""
+    documents = view.documents(np.fromiter((h.key for h in hits), dtype=np.int64, count=len(hits)))
+    return [scored_copy(doc, hit, method) for doc, hit in zip(documents, hits, strict=True)]

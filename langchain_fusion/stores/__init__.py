@@ -1,0 +1,1 @@
+"""Where rows live: the store seam and its engines (in process by default)."""

@@ -1,0 +1,268 @@
+"""The in-process BM25 side: term postings in immutable segments, weighted at query time.
+
+Each :class:`Postings` segment stores, term by term, the rows that contain the term and how
+often (a CSC matrix of raw term frequencies over the segment's rows). Nothing in it depends
+on corpus statistics, so adding rows appends a segment and deleting rows marks tombstones:
+neither touches the existing postings. A query weighs only its own terms with the current
+statistics of the live rows (document frequency, row count, average length), so the scores
+always equal those of a fresh build over the same rows.
+
+Scale: the formulas are bm25s's (Kamphuis et al., ECIR 2020). The default ``lucene`` variant is
+``idf * tf / (tf + k1 * (1 - b + b * len / avg_len))`` with ``idf = log(1 + (N - df + 0.5) /
+(df + 0.5))``: Okapi BM25 without the constant ``(k1 + 1)`` factor, which changes no ranking.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from langchain_fusion.stores.analyzer import Analyzer
+from langchain_fusion.stores.local.tokens import text_token_ids, tokenize
+from langchain_fusion.stores.settings import BM25Method, BM25Params
+
+_BLOCK = 1 << 18
+"""Postings processed per step when merging segments, bounding the temporary arrays."""
+
+IntArray = NDArray[np.int64]
+
+
+def idf(method: BM25Method, df: int, n: int) -> float:
+    """Inverse document frequency of a term found in ``df`` of ``n`` rows (``df`` >= 1)."""
+    if method == "robertson":
+        return math.log(max((n - df + 0.5) / (df + 0.5), 1.0))
+    if method == "lucene":
+        return math.log(1 + (n - df + 0.5) / (df + 0.5))
+    if method == "atire":
+        return math.log(n / df)
+    if method == "bm25l":
+        return math.log((n + 1) / (df + 0.5))
+    return math.log((n + 1) / df)  # bm25+
+
+
+def tf_component(
+    params: BM25Params, tf: NDArray[np.float32], relative_length: NDArray[np.float32]
+) -> NDArray[np.float32]:
+    """The term-frequency part of BM25 for frequencies ``tf`` in rows of ``length / avg_length``."""
+    k1, b, delta = np.float32(params.k1), np.float32(params.b), np.float32(params.delta)
+    norm = np.float32(1) - b + b * relative_length
+    method = params.method
+    if method in ("lucene", "robertson"):
+        result = tf / (k1 * norm + tf)
+    elif method == "atire":
+        result = (tf * (k1 + 1)) / (tf + k1 * norm)
+    elif method == "bm25l":
+        c = tf / norm
+        result = ((k1 + 1) * (c + delta)) / (k1 + c + delta)
+    else:  # bm25+
+        result = ((k1 + 1) * tf) / (k1 * norm + tf) + delta
+    return np.asarray(result, dtype=np.float32)
+
+
+def has_nonoccurrence(params: BM25Params) -> bool:
+    """True for the variants (bm25l, bm25+) that credit a row for a query term it lacks."""
+    return params.method in ("bm25l", "bm25+")
+
+
+@dataclass(frozen=True, eq=False)
+class Postings:
+    """Term postings of a contiguous block of rows, immutable once built.
+
+    Term ``t`` occurs in local rows ``rows[indptr[t]:indptr[t + 1]]`` (ascending) with
+    frequencies ``tf[...]``. Terms at or beyond ``vocabulary_size`` do not occur in the block.
+    """
+
+    indptr: IntArray
+    """Start of each term's postings (length ``vocabulary_size + 1``)."""
+    rows: NDArray[np.int32]
+    """Local row (0 = the block's first row) of each posting."""
+    tf: NDArray[np.uint16] | NDArray[np.int32]
+    """Term frequency of each posting (uint16 unless a frequency needs more)."""
+
+    @property
+    def vocabulary_size(self) -> int:
+        """Number of term ids this block knows (later terms have no postings here)."""
+        return int(self.indptr.size - 1)
+
+    @property
+    def size(self) -> int:
+        """Number of postings."""
+        return int(self.rows.size)
+
+    def document_frequencies(self, vocabulary_size: int) -> IntArray:
+        """Rows of this block containing each term, padded to ``vocabulary_size``."""
+        counts = np.zeros(vocabulary_size, dtype=np.int64)
+        counts[: self.vocabulary_size] = np.diff(self.indptr)
+        return counts
+
+    def terms_of_rows(self, local_rows: NDArray[np.bool_]) -> IntArray:
+        """Term ids of the postings of the rows flagged in ``local_rows`` (one per row and term)."""
+        positions = np.flatnonzero(local_rows[self.rows])
+        return np.searchsorted(self.indptr, positions, side="right").astype(np.int64) - 1
+
+
+def _narrow_tf(tf: NDArray[np.integer]) -> NDArray[np.uint16] | NDArray[np.int32]:
+    if tf.size == 0 or int(tf.max()) <= np.iinfo(np.uint16).max:
+        return tf.astype(np.uint16)
+    return tf.astype(np.int32)
+
+
+def build_postings(token_ids: Sequence[IntArray], vocabulary_size: int) -> Postings:
+    """Postings of a block of rows given each row's token ids (repeats counted)."""
+    lengths = np.fromiter((ids.size for ids in token_ids), dtype=np.int64, count=len(token_ids))
+    ids = np.concatenate(token_ids) if token_ids else np.zeros(0, dtype=np.int64)
+    rows = np.repeat(np.arange(len(token_ids), dtype=np.int64), lengths)
+    # Sort (term, row) pairs, then run-length encode them: one posting per distinct pair.
+    keys = ids.astype(np.int64) * max(len(token_ids), 1) + rows
+    del ids, rows
+    keys.sort()
+    if keys.size:
+        starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+        tf = np.diff(np.append(starts, keys.size))
+        pairs = keys[starts]
+    else:
+        tf, pairs = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    del keys
+    terms = pairs // max(len(token_ids), 1)
+    indptr = np.zeros(vocabulary_size + 1, dtype=np.int64)
+    np.cumsum(np.bincount(terms, minlength=vocabulary_size), out=indptr[1:])
+    local = (pairs % max(len(token_ids), 1)).astype(np.int32)
+    return Postings(indptr=indptr, rows=local, tf=_narrow_tf(tf))
+
+
+def merge_postings(
+    blocks: Sequence[tuple[Postings, int]],
+    vocabulary_size: int,
+    keep: NDArray[np.bool_] | None = None,
+    new_row: NDArray[np.int64] | None = None,
+) -> Postings:
+    """One block from ``(postings, first_row)`` blocks that are contiguous and in row order.
+
+    Rows are renumbered relative to the first block's first row, or through ``new_row``
+    (old row -> new local row) when ``keep`` (over old rows) drops tombstoned rows. Works in
+    bounded steps so the temporary arrays stay small next to the result.
+    """
+    base = blocks[0][1] if blocks else 0
+    counts = np.zeros(vocabulary_size, dtype=np.int64)
+    for postings, start in blocks:
+        if keep is None:
+            block_counts = postings.document_frequencies(vocabulary_size)
+        else:
+            block_counts = np.zeros(vocabulary_size, dtype=np.int64)
+            for lo in range(0, postings.size, _BLOCK):
+                hi = min(lo + _BLOCK, postings.size)
+                mask = keep[postings.rows[lo:hi].astype(np.int64) + start]
+                terms = np.searchsorted(postings.indptr, np.arange(lo, hi)[mask], side="right") - 1
+                block_counts += np.bincount(terms, minlength=vocabulary_size)
+        counts += block_counts
+    indptr = np.zeros(vocabulary_size + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    total = int(indptr[-1])
+    rows = np.empty(total, dtype=np.int32)
+    wide = any(p.tf.dtype == np.int32 for p, _ in blocks)
+    tf: NDArray[np.uint16] | NDArray[np.int32] = np.empty(total, dtype=np.int32 if wide else np.uint16)  # type: ignore[assignment]
+    cursor = indptr[:-1].copy()  # next free slot of each term in the output
+    for postings, start in blocks:
+        for lo in range(0, postings.size, _BLOCK):
+            hi = min(lo + _BLOCK, postings.size)
+            positions = np.arange(lo, hi)
+            local = postings.rows[lo:hi].astype(np.int64)
+            if keep is not None:
+                mask = keep[local + start]
+                positions, local = positions[mask], local[mask]
+            terms = np.searchsorted(postings.indptr, positions, side="right") - 1
+            # Postings of one term are consecutive within a step: its offset among them.
+            first = np.searchsorted(terms, terms, side="left")
+            dest = cursor[terms] + (np.arange(terms.size) - first)
+            rows[dest] = (new_row[local + start] if new_row is not None else local + start - base).astype(np.int32)
+            tf[dest] = postings.tf[positions]
+            cursor += np.bincount(terms, minlength=vocabulary_size)
+    return Postings(indptr=indptr, rows=rows, tf=tf)
+
+
+class QueryWeights:
+    """BM25 weighting of one query's terms under one set of live-row statistics."""
+
+    def __init__(
+        self,
+        params: BM25Params,
+        term_counts: Counter[int],
+        document_frequency: IntArray,
+        live_rows: int,
+        relative_length: Callable[[], NDArray[np.float32]],
+    ) -> None:
+        """Weights for the query terms ``term_counts`` (term id -> repeats in the query)."""
+        self.params = params
+        self.terms: list[tuple[int, int, float]] = []  # (term, repeats, idf)
+        nonoccurrence = 0.0
+        for term, repeats in term_counts.items():
+            df = int(document_frequency[term]) if term < document_frequency.size else 0
+            if df == 0:
+                continue
+            term_idf = idf(params.method, df, live_rows)
+            self.terms.append((term, repeats, term_idf))
+            if has_nonoccurrence(params):
+                absent = tf_component(params, np.zeros(1, np.float32), np.ones(1, np.float32))[0]
+                nonoccurrence += repeats * term_idf * float(absent)
+        self.nonoccurrence = np.float32(nonoccurrence)
+        """What every row gets for the query terms it lacks (bm25l and bm25+ only)."""
+        self._relative_length = relative_length
+
+    def add_block(self, out: NDArray[np.float32], postings: Postings, first_row: int) -> None:
+        """Add this block's contribution to ``out`` (scores over all rows)."""
+        if not self.terms:
+            return
+        relative = self._relative_length()
+        absent_one = self._absent_per_idf()
+        for term, repeats, term_idf in self.terms:
+            if term >= postings.vocabulary_size:
+                continue
+            lo, hi = int(postings.indptr[term]), int(postings.indptr[term + 1])
+            if lo == hi:
+                continue
+            rows = postings.rows[lo:hi].astype(np.int64) + first_row
+            weight = tf_component(self.params, postings.tf[lo:hi].astype(np.float32), relative[rows])
+            weight *= np.float32(term_idf)
+            if absent_one is not None:
+                weight -= np.float32(term_idf * absent_one)
+            if repeats != 1:
+                weight *= np.float32(repeats)
+            out[rows] += weight
+
+    def _absent_per_idf(self) -> float | None:
+        if not has_nonoccurrence(self.params):
+            return None
+        return float(tf_component(self.params, np.zeros(1, np.float32), np.ones(1, np.float32))[0])
+
+
+class BM25Corpus:
+    """BM25 over a fixed list of texts, rows in list order (for fusing an external vector store)."""
+
+    def __init__(self, texts: Sequence[str], analyzer: Analyzer, params: BM25Params) -> None:
+        """Tokenize and index ``texts``."""
+        self.analyzer, self.params = analyzer, params
+        self.vocabulary: dict[str, int] = {}
+        token_ids, lengths = text_token_ids(analyzer, texts, self.vocabulary)
+        self.size = len(texts)
+        self.postings = build_postings(token_ids, len(self.vocabulary))
+        self._frequency = self.postings.document_frequencies(len(self.vocabulary))
+        average = float(lengths.mean()) if lengths.size and lengths.sum() else 1.0
+        self._relative = lengths.astype(np.float32) / np.float32(average)
+
+    def scores(self, query: str) -> NDArray[np.float32]:
+        """BM25 score of every text for ``query``."""
+        out = np.zeros(self.size, dtype=np.float32)
+        vocabulary = self.vocabulary
+        terms = Counter(vocabulary[t] for t in tokenize(self.analyzer, query) if t in vocabulary)
+        if not terms:
+            return out
+        weights = QueryWeights(self.params, terms, self._frequency, self.size, lambda: self._relative)
+        weights.add_block(out, self.postings, 0)
+        if weights.nonoccurrence:
+            out += weights.nonoccurrence
+        return out

@@ -1,0 +1,386 @@
+"""The in-process store as a folder: no pickle, checksummed, replaced atomically and crash-safe.
+
+Layout of a saved store (format version 2)::
+
+    manifest.json       format and library version, embeddings id and dimension, vector index
+                        settings, analyzer (class and configuration) and BM25 parameters, text
+                        fields, counts, and the size and sha256 of every other file
+    documents.jsonl     one JSON object per row: {"id", "page_content", "metadata"}
+    vectors.npy         the unit vectors, float32, one row per document (memory-mapped on load)
+    vectors.ann         the approximate FAISS index, when one is configured (FAISS's format)
+    bm25/vocabulary.json  the BM25 tokens; position = term id
+    bm25/indptr.npy, bm25/rows.npy, bm25/tf.npy, bm25/lengths.npy
+                        term postings (CSC: rows of each term and its frequency) and row lengths
+
+Saving writes a sibling staging folder, fsyncs it, then swaps it with the target in one step
+(``renameat2(RENAME_EXCHANGE)`` on Linux): a crash at any instant leaves the old or the new
+index at the path, never nothing. Where the OS has no atomic exchange, the old folder is
+renamed aside first, and the next load or save puts it back if a crash came in between. A lock
+file beside the folder (``.NAME.lock``) keeps two savers from interleaving, and each save
+removes what crashed saves left behind. Loading verifies every checksum and count before it
+trusts any file. A saved folder is data to be read by this library only: do not load folders
+from untrusted sources (they are checked, but not designed as a security boundary).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime, timezone
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from langchain_core.documents import Document
+from numpy.typing import NDArray
+
+from langchain_fusion.errors import FusionError, IndexFormatError
+
+MANIFEST = "manifest.json"
+HIERARCHICAL_FORMAT_NAME = "langchain-fusion-hierarchical-index"
+"""The format name of a folder holding two saved stores (chunks and summaries) under one manifest."""
+LOCK_SUFFIX = ".lock"
+_STAGING_MARK = ".saving-"
+_RETIRED_MARK = ".old-"
+_MAX_MANIFEST_BYTES = 16 << 20
+
+_thread_locks: dict[str, threading.Lock] = {}
+_thread_locks_guard = threading.Lock()
+
+
+def library_version() -> str:
+    """The installed langchain-fusion version (``0+unknown`` when run from a bare checkout)."""
+    try:
+        return importlib_metadata.version("langchain-fusion")
+    except importlib_metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def now_iso() -> str:
+    """The current UTC time, ISO 8601 to the second (for ``created_at``)."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_entries(folder: Path) -> dict[str, dict[str, Any]]:
+    """``{relative path: {"sha256", "bytes"}}`` for every file under ``folder`` but its manifest."""
+    return {
+        path.relative_to(folder).as_posix(): {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and path.relative_to(folder).as_posix() != MANIFEST
+    }
+
+
+def write_manifest(folder: Path, manifest: Mapping[str, Any]) -> None:
+    """Write ``manifest.json`` (indented, UTF-8)."""
+    text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+    (folder / MANIFEST).write_text(text, encoding="utf-8")
+
+
+def read_manifest(folder: Path) -> Any:
+    """The parsed ``manifest.json`` of ``folder`` (any JSON value), or IndexFormatError if there is none."""
+    recover(folder)
+    path = folder / MANIFEST
+    if not folder.is_dir():
+        raise IndexFormatError(f"{folder} is not a folder; give the folder an index was saved to")
+    if not path.is_file():
+        raise IndexFormatError(f"{folder} is not a langchain-fusion index: {MANIFEST} is missing")
+    if path.stat().st_size > _MAX_MANIFEST_BYTES:
+        raise IndexFormatError(f"{path} is larger than any manifest this library writes; the index is damaged")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise IndexFormatError(f"{path} is not valid JSON ({reason}); the index is damaged, rebuild it") from None
+
+
+def check_format(folder: Path, manifest: Any, name: str, version: int, kind: str) -> dict[str, Any]:
+    """``manifest`` if it is a dict of format ``name`` and ``version``; IndexFormatError otherwise."""
+    if not isinstance(manifest, dict) or manifest.get("format") != name:
+        raise IndexFormatError(f"{folder / MANIFEST} is not a langchain-fusion {kind} manifest")
+    found: Any = manifest.get("format_version")
+    whole = isinstance(found, int) and not isinstance(found, bool)
+    if whole and found > version:
+        raise IndexFormatError(
+            f"{folder} uses {kind} format version {found}, newer than this langchain-fusion "
+            f"({library_version()}) reads (version {version}): upgrade langchain-fusion to load it"
+        )
+    if not whole or found != version:
+        raise IndexFormatError(
+            f"{folder} uses {kind} format version {found!r}; this langchain-fusion ({library_version()}) "
+            f"reads version {version}. Rebuild the index with this version."
+        )
+    return manifest
+
+
+def verify_files(folder: Path, manifest: Mapping[str, Any], allowed: Callable[[str], bool]) -> dict[str, Path]:
+    """Check the manifest's file list against the disk: names, sizes, checksums.
+
+    ``allowed`` says which relative names this format may contain, so a manifest can never
+    make the loader open a file outside the folder. Returns name -> path.
+    """
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        raise IndexFormatError(f"{folder / MANIFEST} has no valid file list; the index is damaged, rebuild it")
+    paths = {}
+    for name, expected in files.items():
+        if not isinstance(name, str) or not allowed(name) or not isinstance(expected, dict):
+            raise IndexFormatError(f"{folder / MANIFEST} lists an unexpected file {name!r}; the index is damaged")
+        path = folder / name
+        require_file(path)
+        size = path.stat().st_size
+        if size != expected.get("bytes"):
+            raise IndexFormatError(
+                f"{path} has {size} bytes, the manifest says {expected.get('bytes')!r}: "
+                "the file is truncated or altered; rebuild the index"
+            )
+        check_checksum(path, expected.get("sha256"))
+        paths[name] = path
+    return paths
+
+
+def check_checksum(path: Path, sha256: Any) -> None:
+    """IndexFormatError unless the file's sha256 is ``sha256``."""
+    if sha256_file(path) != sha256:
+        raise IndexFormatError(f"{path} does not match its checksum: the file is altered; rebuild the index")
+
+
+def require_file(path: Path) -> None:
+    """IndexFormatError unless ``path`` is a file."""
+    if not path.is_file():
+        raise IndexFormatError(f"{path} is missing; the index is incomplete, rebuild it")
+
+
+# --- documents and arrays ----------------------------------------------------------------------
+
+
+def write_documents(path: Path, documents: Iterator[Document] | Any) -> int:
+    """Write documents as JSON lines; returns how many. Unserialisable metadata is a FusionError."""
+    count = 0
+    with path.open("w", encoding="utf-8") as handle:
+        for doc in documents:
+            record = {"id": doc.id, "page_content": doc.page_content, "metadata": doc.metadata}
+            try:
+                line = json.dumps(record, ensure_ascii=False)
+            except (TypeError, ValueError) as exc:
+                raise FusionError(
+                    f"document {doc.id!r} has metadata that is not JSON-serialisable ({exc}); "
+                    "convert it to strings, numbers, lists or dicts before indexing"
+                ) from None
+            handle.write(line + "\n")
+            count += 1
+    return count
+
+
+def read_documents(path: Path) -> list[Document]:
+    """Documents written by :func:`write_documents`; IndexFormatError on a bad record."""
+    documents = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            try:
+                record = json.loads(line)
+                if not isinstance(record, dict) or not isinstance(record.get("id"), str):
+                    raise ValueError("expected an object with a string id")
+                documents.append(
+                    Document(id=record["id"], page_content=record["page_content"], metadata=record["metadata"])
+                )
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError, RecursionError) as exc:
+                raise IndexFormatError(f"{path}, line {number}: not a valid document record ({exc})") from None
+    return documents
+
+
+def save_array(path: Path, array: NDArray[Any]) -> None:
+    """Write one array as ``.npy`` (never with pickled objects)."""
+    np.save(path, np.ascontiguousarray(array), allow_pickle=False)
+
+
+def load_array(path: Path, dtype: Any, ndim: int, *, mmap: bool = False) -> NDArray[Any]:
+    """Read an ``.npy`` array, checking dtype and rank; ``mmap`` maps it read-only."""
+    try:
+        array = np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
+    except (ValueError, OSError, EOFError) as exc:
+        raise IndexFormatError(f"{path}: not a readable array ({exc}); rebuild the index") from None
+    if array.dtype not in (np.dtype(d) for d in (dtype if isinstance(dtype, tuple) else (dtype,))):
+        raise IndexFormatError(f"{path} holds {array.dtype} values, expected {dtype}; the index is damaged")
+    if array.ndim != ndim:
+        raise IndexFormatError(f"{path} has {array.ndim} dimensions, expected {ndim}; the index is damaged")
+    return np.asarray(array) if not mmap else array
+
+
+# --- crash-safe replacement --------------------------------------------------------------------
+
+
+def check_save_target(folder: Path) -> Path:
+    """The absolute target, or FusionError if saving there would overwrite something that is not an index."""
+    folder = folder.expanduser().absolute()
+    if folder.exists() and (not folder.is_dir() or (not (folder / MANIFEST).is_file() and any(folder.iterdir()))):
+        raise FusionError(
+            f"{folder} exists and is not a langchain-fusion index; refusing to overwrite it. "
+            "Choose a new folder or remove it first."
+        )
+    return folder
+
+
+def save_folder(folder: Path, write: Callable[[Path], None]) -> Path:
+    """Run ``write`` on a staging folder beside ``folder``, then put it in place atomically.
+
+    See the module docstring for the guarantees. OS errors become FusionErrors naming the path.
+    """
+    folder = check_save_target(folder)
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with save_lock(folder):
+            recover(folder, locked=True)
+            clean_leftovers(folder)
+            staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}{_STAGING_MARK}", dir=folder.parent))
+            try:
+                staging.chmod(_default_folder_mode())  # mkdtemp makes it private; an index is not a secret
+                write(staging)
+                _fsync_tree(staging)
+                _publish(staging, folder)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+    except OSError as exc:
+        raise FusionError(f"cannot save the index to {folder}: {exc.strerror or exc}") from None
+    return folder
+
+
+@contextlib.contextmanager
+def save_lock(folder: Path) -> Iterator[None]:
+    """Exclusive lock on saving ``folder``, across threads and processes (``.NAME.lock`` beside it)."""
+    key = str(folder)
+    with _thread_locks_guard:
+        thread_lock = _thread_locks.setdefault(key, threading.Lock())
+    with thread_lock:
+        if sys.platform == "win32":  # pragma: no cover - no flock; threads are still serialised
+            yield
+            return
+        import fcntl
+
+        lock_path = folder.parent / f".{folder.name}{LOCK_SUFFIX}"
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+
+def recover(folder: Path, *, locked: bool = False) -> None:
+    """Put back an index that a crash between the two renames of a non-atomic save left aside."""
+    if folder.exists() or not folder.parent.is_dir():
+        return
+    retired = _leftovers(folder, _RETIRED_MARK)
+    if not retired:
+        return
+    if not locked:
+        with save_lock(folder):
+            recover(folder, locked=True)
+        return
+    for candidate in sorted(retired, key=lambda p: p.stat().st_mtime, reverse=True):
+        if (candidate / MANIFEST).is_file():
+            candidate.rename(folder)
+            _fsync_dir(folder.parent)
+            return
+
+
+def clean_leftovers(folder: Path) -> None:
+    """Remove staging and retired folders of crashed saves of ``folder`` (call under the lock)."""
+    for path in _leftovers(folder, _STAGING_MARK) + _leftovers(folder, _RETIRED_MARK):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _leftovers(folder: Path, mark: str) -> list[Path]:
+    prefix = f".{folder.name}{mark}"
+    try:
+        return [p for p in folder.parent.iterdir() if p.name.startswith(prefix) and p.is_dir()]
+    except OSError:
+        return []
+
+
+def _publish(staging: Path, folder: Path) -> None:
+    if not folder.exists():
+        staging.rename(folder)
+        _fsync_dir(folder.parent)
+        return
+    if _exchange(staging, folder):
+        _fsync_dir(folder.parent)
+        shutil.rmtree(staging, ignore_errors=True)  # it now holds the previous index
+        return
+    retired = Path(tempfile.mkdtemp(prefix=f".{folder.name}{_RETIRED_MARK}", dir=folder.parent))
+    retired.rmdir()
+    folder.rename(retired)
+    try:
+        staging.rename(folder)
+    except BaseException:
+        retired.rename(folder)  # put the previous index back
+        raise
+    _fsync_dir(folder.parent)
+    shutil.rmtree(retired, ignore_errors=True)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux ``renameat2``); False where the OS or filesystem cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    result = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if result == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            with path.open("rb") as handle:
+                os.fsync(handle.fileno())
+        elif path.is_dir():
+            _fsync_dir(path)
+    _fsync_dir(folder)
+
+
+def _fsync_dir(folder: Path) -> None:
+    if sys.platform == "win32":  # pragma: no cover - directories cannot be opened there
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _default_folder_mode() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o777 & ~umask

@@ -1,0 +1,565 @@
+"""One immutable state of the in-process store: segments of rows, tombstones, live statistics.
+
+A :class:`Snapshot` is never modified. A mutation builds a new snapshot that shares every
+untouched part (segments, documents) with the old one, and the store publishes it with one
+reference assignment. Readers that hold the old snapshot keep a complete, consistent state;
+a mutation that fails half way leaves nothing behind but garbage for the collector.
+
+Rows are numbered 0..n-1 across segments in insertion order. Deleting a row marks it dead
+(a tombstone) and removes its terms from the live document frequencies; its postings and
+vector stay until a compaction rewrites the segments without the dead rows. Statistics
+(row count, average length, document frequencies) count live rows only, so scores equal a
+fresh build over the live documents.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+from langchain_core.documents import Document
+from numpy.typing import NDArray
+
+from langchain_fusion import metadata as keys_
+from langchain_fusion.errors import FusionError
+from langchain_fusion.stores.base import FloatMatrix, Keys, Scores, StoreView, Where
+from langchain_fusion.stores.filters import as_predicate
+from langchain_fusion.stores.local.bm25 import (
+    Postings,
+    QueryWeights,
+    build_postings,
+    merge_postings,
+)
+from langchain_fusion.stores.local.tokens import text_token_ids, tokenize
+from langchain_fusion.stores.local.vectors import AnnIndex, check_vector_index, inner_products
+from langchain_fusion.stores.ranking import top_rows
+from langchain_fusion.stores.settings import StoreSettings
+
+TOKENIZE_BATCH = 8192
+"""Rows tokenized into one postings block before blocks are merged."""
+
+MERGE_FACTOR = 4
+"""A segment is merged into its predecessor once it holds at least 1/MERGE_FACTOR of its rows."""
+
+COMPACT_DEAD_RATIO = 0.25
+"""Segments are rewritten without dead rows once this share of all rows is dead."""
+
+ANN_MIN_ROWS = 4096
+"""Segments smaller than this are scanned exactly even when an approximate index is configured."""
+
+_FILTER_CACHE = 16
+"""Metadata filter masks remembered per snapshot (filters repeat across queries)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Segment:
+    """Rows ``start .. start + len(vectors) - 1``: their vectors, postings and optional ANN index."""
+
+    start: int
+    """Global row of the segment's first row."""
+    vectors: FloatMatrix
+    """Unit vectors, one per row (read-only)."""
+    postings: Postings
+    """BM25 term postings of the rows (local row numbers)."""
+    ann: AnnIndex | None = None
+    """Approximate index over ``vectors``, when configured and the segment is large enough."""
+
+    @property
+    def size(self) -> int:
+        """Number of rows, dead ones included."""
+        return int(self.vectors.shape[0])
+
+    @property
+    def stop(self) -> int:
+        """Global row after the segment's last row."""
+        return self.start + self.size
+
+
+@dataclass(frozen=True, eq=False)
+class Snapshot:
+    """An immutable state of the store; see the module docstring."""
+
+    settings: StoreSettings
+    """How the rows were indexed."""
+    vector_index: str
+    """FAISS factory string of the approximate index, or ``Flat`` for exact search only."""
+    vector_search_params: str | None
+    """FAISS search parameters of the approximate index."""
+    vocabulary: Mapping[str, int]
+    """BM25 token -> term id (never modified once published)."""
+    segments: tuple[Segment, ...] = ()
+    """The rows, in order."""
+    documents: tuple[Document, ...] = ()
+    """Document of every row (dead rows keep theirs until compaction)."""
+    lengths: NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, np.int32))
+    """BM25 tokens per row."""
+    dead: NDArray[np.bool_] | None = None
+    """Tombstones: True for deleted rows; None when no row is dead."""
+    rows: Mapping[str, int] = field(default_factory=dict)
+    """Live document id -> row."""
+    document_frequency: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    """Live rows containing each term."""
+    live_length: int = 0
+    """Total BM25 tokens of live rows."""
+    _cache: dict[Any, Any] = field(default_factory=dict, repr=False)
+    """Derived data computed on first use (safe: the snapshot never changes)."""
+
+    # --- shape -------------------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        """Rows, dead ones included (the key space of a view)."""
+        return len(self.documents)
+
+    @property
+    def live_count(self) -> int:
+        """Live rows."""
+        return len(self.rows)
+
+    @property
+    def dead_count(self) -> int:
+        """Dead rows awaiting compaction."""
+        return self.size - self.live_count
+
+    def live_mask(self) -> NDArray[np.bool_] | None:
+        """True for live rows, or None when every row is live."""
+        if self.dead is None:
+            return None
+        cached = self._cache.get("live")
+        if cached is None:
+            cached = self._cache["live"] = ~self.dead
+        return cached
+
+    def relative_lengths(self) -> NDArray[np.float32]:
+        """Each row's BM25 length divided by the live average (computed once per snapshot)."""
+        cached = self._cache.get("relative_lengths")
+        if cached is None:
+            average = self.live_length / self.live_count if self.live_count else 1.0
+            cached = self._cache["relative_lengths"] = self.lengths.astype(np.float32) / np.float32(average or 1.0)
+        return cached
+
+    def check_aligned(self) -> None:
+        """FusionError unless every side holds the same rows (documents, vectors, BM25 lengths, ids)."""
+        vectors = sum(segment.size for segment in self.segments)
+        starts = [segment.start for segment in self.segments]
+        expected_starts = [int(s) for s in np.cumsum([0] + [segment.size for segment in self.segments])[:-1]]
+        problems = []
+        if not (len(self.documents) == vectors == self.lengths.size):
+            problems.append(f"{len(self.documents)} documents, {vectors} vectors, {self.lengths.size} BM25 rows")
+        if starts != expected_starts:
+            problems.append("segments are not contiguous")
+        if self.dead is not None and self.dead.size != len(self.documents):
+            problems.append("tombstones do not cover the rows")
+        if any(self.documents[row].id != doc_id for doc_id, row in self.rows.items()):
+            problems.append("the id table points at other documents")
+        if problems:
+            raise FusionError(f"index parts are not aligned ({'; '.join(problems)}); refusing to use them")
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def vectors_of(self, rows: Keys) -> FloatMatrix:
+        """The stored vectors of ``rows``, in order."""
+        dimension = self.settings.dimension or 0
+        out = np.empty((rows.size, dimension), dtype=np.float32)
+        for segment in self.segments:
+            inside = (rows >= segment.start) & (rows < segment.stop)
+            if inside.any():
+                out[inside] = segment.vectors[rows[inside] - segment.start]
+        return out
+
+    def vector_scores_all(self, query: FloatMatrix) -> NDArray[np.float32]:
+        """Exact similarity of the query to every row."""
+        vector = np.ascontiguousarray(query[0], dtype=np.float32)
+        if len(self.segments) == 1:
+            return inner_products(self.segments[0].vectors, vector)
+        out = np.empty(self.size, dtype=np.float32)
+        for segment in self.segments:
+            out[segment.start : segment.stop] = inner_products(segment.vectors, vector)
+        return out
+
+    def query_terms(self, query: str) -> Counter[int]:
+        """Term ids of the query's known tokens with their repeats."""
+        tokens = tokenize(self.settings.analyzer, query)
+        vocabulary = self.vocabulary
+        return Counter(vocabulary[t] for t in tokens if t in vocabulary)
+
+    def bm25_scores_all(self, query: str) -> NDArray[np.float32]:
+        """BM25 score of every row for ``query`` (dead rows get meaningless values)."""
+        out = np.zeros(self.size, dtype=np.float32)
+        terms = self.query_terms(query)
+        if not terms or self.live_count == 0:
+            return out
+        weights = QueryWeights(
+            self.settings.bm25_params, terms, self.document_frequency, self.live_count, self.relative_lengths
+        )
+        for segment in self.segments:
+            weights.add_block(out, segment.postings, segment.start)
+        if weights.nonoccurrence:
+            out += weights.nonoccurrence
+        return out
+
+    def allowed(self, where: Where | None) -> NDArray[np.bool_] | None:
+        """Rows a search may return: live and matching ``where``; None when that is every row."""
+        mask = self.live_mask()
+        if where is None or where.is_empty:
+            return mask
+        if where.metadata is not None:
+            meta_mask = self._metadata_mask(where.metadata)
+            mask = meta_mask if mask is None else mask & meta_mask
+        if where.ids is not None:
+            id_mask = np.zeros(self.size, dtype=bool)
+            found = [row for i in where.ids if (row := self.rows.get(i)) is not None]
+            id_mask[np.asarray(found, dtype=np.int64)] = True
+            mask = id_mask if mask is None else mask & id_mask
+        return mask
+
+    def _metadata_mask(self, spec: Any) -> NDArray[np.bool_]:
+        key = _filter_key(spec)
+        masks: dict[str, NDArray[np.bool_]] = self._cache.setdefault("filters", {})
+        if key is not None and key in masks:
+            return masks[key]
+        predicate = as_predicate(spec)
+        mask = np.fromiter((predicate(doc) for doc in self.documents), dtype=bool, count=self.size)
+        if key is not None:
+            if len(masks) >= _FILTER_CACHE:
+                masks.pop(next(iter(masks)))
+            masks[key] = mask
+        return mask
+
+    def chunk_rows(self) -> dict[tuple[str, int], int]:
+        """Live row of each (source, chunk_index); the first row wins when two share a key."""
+        table = self._cache.get("chunks")
+        if table is None:
+            table = {}
+            live = self.live_mask()
+            for row, doc in enumerate(self.documents):
+                if live is not None and not live[row]:
+                    continue
+                source, position = doc.metadata.get(keys_.SOURCE), doc.metadata.get(keys_.CHUNK_INDEX)
+                if source is not None and isinstance(position, int) and not isinstance(position, bool):
+                    table.setdefault((str(source), position), row)
+            self._cache["chunks"] = table
+        return table
+
+    # --- mutations (each returns a new snapshot) ---------------------------------------------
+
+    def upserted(self, documents: Sequence[Document], vectors: FloatMatrix, bm25_texts: Sequence[str]) -> Snapshot:
+        """A snapshot with these rows added, replacing live rows with the same ids."""
+        if not documents:
+            return self
+        dimension = int(vectors.shape[1])
+        settings = self.settings
+        if settings.dimension is None:
+            settings = settings.model_copy(update={"dimension": dimension})
+        elif settings.dimension != dimension:
+            raise FusionError(
+                f"expected vectors of dimension {settings.dimension}; got {dimension}. "
+                "Every text must be embedded by the same model that built the index."
+            )
+        replaced = np.asarray([r for d in documents if (r := self.rows.get(d.id or "")) is not None], dtype=np.int64)
+        state = self._without_rows(replaced) if replaced.size else self
+        vocabulary = dict(state.vocabulary)
+        # Tokenize and count one batch at a time: only one batch's token ids exist at once.
+        blocks, batch_lengths = [], []
+        for lo in range(0, len(bm25_texts), TOKENIZE_BATCH):
+            token_ids, block_lengths = text_token_ids(
+                settings.analyzer, bm25_texts[lo : lo + TOKENIZE_BATCH], vocabulary
+            )
+            blocks.append((build_postings(token_ids, len(vocabulary)), lo))
+            batch_lengths.append(block_lengths)
+            del token_ids
+        lengths = np.concatenate(batch_lengths)
+        postings = blocks[0][0] if len(blocks) == 1 else merge_postings(blocks, len(vocabulary))
+        del blocks
+        start = state.size
+        segment = Segment(start=start, vectors=_read_only(vectors), postings=postings)
+        frequency = _padded(state.document_frequency, len(vocabulary)) + postings.document_frequencies(len(vocabulary))
+        rows = dict(state.rows)
+        rows.update({doc.id or "": start + position for position, doc in enumerate(documents)})
+        dead = None if state.dead is None else np.concatenate((state.dead, np.zeros(len(documents), dtype=bool)))
+        new = replace(
+            state,
+            settings=settings,
+            vocabulary=vocabulary,
+            segments=(*state.segments, segment),
+            documents=(*state.documents, *documents),
+            lengths=np.concatenate((state.lengths, lengths)),
+            dead=dead,
+            rows=rows,
+            document_frequency=frequency,
+            live_length=state.live_length + int(lengths.sum()),
+            _cache={},
+        )
+        return new._maintained()
+
+    def deleted(self, ids: Sequence[str]) -> tuple[Snapshot, int]:
+        """A snapshot without the live rows of these ids (unknown ids are ignored), and how many went."""
+        found = np.unique(np.asarray([r for i in ids if (r := self.rows.get(i)) is not None], dtype=np.int64))
+        if found.size == 0:
+            return self, 0
+        return self._without_rows(found)._maintained(), int(found.size)
+
+    def _without_rows(self, rows: Keys) -> Snapshot:
+        """Tombstone live ``rows`` and take them out of the statistics."""
+        flagged = np.zeros(self.size, dtype=bool)
+        flagged[rows] = True
+        frequency = self.document_frequency.copy()
+        for segment in self.segments:
+            local = flagged[segment.start : segment.stop]
+            if local.any():
+                frequency -= np.bincount(segment.postings.terms_of_rows(local), minlength=frequency.size)
+        dead = flagged if self.dead is None else self.dead | flagged
+        remaining = dict(self.rows)
+        for row in rows:
+            remaining.pop(self.documents[int(row)].id or "", None)
+        return replace(
+            self,
+            dead=dead,
+            rows=remaining,
+            document_frequency=frequency,
+            live_length=self.live_length - int(self.lengths[rows].sum()),
+            _cache={},
+        )
+
+    def _maintained(self) -> Snapshot:
+        """Merge small trailing segments, compact when many rows are dead, build ANN indexes."""
+        state = self
+        if state.dead_count and state.dead_count >= COMPACT_DEAD_RATIO * state.size:
+            state = state.compacted()
+        segments = list(state.segments)
+        while len(segments) >= 2 and segments[-2].size <= MERGE_FACTOR * segments[-1].size:
+            last = segments.pop()
+            segments[-1] = state._merge(segments[-1], last)
+        segments = [state._with_ann(s) for s in segments]
+        return replace(state, segments=tuple(segments), _cache=state._cache)
+
+    def _merge(self, first: Segment, second: Segment) -> Segment:
+        vocabulary_size = len(self.vocabulary)
+        postings = merge_postings([(first.postings, first.start), (second.postings, second.start)], vocabulary_size)
+        vectors = np.concatenate((first.vectors, second.vectors))
+        return Segment(start=first.start, vectors=_read_only(vectors), postings=postings)
+
+    def _with_ann(self, segment: Segment) -> Segment:
+        # A segment too small for the index (or to train it: IVF needs a row per list) is scanned exactly.
+        if self.vector_index == "Flat" or segment.ann is not None or segment.size < ann_min_rows(self.vector_index):
+            return segment
+        ann = AnnIndex.build(np.ascontiguousarray(segment.vectors), self.vector_index, self.vector_search_params)
+        return replace(segment, ann=ann)
+
+    def compacted(self) -> Snapshot:
+        """The same live rows in one segment with no tombstones (rows renumbered, order kept)."""
+        if self.dead is None and len(self.segments) <= 1:
+            return self
+        keep = np.ones(self.size, dtype=bool) if self.dead is None else ~self.dead
+        new_row = np.cumsum(keep, dtype=np.int64) - 1
+        vocabulary_size = len(self.vocabulary)
+        postings = merge_postings(
+            [(s.postings, s.start) for s in self.segments], vocabulary_size, keep=keep, new_row=new_row
+        )
+        vectors = np.concatenate([s.vectors[keep[s.start : s.stop]] for s in self.segments]) if self.segments else None
+        documents = tuple(doc for doc, alive in zip(self.documents, keep, strict=True) if alive)
+        segments: tuple[Segment, ...] = ()
+        if vectors is not None and vectors.shape[0]:
+            segments = (Segment(start=0, vectors=_read_only(vectors), postings=postings),)
+        rows = {doc.id or "": row for row, doc in enumerate(documents)}
+        return replace(
+            self,
+            segments=segments,
+            documents=documents,
+            lengths=self.lengths[keep],
+            dead=None,
+            rows=rows,
+            _cache={},
+        )
+
+
+def ann_min_rows(vector_index: str) -> int:
+    """Rows a segment needs before it gets an approximate index of this kind."""
+    return max(ANN_MIN_ROWS, check_vector_index(vector_index, None))
+
+
+def empty_snapshot(settings: StoreSettings, vector_index: str, vector_search_params: str | None) -> Snapshot:
+    """A snapshot with no rows."""
+    return Snapshot(
+        settings=settings, vector_index=vector_index, vector_search_params=vector_search_params, vocabulary={}
+    )
+
+
+def _padded(array: NDArray[np.int64], size: int) -> NDArray[np.int64]:
+    if array.size >= size:
+        return array.copy()
+    return np.concatenate((array, np.zeros(size - array.size, dtype=array.dtype)))
+
+
+def _read_only(array: FloatMatrix) -> FloatMatrix:
+    array = np.ascontiguousarray(array, dtype=np.float32)
+    array.flags.writeable = False
+    return array
+
+
+def _filter_key(spec: Any) -> str | None:
+    """A cache key for a mapping filter, or None (callables are not cached)."""
+    if not isinstance(spec, Mapping):
+        return None
+    try:
+        return json.dumps(spec, sort_keys=True, default=repr)
+    except (TypeError, ValueError):
+        return None
+
+
+# --- the read view -------------------------------------------------------------------------
+
+
+class LocalView(StoreView):
+    """A read view of one :class:`Snapshot`: keys are its row numbers."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        """View ``snapshot`` (which never changes)."""
+        self.snapshot = snapshot
+
+    @property
+    def settings(self) -> StoreSettings:
+        """How the rows were indexed."""
+        return self.snapshot.settings
+
+    def __len__(self) -> int:
+        return self.snapshot.live_count
+
+    def vector(self, query_vector: FloatMatrix) -> LocalVectorScorer:
+        """The vector side for one query."""
+        return LocalVectorScorer(self.snapshot, query_vector)
+
+    def bm25(self, query: str) -> LocalBM25Scorer:
+        """The BM25 side for one query."""
+        return LocalBM25Scorer(self.snapshot, query)
+
+    def documents(self, keys: Keys) -> list[Document]:
+        """The documents of ``keys``."""
+        documents = self.snapshot.documents
+        return [documents[int(k)] for k in keys]
+
+    def keys_of(self, ids: Sequence[str]) -> Keys:
+        """Rows of these ids (-1 when absent)."""
+        rows = self.snapshot.rows
+        return np.fromiter((rows.get(i, -1) for i in ids), dtype=np.int64, count=len(ids))
+
+    def select(self, where: Where) -> Keys:
+        """Live rows allowed by ``where``."""
+        allowed = self.snapshot.allowed(where)
+        if allowed is None:
+            return np.arange(self.snapshot.size, dtype=np.int64)
+        return np.flatnonzero(allowed).astype(np.int64)
+
+    def neighbours(self, source: str, chunk_indexes: Sequence[int]) -> dict[int, Document]:
+        """Chunks of ``source`` at these positions."""
+        table = self.snapshot.chunk_rows()
+        documents = self.snapshot.documents
+        return {i: documents[row] for i in chunk_indexes if (row := table.get((source, i))) is not None}
+
+    def iter_documents(self) -> Iterator[Document]:
+        """Live documents in row order."""
+        live = self.snapshot.live_mask()
+        if live is None:
+            return iter(self.snapshot.documents)
+        return (doc for doc, alive in zip(self.snapshot.documents, live, strict=True) if alive)
+
+    @property
+    def key_count(self) -> int:
+        """Size of the key space (rows including dead ones): the length of ``all_scores``."""
+        return self.snapshot.size
+
+
+class _LocalScorer:
+    """Shared top-k over a lazily computed whole-corpus score array."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self._all: NDArray[np.float32] | None = None
+
+    def _compute(self) -> NDArray[np.float32]:
+        raise NotImplementedError
+
+    def all_scores(self) -> NDArray[np.float32]:
+        """The score of every row (computed once)."""
+        if self._all is None:
+            self._all = self._compute()
+        return self._all
+
+    def scores(self, keys: Keys) -> Scores:
+        """Exact scores of ``keys``."""
+        return self.all_scores()[keys].astype(np.float64)
+
+    def _top_of(
+        self, scores: NDArray[np.float32], k: int | None, valid: NDArray[np.bool_] | None
+    ) -> tuple[Keys, Scores]:
+        if k is None:
+            rows = np.arange(scores.size, dtype=np.int64) if valid is None else np.flatnonzero(valid)
+        else:
+            rows = top_rows(scores, k, valid)
+        return rows, scores[rows].astype(np.float64)
+
+
+class LocalVectorScorer(_LocalScorer):
+    """Cosine similarity of one query vector: exact scans, or ANN candidates on large segments."""
+
+    def __init__(self, snapshot: Snapshot, query_vector: FloatMatrix) -> None:
+        super().__init__(snapshot)
+        self.query_vector = query_vector
+
+    def _compute(self) -> NDArray[np.float32]:
+        return self.snapshot.vector_scores_all(self.query_vector)
+
+    def scores(self, keys: Keys) -> Scores:
+        """Exact similarity of ``keys`` (dot products of the stored vectors when not all are scored)."""
+        if self._all is not None or not self._approximate():
+            return super().scores(keys)
+        return np.asarray(self.snapshot.vectors_of(keys) @ self.query_vector[0], dtype=np.float64)
+
+    def _approximate(self) -> bool:
+        return any(segment.ann is not None for segment in self.snapshot.segments)
+
+    def top(self, k: int | None, where: Where | None = None) -> tuple[Keys, Scores]:
+        """The ``k`` most similar allowed rows (exact unless a segment has an ANN index)."""
+        allowed = self.snapshot.allowed(where)
+        if k is None or not self._approximate():
+            return self._top_of(self.all_scores(), k, allowed)
+        found: list[Keys] = []
+        for segment in self.snapshot.segments:
+            local = None if allowed is None else allowed[segment.start : segment.stop]
+            if segment.ann is not None:
+                rows, _ = segment.ann.search(self.query_vector, k, local)
+                wanted = min(k, segment.size if local is None else int(np.count_nonzero(local)))
+                if rows.size < wanted:
+                    # A graph index can miss allowed rows under a selector: scan the segment exactly.
+                    rows = top_rows(inner_products(segment.vectors, self.query_vector[0]), k, local)
+                found.append(rows + segment.start)
+            else:
+                found.append(top_rows(inner_products(segment.vectors, self.query_vector[0]), k, local) + segment.start)
+        candidates = np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
+        exact = self.snapshot.vectors_of(candidates) @ self.query_vector[0]
+        best = top_rows(exact, k)
+        return candidates[best], exact[best].astype(np.float64)
+
+
+class LocalBM25Scorer(_LocalScorer):
+    """BM25 of one query text over the live statistics of the snapshot."""
+
+    def __init__(self, snapshot: Snapshot, query: str) -> None:
+        super().__init__(snapshot)
+        self.query = query
+
+    def _compute(self) -> NDArray[np.float32]:
+        return self.snapshot.bm25_scores_all(self.query)
+
+    def top(self, k: int | None, where: Where | None = None) -> tuple[Keys, Scores]:
+        """The ``k`` best allowed rows among those that match a query term."""
+        scores = self.all_scores()
+        matched = scores > 0
+        allowed = self.snapshot.allowed(where)
+        if allowed is not None:
+            matched &= allowed
+        return self._top_of(scores, k, matched)

@@ -1,0 +1,402 @@
+"""The in-process store: FAISS-compatible unit vectors and BM25 postings, row-aligned, in snapshots.
+
+The reference implementation of the store seam and the default engine. Writers are serialised
+by a lock and publish a new immutable :class:`~langchain_fusion.stores.local.snapshot.Snapshot`;
+readers take the current snapshot without any lock, so queries run while another thread adds,
+deletes or saves, and each sees the store entirely before or entirely after a mutation.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from langchain_core.documents import Document
+from numpy.typing import NDArray
+from pydantic import ValidationError
+
+from langchain_fusion.errors import FusionError, IndexFormatError, InvalidParameterError
+from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, check_text_fields
+from langchain_fusion.stores.analyzer import Analyzer
+from langchain_fusion.stores.base import FloatMatrix, FusionStore
+from langchain_fusion.stores.local import folder as fmt
+from langchain_fusion.stores.local.bm25 import Postings
+from langchain_fusion.stores.local.snapshot import LocalView, Segment, Snapshot, ann_min_rows, empty_snapshot
+from langchain_fusion.stores.local.vectors import AnnIndex, check_vector_index
+from langchain_fusion.stores.settings import BM25Params, StoreSettings
+
+logger = logging.getLogger(__name__)
+
+FORMAT_NAME = "langchain-fusion-index"
+FORMAT_VERSION = 2
+DOCUMENTS = "documents.jsonl"
+VECTORS = "vectors.npy"
+ANN = "vectors.ann"
+BM25_DIR = "bm25"
+VOCABULARY = f"{BM25_DIR}/vocabulary.json"
+BM25_ARRAYS = {
+    "indptr": (np.int64, 1),
+    "rows": (np.int32, 1),
+    "tf": ((np.uint16, np.int32), 1),
+    "lengths": (np.int32, 1),
+}
+_FILES = {DOCUMENTS, VECTORS, ANN, VOCABULARY} | {f"{BM25_DIR}/{name}.npy" for name in BM25_ARRAYS}
+
+
+class LocalStore(FusionStore):
+    """Rows in this process: exact vector scans (optionally FAISS ANN candidates) and BM25 postings.
+
+    ``vector_index`` is a FAISS factory string: ``"Flat"`` (the default) scans every vector
+    exactly; e.g. ``"HNSW32"`` or ``"IVF1024,Flat"`` proposes candidates from an approximate
+    index on segments of at least a few thousand rows (their exact scores still come from the
+    stored vectors). ``vector_search_params`` tunes it (``"efSearch=128"``, ``"nprobe=16"``).
+    """
+
+    def __init__(
+        self,
+        analyzer: Analyzer | None = None,
+        bm25_params: BM25Params | None = None,
+        *,
+        vector_index: str = "Flat",
+        vector_search_params: str | None = None,
+    ) -> None:
+        """Create an empty store."""
+        if not isinstance(vector_index, str) or not vector_index.strip():
+            raise InvalidParameterError(
+                f"vector_index must be a FAISS factory string such as 'Flat'; got {vector_index!r}"
+            )
+        if vector_search_params is not None and not isinstance(vector_search_params, str):
+            raise InvalidParameterError(f"vector_search_params must be a string or None; got {vector_search_params!r}")
+        if analyzer is not None and not isinstance(analyzer, Analyzer):
+            raise InvalidParameterError(f"analyzer must be an Analyzer; got {type(analyzer).__name__}")
+        if bm25_params is not None and not isinstance(bm25_params, BM25Params):
+            raise InvalidParameterError(f"bm25_params must be a BM25Params; got {type(bm25_params).__name__}")
+        check_vector_index(vector_index, vector_search_params)
+        settings = StoreSettings(analyzer=analyzer or Analyzer(), bm25_params=bm25_params or BM25Params())
+        self._write_lock = threading.Lock()
+        self._snapshot = empty_snapshot(settings, vector_index, vector_search_params)
+
+    # --- the seam ------------------------------------------------------------------------------
+
+    @property
+    def settings(self) -> StoreSettings:
+        """How the rows were (or will be) indexed."""
+        return self._snapshot.settings
+
+    @property
+    def vector_index(self) -> str:
+        """The FAISS factory string (``Flat``: exact search only)."""
+        return self._snapshot.vector_index
+
+    @property
+    def vector_search_params(self) -> str | None:
+        """FAISS search parameters of the approximate index."""
+        return self._snapshot.vector_search_params
+
+    def configure(self, settings: StoreSettings) -> None:
+        """Record the index's settings; only the embeddings id may be filled in once rows exist."""
+        with self._write_lock:
+            current = self._snapshot
+            if (
+                current.size
+                and settings.model_copy(update={"dimension": current.settings.dimension}) != current.settings
+            ):
+                raise FusionError("the store already holds rows indexed with other settings; use a new store")
+            self._snapshot = _replace_settings(
+                current, settings.model_copy(update={"dimension": current.settings.dimension})
+            )
+
+    def view(self) -> LocalView:
+        """The current snapshot, for reading."""
+        return LocalView(self._snapshot)
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The current immutable snapshot."""
+        return self._snapshot
+
+    def upsert(self, documents: Sequence[Document], vectors: FloatMatrix, bm25_texts: Sequence[str]) -> None:
+        """Add rows, replacing live rows with the same ids; all or nothing."""
+        if not (len(documents) == vectors.shape[0] == len(bm25_texts)):
+            raise FusionError(
+                f"upsert needs one vector and one text per document; got {len(documents)} documents, "
+                f"{vectors.shape[0]} vectors, {len(bm25_texts)} texts"
+            )
+        with self._write_lock:
+            self._snapshot = self._snapshot.upserted(documents, vectors, bm25_texts)
+
+    def delete(self, ids: Sequence[str]) -> int:
+        """Remove the rows with these ids; unknown ids are ignored. All or nothing."""
+        with self._write_lock:
+            self._snapshot, removed = self._snapshot.deleted(ids)
+        return removed
+
+    def compact(self) -> None:
+        """Rewrite the rows into one segment without tombstones (saves do this on their copy)."""
+        with self._write_lock:
+            self._snapshot = self._snapshot.compacted()._maintained()
+
+    # --- the folder format -----------------------------------------------------------------------
+
+    def save(self, folder: Path, extra: dict[str, Any] | None = None) -> Path:
+        """Save the current snapshot to ``folder`` atomically (see :mod:`~langchain_fusion.stores.local.folder`)."""
+        snapshot = self._snapshot  # a consistent state, whatever writers do meanwhile
+        return fmt.save_folder(folder, lambda staging: write_snapshot(snapshot, staging, extra or {}))
+
+    @classmethod
+    def load(cls, folder: Path, analyzer: Analyzer | None = None) -> tuple[LocalStore, dict[str, Any]]:
+        """Read a store saved by :meth:`save`; returns it and the manifest.
+
+        An index built with a custom :class:`Analyzer` subclass needs an instance of that class
+        as ``analyzer`` (its configuration must match the manifest's).
+        """
+        try:
+            manifest = fmt.read_manifest(folder)
+            if isinstance(manifest, dict) and manifest.get("format") == fmt.HIERARCHICAL_FORMAT_NAME:
+                raise IndexFormatError(
+                    f"{folder} is a hierarchical index (page summaries and chunks): load it with "
+                    "HierarchicalIndex.load, or its chunks/ folder with FusionIndex.load"
+                )
+            manifest = fmt.check_format(folder, manifest, FORMAT_NAME, FORMAT_VERSION, "index")
+            paths = fmt.verify_files(folder, manifest, _FILES.__contains__)
+            settings, vector_conf, counts = _parse_manifest(folder, manifest, analyzer)
+            snapshot = read_snapshot(folder, paths, settings, vector_conf, counts)
+        except OSError as exc:
+            raise IndexFormatError(f"cannot read the index at {folder}: {exc.strerror or exc}") from None
+        store = cls.__new__(cls)
+        store._write_lock = threading.Lock()
+        store._snapshot = snapshot
+        return store, manifest
+
+
+def _replace_settings(snapshot: Snapshot, settings: StoreSettings) -> Snapshot:
+    return replace(snapshot, settings=settings, _cache={})
+
+
+def write_snapshot(snapshot: Snapshot, folder: Path, extra: dict[str, Any]) -> None:
+    """Write the live rows of ``snapshot`` into ``folder`` in the format above (refuses misaligned parts)."""
+    snapshot.check_aligned()
+    compact = snapshot.compacted()
+    segment = compact.segments[0] if compact.segments else None
+    fmt.write_documents(folder / DOCUMENTS, iter(compact.documents))
+    dimension = compact.settings.dimension
+    if segment is not None:
+        fmt.save_array(folder / VECTORS, segment.vectors)
+        ann = segment.ann
+        if ann is None and compact.vector_index != "Flat" and segment.size >= ann_min_rows(compact.vector_index):
+            ann = AnnIndex.build(
+                np.ascontiguousarray(segment.vectors), compact.vector_index, compact.vector_search_params
+            )
+        if ann is not None:
+            ann.save(folder / ANN)
+        postings = segment.postings
+    else:
+        postings = Postings(
+            indptr=np.zeros(len(compact.vocabulary) + 1, np.int64),
+            rows=np.zeros(0, np.int32),
+            tf=np.zeros(0, np.uint16),
+        )
+    (folder / BM25_DIR).mkdir()
+    vocabulary = sorted(compact.vocabulary, key=compact.vocabulary.__getitem__)
+    (folder / VOCABULARY).write_text(json.dumps(vocabulary, ensure_ascii=False), encoding="utf-8")
+    arrays: dict[str, NDArray[Any]] = {
+        "indptr": postings.indptr,
+        "rows": postings.rows,
+        "tf": postings.tf,
+        "lengths": compact.lengths,
+    }
+    for name, array in arrays.items():
+        fmt.save_array(folder / BM25_DIR / f"{name}.npy", array)
+    settings = compact.settings
+    analyzer = settings.analyzer
+    manifest = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "library_version": fmt.library_version(),
+        "created_at": fmt.now_iso(),
+        "embeddings": {"id": settings.embeddings_id, "dimension": dimension},
+        "vector_index": {
+            "factory": compact.vector_index,
+            "search_params": compact.vector_search_params,
+            "metric": "inner_product",
+            "normalized": True,
+        },
+        "bm25": {
+            "analyzer": analyzer.model_dump(mode="json"),
+            "analyzer_class": f"{type(analyzer).__module__}.{type(analyzer).__qualname__}",
+            "params": settings.bm25_params.model_dump(mode="json"),
+        },
+        "text_fields": {"embed": list(settings.embed_fields), "bm25": list(settings.bm25_fields)},
+        "counts": {
+            "documents": compact.size,
+            "vectors": 0 if segment is None else segment.size,
+            "bm25_rows": int(compact.lengths.size),
+            "vocabulary": len(vocabulary),
+        },
+        **extra,
+        "files": fmt.file_entries(folder),
+    }
+    fmt.write_manifest(folder, manifest)
+
+
+def _parse_manifest(
+    folder: Path, manifest: dict[str, Any], analyzer: Analyzer | None
+) -> tuple[StoreSettings, dict[str, Any], dict[str, Any]]:
+    try:
+        embeddings = manifest["embeddings"]
+        vector_conf = manifest["vector_index"]
+        bm25 = manifest["bm25"]
+        counts = manifest["counts"]
+        if not isinstance(vector_conf, dict) or not isinstance(vector_conf.get("factory"), str):
+            raise TypeError("vector_index.factory must be a string")
+        if not isinstance(vector_conf.get("search_params"), (str, type(None))):
+            raise TypeError("vector_index.search_params must be a string or null")
+        if not isinstance(counts, dict) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in counts.values()
+        ):
+            raise TypeError("counts must be whole numbers")
+        dimension = embeddings["dimension"]
+        if dimension is not None and (not isinstance(dimension, int) or isinstance(dimension, bool) or dimension < 1):
+            raise TypeError(f"embeddings.dimension must be a positive whole number; got {dimension!r}")
+        if not isinstance(embeddings["id"], (str, type(None))):
+            raise TypeError("embeddings.id must be a string")
+        fields = manifest.get("text_fields", {})
+        if not isinstance(fields, dict):
+            raise TypeError("text_fields must be an object")
+        saved_class = bm25.get("analyzer_class", f"{Analyzer.__module__}.{Analyzer.__qualname__}")
+        analyzer = _analyzer_for(folder, saved_class, bm25["analyzer"], analyzer)
+        settings = StoreSettings(
+            embeddings_id=embeddings["id"],
+            dimension=dimension,
+            analyzer=analyzer,
+            bm25_params=BM25Params.model_validate(bm25["params"]),
+            embed_fields=check_text_fields(fields.get("embed", DEFAULT_TEXT_FIELDS), "text_fields.embed"),
+            bm25_fields=check_text_fields(fields.get("bm25", DEFAULT_TEXT_FIELDS), "text_fields.bm25"),
+        )
+        check_vector_index(vector_conf["factory"], vector_conf.get("search_params"))
+    except (KeyError, TypeError, ValueError, AttributeError, ValidationError, FusionError) as exc:
+        if isinstance(exc, IndexFormatError):
+            raise
+        raise IndexFormatError(f"{folder / fmt.MANIFEST} is incomplete or invalid ({exc}); rebuild the index") from None
+    return settings, vector_conf, counts
+
+
+def _analyzer_for(folder: Path, saved_class: Any, config: Any, given: Analyzer | None) -> Analyzer:
+    base = f"{Analyzer.__module__}.{Analyzer.__qualname__}"
+    if given is None:
+        if saved_class != base:
+            raise IndexFormatError(
+                f"{folder} was built with the custom analyzer {saved_class}; pass an instance of it to "
+                "load, e.g. FusionIndex.load(folder, analyzer=MyAnalyzer())"
+            )
+        return Analyzer.model_validate(config)
+    given_class = f"{type(given).__module__}.{type(given).__qualname__}"
+    if given_class != saved_class or given.model_dump(mode="json") != config:
+        raise IndexFormatError(
+            f"{folder} was built with analyzer {saved_class} {config}; the given analyzer is {given_class} "
+            f"{given.model_dump(mode='json')}. Load it with the analyzer that built it."
+        )
+    return given
+
+
+def read_snapshot(
+    folder: Path, paths: dict[str, Path], settings: StoreSettings, vector_conf: dict[str, Any], counts: dict[str, Any]
+) -> Snapshot:
+    """The snapshot saved in ``folder`` (files already verified), checked for consistency."""
+    fmt.require_file(folder / DOCUMENTS)
+    documents = fmt.read_documents(folder / DOCUMENTS)
+    factory, search_params = vector_conf["factory"], vector_conf.get("search_params")
+    vocabulary_list = _read_vocabulary(folder / VOCABULARY)
+    arrays = {}
+    for name, (dtype, ndim) in BM25_ARRAYS.items():
+        path = folder / BM25_DIR / f"{name}.npy"
+        fmt.require_file(path)
+        arrays[name] = fmt.load_array(path, dtype, ndim, mmap=True)
+    vectors = None
+    if VECTORS in paths:
+        vectors = fmt.load_array(paths[VECTORS], np.float32, 2, mmap=True)
+    actual = {
+        "documents": len(documents),
+        "vectors": 0 if vectors is None else int(vectors.shape[0]),
+        "bm25_rows": int(arrays["lengths"].size),
+        "vocabulary": len(vocabulary_list),
+    }
+    for name, value in actual.items():
+        if counts.get(name) != value:
+            raise IndexFormatError(
+                f"{folder}: {value} {name} found but the manifest says {counts.get(name)}; rebuild the index"
+            )
+    n, vocabulary_size = len(documents), len(vocabulary_list)
+    indptr, rows, tf, lengths = arrays["indptr"], arrays["rows"], arrays["tf"], arrays["lengths"]
+    problems = []
+    if vectors is not None and (settings.dimension is None or vectors.shape[1] != settings.dimension):
+        problems.append(f"vectors have {vectors.shape[1]} dimensions, the manifest says {settings.dimension}")
+    if n and vectors is None:
+        problems.append("documents without vectors")
+    if indptr.size != vocabulary_size + 1 or (indptr.size and (indptr[0] != 0 or np.any(np.diff(indptr) < 0))):
+        problems.append("BM25 term pointers do not match the vocabulary")
+    elif indptr[-1] != rows.size or rows.size != tf.size:
+        problems.append("BM25 postings are truncated")
+    elif rows.size and (int(rows.min()) < 0 or int(rows.max()) >= n or int(tf.min()) < 1):
+        problems.append("BM25 postings point outside the rows")
+    if lengths.size != n or (n and int(lengths.min()) < 0):
+        problems.append("BM25 row lengths do not match the documents")
+    ids = [doc.id for doc in documents]
+    if len(set(ids)) != len(ids):
+        problems.append("document ids repeat")
+    if problems:
+        raise IndexFormatError(f"{folder}: the index files disagree ({'; '.join(problems)}); rebuild the index")
+    if rows.size:
+        per_row = np.bincount(rows, weights=tf.astype(np.float64), minlength=n)
+        if not np.array_equal(per_row.astype(np.int64), lengths.astype(np.int64)):
+            raise IndexFormatError(f"{folder}: BM25 row lengths disagree with the postings; rebuild the index")
+    postings = Postings(indptr=np.asarray(indptr), rows=rows, tf=tf)
+    snapshot = empty_snapshot(settings, factory, search_params)
+    if not n:
+        return replace(
+            snapshot,
+            vocabulary={t: i for i, t in enumerate(vocabulary_list)},
+            document_frequency=np.zeros(vocabulary_size, np.int64),
+        )
+    ann = None
+    if ANN in paths:
+        try:
+            ann = AnnIndex.load(paths[ANN], int(vectors.shape[1]), factory, search_params)  # type: ignore[union-attr]
+        except (RuntimeError, FusionError) as exc:
+            raise IndexFormatError(f"{folder}: cannot read {ANN} ({exc}); rebuild the index") from None
+        if len(ann) != n:
+            raise IndexFormatError(f"{folder}: {ANN} holds {len(ann)} vectors for {n} documents; rebuild the index")
+    assert vectors is not None
+    segment = Segment(start=0, vectors=vectors, postings=postings, ann=ann)
+    loaded = replace(
+        snapshot,
+        vocabulary={t: i for i, t in enumerate(vocabulary_list)},
+        segments=(segment,),
+        documents=tuple(documents),
+        lengths=np.asarray(lengths),
+        rows={doc.id or "": row for row, doc in enumerate(documents)},
+        document_frequency=np.diff(np.asarray(indptr)).astype(np.int64),
+        live_length=int(np.asarray(lengths).sum()),
+    )
+    if ann is None and factory != "Flat" and n >= ann_min_rows(factory):
+        logger.info("building the %s index of %s (%d rows): it was not saved", factory, folder, n)
+    return loaded._maintained()
+
+
+def _read_vocabulary(path: Path) -> list[str]:
+    fmt.require_file(path)
+    try:
+        vocabulary = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise IndexFormatError(f"{path} is not valid JSON ({type(exc).__name__}); rebuild the index") from None
+    if not isinstance(vocabulary, list) or not all(isinstance(t, str) for t in vocabulary):
+        raise IndexFormatError(f"{path} is not a list of tokens; rebuild the index")
+    if len(set(vocabulary)) != len(vocabulary):
+        raise IndexFormatError(f"{path} repeats tokens; rebuild the index")
+    return vocabulary

@@ -1,0 +1,47 @@
+"""Text to BM25 term ids with an analyzer: the default fast path, or a custom ``tokenize``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+from langchain_fusion.errors import FusionError
+from langchain_fusion.stores.analyzer import Analyzer, _WordMemo
+
+
+def tokenize(analyzer: Analyzer, text: str) -> list[str]:
+    """``analyzer.tokenize(text)``, checked: a custom analyzer must return a list of strings."""
+    tokens = analyzer.tokenize(text)
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        raise FusionError(
+            f"{type(analyzer).__name__}.tokenize must return a list of strings; got {type(tokens).__name__} "
+            f"for {text[:40]!r}"
+        )
+    return tokens
+
+
+def text_token_ids(
+    analyzer: Analyzer, texts: Sequence[str], vocabulary: dict[str, int]
+) -> tuple[list[NDArray[np.int64]], NDArray[np.int32]]:
+    """Each text's token ids (new tokens are added to ``vocabulary``) and its length in tokens."""
+    out: list[NDArray[np.int64]] = []
+    if analyzer.has_custom_tokenize():
+        for text in texts:
+            tokens = tokenize(analyzer, text)
+            out.append(np.fromiter((vocabulary.setdefault(t, len(vocabulary)) for t in tokens), dtype=np.int64))
+    else:
+        # Each distinct word is analysed once per call, then looked up in C.
+        normalize = analyzer.normalize_word
+
+        def word_id(word: str) -> int:
+            token = normalize(word)
+            return -1 if token is None else vocabulary.setdefault(token, len(vocabulary))
+
+        memo = _WordMemo(word_id)
+        for text in texts:
+            ids = np.fromiter(map(memo.__getitem__, analyzer.split_words(text)), dtype=np.int64)
+            out.append(ids[ids >= 0])
+    lengths = np.fromiter((ids.size for ids in out), dtype=np.int32, count=len(out))
+    return out, lengths

@@ -1,0 +1,192 @@
+"""The in-process vector side: exact scans of unit vectors, and optional FAISS ANN candidates."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import faiss as _faiss
+import numpy as np
+from numpy.typing import NDArray
+
+from langchain_fusion.errors import FusionError
+
+# faiss's bundled type stubs miss much of its API (SearchParametersHNSW, DirectMap, get_xb...).
+faiss: Any = _faiss
+
+FloatMatrix = NDArray[np.float32]
+
+
+def normalize_rows(vectors: object, dimension: int) -> FloatMatrix:
+    """Return a float32 copy of ``vectors`` (n x dimension) with every row L2-normalised.
+
+    Rows of norm zero stay zero (they match nothing), instead of becoming NaN.
+    """
+    matrix = np.array(vectors, dtype=np.float32, copy=True, ndmin=2)
+    if matrix.ndim != 2 or matrix.shape[1] != dimension:
+        raise FusionError(
+            f"expected embeddings of dimension {dimension}; got an array of shape {matrix.shape}. "
+            "Every text must be embedded by the same model that built the index."
+        )
+    if not np.all(np.isfinite(matrix)):
+        raise FusionError("the embedding model returned NaN or infinite values")
+    faiss.normalize_L2(matrix)
+    return matrix
+
+
+class AnnIndex:
+    """An approximate FAISS index over one immutable block of unit vectors.
+
+    Built from a factory string (``"HNSW32"``, ``"IVF1024,Flat"``...) with inner product as
+    the metric; ``search_params`` (a FAISS ParameterSpace string such as ``"efSearch=128"`` or
+    ``"nprobe=16"``) tunes its recall. It only proposes candidates: exact scores always come
+    from the stored vectors.
+    """
+
+    def __init__(self, index: Any, factory: str, search_params: str | None) -> None:
+        """Wrap an already-built FAISS ``index`` (see :meth:`build` and :meth:`load`)."""
+        self._index = index
+        self.factory = factory
+        self.search_params = search_params
+        _apply_search_params(index, factory, search_params)
+
+    @classmethod
+    def build(cls, vectors: FloatMatrix, factory: str, search_params: str | None) -> AnnIndex:
+        """Train (if needed) and fill a new index with ``vectors``."""
+        index = new_faiss_index(vectors.shape[1], factory)
+        if not index.is_trained:
+            index.train(vectors)
+        index.add(vectors)
+        return cls(index, factory, search_params)
+
+    def __len__(self) -> int:
+        return int(self._index.ntotal)
+
+    def search(
+        self, query: FloatMatrix, k: int, allowed: NDArray[np.bool_] | None
+    ) -> tuple[NDArray[np.int64], NDArray[np.float32]]:
+        """Up to ``k`` (approximately) best rows among ``allowed`` ones (all if None), best first."""
+        k = min(k, len(self) if allowed is None else int(np.count_nonzero(allowed)))
+        if k <= 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        params = None
+        if allowed is not None:
+            bits = np.packbits(allowed, bitorder="little")
+            selector = faiss.IDSelectorBitmap(allowed.size, faiss.swig_ptr(bits))
+            params = self._params_with_selector(selector, k)
+            params._bits = bits  # keep the bitmap alive as long as the params
+        scores, rows = self._index.search(query, k, params=params)
+        keep = rows[0] >= 0
+        return rows[0][keep].astype(np.int64), scores[0][keep]
+
+    def _params_with_selector(self, selector: Any, k: int) -> Any:
+        # Explicit search parameters replace the index's own, so carry its tuning over.
+        index = self._index
+        if isinstance(index, faiss.IndexHNSW):
+            params = faiss.SearchParametersHNSW()
+            params.efSearch = max(index.hnsw.efSearch, k)
+        else:
+            try:
+                ivf = faiss.extract_index_ivf(index)
+            except RuntimeError:
+                params = faiss.SearchParameters()
+            else:
+                params = faiss.SearchParametersIVF()
+                params.nprobe = ivf.nprobe
+        params.sel = selector
+        params._selector = selector  # keep the selector alive as long as the params
+        return params
+
+    def save(self, path: Path) -> None:
+        """Write the FAISS index to ``path`` (FAISS's own binary format; no pickle)."""
+        faiss.write_index(self._index, str(path))
+
+    @classmethod
+    def load(cls, path: Path, dimension: int, factory: str, search_params: str | None) -> AnnIndex:
+        """Read an index written by :meth:`save`."""
+        index = faiss.read_index(str(path))
+        if index.d != dimension:
+            raise FusionError(f"vector index has dimension {index.d}; manifest says {dimension}")
+        return cls(index, factory, search_params)
+
+
+def new_faiss_index(dimension: int, factory: str) -> Any:
+    """An empty inner-product FAISS index from a factory string, or a FusionError that says why not."""
+    try:
+        return faiss.index_factory(dimension, factory, faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError as exc:
+        raise FusionError(
+            f"FAISS could not build an index from factory string {factory!r}: "
+            f"{str(exc).strip().splitlines()[-1]}. Use 'Flat' (exact), or e.g. 'HNSW32' or 'IVF256,Flat'."
+        ) from None
+
+
+def _apply_search_params(index: Any, factory: str, search_params: str | None) -> None:
+    if search_params:
+        try:
+            faiss.ParameterSpace().set_index_parameters(index, search_params)
+        except RuntimeError as exc:
+            raise FusionError(
+                f"invalid FAISS search parameters {search_params!r} for {factory!r}: "
+                f"{str(exc).strip().splitlines()[-1]}"
+            ) from None
+
+
+def check_vector_index(factory: str, search_params: str | None) -> int:
+    """Validate a factory string and search parameters now; returns the rows it needs to train."""
+    index = new_faiss_index(8, factory)
+    _apply_search_params(index, factory, search_params)
+    try:
+        return max(int(faiss.extract_index_ivf(index).nlist), 1)
+    except RuntimeError:
+        return 1
+
+
+_PARALLEL_MIN_ROWS = 32_768
+"""Below this many rows a scan is too short to gain from a second thread."""
+
+_SCAN_WORKERS = min(os.cpu_count() or 1, 4)
+"""Threads a large scan is split over (read once: ``os.cpu_count`` is not free)."""
+
+_scan_pool: ThreadPoolExecutor | None = None
+_scan_pool_lock = threading.Lock()
+
+
+def inner_products(matrix: FloatMatrix, vector: NDArray[np.float32]) -> NDArray[np.float32]:
+    """``matrix @ vector`` with FAISS's SIMD kernel, split over threads for large matrices.
+
+    A flat scan is bound by memory bandwidth. BLAS's own threads busy-wait for each other and
+    stall for milliseconds when another process holds a core, so the scan uses FAISS's
+    single-threaded kernel (which releases the GIL) on contiguous row blocks instead.
+    """
+    global _scan_pool
+    rows, dimension = matrix.shape
+    out = np.empty(rows, dtype=np.float32)
+
+    def scan(start: int, stop: int) -> None:
+        if stop > start:
+            faiss.fvec_inner_products_ny(
+                faiss.swig_ptr(out[start:stop]),
+                faiss.swig_ptr(vector),
+                faiss.swig_ptr(matrix[start:stop]),
+                dimension,
+                stop - start,
+            )
+
+    workers = _SCAN_WORKERS
+    if rows < _PARALLEL_MIN_ROWS or workers < 2:
+        scan(0, rows)
+        return out
+    with _scan_pool_lock:
+        if _scan_pool is None:
+            _scan_pool = ThreadPoolExecutor(max_workers=workers - 1, thread_name_prefix="langchain-fusion-scan")
+    blocks = list(itertools.pairwise(int(b) for b in np.linspace(0, rows, workers + 1)))
+    futures = [_scan_pool.submit(scan, start, stop) for start, stop in blocks[1:]]
+    scan(*blocks[0])
+    for future in futures:
+        future.result()
+    return out

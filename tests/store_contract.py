@@ -1,0 +1,292 @@
+"""The store contract: one reusable suite that every FusionStore must pass.
+
+Subclass :class:`StoreContract` in a test module and implement ``make_store`` (a new, empty
+store with the given analyzer and BM25 parameters). The suite builds a ``FusionIndex`` over the
+store and checks, against a brute-force reference written here in plain Python and NumPy:
+fused results (every method, several alphas, ``fetch_k`` bounded and None), filters, upserts,
+deletes, score provenance, and that any sequence of adds and deletes gives the same results as
+a fresh build over the same documents.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+from langchain_core.documents import Document
+
+from langchain_fusion import Analyzer, BM25Params, FusionIndex
+from langchain_fusion import metadata as keys
+from langchain_fusion.stores.base import FusionStore
+from tests.conftest import HashingEmbeddings
+
+VOCABULARY = [f"w{i}" for i in range(50)]
+QUERIES = ["w0 w3", "w7", "w1 w1 w12 w30", "w49 w48", "nothing known here", "w2 w5 w9 w11"]
+ALPHAS = [0.0, 0.3, 0.5, 0.8, 1.0]
+
+
+def corpus(seed: int, size: int, prefix: str = "d") -> list[Document]:
+    """Random documents over a Zipf vocabulary, with a bucket and a source for filters."""
+    rng = np.random.default_rng(seed)
+    weights = 1.0 / np.arange(1, len(VOCABULARY) + 1)
+    weights /= weights.sum()
+    docs = []
+    for i in range(size):
+        words = rng.choice(VOCABULARY, size=int(rng.integers(3, 30)), p=weights)
+        docs.append(
+            Document(
+                id=f"{prefix}{seed}-{i}",
+                page_content=" ".join(words),
+                metadata={"bucket": int(i % 3), "source": f"s{i % 5}.txt", "chunk_index": i // 5},
+            )
+        )
+    return docs
+
+
+class Reference:
+    """Brute-force fused search over a list of documents (the live rows in row order)."""
+
+    def __init__(self, docs: list[Document], embeddings: HashingEmbeddings, params: BM25Params) -> None:
+        self.docs = docs
+        self.analyzer = Analyzer()
+        self.params = params
+        self.tokens = [self.analyzer.tokenize(d.page_content) for d in docs]
+        vectors = np.array(embeddings.embed_documents([d.page_content for d in docs]), dtype=np.float64)
+        self.vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+        self.embeddings = embeddings
+
+    def bm25(self, query: str) -> np.ndarray:
+        n = len(self.tokens)
+        avg = sum(map(len, self.tokens)) / n
+        df = Counter(t for doc in self.tokens for t in set(doc))
+        k1, b = self.params.k1, self.params.b
+        scores = []
+        for doc in self.tokens:
+            tf = Counter(doc)
+            scores.append(
+                sum(
+                    math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5))
+                    * tf[t]
+                    / (tf[t] + k1 * (1 - b + b * len(doc) / avg))
+                    for t in self.analyzer.tokenize(query)
+                    if tf[t]
+                )
+            )
+        return np.array(scores)
+
+    def cosine(self, query: str) -> np.ndarray:
+        q = np.array(self.embeddings.embed_query(query))
+        return np.asarray(self.vectors @ (q / np.linalg.norm(q)))
+
+    def search(
+        self, query: str, *, k: int, alpha: float, method: str, allowed: np.ndarray | None = None
+    ) -> list[tuple[str, float]]:
+        """Whole-corpus fusion among allowed rows (the ``fetch_k=None`` semantics)."""
+        cosine, bm25 = self.cosine(query), self.bm25(query)
+        rows = np.arange(len(self.docs)) if allowed is None else np.flatnonzero(allowed)
+        if alpha == 0:
+            rows = rows[bm25[rows] > 0]
+        if rows.size == 0:
+            return []
+        v, s = cosine[rows], bm25[rows]
+        if method == "weighted":
+            vn, bn = _min_max(v), _min_max(s)
+        elif method == "zscore":
+            vn, bn = _z(v), _z(s)
+        else:
+            vr, br = _ranks(v), _ranks(s)
+            vn = 1.0 / (60 + vr)
+            bn = np.where(s > 0, 1.0 / (60 + br), 0.0)
+        fused = alpha * vn + (1 - alpha) * bn
+        heavier = v if alpha >= 0.5 else s
+        order = np.lexsort((rows, -heavier, -fused))[:k]
+        return [(self.docs[rows[i]].id or "", float(fused[i])) for i in order]
+
+
+def _min_max(x: np.ndarray) -> np.ndarray:
+    lo, hi = x.min(), x.max()
+    return (x - lo) / (hi - lo) if hi > lo else np.full_like(x, 1.0 if hi > 0 else 0.0)
+
+
+def _z(x: np.ndarray) -> np.ndarray:
+    sd = x.std()
+    return (x - x.mean()) / sd if sd > 0 else np.zeros_like(x)
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    order = np.argsort(-x, kind="stable")
+    out = np.empty(x.size)
+    out[order] = np.arange(1, x.size + 1)
+    valid = x > 0
+    # BM25 ranks count matching rows only, in score order (ties by position), as the library does.
+    matched_order = order[valid[order]]
+    out_b = np.zeros(x.size)
+    out_b[matched_order] = np.arange(1, matched_order.size + 1)
+    return np.where(valid, out_b, out) if (~valid).any() else out
+
+
+def results(index: FusionIndex, query: str, **options: Any) -> list[tuple[str, float]]:
+    """(id, fused score) of a fused search."""
+    docs = index.as_retriever(**options).invoke(query)
+    return [(d.id or "", d.metadata[keys.FUSION_SCORE]) for d in docs]
+
+
+def assert_same(got: list[tuple[str, float]], expected: list[tuple[str, float]], tolerance: float = 1e-5) -> None:
+    assert [i for i, _ in got] == [i for i, _ in expected]
+    np.testing.assert_allclose([s for _, s in got], [s for _, s in expected], atol=tolerance)
+
+
+class StoreContract:
+    """Every store passes these. Subclasses implement :meth:`make_store`."""
+
+    params = BM25Params(k1=0.9, b=0.4)
+
+    def make_store(self, analyzer: Analyzer, bm25_params: BM25Params) -> FusionStore:
+        raise NotImplementedError
+
+    def new_index(self, docs: list[Document] | None = None) -> FusionIndex:
+        index = FusionIndex(HashingEmbeddings(), store=self.make_store(Analyzer(), self.params))
+        if docs:
+            index.add_documents(docs)
+        return index
+
+    # --- fused results equal the brute-force reference ------------------------------------------
+
+    @pytest.mark.parametrize("method", ["weighted", "zscore", "rrf"])
+    def test_fused_results_equal_the_reference(self, method: str) -> None:
+        docs = corpus(1, 90)
+        index = self.new_index(docs)
+        reference = Reference(docs, HashingEmbeddings(), self.params)
+        for query in QUERIES:
+            for alpha in ALPHAS:
+                expected = reference.search(query, k=8, alpha=alpha, method=method)
+                assert_same(results(index, query, k=8, alpha=alpha, method=method, fetch_k=None), expected)
+                # fetch_k >= corpus size: the bounded pool holds every candidate too.
+                assert_same(results(index, query, k=8, alpha=alpha, method=method, fetch_k=200), expected)
+
+    def test_bounded_pool_scores_every_candidate_on_both_sides(self) -> None:
+        docs = corpus(2, 120)
+        index = self.new_index(docs)
+        reference = Reference(docs, HashingEmbeddings(), self.params)
+        for query in QUERIES[:4]:
+            cosine, bm25 = reference.cosine(query), reference.bm25(query)
+            by_id = {d.id: i for i, d in enumerate(docs)}
+            for doc in index.as_retriever(k=10, fetch_k=5).invoke(query):
+                row = by_id[doc.id]
+                assert doc.metadata[keys.VECTOR_SCORE] == pytest.approx(cosine[row], abs=1e-5)
+                assert doc.metadata[keys.BM25_SCORE] == pytest.approx(bm25[row], abs=1e-4)
+
+    def test_provenance_on_every_result(self) -> None:
+        index = self.new_index(corpus(3, 40))
+        for doc in index.as_retriever(k=5).invoke("w1 w2"):
+            for key in keys.SCORE_KEYS:
+                assert key in doc.metadata
+            assert doc.metadata[keys.FUSION_METHOD] == "weighted"
+            assert 0.0 <= doc.metadata[keys.FUSION_SCORE] <= 1.0
+
+    def test_results_are_copies(self) -> None:
+        index = self.new_index(corpus(4, 30))
+        first = index.as_retriever(k=3).invoke("w1")
+        first[0].metadata["changed"] = True
+        first[0].page_content = "changed"
+        again = index.as_retriever(k=3).invoke("w1")
+        assert "changed" not in again[0].metadata and again[0].page_content != "changed"
+
+    # --- filters -------------------------------------------------------------------------------
+
+    @pytest.mark.parametrize("spec", [{"bucket": 1}, {"bucket": [0, 2]}, {"source": "s3.txt", "bucket": 0}])
+    def test_filters_apply_before_ranking(self, spec: dict[str, Any]) -> None:
+        docs = corpus(5, 90)
+        index = self.new_index(docs)
+        reference = Reference(docs, HashingEmbeddings(), self.params)
+
+        def matches(doc: Document) -> bool:
+            return all(
+                doc.metadata.get(key) in (value if isinstance(value, list) else [value]) for key, value in spec.items()
+            )
+
+        allowed = np.array([matches(d) for d in docs])
+        for query in QUERIES[:4]:
+            for alpha in (0.0, 0.5, 1.0):
+                expected = reference.search(query, k=6, alpha=alpha, method="weighted", allowed=allowed)
+                got = results(index, query, k=6, alpha=alpha, fetch_k=None, filter=spec)
+                assert_same(got, expected)
+                assert all(matches(d) for d in index.as_retriever(k=6, alpha=alpha, filter=spec).invoke(query))
+
+    def test_a_filter_that_matches_nothing(self) -> None:
+        index = self.new_index(corpus(6, 20))
+        assert index.as_retriever(filter={"bucket": 99}).invoke("w1") == []
+
+    # --- updates and deletes -------------------------------------------------------------------
+
+    def test_any_sequence_of_adds_and_deletes_equals_a_fresh_build(self) -> None:
+        rng = np.random.default_rng(7)
+        index = self.new_index(corpus(7, 60))
+        live = {d.id: d for d in corpus(7, 60)}
+        for step in range(6):
+            added = corpus(100 + step, int(rng.integers(1, 25)), prefix=f"a{step}-")
+            index.add_documents(added)
+            live.update({d.id: d for d in added})
+            victims = list(rng.choice(sorted(live), size=int(rng.integers(1, 15)), replace=False))
+            assert index.delete(victims) == len(victims)
+            for victim in victims:
+                del live[victim]
+        fresh = self.new_index(list(index.documents))
+        assert sorted(d.id for d in index.documents) == sorted(live)
+        for query in QUERIES:
+            for alpha in (0.0, 0.5, 1.0):
+                for fetch_k in (100, None):
+                    assert_same(
+                        results(index, query, k=10, alpha=alpha, fetch_k=fetch_k),
+                        results(fresh, query, k=10, alpha=alpha, fetch_k=fetch_k),
+                    )
+
+    def test_upsert_replaces_a_document(self) -> None:
+        docs = corpus(8, 30)
+        index = self.new_index(docs)
+        changed = Document(id=docs[4].id, page_content="zebra zebra w1", metadata={"bucket": 9})
+        index.upsert_documents([changed])
+        assert len(index) == 30
+        assert index.get_by_ids([docs[4].id or ""])[0].page_content == "zebra zebra w1"
+        top = index.as_retriever(k=1, alpha=0.0).invoke("zebra")
+        assert [d.id for d in top] == [docs[4].id]
+        assert index.as_retriever(k=30, filter={"bucket": 9}).invoke("w1")[0].id == docs[4].id
+        expected = [*[d for d in docs if d.id != changed.id], changed]
+        fresh = self.new_index(expected)
+        for query in QUERIES[:3]:
+            assert_same(results(index, query, k=10, fetch_k=None), results(fresh, query, k=10, fetch_k=None))
+
+    def test_deleted_documents_are_gone_everywhere(self) -> None:
+        docs = corpus(9, 40)
+        index = self.new_index(docs)
+        victims = [d.id or "" for d in docs[::4]]
+        index.delete(victims)
+        assert len(index) == 30
+        assert index.get_by_ids(victims) == []
+        for query in QUERIES:
+            for alpha in (0.0, 0.5, 1.0):
+                for fetch_k in (5, None):
+                    found = index.as_retriever(k=40, alpha=alpha, fetch_k=fetch_k).invoke(query)
+                    assert not {d.id for d in found} & set(victims)
+
+    def test_delete_everything_then_add(self) -> None:
+        docs = corpus(10, 12)
+        index = self.new_index(docs)
+        index.delete([d.id or "" for d in docs])
+        assert len(index) == 0 and index.as_retriever().invoke("w1") == []
+        index.add_documents(corpus(11, 5))
+        assert len(index) == 5 and index.as_retriever(k=2).invoke("w1")
+
+    def test_delete_of_unknown_ids_removes_nothing(self) -> None:
+        docs = corpus(12, 10)
+        index = self.new_index(docs)
+        assert index.store.delete(["nope", "also-nope"]) == 0
+        assert len(index) == 10
+
+    def test_empty_store(self) -> None:
+        index = self.new_index()
+        assert len(index) == 0
+        assert index.as_retriever().invoke("w1") == []

@@ -1,0 +1,163 @@
+"""Crash-safe folders: a kill at any instant of save() leaves a loadable index at the path."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from langchain_fusion import FusionError, FusionIndex
+from langchain_fusion.stores.local import folder as fmt
+from tests.conftest import REPO, HashingEmbeddings
+from tests.store_contract import corpus
+
+SAVER = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {repo!r})
+    from langchain_fusion import FusionIndex
+    from tests.conftest import HashingEmbeddings
+    from tests.store_contract import corpus
+    index = FusionIndex.from_documents(corpus(1, 300), HashingEmbeddings())
+    print("ready", flush=True)
+    step = 0
+    while True:  # keep replacing the folder until killed
+        index.add_documents(corpus(1000 + step, 3, prefix=f"s{{step}}-"))
+        index.save({target!r})
+        step += 1
+    """
+)
+
+
+def _loads(folder: Path) -> int:
+    return len(FusionIndex.load(folder, HashingEmbeddings()))
+
+
+class TestKilledSaves:
+    def test_random_kills_never_lose_the_index(self, tmp_path: Path) -> None:
+        target = tmp_path / "idx"
+        FusionIndex.from_documents(corpus(1, 300), HashingEmbeddings()).save(target)
+        script = tmp_path / "saver.py"
+        script.write_text(SAVER.format(repo=str(REPO), target=str(target)))
+        rng = __import__("random").Random(5)
+        for _ in range(6):
+            process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, cwd=REPO)
+            assert process.stdout is not None
+            assert process.stdout.readline().strip() == b"ready"
+            time.sleep(rng.uniform(0.05, 0.6))
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+            assert _loads(target) >= 300  # old or new, never nothing
+        FusionIndex.from_documents(corpus(2, 10), HashingEmbeddings()).save(target)  # cleans leftovers
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.lock", "idx", "saver.py"]
+
+    def test_a_crash_between_the_renames_is_recovered(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Without an atomic exchange, the old folder is set aside first; the next load puts it back."""
+        target = tmp_path / "idx"
+        FusionIndex.from_documents(corpus(3, 20), HashingEmbeddings()).save(target)
+        monkeypatch.setattr(fmt, "_exchange", lambda a, b: False)
+        real_rename = Path.rename
+
+        def crash_after_setting_aside(self: Path, destination: Path) -> Path:
+            moved = real_rename(self, destination)
+            if self == target:
+                raise SystemExit("simulated crash")  # the process dies with the index set aside
+            return moved
+
+        monkeypatch.setattr(Path, "rename", crash_after_setting_aside)
+        with pytest.raises(SystemExit):
+            FusionIndex.from_documents(corpus(4, 5), HashingEmbeddings()).save(target)
+        monkeypatch.setattr(Path, "rename", real_rename)
+        assert not target.exists()
+        assert _loads(target) == 20  # load recovered the set-aside index
+        assert target.is_dir()
+
+    def test_without_an_atomic_exchange_saves_still_replace(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(fmt, "_exchange", lambda a, b: False)
+        target = tmp_path / "idx"
+        FusionIndex.from_documents(corpus(5, 8), HashingEmbeddings()).save(target)
+        FusionIndex.from_documents(corpus(6, 9), HashingEmbeddings()).save(target)
+        assert _loads(target) == 9
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.lock", "idx"]
+
+    @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="renameat2 is Linux-only")
+    def test_linux_uses_an_atomic_exchange(self, tmp_path: Path) -> None:
+        a, b = tmp_path / "a", tmp_path / "b"
+        a.mkdir()
+        b.mkdir()
+        (a / "mark").write_text("a")
+        assert fmt._exchange(a, b)
+        assert (b / "mark").read_text() == "a" and not (a / "mark").exists()
+
+    def test_leftovers_of_crashed_saves_are_removed(self, tmp_path: Path) -> None:
+        target = tmp_path / "idx"
+        FusionIndex.from_documents(corpus(7, 5), HashingEmbeddings()).save(target)
+        for name in (".idx.saving-abc", ".idx.old-def"):
+            (tmp_path / name).mkdir()
+            (tmp_path / name / "junk").write_bytes(b"x" * 1000)
+        (tmp_path / ".other.saving-keep").mkdir()  # another index's staging is not ours
+        FusionIndex.from_documents(corpus(8, 5), HashingEmbeddings()).save(target)
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.lock", ".other.saving-keep", "idx"]
+
+
+class TestConcurrentSavers:
+    def test_two_savers_do_not_interleave(self, tmp_path: Path) -> None:
+        target = tmp_path / "idx"
+        indexes = [FusionIndex.from_documents(corpus(10 + i, 50 + i), HashingEmbeddings()) for i in range(2)]
+        errors: list[BaseException] = []
+
+        def save(index: FusionIndex) -> None:
+            try:
+                for _ in range(5):
+                    index.save(target)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=save, args=(index,)) for index in indexes]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not errors
+        assert _loads(target) in (50, 51)
+
+    def test_the_lock_is_held_across_processes(self, tmp_path: Path) -> None:
+        import fcntl
+
+        target = tmp_path / "idx"
+        with fmt.save_lock(target.absolute()):
+            fd = os.open(tmp_path / ".idx.lock", os.O_RDWR)
+            try:
+                with pytest.raises(BlockingIOError):
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            finally:
+                os.close(fd)
+
+
+class TestSaveErrors:
+    def test_os_errors_become_fusion_errors(self, tmp_path: Path) -> None:
+        blocker = tmp_path / "file"
+        blocker.write_text("not a folder")
+        index = FusionIndex.from_documents(corpus(9, 3), HashingEmbeddings())
+        with pytest.raises(FusionError, match="cannot save the index"):
+            index.save(blocker / "idx")
+
+    @pytest.mark.skipif(os.geteuid() == 0 if hasattr(os, "geteuid") else True, reason="root ignores permissions")
+    def test_read_only_parent(self, tmp_path: Path) -> None:
+        parent = tmp_path / "ro"
+        parent.mkdir()
+        parent.chmod(0o500)
+        try:
+            with pytest.raises(FusionError, match="cannot save the index"):
+                FusionIndex.from_documents(corpus(9, 3), HashingEmbeddings()).save(parent / "idx")
+        finally:
+            parent.chmod(0o700)
