@@ -437,3 +437,58 @@ def test_real_model_reranks(animal_index: FusionIndex) -> None:
     assert result[0].page_content == "Cats purr when they are content and relaxed."
     assert isinstance(result[0].metadata[keys.RERANK_RATING], int)
     assert HashingEmbeddings  # the fixture's embeddings are offline; only the chat model is real
+
+
+class TestRetries:
+    """Rerankers call the model the one way the library does: transient errors are retried."""
+
+    @staticmethod
+    def policy(**options: Any) -> Any:
+        from langchain_fusion import RetryPolicy
+
+        return RetryPolicy(sleep=lambda seconds: None, asleep=_no_wait, seed=1, **options)
+
+    def test_a_rate_limit_is_retried(self) -> None:
+        from tests.fake_chat_models import flaky
+
+        model = RatingModel(rule=flaky(keyword_rule({"alpha": 2, "beta": 9}), failures=1))
+        result = LLMReranker(llm=model, top_n=None, retry=self.policy()).rerank(candidates("alpha", "beta"), "q")
+        assert words_of(result) == ["beta", "alpha"]
+        assert [d.metadata[keys.RERANK_RATING] for d in result] == [9, 2]
+
+    async def test_a_rate_limit_is_retried_async(self) -> None:
+        from tests.fake_chat_models import flaky
+
+        model = RatingModel(rule=flaky(keyword_rule({"alpha": 2, "beta": 9}), failures=1))
+        reranker = LLMReranker(llm=model, top_n=None, retry=self.policy())
+        result = await reranker.arerank(candidates("alpha", "beta"), "q")
+        assert [d.metadata[keys.RERANK_RATING] for d in result] == [9, 2]
+
+    def test_after_the_last_try_the_fusion_order_stays(self, caplog: pytest.LogCaptureFixture) -> None:
+        from tests.fake_chat_models import flaky
+
+        model = RatingModel(rule=flaky(keyword_rule({"alpha": 2, "beta": 9}), failures=5))
+        reranker = LLMReranker(llm=model, top_n=None, retry=self.policy(max_attempts=3))
+        with caplog.at_level(logging.WARNING):
+            result = reranker.rerank(candidates("alpha", "beta"), "q")
+        assert words_of(result) == ["alpha", "beta"]
+        assert all(d.metadata[keys.RERANK_RATING] is None for d in result)
+        assert "RateLimitError" in caplog.text
+
+    def test_a_non_transient_error_is_not_retried(self) -> None:
+        calls: list[str] = []
+
+        def rule(prompt: str) -> Any:
+            calls.append(prompt)
+            return ValueError("bad request")
+
+        LLMReranker(llm=RatingModel(rule=rule), top_n=None, retry=self.policy()).rerank(candidates("alpha"), "q")
+        assert len(calls) == 1
+
+    def test_default_retries_are_light(self) -> None:
+        policy = LLMReranker(llm=RatingModel(rule=lambda d: 5)).retry
+        assert policy.max_attempts == 2 and policy.max_delay <= 2
+
+
+async def _no_wait(seconds: float) -> None:
+    return None

@@ -215,6 +215,45 @@ class RetryPolicy(BaseModel):
         return wait
 
 
+def call_model(
+    call: Callable[[], T], policy: RetryPolicy, rng: random.Random, task: str
+) -> tuple[T | None, Exception | None, int]:
+    """The one way this library calls a model: ``call()`` with ``policy``'s retries of transient errors.
+
+    Returns ``(answer, None, attempts)``, or ``(None, last error, attempts)`` once the error is
+    not transient or the attempts are used up. Timeouts are applied inside ``call`` (see
+    :func:`call_with_timeout`) and count as transient.
+    """
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return call(), None, attempt
+        except Exception as exc:
+            if attempt >= policy.max_attempts or not is_transient(exc):
+                return None, exc, attempt
+            wait = policy.delay(attempt, rng, exc)
+            logger.debug("%s: %s; retry %d in %.2f s", task, describe_error(exc), attempt, wait)
+            policy.sleep(wait)
+
+
+async def acall_model(
+    call: Callable[[], Awaitable[T]], policy: RetryPolicy, rng: random.Random, task: str
+) -> tuple[T | None, Exception | None, int]:
+    """Async twin of :func:`call_model`: ``call`` makes a fresh awaitable for each attempt."""
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return await call(), None, attempt
+        except Exception as exc:
+            if attempt >= policy.max_attempts or not is_transient(exc):
+                return None, exc, attempt
+            wait = policy.delay(attempt, rng, exc)
+            logger.debug("%s: %s; retry %d in %.2f s", task, describe_error(exc), attempt, wait)
+            await policy.asleep(wait)
+
+
 # --- the on-disk cache ------------------------------------------------------------------------
 
 
@@ -593,18 +632,19 @@ class _Runner:
         return outcome
 
     def _attempts(self, inputs: dict[str, str], config: RunnableConfig) -> CallOutcome:
-        policy = self.settings.retry
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return CallOutcome(text=answer_text(self._call(inputs, config)), attempts=attempt)
-            except Exception as exc:
-                if attempt >= policy.max_attempts or not is_transient(exc):
-                    return CallOutcome(error=exc, attempts=attempt)
-                wait = policy.delay(attempt, self.rng, exc)
-                logger.debug("%s: %s; retry %d in %.2f s", self.task, describe_error(exc), attempt, wait)
-                policy.sleep(wait)
+        answer, error, attempts = call_model(
+            lambda: self._call(inputs, config), self.settings.retry, self.rng, self.task
+        )
+        return self._outcome(answer, error, attempts)
+
+    @staticmethod
+    def _outcome(answer: Any, error: Exception | None, attempts: int) -> CallOutcome:
+        if error is not None:
+            return CallOutcome(error=error, attempts=attempts)
+        try:
+            return CallOutcome(text=answer_text(answer), attempts=attempts)
+        except Exception as exc:
+            return CallOutcome(error=exc, attempts=attempts)
 
     def _call(self, inputs: dict[str, str], config: RunnableConfig) -> Any:
         timeout = self.settings.timeout
@@ -613,18 +653,10 @@ class _Runner:
         return call_with_timeout(lambda: self.chain.invoke(inputs, config), timeout, self.slots)
 
     async def _aattempts(self, inputs: dict[str, str], config: RunnableConfig) -> CallOutcome:
-        policy = self.settings.retry
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return CallOutcome(text=answer_text(await self._acall(inputs, config)), attempts=attempt)
-            except Exception as exc:
-                if attempt >= policy.max_attempts or not is_transient(exc):
-                    return CallOutcome(error=exc, attempts=attempt)
-                wait = policy.delay(attempt, self.rng, exc)
-                logger.debug("%s: %s; retry %d in %.2f s", self.task, describe_error(exc), attempt, wait)
-                await policy.asleep(wait)
+        answer, error, attempts = await acall_model(
+            lambda: self._acall(inputs, config), self.settings.retry, self.rng, self.task
+        )
+        return self._outcome(answer, error, attempts)
 
     async def _acall(self, inputs: dict[str, str], config: RunnableConfig) -> Any:
         return await await_with_timeout(self.chain.ainvoke(inputs, config), self.settings.timeout)

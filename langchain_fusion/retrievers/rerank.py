@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import re
 import threading
 from abc import abstractmethod
@@ -41,7 +42,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.models.llm_calls import Prompt as Prompt  # re-exported: chains imports it from here
-from langchain_fusion.models.llm_calls import await_with_timeout, call_with_timeout, check_prompt
+from langchain_fusion.models.llm_calls import (
+    RetryPolicy,
+    acall_model,
+    await_with_timeout,
+    call_model,
+    call_with_timeout,
+    check_prompt,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -215,6 +223,10 @@ def _normalized_fusion(scores: list[float | None]) -> list[float]:
     return [1.0 if high == low else (s - low) / (high - low) for s in known]
 
 
+RERANK_RETRY = RetryPolicy(max_attempts=2, initial_delay=0.25, max_delay=2.0)
+"""The rerankers' default retries: one more try after at most a quarter second (a query is waiting)."""
+
+
 class BaseLLMReranker(BaseDocumentCompressor, RunnableSerializable[RerankInput, list[Document]]):
     """What the LLM rerankers share: the model, ``top_n``, the LCEL and compressor interfaces."""
 
@@ -227,7 +239,10 @@ class BaseLLMReranker(BaseDocumentCompressor, RunnableSerializable[RerankInput, 
     structured: bool = True
     """Use the model's structured output when it supports it; False always parses text answers."""
     timeout: float | None = Field(default=None, gt=0)
-    """Seconds to wait for one model answer before falling back to the fusion order (None: no limit)."""
+    """Seconds to wait for one model answer (per try) before it counts as a transient failure (None: no limit)."""
+    retry: RetryPolicy = Field(default_factory=lambda: RERANK_RETRY)
+    """Retries of rate limits, timeouts and other transient errors; lighter than indexing's, since a
+    query waits. After the last try the candidate keeps its fusion order."""
 
     @field_validator("top_n")
     @classmethod
@@ -303,13 +318,30 @@ class BaseLLMReranker(BaseDocumentCompressor, RunnableSerializable[RerankInput, 
         config: RunnableConfig,
         slots: threading.Semaphore | None = None,
     ) -> Any:
-        """One model call, given up on after ``timeout`` (``slots`` bounds abandoned calls too)."""
-        if self.timeout is None:
-            return chain.invoke(inputs, config)
-        return call_with_timeout(lambda: chain.invoke(inputs, config), self.timeout, slots or threading.Semaphore(1))
+        """One model call through :func:`call_model`: retried per ``retry``, each try given up on after ``timeout``."""
+        timeout = self.timeout
+        bound = slots or threading.Semaphore(1)  # abandoned (timed-out) calls count toward the bound
+
+        def attempt() -> Any:
+            if timeout is None:
+                return chain.invoke(inputs, config)
+            return call_with_timeout(lambda: chain.invoke(inputs, config), timeout, bound)
+
+        answer, error, _ = call_model(attempt, self.retry, random.Random(self.retry.seed), "rerank")
+        if error is not None:
+            raise error
+        return answer
 
     async def _aask(self, chain: Runnable[dict[str, Any], Any], inputs: dict[str, Any], config: RunnableConfig) -> Any:
-        return await await_with_timeout(chain.ainvoke(inputs, config), self.timeout)
+        answer, error, _ = await acall_model(
+            lambda: await_with_timeout(chain.ainvoke(inputs, config), self.timeout),
+            self.retry,
+            random.Random(self.retry.seed),
+            "rerank",
+        )
+        if error is not None:
+            raise error
+        return answer
 
     @staticmethod
     def _copy(doc: Document, updates: dict[str, Any]) -> Document:
