@@ -9,7 +9,7 @@ INSTALL := $(PIP) install --quiet -c constraints.txt
 DEMO_INDEX ?= .demo-index
 DEMO_QUERY ?= Why did the batteries come through the flood without harm?
 
-.PHONY: demo test lint bench bench-quality bench-quick clean
+.PHONY: demo test lint bench bench-quality bench-quick bench-updates clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,9 @@ bench: $(VENV)/.installed-dev
 
 bench-quality: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/quality.py
+
+bench-updates: $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/updates.py
 
 bench-quick: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/latency.py --sizes 10000 --queries 50

@@ -39,7 +39,7 @@ from langchain_fusion.stores.local.vectors import AnnIndex, check_vector_index, 
 from langchain_fusion.stores.ranking import top_rows
 from langchain_fusion.stores.settings import StoreSettings
 
-TOKENIZE_BATCH = 8192
+TOKENIZE_BATCH = 4096
 """Rows tokenized into one postings block before blocks are merged."""
 
 MERGE_FACTOR = 4
