@@ -20,8 +20,10 @@ from langchain_fusion.errors import (
     EmbeddingsMismatchError,
     FusionError,
     IndexFormatError,
+    InvalidParameterError,
     MissingCredentialsError,
     MissingDependencyError,
+    UnknownDocumentError,
 )
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex
@@ -44,6 +46,8 @@ from langchain_fusion.stores.local.store import LocalStore
 from langchain_fusion.stores.settings import BM25Params, StoreSettings
 
 __all__ = [
+    "InvalidParameterError",
+    "UnknownDocumentError",
     "Where",
     "StoreView",
     "StoreSettings",

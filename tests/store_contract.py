@@ -231,7 +231,7 @@ class StoreContract:
             index.add_documents(added)
             live.update({d.id: d for d in added})
             victims = list(rng.choice(sorted(live), size=int(rng.integers(1, 15)), replace=False))
-            assert index.delete(victims) == len(victims)
+            assert index.remove(victims) == len(victims)
             for victim in victims:
                 del live[victim]
         fresh = self.new_index(list(index.documents))

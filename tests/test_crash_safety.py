@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from langchain_fusion import FusionError, FusionIndex
+from langchain_fusion import FusionError, FusionIndex, IndexFormatError
 from langchain_fusion.stores.local import folder as fmt
 from tests.conftest import REPO, HashingEmbeddings
 from tests.store_contract import corpus
@@ -101,7 +101,7 @@ class TestKilledSaves:
     def test_leftovers_of_crashed_saves_are_removed(self, tmp_path: Path) -> None:
         target = tmp_path / "idx"
         FusionIndex.from_documents(corpus(7, 5), HashingEmbeddings()).save(target)
-        for name in (".idx.saving-abc", ".idx.old-def"):
+        for name in (".idx.saving-abc_1234", ".idx.old-def_5678"):
             (tmp_path / name).mkdir()
             (tmp_path / name / "junk").write_bytes(b"x" * 1000)
         (tmp_path / ".other.saving-keep").mkdir()  # another index's staging is not ours
@@ -161,3 +161,86 @@ class TestSaveErrors:
                 FusionIndex.from_documents(corpus(9, 3), HashingEmbeddings()).save(parent / "idx")
         finally:
             parent.chmod(0o700)
+
+
+class TestLoadsDuringSaves:
+    def test_a_load_never_mixes_two_saves(self, tmp_path: Path) -> None:
+        """A load holds a shared lock, so a save to the same path waits instead of swapping files under it."""
+        import numpy as np
+        from langchain_core.documents import Document
+
+        target = tmp_path / "idx"
+        embeddings = HashingEmbeddings()
+        index = FusionIndex.from_documents(corpus(1, 200), embeddings)
+        texts = ["w1 w2 w3", "w4 w5 w6"]  # same lengths: only the content tells the two saves apart
+        index.upsert_documents([Document(id="d1-0", page_content=texts[0])])
+        index.save(target)
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def saver() -> None:
+            step = 0
+            try:
+                while not stop.is_set():
+                    step += 1
+                    index.upsert_documents([Document(id="d1-0", page_content=texts[step % 2])])
+                    index.save(target)
+            except BaseException as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=saver)
+        thread.start()
+        try:
+            for _ in range(60):
+                loaded = FusionIndex.load(target, embeddings)
+                doc = loaded.get_by_ids(["d1-0"])[0]
+                view = loaded.view()
+                stored = view.vectors(view.keys_of(["d1-0"]))[0]
+                expected = np.asarray(embeddings.embed_query(doc.page_content), dtype=np.float32)
+                np.testing.assert_allclose(stored, expected, atol=1e-5)
+        finally:
+            stop.set()
+            thread.join()
+        assert not errors
+
+
+class TestHostileFolders:
+    def test_a_file_left_out_of_the_manifest_is_refused(self, tmp_path: Path) -> None:
+        import json
+
+        folder = FusionIndex.from_documents(corpus(2, 5), HashingEmbeddings()).save(tmp_path / "idx")
+        manifest = json.loads((folder / "manifest.json").read_text())
+        del manifest["files"]["documents.jsonl"]
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        with pytest.raises(IndexFormatError, match=r"does not list \['documents.jsonl'\]"):
+            FusionIndex.load(folder, HashingEmbeddings())
+
+    def test_a_symbolic_link_is_refused(self, tmp_path: Path) -> None:
+        folder = FusionIndex.from_documents(corpus(3, 5), HashingEmbeddings()).save(tmp_path / "idx")
+        outside = tmp_path / "outside.npy"
+        (folder / "vectors.npy").rename(outside)
+        (folder / "vectors.npy").symlink_to(outside)
+        with pytest.raises(IndexFormatError, match="symbolic link"):
+            FusionIndex.load(folder, HashingEmbeddings())
+
+    def test_documents_that_are_not_utf8(self, tmp_path: Path) -> None:
+        import hashlib
+        import json
+
+        folder = FusionIndex.from_documents(corpus(4, 5), HashingEmbeddings()).save(tmp_path / "idx")
+        data = b"\xff\xfe" + (folder / "documents.jsonl").read_bytes()[2:]
+        (folder / "documents.jsonl").write_bytes(data)
+        manifest = json.loads((folder / "manifest.json").read_text())
+        manifest["files"]["documents.jsonl"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        with pytest.raises(IndexFormatError, match="not UTF-8"):
+            FusionIndex.load(folder, HashingEmbeddings())
+
+    def test_cleanup_spares_a_sibling_whose_name_extends_ours(self, tmp_path: Path) -> None:
+        """``idx.old-1`` is another index: its crashed save's copy is not a leftover of ``idx``."""
+        sibling_copy = tmp_path / ".idx.old-1.old-abcd1234"
+        FusionIndex.from_documents(corpus(5, 4), HashingEmbeddings()).save(sibling_copy)
+        FusionIndex.from_documents(corpus(6, 4), HashingEmbeddings()).save(tmp_path / "idx")
+        assert sibling_copy.is_dir()
+        assert _loads(tmp_path / "idx.old-1") == 4  # recovered for its own name only
+        assert _loads(tmp_path / "idx") == 4

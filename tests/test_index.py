@@ -70,7 +70,7 @@ class TestFusionIndex:
         if not compact:  # deleted rows stay as tombstones: live rows keep their (now gapped) row numbers
             monkeypatch.setattr(snapshot_module, "COMPACT_DEAD_RATIO", 2.0)
         victims = [animal_index.documents[i].id for i in (0, 3, 7)]
-        assert animal_index.delete(victims) == 3  # type: ignore[arg-type]
+        assert animal_index.remove(victims) == 3  # type: ignore[arg-type]
         assert len(animal_index) == len(animal_docs) - 3
         assert (animal_index.view().keys_of(victims) == -1).all()  # type: ignore[arg-type]
         assert not any(v in animal_index for v in victims)
@@ -83,11 +83,19 @@ class TestFusionIndex:
                 query
             )
 
-    def test_delete_unknown_id_removes_nothing(self, animal_index: FusionIndex) -> None:
+    def test_remove_unknown_id_removes_nothing(self, animal_index: FusionIndex) -> None:
         known = animal_index.documents[0].id
         with pytest.raises(KeyError, match="no document with id 'nope'"):
-            animal_index.delete([known, "nope"])  # type: ignore[list-item]
+            animal_index.remove([known, "nope"])  # type: ignore[list-item]
         assert len(animal_index) == len(ANIMALS)
+
+    def test_delete_ignores_unknown_ids_as_langchain_expects(self, animal_index: FusionIndex) -> None:
+        known = animal_index.documents[0].id
+        assert animal_index.delete([known, "nope"]) is True  # type: ignore[list-item]
+        assert len(animal_index) == len(ANIMALS) - 1 and known not in animal_index
+        assert animal_index.delete(["nope"]) is True
+        with pytest.raises(FusionError, match="list of ids"):
+            animal_index.delete("nope")  # type: ignore[arg-type]
 
     def test_delete_everything_then_add(self, animal_index: FusionIndex, animal_docs: list[Document]) -> None:
         animal_index.delete([d.id for d in animal_index.documents])  # type: ignore[misc]
@@ -96,13 +104,22 @@ class TestFusionIndex:
         animal_index.add_documents(animal_docs[:2])
         assert_rows_aligned(animal_index)
 
-    def test_duplicate_ids_are_rejected_and_nothing_is_added(self, animal_index: FusionIndex) -> None:
-        existing = animal_index.documents[0]
+    def test_ids_repeated_in_a_batch_are_rejected_and_nothing_is_added(self, animal_index: FusionIndex) -> None:
         with pytest.raises(FusionError, match="duplicate document id"):
-            animal_index.add_documents([Document(page_content="new"), Document(page_content="x", id=existing.id)])
+            animal_index.add_documents([Document(page_content="x", id="a"), Document(page_content="y", id="a")])
         with pytest.raises(FusionError, match="duplicate document id"):
             animal_index.add_documents([Document(page_content="same"), Document(page_content="same")])
+        with pytest.raises(FusionError, match="one id per document"):
+            animal_index.add_documents([Document(page_content="x")], ids=["a", "b"])
         assert len(animal_index) == len(ANIMALS)
+        assert_rows_aligned(animal_index)
+
+    def test_adding_an_indexed_id_replaces_the_document(self, animal_index: FusionIndex) -> None:
+        existing = animal_index.documents[0]
+        animal_index.add_documents([Document(page_content="zebra stripes", id=existing.id)])
+        assert len(animal_index) == len(ANIMALS)
+        assert animal_index.get_by_ids([existing.id or ""])[0].page_content == "zebra stripes"
+        assert [d.id for d in animal_index.as_retriever(k=1, alpha=0.0).invoke("zebra")] == [existing.id]
         assert_rows_aligned(animal_index)
 
     def test_embedding_failure_adds_nothing(self, animal_index: FusionIndex, monkeypatch: pytest.MonkeyPatch) -> None:

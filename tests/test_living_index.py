@@ -313,3 +313,39 @@ class TestReadersAndWriter:
         for doc in loaded.as_retriever(k=3).invoke("grp69"):
             assert doc.id and doc.id.startswith("g69-")
             assert doc.metadata[keys.FUSION_SCORE] > 0
+
+
+class TestStoreGuards:
+    def test_the_store_refuses_repeated_or_missing_ids(self) -> None:
+        import numpy as np
+
+        store = LocalStore()
+        vectors = np.eye(2, dtype=np.float32)
+        for ids in (["a", "a"], ["a", None]):
+            docs = [Document(id=i, page_content="cat") for i in ids]
+            with pytest.raises(FusionError, match="distinct, non-empty string id"):
+                store.upsert(docs, vectors, ["cat", "cat"])
+        assert len(store.view()) == 0
+
+    def test_many_filters_from_many_threads(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        index = FusionIndex.from_documents(corpus(30, 120), HashingEmbeddings())
+        retriever = index.as_retriever(k=3)
+
+        def search(i: int) -> list[Document]:
+            return retriever.invoke("w1 w2", filter={"bucket": i % 3, "source": f"s{i % 5}.txt", "n": i % 40})
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(search, range(400)))  # more distinct filters than the cache holds: no error
+
+    def test_filters_of_different_types_do_not_share_a_cache_entry(self) -> None:
+        index = FusionIndex.from_documents(
+            [
+                Document(id="a", page_content="w1", metadata={"tag": 1}),
+                Document(id="b", page_content="w1", metadata={"tag": "{1}"}),
+            ],
+            HashingEmbeddings(),
+        )
+        assert [d.id for d in index.as_retriever(filter={"tag": [1]}).invoke("w1")] == ["a"]
+        assert [d.id for d in index.as_retriever(filter={"tag": "{1}"}).invoke("w1")] == ["b"]

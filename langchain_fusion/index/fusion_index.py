@@ -8,6 +8,7 @@ lock), and queries read an immutable view, so they may overlap with writes from 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
+from langchain_core.vectorstores import VectorStore
+from langchain_core.vectorstores.utils import maximal_marginal_relevance
 
+from langchain_fusion._checks import check_k, check_positive_int, is_real_number
 from langchain_fusion.errors import (
     EmbeddingsMismatchError,
     FusionError,
@@ -26,7 +30,8 @@ from langchain_fusion.ingest.loading import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK
 from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, TextField, check_text_fields, content_id, indexed_text
 from langchain_fusion.models.embeddings import default_embeddings, embeddings_from_id, embeddings_id
 from langchain_fusion.stores.analyzer import Analyzer
-from langchain_fusion.stores.base import FloatMatrix, FusionStore, StoreView
+from langchain_fusion.stores.base import FloatMatrix, FusionStore, StoreView, Where
+from langchain_fusion.stores.filters import check_filter
 from langchain_fusion.stores.local.store import LocalStore
 from langchain_fusion.stores.local.vectors import normalize_rows
 from langchain_fusion.stores.settings import BM25Params
@@ -39,14 +44,22 @@ ProgressCallback = Callable[[int], None]
 
 DEFAULT_EMBEDDING_BATCH_SIZE = 256
 
+SEARCH_TYPES = ("fusion", "similarity")
+"""The ``search_type`` values of :meth:`FusionIndex.as_retriever`."""
 
-class FusionIndex:
+
+class FusionIndex(VectorStore):
     """Chunks indexed for both dense (vector) and keyword (BM25) retrieval, in one store.
 
     Build one with :meth:`from_documents` or :meth:`from_files`, query it through
     :meth:`as_retriever` (or the retrievers in :mod:`langchain_fusion.retrievers`), persist the
     in-process store with :meth:`save` and :meth:`load`. Queries may run while other threads
     add, delete or save: each query sees the index before or after a mutation, never a mix.
+
+    It is a LangChain ``VectorStore``: ``add_documents``/``add_texts`` upsert by id, ``delete``
+    ignores unknown ids, ``similarity_search*`` and ``max_marginal_relevance_search`` use the
+    vector side, and LangChain's indexing API (``langchain_core.indexing.index``) keeps it in
+    sync with a document source. ``as_retriever`` returns the fused retriever.
     """
 
     def __init__(
@@ -106,8 +119,8 @@ class FusionIndex:
         if not isinstance(store, FusionStore):
             raise InvalidParameterError(f"store must be a FusionStore; got {type(store).__name__}")
         self.store = store
-        self.embeddings = embeddings if embeddings is not None else default_embeddings()
-        self.embeddings_id = embeddings_id(self.embeddings)
+        self._embeddings = embeddings if embeddings is not None else default_embeddings()
+        self.embeddings_id = embeddings_id(self._embeddings)
         self.embedding_batch_size = embedding_batch_size
         settings = store.settings
         fields = {
@@ -143,14 +156,18 @@ class FusionIndex:
     def from_documents(
         cls,
         documents: Iterable[Document],
-        embeddings: Embeddings | None = None,
+        embedding: Embeddings | None = None,
         *,
         progress: ProgressCallback | None = None,
+        ids: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> FusionIndex:
-        """Index ``documents`` as they are (one row each); see :meth:`__init__` for options."""
-        index = cls(embeddings, **kwargs)
-        index.add_documents(documents, progress=progress)
+        """Index ``documents`` as they are (one row each); see :meth:`__init__` for options.
+
+        ``embedding`` (LangChain's name; ``embeddings=`` works too) defaults to the bundled model.
+        """
+        index = cls(kwargs.pop("embeddings", embedding), **kwargs)
+        index.add_documents(documents, ids=ids, progress=progress)
         return index
 
     @classmethod
@@ -173,7 +190,28 @@ class FusionIndex:
         chunks = split_documents(loaded.documents, chunk_size=chunk_size, chunk_overlap=chunk_overlap)
         return cls.from_documents(chunks, embeddings, progress=progress, **kwargs)
 
+    @classmethod
+    def from_texts(
+        cls,
+        texts: list[str],
+        embedding: Embeddings,
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> FusionIndex:
+        """Index plain texts (LangChain's ``VectorStore.from_texts``); see :meth:`__init__` for options."""
+        progress = kwargs.pop("progress", None)
+        index = cls(embedding, **kwargs)
+        index.add_texts(texts, metadatas, ids=ids, progress=progress)
+        return index
+
     # --- what is indexed --------------------------------------------------------------------
+
+    @property
+    def embeddings(self) -> Embeddings:
+        """The embedding model (the one that built the index)."""
+        return self._embeddings
 
     @property
     def embed_fields(self) -> tuple[TextField, ...]:
@@ -225,46 +263,87 @@ class FusionIndex:
 
     # --- mutation ---------------------------------------------------------------------------
 
-    def add_documents(self, documents: Iterable[Document], *, progress: ProgressCallback | None = None) -> list[str]:
-        """Embed and index documents as new rows; returns their ids.
+    def add_documents(
+        self,
+        documents: Iterable[Document],
+        *,
+        ids: Sequence[str] | None = None,
+        progress: ProgressCallback | None = None,
+        **kwargs: Any,
+    ) -> list[str]:
+        """Embed and index documents, replacing any indexed document with the same id; returns the ids.
 
-        What each side indexes is :func:`~langchain_fusion.metadata.indexed_text` of
-        ``embed_fields`` / ``bm25_fields`` (the original text alone for documents without a
-        context). Documents without an id get a deterministic one (a hash of text and
-        metadata). The given documents are copied, never modified. Nothing is added if any id
-        is already in the index or repeated in the batch, or if embedding or indexing fails.
+        ``ids`` (one per document) override the documents' own ids. Documents without an id
+        get a deterministic one (a hash of text and metadata). What each side indexes is
+        :func:`~langchain_fusion.metadata.indexed_text` of ``embed_fields`` / ``bm25_fields``
+        (the original text alone for documents without a context). The given documents are
+        never modified. All or nothing: if an id repeats within the batch, or embedding or
+        indexing fails, the index is left as it was.
         """
-        return self._write(documents, progress, replace=False)
+        batch_size = _batch_size(kwargs.pop("batch_size", None))
+        _no_extra_options("add_documents", kwargs)
+        return self._write(documents, ids, progress, batch_size)
+
+    def add_texts(
+        self,
+        texts: Iterable[str],
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        progress: ProgressCallback | None = None,
+        **kwargs: Any,
+    ) -> list[str]:
+        """Index plain texts with optional metadata and ids (upsert by id); returns the ids."""
+        batch_size = _batch_size(kwargs.pop("batch_size", None))
+        _no_extra_options("add_texts", kwargs)
+        texts = list(texts)
+        if metadatas is not None and len(metadatas) != len(texts):
+            raise InvalidParameterError(f"got {len(metadatas)} metadatas for {len(texts)} texts; give one per text")
+        documents = [
+            Document(page_content=t, metadata=dict(metadatas[i]) if metadatas else {}) for i, t in enumerate(texts)
+        ]
+        return self._write(documents, ids, progress, batch_size)
 
     def upsert_documents(self, documents: Iterable[Document], *, progress: ProgressCallback | None = None) -> list[str]:
-        """Like :meth:`add_documents`, but a document whose id is already indexed replaces it."""
-        return self._write(documents, progress, replace=True)
+        """The same as :meth:`add_documents` (kept for readability where replacement is the point)."""
+        return self._write(documents, None, progress)
 
-    def _write(self, documents: Iterable[Document], progress: ProgressCallback | None, *, replace: bool) -> list[str]:
-        new_docs = _prepared(documents)
+    def _write(
+        self,
+        documents: Iterable[Document],
+        ids: Sequence[str] | None,
+        progress: ProgressCallback | None,
+        batch_size: int | None = None,
+    ) -> list[str]:
+        new_docs = _prepared(documents, ids)
         if not new_docs:
             return []
-        if not replace:
-            present = self.store.view().keys_of([d.id or "" for d in new_docs])
-            if (present >= 0).any():
-                position = int(np.flatnonzero(present >= 0)[0])
-                raise FusionError(
-                    f"duplicate document id {new_docs[position].id!r} (document {position} of this batch; already "
-                    "in the index). Ids must be unique: give documents distinct ids, drop the duplicates, or use "
-                    "upsert_documents to replace them."
-                )
-        vectors = self._embed([indexed_text(doc, self.embed_fields) for doc in new_docs], progress)
+        vectors = self._embed([indexed_text(doc, self.embed_fields) for doc in new_docs], progress, batch_size)
         self.store.upsert(new_docs, vectors, [indexed_text(doc, self.bm25_fields) for doc in new_docs])
         return [doc.id or "" for doc in new_docs]
 
-    def delete(self, ids: Sequence[str]) -> int:
+    def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool:
+        """Remove the documents with these ids from every side (LangChain's ``VectorStore.delete``).
+
+        Unknown ids are ignored; ``ids=None`` deletes every document. Returns True. Use
+        :meth:`remove` to be told about unknown ids and how many documents went.
+        """
+        _no_extra_options("delete", kwargs)
+        if isinstance(ids, str):
+            raise InvalidParameterError(f"delete takes a list of ids; got the string {ids!r}")
+        if ids is None:
+            ids = [doc.id or "" for doc in self.store.view().iter_documents()]
+        self.store.delete(list(ids))
+        return True
+
+    def remove(self, ids: Sequence[str]) -> int:
         """Remove documents by id from every side; returns how many were removed.
 
         Raises :class:`~langchain_fusion.errors.UnknownDocumentError` (and removes nothing) if
         any id is unknown.
         """
         if isinstance(ids, str):
-            raise InvalidParameterError(f"delete takes a list of ids; got the string {ids!r}")
+            raise InvalidParameterError(f"remove takes a list of ids; got the string {ids!r}")
         ids = list(ids)
         present = self.store.view().keys_of(ids)
         unknown = [i for i, key in zip(ids, present, strict=True) if key < 0]
@@ -274,13 +353,78 @@ class FusionIndex:
             raise UnknownDocumentError(f"no document with id {shown}{more} in the index; nothing was deleted")
         return self.store.delete(ids)
 
+    # --- LangChain's vector-store searches (the vector side alone) --------------------------
+
+    def similarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[Document]:
+        """The ``k`` documents most similar to ``query`` on the vector side (copies, no score metadata)."""
+        return [doc for doc, _ in self.similarity_search_with_score(query, k, **kwargs)]
+
+    def similarity_search_with_score(self, query: str, k: int = 4, **kwargs: Any) -> list[tuple[Document, float]]:
+        """(document, cosine similarity) pairs, best first; ``filter=`` restricts the documents."""
+        return self.similarity_search_with_score_by_vector(self.embeddings.embed_query(query), k, **kwargs)
+
+    def similarity_search_by_vector(self, embedding: list[float], k: int = 4, **kwargs: Any) -> list[Document]:
+        """The ``k`` documents most similar to an embedding."""
+        return [doc for doc, _ in self.similarity_search_with_score_by_vector(embedding, k, **kwargs)]
+
+    def similarity_search_with_score_by_vector(
+        self, embedding: Sequence[float], k: int = 4, *, filter: Any = None, **kwargs: Any
+    ) -> list[tuple[Document, float]]:
+        """(document, cosine similarity) pairs for an embedding, best first."""
+        _no_extra_options("similarity_search", kwargs)
+        k = check_k(k)
+        view = self.store.view()
+        if len(view) == 0:
+            return []
+        where = None if filter is None else Where(metadata=check_filter(filter))
+        keys, scores = view.vector(self._query_matrix(embedding)).top(k, where)
+        return [(_plain_copy(doc), float(s)) for doc, s in zip(view.documents(keys), scores, strict=True)]
+
+    def _select_relevance_score_fn(self) -> Callable[[float], float]:
+        # Cosine similarity in [-1, 1] -> relevance in [0, 1].
+        return _cosine_relevance
+
+    def max_marginal_relevance_search(
+        self, query: str, k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5, **kwargs: Any
+    ) -> list[Document]:
+        """Maximal marginal relevance over the ``fetch_k`` most similar documents (diverse results)."""
+        return self.max_marginal_relevance_search_by_vector(
+            self.embeddings.embed_query(query), k, fetch_k, lambda_mult, **kwargs
+        )
+
+    def max_marginal_relevance_search_by_vector(
+        self,
+        embedding: list[float],
+        k: int = 4,
+        fetch_k: int = 20,
+        lambda_mult: float = 0.5,
+        *,
+        filter: Any = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        """MMR for an embedding: relevance to the query traded against similarity to what was picked."""
+        _no_extra_options("max_marginal_relevance_search", kwargs)
+        k, fetch_k = check_k(k), check_positive_int(fetch_k, "fetch_k")
+        if not is_real_number(lambda_mult) or not 0 <= lambda_mult <= 1:
+            raise InvalidParameterError(f"lambda_mult must be a number between 0 and 1; got {lambda_mult!r}")
+        view = self.store.view()
+        if len(view) == 0:
+            return []
+        query = self._query_matrix(embedding)
+        where = None if filter is None else Where(metadata=check_filter(filter))
+        keys, _ = view.vector(query).top(max(fetch_k, k), where)
+        candidates: Any = view.vectors(keys)  # LangChain's helper takes any 2-D array
+        picked = maximal_marginal_relevance(query[0], candidates, lambda_mult=float(lambda_mult), k=k)
+        return [_plain_copy(doc) for doc in view.documents(keys[np.asarray(picked, dtype=np.int64)])]
+
     # --- embedding --------------------------------------------------------------------------
 
-    def _embed(self, texts: list[str], progress: ProgressCallback | None) -> FloatMatrix:
+    def _embed(self, texts: list[str], progress: ProgressCallback | None, batch_size: int | None = None) -> FloatMatrix:
         dimension = self.dimension
         matrix: FloatMatrix | None = None
-        for start in range(0, len(texts), self.embedding_batch_size):
-            batch = texts[start : start + self.embedding_batch_size]
+        step = batch_size or self.embedding_batch_size
+        for start in range(0, len(texts), step):
+            batch = texts[start : start + step]
             vectors = self.embeddings.embed_documents(batch)
             if len(vectors) != len(batch):
                 raise FusionError(f"the embedding model returned {len(vectors)} vectors for {len(batch)} texts")
@@ -323,16 +467,23 @@ class FusionIndex:
 
     @classmethod
     def load(
-        cls, folder: str | Path, embeddings: Embeddings | None = None, *, analyzer: Analyzer | None = None
+        cls,
+        folder: str | Path,
+        embeddings: Embeddings | None = None,
+        *,
+        analyzer: Analyzer | None = None,
+        lock: bool = True,
     ) -> FusionIndex:
         """Load an index saved by :meth:`save`, verifying its manifest and checksums.
 
         ``embeddings`` must be the model that built the index; by default it is recreated
         from the manifest (the bundled local model, or OpenAI with ``OPENAI_API_KEY``).
         ``analyzer`` is needed only for an index built with a custom :class:`Analyzer` subclass.
+        The folder is read under a shared lock so that a concurrent save waits (``lock=False``
+        when the caller holds the lock of an enclosing folder).
         """
         folder = Path(folder).expanduser()
-        store, _ = LocalStore.load(folder, analyzer)
+        store, _ = LocalStore.load(folder, analyzer, lock=lock)
         settings = store.settings
         if embeddings is None:
             embeddings = embeddings_from_id(settings.embeddings_id or "")
@@ -353,19 +504,42 @@ class FusionIndex:
 
     # --- retrieval --------------------------------------------------------------------------
 
-    def as_retriever(self, **kwargs: Any) -> FusionRetriever:
+    def as_retriever(  # type: ignore[override]  # returns the fused retriever, not a VectorStoreRetriever
+        self, *, search_type: str = "fusion", search_kwargs: dict[str, Any] | None = None, **kwargs: Any
+    ) -> FusionRetriever:
         """A :class:`~langchain_fusion.retrievers.fusion.FusionRetriever` over this index.
 
-        Keyword arguments are its fields: ``k``, ``alpha``, ``fetch_k``, ``method``, ``filter``.
+        Keyword arguments (or LangChain's ``search_kwargs``) are its fields: ``k``, ``alpha``,
+        ``fetch_k``, ``method``, ``filter`` (and ``tags``, ``metadata``). ``search_type`` is
+        ``"fusion"`` (the default) or ``"similarity"`` (the vector side alone: ``alpha=1``).
+        An unknown option or search type is an error that lists the valid ones.
         """
         from langchain_fusion.retrievers.fusion import FusionRetriever
 
-        return FusionRetriever(index=self, **kwargs)
+        options = {**(search_kwargs or {}), **kwargs}
+        valid = sorted(set(FusionRetriever.model_fields) - {"index", "callbacks", "verbose"})
+        unknown = sorted(set(options) - set(valid))
+        if unknown:
+            raise InvalidParameterError(f"unknown retriever option(s) {unknown}; the options are {valid}")
+        if search_type == "similarity":
+            if options.get("alpha", 1.0) != 1.0:
+                raise InvalidParameterError("search_type='similarity' is the vector side alone (alpha=1); drop alpha")
+            options["alpha"] = 1.0
+        elif search_type not in SEARCH_TYPES:
+            raise InvalidParameterError(f"search_type must be one of {list(SEARCH_TYPES)}; got {search_type!r}")
+        return FusionRetriever(index=self, **options)
 
 
-def _prepared(documents: Iterable[Document]) -> list[Document]:
-    """Copies with ids (content hashes for documents without one); FusionError on repeated ids."""
+def _prepared(documents: Iterable[Document], ids: Sequence[str] | None = None) -> list[Document]:
+    """Copies with ids (given, own, or content hashes); FusionError on ids repeated in the batch."""
     new_docs = [doc.model_copy(deep=True) for doc in documents]
+    if ids is not None:
+        if isinstance(ids, str) or len(ids) != len(new_docs):
+            raise InvalidParameterError(f"give one id per document: {len(new_docs)} documents, ids={ids!r}")
+        for doc, doc_id in zip(new_docs, ids, strict=True):
+            if not isinstance(doc_id, str) or not doc_id:
+                raise InvalidParameterError(f"ids must be non-empty strings; got {doc_id!r}")
+            doc.id = doc_id
     seen: dict[str, int] = {}
     for position, doc in enumerate(new_docs):
         if doc.id is None:
@@ -377,6 +551,24 @@ def _prepared(documents: Iterable[Document]) -> list[Document]:
             )
         seen[doc.id] = position
     return new_docs
+
+
+def _plain_copy(doc: Document) -> Document:
+    return Document(id=doc.id, page_content=doc.page_content, metadata=copy.deepcopy(doc.metadata))
+
+
+def _cosine_relevance(similarity: float) -> float:
+    return min(1.0, max(0.0, (1.0 + similarity) / 2.0))
+
+
+def _batch_size(value: Any) -> int | None:
+    """LangChain's ``batch_size`` of ``add_documents``: texts per embedding call here."""
+    return None if value is None else check_positive_int(value, "batch_size", "texts per embedding call")
+
+
+def _no_extra_options(method: str, kwargs: dict[str, Any]) -> None:
+    if kwargs:
+        raise InvalidParameterError(f"FusionIndex.{method} got unexpected argument(s) {sorted(kwargs)}")
 
 
 def _width(vectors: Sequence[Sequence[float]]) -> int:

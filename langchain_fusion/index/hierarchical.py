@@ -139,30 +139,32 @@ class HierarchicalIndex:
     def load(cls, folder: str | Path, embeddings: Embeddings | None = None) -> HierarchicalIndex:
         """Load a folder saved by :meth:`save`, verifying both indexes and the link between them."""
         folder = Path(folder).expanduser()
-        manifest = read_hierarchical_manifest(folder)
-        try:
-            parts = {name: manifest["parts"][name] for name in (CHUNKS_DIR, SUMMARIES_DIR)}
-            expected = {name: (part["folder"], part["manifest_sha256"]) for name, part in parts.items()}
-            counts = manifest["counts"]
-            if not isinstance(counts, dict):
-                raise TypeError("counts must be an object")
-        except (KeyError, TypeError) as exc:
-            raise IndexFormatError(
-                f"{folder / fmt.MANIFEST} is incomplete or invalid ({exc}); rebuild the index"
-            ) from None
-        for name, (sub, checksum) in expected.items():
-            if sub != name:
-                raise IndexFormatError(f"{folder / fmt.MANIFEST} names an unexpected folder {sub!r} for the {name}")
-            path = folder / sub / fmt.MANIFEST
-            fmt.require_file(path)
-            fmt.check_checksum(path, checksum)
-        chunks = FusionIndex.load(folder / CHUNKS_DIR, embeddings)
-        summaries = FusionIndex.load(folder / SUMMARIES_DIR, chunks.embeddings)
-        for name, value in {CHUNKS_DIR: len(chunks), SUMMARIES_DIR: len(summaries)}.items():
-            if counts.get(name) != value:
+        fmt.recover(folder)
+        with fmt.load_lock(folder):  # a save of the same folder waits until both parts are read
+            manifest = read_hierarchical_manifest(folder)
+            try:
+                parts = {name: manifest["parts"][name] for name in (CHUNKS_DIR, SUMMARIES_DIR)}
+                expected = {name: (part["folder"], part["manifest_sha256"]) for name, part in parts.items()}
+                counts = manifest["counts"]
+                if not isinstance(counts, dict):
+                    raise TypeError("counts must be an object")
+            except (KeyError, TypeError) as exc:
                 raise IndexFormatError(
-                    f"{folder}: {value} {name} found but the manifest says {counts.get(name)}; rebuild the index"
-                )
+                    f"{folder / fmt.MANIFEST} is incomplete or invalid ({exc}); rebuild the index"
+                ) from None
+            for name, (sub, checksum) in expected.items():
+                if sub != name:
+                    raise IndexFormatError(f"{folder / fmt.MANIFEST} names an unexpected folder {sub!r} for the {name}")
+                path = folder / sub / fmt.MANIFEST
+                fmt.require_file(path)
+                fmt.check_checksum(path, checksum)
+            chunks = FusionIndex.load(folder / CHUNKS_DIR, embeddings, lock=False)
+            summaries = FusionIndex.load(folder / SUMMARIES_DIR, chunks.embeddings, lock=False)
+            for name, value in {CHUNKS_DIR: len(chunks), SUMMARIES_DIR: len(summaries)}.items():
+                if counts.get(name) != value:
+                    raise IndexFormatError(
+                        f"{folder}: {value} {name} found but the manifest says {counts.get(name)}; rebuild the index"
+                    )
         return cls(chunks, summaries)
 
     def as_retriever(self, **kwargs: Any) -> HierarchicalRetriever:

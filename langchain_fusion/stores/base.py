@@ -106,6 +106,10 @@ class StoreView(ABC):
         """The stored documents of ``keys`` in order (shared objects: copy before changing them)."""
 
     @abstractmethod
+    def vectors(self, keys: Keys) -> FloatMatrix:
+        """The stored unit vectors of ``keys``, in order (for diversity re-ranking)."""
+
+    @abstractmethod
     def keys_of(self, ids: Sequence[str]) -> Keys:
         """The keys of the documents with these ids; -1 where an id is not in the view."""
 

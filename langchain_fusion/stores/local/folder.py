@@ -30,6 +30,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -96,7 +97,11 @@ def write_manifest(folder: Path, manifest: Mapping[str, Any]) -> None:
 
 
 def read_manifest(folder: Path) -> Any:
-    """The parsed ``manifest.json`` of ``folder`` (any JSON value), or IndexFormatError if there is none."""
+    """The parsed ``manifest.json`` of ``folder`` (any JSON value), or IndexFormatError if there is none.
+
+    Puts back an index a crashed save left aside first (see :func:`recover`); do not call it
+    while holding :func:`load_lock` on the same folder.
+    """
     recover(folder)
     path = folder / MANIFEST
     if not folder.is_dir():
@@ -145,6 +150,10 @@ def verify_files(folder: Path, manifest: Mapping[str, Any], allowed: Callable[[s
         if not isinstance(name, str) or not allowed(name) or not isinstance(expected, dict):
             raise IndexFormatError(f"{folder / MANIFEST} lists an unexpected file {name!r}; the index is damaged")
         path = folder / name
+        if path.is_symlink() or any(
+            parent.is_symlink() for parent in path.relative_to(folder).parents if str(parent) != "."
+        ):
+            raise IndexFormatError(f"{path} is a symbolic link; a saved index holds only its own files")
         require_file(path)
         size = path.stat().st_size
         if size != expected.get("bytes"):
@@ -193,17 +202,23 @@ def write_documents(path: Path, documents: Iterator[Document] | Any) -> int:
 def read_documents(path: Path) -> list[Document]:
     """Documents written by :func:`write_documents`; IndexFormatError on a bad record."""
     documents = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            try:
-                record = json.loads(line)
-                if not isinstance(record, dict) or not isinstance(record.get("id"), str):
-                    raise ValueError("expected an object with a string id")
-                documents.append(
-                    Document(id=record["id"], page_content=record["page_content"], metadata=record["metadata"])
-                )
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError, RecursionError) as exc:
-                raise IndexFormatError(f"{path}, line {number}: not a valid document record ({exc})") from None
+    try:
+        # Split on "\n" only: JSON text may hold other line separators (U+2028) inside strings.
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError as exc:
+        raise IndexFormatError(f"{path} is not UTF-8 text ({exc.reason}); rebuild the index") from None
+    if lines and lines[-1] == "":
+        lines.pop()
+    for number, line in enumerate(lines, start=1):
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict) or not isinstance(record.get("id"), str):
+                raise ValueError("expected an object with a string id")
+            documents.append(
+                Document(id=record["id"], page_content=record["page_content"], metadata=record["metadata"])
+            )
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, RecursionError) as exc:
+            raise IndexFormatError(f"{path}, line {number}: not a valid document record ({exc})") from None
     return documents
 
 
@@ -285,6 +300,31 @@ def save_lock(folder: Path) -> Iterator[None]:
             os.close(fd)  # closing releases the lock
 
 
+@contextlib.contextmanager
+def load_lock(folder: Path) -> Iterator[None]:
+    """Shared lock for reading ``folder``: no save replaces it meanwhile (saves take it exclusively).
+
+    Where the lock file cannot be created (a read-only location), the read goes ahead unlocked:
+    nothing can save there either.
+    """
+    if sys.platform == "win32":  # pragma: no cover - no flock
+        yield
+        return
+    import fcntl
+
+    lock_path = folder.parent / f".{folder.name}{LOCK_SUFFIX}"
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
 def recover(folder: Path, *, locked: bool = False) -> None:
     """Put back an index that a crash between the two renames of a non-atomic save left aside."""
     if folder.exists() or not folder.parent.is_dir():
@@ -310,9 +350,10 @@ def clean_leftovers(folder: Path) -> None:
 
 
 def _leftovers(folder: Path, mark: str) -> list[Path]:
-    prefix = f".{folder.name}{mark}"
+    # Exactly what tempfile.mkdtemp made for this folder: not a sibling index whose name extends ours.
+    pattern = re.compile(re.escape(f".{folder.name}{mark}") + r"[a-z0-9_]{8}")
     try:
-        return [p for p in folder.parent.iterdir() if p.name.startswith(prefix) and p.is_dir()]
+        return [p for p in folder.parent.iterdir() if pattern.fullmatch(p.name) and p.is_dir()]
     except OSError:
         return []
 

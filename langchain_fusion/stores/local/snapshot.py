@@ -219,15 +219,18 @@ class Snapshot:
 
     def _metadata_mask(self, spec: Any) -> NDArray[np.bool_]:
         key = _filter_key(spec)
-        masks: dict[str, NDArray[np.bool_]] = self._cache.setdefault("filters", {})
+        masks: dict[str, NDArray[np.bool_]] = self._cache.get("filters", {})
         if key is not None and key in masks:
             return masks[key]
         predicate = as_predicate(spec)
         mask = np.fromiter((predicate(doc) for doc in self.documents), dtype=bool, count=self.size)
         if key is not None:
-            if len(masks) >= _FILTER_CACHE:
-                masks.pop(next(iter(masks)))
-            masks[key] = mask
+            # Readers share this cache: replace the dict, never change one another thread may be reading.
+            updated = dict(masks)
+            while len(updated) >= _FILTER_CACHE:
+                updated.pop(next(iter(updated)))
+            updated[key] = mask
+            self._cache["filters"] = updated
         return mask
 
     def chunk_rows(self) -> dict[tuple[str, int], int]:
@@ -251,6 +254,9 @@ class Snapshot:
         """A snapshot with these rows added, replacing live rows with the same ids."""
         if not documents:
             return self
+        ids = [doc.id for doc in documents]
+        if any(not isinstance(i, str) or not i for i in ids) or len(set(ids)) != len(ids):
+            raise FusionError("every row needs a distinct, non-empty string id; got repeated or missing ids")
         dimension = int(vectors.shape[1])
         settings = self.settings
         if settings.dimension is None:
@@ -405,8 +411,9 @@ def _filter_key(spec: Any) -> str | None:
     """A cache key for a mapping filter, or None (callables are not cached)."""
     if not isinstance(spec, Mapping):
         return None
+    # Only plain JSON values: anything else (sets, objects) is not cached, so two filters never share a key.
     try:
-        return json.dumps(spec, sort_keys=True, default=repr)
+        return json.dumps(spec, sort_keys=True)
     except (TypeError, ValueError):
         return None
 
@@ -441,6 +448,10 @@ class LocalView(StoreView):
         """The documents of ``keys``."""
         documents = self.snapshot.documents
         return [documents[int(k)] for k in keys]
+
+    def vectors(self, keys: Keys) -> FloatMatrix:
+        """The stored vectors of ``keys``."""
+        return self.snapshot.vectors_of(np.asarray(keys, dtype=np.int64))
 
     def keys_of(self, ids: Sequence[str]) -> Keys:
         """Rows of these ids (-1 when absent)."""

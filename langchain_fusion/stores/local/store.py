@@ -8,6 +8,7 @@ deletes or saves, and each sees the store entirely before or entirely after a mu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -46,7 +47,9 @@ BM25_ARRAYS = {
     "tf": ((np.uint16, np.int32), 1),
     "lengths": (np.int32, 1),
 }
-_FILES = {DOCUMENTS, VECTORS, ANN, VOCABULARY} | {f"{BM25_DIR}/{name}.npy" for name in BM25_ARRAYS}
+REQUIRED_FILES = {DOCUMENTS, VOCABULARY} | {f"{BM25_DIR}/{name}.npy" for name in BM25_ARRAYS}
+"""Files every saved store has (``vectors.npy`` too once it holds rows)."""
+_FILES = REQUIRED_FILES | {VECTORS, ANN}
 
 
 class LocalStore(FusionStore):
@@ -150,25 +153,38 @@ class LocalStore(FusionStore):
         return fmt.save_folder(folder, lambda staging: write_snapshot(snapshot, staging, extra or {}))
 
     @classmethod
-    def load(cls, folder: Path, analyzer: Analyzer | None = None) -> tuple[LocalStore, dict[str, Any]]:
+    def load(
+        cls, folder: Path, analyzer: Analyzer | None = None, *, lock: bool = True
+    ) -> tuple[LocalStore, dict[str, Any]]:
         """Read a store saved by :meth:`save`; returns it and the manifest.
 
         An index built with a custom :class:`Analyzer` subclass needs an instance of that class
-        as ``analyzer`` (its configuration must match the manifest's).
+        as ``analyzer`` (its configuration must match the manifest's). The folder is read under
+        a shared lock (``lock``), so a save to the same path waits instead of swapping files
+        under the reader; a caller that already holds the lock of an enclosing folder passes False.
         """
+        fmt.recover(folder)
         try:
-            manifest = fmt.read_manifest(folder)
-            if isinstance(manifest, dict) and manifest.get("format") == fmt.HIERARCHICAL_FORMAT_NAME:
-                raise IndexFormatError(
-                    f"{folder} is a hierarchical index (page summaries and chunks): load it with "
-                    "HierarchicalIndex.load, or its chunks/ folder with FusionIndex.load"
-                )
-            manifest = fmt.check_format(folder, manifest, FORMAT_NAME, FORMAT_VERSION, "index")
-            paths = fmt.verify_files(folder, manifest, _FILES.__contains__)
-            settings, vector_conf, counts = _parse_manifest(folder, manifest, analyzer)
-            snapshot = read_snapshot(folder, paths, settings, vector_conf, counts)
+            with fmt.load_lock(folder) if lock else contextlib.nullcontext():
+                return cls._read(folder, analyzer)
         except OSError as exc:
             raise IndexFormatError(f"cannot read the index at {folder}: {exc.strerror or exc}") from None
+
+    @classmethod
+    def _read(cls, folder: Path, analyzer: Analyzer | None) -> tuple[LocalStore, dict[str, Any]]:
+        manifest = fmt.read_manifest(folder)
+        if isinstance(manifest, dict) and manifest.get("format") == fmt.HIERARCHICAL_FORMAT_NAME:
+            raise IndexFormatError(
+                f"{folder} is a hierarchical index (page summaries and chunks): load it with "
+                "HierarchicalIndex.load, or its chunks/ folder with FusionIndex.load"
+            )
+        manifest = fmt.check_format(folder, manifest, FORMAT_NAME, FORMAT_VERSION, "index")
+        paths = fmt.verify_files(folder, manifest, _FILES.__contains__)
+        missing = sorted(REQUIRED_FILES - set(paths))
+        if missing:
+            raise IndexFormatError(f"{folder / fmt.MANIFEST} does not list {missing}; the index is damaged")
+        settings, vector_conf, counts = _parse_manifest(folder, manifest, analyzer)
+        snapshot = read_snapshot(folder, paths, settings, vector_conf, counts)
         store = cls.__new__(cls)
         store._write_lock = threading.Lock()
         store._snapshot = snapshot
