@@ -558,6 +558,27 @@ SERVING = [
         'print("same ranking:", [d.id for d in from_store] == [d.id for d in from_index])'
     ),
     new_markdown_cell(
+        "## Keeping the index in sync with LangChain's indexing API\n\n"
+        "`FusionIndex` is itself a LangChain `VectorStore`, so `langchain_core.indexing.index` with a record "
+        "manager keeps it in sync with a document source: a rerun embeds nothing, a changed document replaces "
+        "its old chunks, and `cleanup=\"incremental\"` deletes the chunks of documents that disappeared."
+    ),
+    new_code_cell(
+        "from langchain_core.documents import Document\n"
+        "from langchain_core.indexing import InMemoryRecordManager\n"
+        "from langchain_core.indexing import index as sync_index\n\n"
+        'records = InMemoryRecordManager(namespace="arden")\n'
+        "records.create_schema()\n"
+        "synced = FusionIndex(embeddings)\n"
+        'options = {"cleanup": "incremental", "source_id_key": "source", "key_encoder": "sha256"}\n'
+        'print("first run:", sync_index(chunks, records, synced, **options))\n'
+        'print("rerun:    ", sync_index(chunks, records, synced, **options))\n'
+        'edited = Document(page_content="The handbook now ends here.", metadata=chunks[-1].metadata)\n'
+        "changed = [*chunks[:-1], edited]\n"
+        'print("one edit: ", sync_index(changed, records, synced, **options))\n'
+        'print(len(synced), "chunks indexed")'
+    ),
+    new_markdown_cell(
         "## Serving with LangServe\n\n"
         "`create_app(index_dir)` loads a saved index once and returns a FastAPI app with LangServe's routes: "
         "`/retriever/invoke`, `/batch`, `/stream` and `/playground/`, the RAG chain at `/rag/...` when there is a "

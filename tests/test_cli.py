@@ -142,6 +142,7 @@ class TestIndexCommand:
         assert status == 0, stderr
         assert stdout.splitlines() == [
             f"indexed 2 files (2 PDF pages) into {chunks} chunks -> {out_dir}",
+            f"this run: 2 files added, 0 updated, 0 removed, 0 unchanged; {chunks} chunks embedded, 0 removed",
             f"embeddings: {LOCAL_ID} (384 dimensions); vector index: HNSW32",
             "skipped 1 file(s); see above",
         ]
@@ -397,7 +398,7 @@ class TestHelp:
     FLAGS: ClassVar[dict[str, tuple[str, ...]]] = {
         "index": ("PATH", "--out", "-o", "--embeddings", "--chunk-size", "--chunk-overlap", "--vector-index",
                   "--vector-search-params", "--json", "--quiet", "-q", "--contextual", "--summaries", "--llm",
-                  "--llm-cache", "--llm-concurrency"),
+                  "--llm-cache", "--llm-concurrency", "--keep-missing"),
         "query": ("DIR", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
                   "--window", "--max-chars", "--rerank", "--top-n", "--llm", "--hierarchical", "--k-summaries",
                   "--summary-weight"),
@@ -789,9 +790,9 @@ class TestIndexWithChatModel:
         assert lines[0].startswith("indexed 1 files (0 PDF pages) into ")
         assert re.fullmatch(
             r"contextual enrichment \(rating-fake\): (\d+) chunks, \1 model calls \(0 retries\), 0 cached, 1 failed",
-            lines[2],
+            lines[3],
         )
-        assert lines[3] == f"chat model answers cached in {tmp_path / 'idx.llm-cache'}"
+        assert lines[4] == f"chat model answers cached in {tmp_path / 'idx.llm-cache'}"
         failures = [line for line in stderr.splitlines() if line.startswith("enrichment failed for ")]
         assert failures == [
             f"enrichment failed for {tmp_path / 'notes.txt'}, chunk 0: ValueError: refused by the content filter; "

@@ -193,6 +193,64 @@ class TestHarness:
             assert sweep.result(f"{method}@0").means == pytest.approx(sides.result("bm25").means)
         assert sweep.result("weighted@0.5").means == pytest.approx(sides.result("fusion").means)
 
+    def test_any_langchain_retriever_is_scored(self, sample_index: FusionIndex) -> None:
+        """A store with its own ids (InMemoryVectorStore) and a retriever without a k field are matched by position."""
+        from langchain_core.callbacks import CallbackManagerForRetrieverRun
+        from langchain_core.retrievers import BaseRetriever
+        from langchain_core.vectorstores import InMemoryVectorStore
+
+        dataset = load_labelled(SAMPLE_QUERIES, sample_index.documents)
+        chunks = list(sample_index.documents)
+        store = InMemoryVectorStore(sample_index.embeddings)
+        store.add_documents([Document(page_content=d.page_content, metadata=d.metadata) for d in chunks])
+
+        class Anonymous(BaseRetriever):
+            """Returns the fused results with their ids stripped (as many LangChain retrievers do)."""
+
+            def _get_relevant_documents(
+                self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+            ) -> list[Document]:
+                docs = FusionRetriever(index=sample_index, k=10).invoke(query)
+                return [Document(page_content=d.page_content, metadata=d.metadata) for d in docs]
+
+        metrics = ["ndcg@10"]
+        report = evaluate_retrievers(
+            {
+                "fusion": FusionRetriever(index=sample_index),
+                "anonymous": Anonymous(),
+                "in-memory": store.as_retriever(),
+                "vector": VectorRetriever(index=sample_index),
+            },
+            dataset,
+            metrics,
+            documents=chunks,
+            progress=False,
+        )
+        assert report.result("anonymous").means == pytest.approx(report.result("fusion").means)
+        assert report.result("in-memory").means["ndcg@10"] == pytest.approx(
+            report.result("vector").means["ndcg@10"], abs=0.02
+        )
+        assert report.result("in-memory").means["ndcg@10"] > 0.3
+
+    def test_unmatchable_results_are_warned_about(
+        self, sample_index: FusionIndex, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        from langchain_core.callbacks import CallbackManagerForRetrieverRun
+        from langchain_core.retrievers import BaseRetriever
+
+        class Nameless(BaseRetriever):
+            def _get_relevant_documents(
+                self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+            ) -> list[Document]:
+                return [Document(page_content="no id, no position")]
+
+        dataset = load_labelled(SAMPLE_QUERIES, sample_index.documents)
+        report = evaluate_retrievers(
+            {"nameless": Nameless()}, dataset, ["ndcg@10"], documents=list(sample_index.documents), progress=False
+        )
+        assert report.result("nameless").means["ndcg@10"] == 0.0
+        assert "nameless: none of its" in caplog.text
+
     def test_plot(self, sample_index: FusionIndex, tmp_path: Path) -> None:
         pytest.importorskip("matplotlib")
         dataset = load_labelled(SAMPLE_QUERIES, sample_index.documents)

@@ -288,8 +288,10 @@ class TestLayoutAndManifest:
             "bm25",
             "text_fields",
             "counts",
+            "info",
             "files",
         }
+        assert manifest["info"] == {}
         assert manifest["library_version"] == library_version()
         assert datetime.fromisoformat(manifest["created_at"]).tzinfo is not None
         assert manifest["embeddings"] == {"id": animal_index.embeddings_id, "dimension": 64}
@@ -864,3 +866,10 @@ class TestHierarchicalPersistence:
         with pytest.raises(FusionError, match="refusing to overwrite"):
             _hierarchical(embeddings).save(notes)
         assert [p.name for p in notes.iterdir()] == ["keep.txt"]
+
+
+class TestSavedInfo:
+    def test_info_round_trips_through_the_manifest(self, animal_index: FusionIndex, tmp_path: Path, embeddings) -> None:
+        folder = animal_index.save(tmp_path / "idx", info={"files": {"by_path": {"a.txt": {"sha256": "x"}}}})
+        assert FusionIndex.load(folder, embeddings).saved_info == {"files": {"by_path": {"a.txt": {"sha256": "x"}}}}
+        assert FusionIndex.load(animal_index.save(tmp_path / "plain"), embeddings).saved_info == {}

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from langchain_fusion import metadata as keys
 from langchain_fusion.cli.errors import UserError
 from langchain_fusion.errors import FusionError
-from langchain_fusion.ingest.loading import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, load_files, split_documents
+from langchain_fusion.ingest.loading import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split_documents
 from langchain_fusion.search.fusion import FUSION_METHODS
 from langchain_fusion.search.options import SEARCH_DEFAULTS
 
@@ -35,6 +35,8 @@ DEFAULT_RERANK_CANDIDATES = 20
 DEFAULT_K_SUMMARIES = SEARCH_DEFAULTS.k_summaries
 DEFAULT_SUMMARY_WEIGHT = SEARCH_DEFAULTS.summary_weight
 DEFAULT_LLM_CONCURRENCY = 8
+PROGRESS_BATCH = 32
+"""Chunks embedded per call by the index command, so the progress bar moves often."""
 LLM_CACHE_SUFFIX = ".llm-cache"
 # The serve defaults, the same as langchain_fusion.server's (not imported here: it needs the server extra).
 SERVE_HOST = "127.0.0.1"
@@ -97,7 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
         "index",
         help="load files, split them into chunks and save a fusion index",
         description="Load PDFs, .txt and .md files (or whole folders), split them into chunks, embed them "
-        "and save a fusion index folder. Unreadable files are reported and skipped.",
+        "and save a fusion index folder. Unreadable files are reported and skipped. On an existing index (--out), "
+        "the index is updated in place: unchanged files are skipped without embedding (by content hash), changed "
+        "files have their chunks replaced, and files that no longer exist under the given paths have their chunks "
+        "removed (--keep-missing keeps them). Ctrl-C saves the files done so far; run again to finish.",
     )
     index.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to index (folders recursively)")
     index.add_argument("--out", "-o", required=True, metavar="DIR", help="folder to save the index to")
@@ -116,9 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     index.add_argument(
         "--vector-index",
-        default="Flat",
+        default=None,
         metavar="FACTORY",
-        help="FAISS factory string: 'Flat' is exact (default); e.g. 'HNSW32' is approximate and faster at scale",
+        help="FAISS factory string: 'Flat' is exact (default); e.g. 'HNSW32' is approximate and faster at scale "
+        "(a new index only: an existing one keeps its own)",
     )
     index.add_argument(
         "--vector-search-params",
@@ -156,6 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help=f"chat model calls at once for --contextual and --summaries (default: {DEFAULT_LLM_CONCURRENCY})",
+    )
+    index.add_argument(
+        "--keep-missing",
+        action="store_true",
+        help="keep the chunks of files that were indexed from under the given paths and no longer exist there "
+        "(by default they are removed)",
     )
     index.add_argument("--json", action="store_true", help="print the summary as JSON")
     index.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
@@ -387,28 +399,18 @@ def _check_index_options(args: argparse.Namespace) -> bool:
 
 
 def run_index(args: argparse.Namespace) -> int:
-    """Build and save an index; print a summary."""
-    import warnings
-
-    from langchain_fusion.index.fusion_index import FusionIndex
-    from langchain_fusion.ingest.loading import SkippedFileWarning
-    from langchain_fusion.models.embeddings import LocalEmbeddings, resolve_embeddings
+    """Build an index, or bring an existing one up to date with the files; save it; print a summary."""
+    from langchain_fusion.index.sync import SYNC_INFO_KEY, sync_files
+    from langchain_fusion.models.embeddings import LocalEmbeddings
     from langchain_fusion.stores.local.folder import check_save_target
 
     # Check everything that can be wrong before paying for a chat model or embeddings.
     out = check_save_target(Path(args.out))
+    split_documents([], chunk_size=args.chunk_size, chunk_overlap=args.chunk_overlap)  # checks the two
     uses_llm = _check_index_options(args)
     chat_model = _chat_model(args) if uses_llm else None  # a missing key fails before any work
-    embeddings = resolve_embeddings(args.embeddings)
-    index = FusionIndex(embeddings, vector_index=args.vector_index, vector_search_params=args.vector_search_params)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SkippedFileWarning)  # reported in the summary instead
-        loaded = load_files(args.paths)
-    for skip in loaded.skipped:
-        print(f"skipped {skip.path}: {skip.reason}", file=sys.stderr)
-    if not loaded.documents:
-        raise UserError(f"no readable documents in {' '.join(args.paths)} (PDF, .txt and .md files are indexed)")
-    chunks = split_documents(loaded.documents, chunk_size=args.chunk_size, chunk_overlap=args.chunk_overlap)
+    index = _index_to_update(out, args)
+    embeddings = index.embeddings
     quiet = args.quiet or args.json
     cache_dir = Path(args.llm_cache) if args.llm_cache else out.parent / f"{out.name}{LLM_CACHE_SUFFIX}"
     llm_options = {
@@ -417,51 +419,138 @@ def run_index(args: argparse.Namespace) -> int:
         "max_concurrency": args.llm_concurrency or DEFAULT_LLM_CONCURRENCY,
     }
     reports: dict[str, Any] = {}
-    if args.contextual:
-        chunks, reports["contextual"] = _enrich(chunks, loaded.documents, llm_options, quiet)
-    if isinstance(embeddings, LocalEmbeddings):
-        if not quiet:
-            print("loading the bundled embedding model...", file=sys.stderr)
-        embeddings.load_model()
-    with _progress_bar(len(chunks), quiet) as bar:
-        index.add_documents(chunks, progress=bar.update)
+
+    def enrich(chunks: list[Any], pages: list[Any]) -> list[Any]:
+        enriched, report = _enrich(chunks, pages, llm_options, quiet=True)
+        if "contextual" in reports:
+            reports["contextual"] = reports["contextual"].merged(report)
+        else:
+            reports["contextual"] = report
+        return enriched
+
+    bars: list[Any] = []
+
+    def start_embedding() -> None:  # only when some file needs it: a rerun with nothing new loads no model
+        if isinstance(embeddings, LocalEmbeddings):
+            if not quiet:
+                print("loading the bundled embedding model...", file=sys.stderr)
+            embeddings.load_model()
+        bars.append(_progress_bar(0, quiet, "embedding chunks", "chunk"))
+
+    def show_file(source: str) -> None:
+        if bars:
+            bars[0].set_postfix_str(Path(source).name, refresh=False)
+
+    def report_skip(skipped: Any) -> None:
+        from tqdm import tqdm
+
+        tqdm.write(f"skipped {skipped.path}: {skipped.reason}", file=sys.stderr)
+
+    record: dict[str, Any] = dict(index.saved_info.get(SYNC_INFO_KEY) or {})
+    try:
+        report = sync_files(
+            index,
+            args.paths,
+            record,
+            chunk_size=args.chunk_size,
+            chunk_overlap=args.chunk_overlap,
+            keep_missing=args.keep_missing,
+            transform=enrich if args.contextual else None,
+            on_file=show_file,
+            on_skip=report_skip,
+            before_embedding=start_embedding,
+            progress=lambda n: bars[0].update(n),
+            batch_size=PROGRESS_BATCH,
+        )
+    finally:
+        for bar in bars:
+            bar.close()
+    info = {SYNC_INFO_KEY: record}
+    if report.interrupted:
+        folder = index.save(out, info=info)
+        print(
+            f"langchain-fusion: interrupted; saved the {len(record.get('by_path', {}))} files done so far to "
+            f"{folder}: run the same command again to finish",
+            file=sys.stderr,
+        )
+        return 130
+    if len(index) == 0:
+        raise UserError(f"no readable documents in {' '.join(args.paths)} (PDF, .txt and .md files are indexed)")
     summaries = 0
     if args.summaries:
         hierarchical, reports["summaries"] = _summarize(index, llm_options, quiet)
         summaries = len(hierarchical.summaries)
-        folder = hierarchical.save(out)
+        folder = hierarchical.save(out, info=info)
     else:
-        folder = index.save(out)
-    pages = sum(1 for doc in loaded.documents if keys.PAGE in doc.metadata)
+        folder = index.save(out, info=info)
+    documents = index.documents
+    pages = len({(d.metadata.get(keys.SOURCE), d.metadata[keys.PAGE]) for d in documents if keys.PAGE in d.metadata})
+    files = len(record.get("by_path", {}))
     summary = {
         "index": str(folder),
-        "files": len(loaded.files),
+        "files": files,
         "pages": pages,
         "chunks": len(index),
-        "skipped": [{"path": s.path, "reason": s.reason} for s in loaded.skipped],
+        **report.to_dict(),
+        "skipped": [{"path": s.path, "reason": s.reason} for s in report.skipped],
         "embeddings": index.embeddings_id,
         "dimension": index.dimension,
         "vector_index": _vector_index(index),
     }
     if uses_llm:
         summary["summaries"] = summaries if args.summaries else None
-        summary["llm"] = {"cache": str(cache_dir), **{name: report.to_dict() for name, report in reports.items()}}
+        summary["llm"] = {"cache": str(cache_dir), **{name: r.to_dict() for name, r in reports.items()}}
     if args.json:
         print(json.dumps(summary, indent=2, ensure_ascii=False))
     else:
         lines = [
-            f"indexed {summary['files']} files ({pages} PDF pages) into {len(index)} chunks"
+            f"indexed {files} files ({pages} PDF pages) into {len(index)} chunks"
             + (f" and {summaries} page and section summaries" if args.summaries else "")
             + f" -> {folder}",
+            f"this run: {report.summary()}",
             f"embeddings: {index.embeddings_id} ({index.dimension} dimensions); vector index: {_vector_index(index)}",
         ]
-        lines.extend(report.summary() for report in reports.values())
+        lines.extend(r.summary() for r in reports.values())
         if uses_llm:
             lines.append(f"chat model answers cached in {cache_dir}")
-        if loaded.skipped:
-            lines.append(f"skipped {len(loaded.skipped)} file(s); see above")
+        if report.skipped:
+            lines.append(f"skipped {len(report.skipped)} file(s); see above")
         print("\n".join(lines))
     return 0
+
+
+def _index_to_update(out: Path, args: argparse.Namespace) -> Any:
+    """The index saved at ``out`` (its chunks, for a hierarchical one), or a new empty index."""
+    from langchain_fusion.errors import EmbeddingsMismatchError
+    from langchain_fusion.index.fusion_index import FusionIndex
+    from langchain_fusion.index.hierarchical import CHUNKS_DIR, is_hierarchical
+    from langchain_fusion.models.embeddings import resolve_embeddings
+
+    embeddings = resolve_embeddings(args.embeddings) if args.embeddings else None
+    if not (out / "manifest.json").is_file():
+        index = FusionIndex(
+            embeddings if embeddings is not None else resolve_embeddings(None),
+            vector_index=args.vector_index or "Flat",
+            vector_search_params=args.vector_search_params,
+        )
+        return index
+    hierarchical = is_hierarchical(out)
+    if hierarchical and not args.summaries:
+        raise UserError(
+            f"{out} holds page summaries too: add --summaries to keep them up to date, or choose a new --out"
+        )
+    try:
+        # No probe embedding: a rerun with nothing new must not pay for loading the model.
+        index = FusionIndex.load(out / CHUNKS_DIR if hierarchical else out, embeddings, check_dimension=False)
+    except EmbeddingsMismatchError as exc:
+        raise UserError(f"{exc}; to use other embeddings, choose a new --out") from None
+    store_factory = getattr(index.store, "vector_index", None)
+    if args.vector_index and args.vector_index != store_factory:
+        raise UserError(
+            f"{out} uses vector index {store_factory!r}, not {args.vector_index!r}: "
+            "drop --vector-index, or choose a new --out"
+        )
+    return index
 
 
 @contextlib.contextmanager

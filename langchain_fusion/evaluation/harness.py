@@ -8,14 +8,17 @@ every setting.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from tqdm import tqdm
 
+from langchain_fusion import metadata as keys
 from langchain_fusion._checks import FusionMethod, check_alpha, check_method
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.evaluation.datasets import EvalDataset
@@ -25,6 +28,9 @@ from langchain_fusion.search.pool import fused_search, query_scorers
 
 DEFAULT_METRICS = ("ndcg@10", "recall@10", "mrr@10", "hit_rate@5")
 """Metrics reported when none are asked for."""
+
+
+logger = logging.getLogger(__name__)
 
 
 def deepest_cutoff(metrics: Sequence[str]) -> int:
@@ -123,24 +129,82 @@ def evaluate_retrievers(
     dataset: EvalDataset,
     metrics: Sequence[str] = DEFAULT_METRICS,
     *,
+    documents: Sequence[Document] | None = None,
     progress: bool = True,
 ) -> Report:
-    """Run each retriever on every query (``k`` = the deepest metric cutoff) and score it.
+    """Run each retriever on every query and score it; any LangChain retriever works.
 
-    Latency is measured per query around ``invoke`` (including the query embedding).
+    Each retriever is asked for as many documents as the deepest metric cutoff (through its
+    ``k`` field, or ``search_kwargs["k"]`` for a vector-store retriever; others return what
+    they return). Results are matched to the labels by ``Document.id``; a result whose id is
+    not one of the corpus's (another store's ids, or none) is matched by its source and
+    ``chunk_index`` in ``documents`` (default: the dataset's corpus). Results that match
+    nothing count as not relevant, and a retriever none of whose results can be matched is
+    warned about instead of silently scoring 0. Latency is measured per query around ``invoke``.
     """
     depth = deepest_cutoff(metrics)
+    matcher = _LabelMatcher(documents if documents is not None else dataset.corpus)
     results = []
     for name, retriever in retrievers.items():
+        deep = _at_depth(retriever, depth)
         run: dict[str, list[str]] = {}
         latencies = []
+        unmatched = total = 0
         for query_id, text in tqdm(dataset.queries.items(), desc=name, disable=not progress, leave=False):
             start = time.perf_counter()
-            docs = retriever.invoke(text, k=depth)
+            docs = deep.invoke(text)
             latencies.append((time.perf_counter() - start) * 1000)
-            run[query_id] = [d.id for d in docs if d.id is not None]
+            ids = [matcher.label_id(d) for d in docs]
+            total += len(ids)
+            unmatched += ids.count(None)
+            run[query_id] = list(dict.fromkeys(i for i in ids if i is not None))
+        if total and unmatched == total:
+            logger.warning(
+                "%s: none of its %d results has a corpus id or a (source, chunk_index) found in the corpus; "
+                "it scores 0. Give its documents the corpus's ids, or pass documents= to match by position.",
+                name,
+                total,
+            )
         results.append(MethodResult(name, evaluate_run(run, dataset.qrels, metrics), latencies))
     return Report(dataset.name, list(metrics), results)
+
+
+def _at_depth(retriever: BaseRetriever, depth: int) -> BaseRetriever:
+    """A copy of ``retriever`` that returns ``depth`` documents, where it has a knob for it."""
+    fields = type(retriever).model_fields
+    if "k" in fields:
+        return retriever.model_copy(update={"k": depth})
+    if "search_kwargs" in fields:
+        search_kwargs = dict(getattr(retriever, "search_kwargs", None) or {})
+        return retriever.model_copy(update={"search_kwargs": {**search_kwargs, "k": depth}})
+    return retriever
+
+
+class _LabelMatcher:
+    """Maps a retrieved document to the corpus id the labels use."""
+
+    def __init__(self, corpus: Sequence[Document]) -> None:
+        self.ids = {doc.id for doc in corpus if doc.id is not None}
+        self.by_position: dict[tuple[str, int], str] = {}
+        for doc in corpus:
+            position = _position(doc)
+            if position is not None and doc.id is not None:
+                self.by_position.setdefault(position, doc.id)
+
+    def label_id(self, doc: Document) -> str | None:
+        if doc.id is not None and (not self.ids or doc.id in self.ids):
+            return doc.id
+        position = _position(doc)
+        if position is not None and position in self.by_position:
+            return self.by_position[position]
+        return None
+
+
+def _position(doc: Document) -> tuple[str, int] | None:
+    source, index = doc.metadata.get(keys.SOURCE), doc.metadata.get(keys.CHUNK_INDEX)
+    if source is None or not isinstance(index, int) or isinstance(index, bool):
+        return None
+    return str(source), index
 
 
 def alpha_grid(spec: str) -> list[float]:

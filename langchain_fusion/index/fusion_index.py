@@ -9,7 +9,7 @@ lock), and queries read an immutable view, so they may overlap with writes from 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -122,6 +122,8 @@ class FusionIndex(VectorStore):
         self._embeddings = embeddings if embeddings is not None else default_embeddings()
         self.embeddings_id = embeddings_id(self._embeddings)
         self.embedding_batch_size = embedding_batch_size
+        self.saved_info: dict[str, Any] = {}
+        """The ``info`` given to :meth:`save`, as read back by :meth:`load` (empty otherwise)."""
         settings = store.settings
         fields = {
             "embed_fields": check_text_fields(embed_fields, "embed_fields") if embed_fields is not None else None,
@@ -454,16 +456,18 @@ class FusionIndex(VectorStore):
 
     # --- persistence ------------------------------------------------------------------------
 
-    def save(self, folder: str | Path) -> Path:
+    def save(self, folder: str | Path, *, info: Mapping[str, Any] | None = None) -> Path:
         """Save to ``folder`` atomically and crash-safely (see :mod:`langchain_fusion.stores.local.folder`).
 
-        Only the in-process store is saved as a folder; a remote store persists itself.
+        Only the in-process store is saved as a folder; a remote store persists itself. ``info``
+        (any JSON-able mapping, e.g. which files were indexed) is kept in the manifest and comes
+        back as :attr:`saved_info` after :meth:`load`.
         """
         if not isinstance(self.store, LocalStore):
             raise FusionError(
                 f"{type(self.store).__name__} keeps its rows on its engine; save() writes the in-process store only"
             )
-        return self.store.save(Path(folder))
+        return self.store.save(Path(folder), {"info": dict(info or {})})
 
     @classmethod
     def load(
@@ -473,6 +477,7 @@ class FusionIndex(VectorStore):
         *,
         analyzer: Analyzer | None = None,
         lock: bool = True,
+        check_dimension: bool = True,
     ) -> FusionIndex:
         """Load an index saved by :meth:`save`, verifying its manifest and checksums.
 
@@ -480,10 +485,12 @@ class FusionIndex(VectorStore):
         from the manifest (the bundled local model, or OpenAI with ``OPENAI_API_KEY``).
         ``analyzer`` is needed only for an index built with a custom :class:`Analyzer` subclass.
         The folder is read under a shared lock so that a concurrent save waits (``lock=False``
-        when the caller holds the lock of an enclosing folder).
+        when the caller holds the lock of an enclosing folder). ``check_dimension=False`` skips
+        embedding a probe text to compare dimensions (it loads the model); a mismatch is then
+        reported at the first embedding instead.
         """
         folder = Path(folder).expanduser()
-        store, _ = LocalStore.load(folder, analyzer, lock=lock)
+        store, manifest = LocalStore.load(folder, analyzer, lock=lock)
         settings = store.settings
         if embeddings is None:
             embeddings = embeddings_from_id(settings.embeddings_id or "")
@@ -493,14 +500,17 @@ class FusionIndex(VectorStore):
                 f"{folder} was built with embeddings {settings.embeddings_id!r} but was given {given_id!r}; "
                 "query an index with the model that built it (or rebuild the index)"
             )
-        if settings.dimension is not None:
+        if check_dimension and settings.dimension is not None:
             given_dimension = len(embeddings.embed_query("langchain-fusion dimension check"))
             if given_dimension != settings.dimension:
                 raise EmbeddingsMismatchError(
                     f"{folder} holds {settings.dimension}-dimensional vectors but the given embeddings make "
                     f"{given_dimension}-dimensional ones; use the model that built the index"
                 )
-        return cls(embeddings, store=store)
+        loaded = cls(embeddings, store=store)
+        info = manifest.get("info", {})
+        loaded.saved_info = info if isinstance(info, dict) else {}
+        return loaded
 
     # --- retrieval --------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ Saved as one folder holding both indexes and a manifest of its own::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -107,7 +107,7 @@ class HierarchicalIndex:
         built.summary_report = report
         return built
 
-    def save(self, folder: str | Path) -> Path:
+    def save(self, folder: str | Path, *, info: Mapping[str, Any] | None = None) -> Path:
         """Save both indexes to one folder atomically and crash-safely (both parts, then the manifest)."""
         stores = {CHUNKS_DIR: self.chunks.store, SUMMARIES_DIR: self.summaries.store}
         for name, store in stores.items():
@@ -118,7 +118,7 @@ class HierarchicalIndex:
         def write(staging: Path) -> None:
             for name, snapshot in snapshots.items():
                 (staging / name).mkdir()
-                write_snapshot(snapshot, staging / name, {})
+                write_snapshot(snapshot, staging / name, {"info": dict(info or {})} if name == CHUNKS_DIR else {})
             manifest = {
                 "format": HIERARCHICAL_FORMAT_NAME,
                 "format_version": HIERARCHICAL_FORMAT_VERSION,

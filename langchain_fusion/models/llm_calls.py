@@ -424,6 +424,20 @@ class LLMReport:
         self.calls += outcome.attempts
         self.retries += max(0, outcome.attempts - 1)
 
+    def merged(self, other: LLMReport) -> LLMReport:
+        """The sum of this report and ``other`` (the same task, another batch of items)."""
+        return LLMReport(
+            task=self.task,
+            model=self.model,
+            unit=self.unit,
+            items=self.items + other.items,
+            requests=self.requests + other.requests,
+            cached=self.cached + other.cached,
+            calls=self.calls + other.calls,
+            retries=self.retries + other.retries,
+            failed=[*self.failed, *other.failed],
+        )
+
     def summary(self) -> str:
         """One line: task (model): items, model calls (retries), cached, failed."""
         return (

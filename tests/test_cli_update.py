@@ -1,0 +1,155 @@
+"""`langchain-fusion index` on an existing index: incremental updates, removals, interruptions."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from langchain_fusion import FusionIndex
+from langchain_fusion import metadata as keys
+from langchain_fusion.cli import main
+
+pytestmark = pytest.mark.local_model
+
+NOTES = {
+    "a.txt": "The GC-9 controller reboots nightly. " * 30,
+    "b.md": "# Batteries\n\nThe NX-14 cabinet stores 14 kWh. Keep it dry and ventilated. " * 20,
+    "c.txt": "Fans need new filters every quarter, more often in the dusty season. " * 25,
+}
+
+
+def _run(*argv: str) -> tuple[int, dict[str, Any] | None, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(list(argv))
+    text = out.getvalue()
+    return status, json.loads(text) if text.startswith("{") else None, err.getvalue()
+
+
+@pytest.fixture
+def docs(tmp_path: Path) -> Path:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for name, text in NOTES.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return folder
+
+
+def _index(docs: Path, out: Path, *extra: str) -> dict[str, Any]:
+    status, summary, err = _run("index", str(docs), "--out", str(out), "--embeddings", "local", "--json", *extra)
+    assert status == 0, err
+    assert summary is not None
+    return summary
+
+
+def _sources(out: Path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for doc in FusionIndex.load(out).documents:
+        name = Path(doc.metadata[keys.SOURCE]).name
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+class TestIncrementalIndex:
+    def test_first_run_then_a_rerun_embeds_nothing(self, docs: Path, tmp_path: Path) -> None:
+        out = tmp_path / "idx"
+        first = _index(docs, out)
+        assert (first["files_added"], first["files_unchanged"]) == (3, 0)
+        assert first["chunks_embedded"] == first["chunks"] > 3
+        again = _index(docs, out)
+        assert again["files_unchanged"] == 3
+        assert again["files_added"] == again["files_updated"] == again["files_removed"] == 0
+        assert again["chunks_embedded"] == 0
+        assert again["chunks"] == first["chunks"]
+
+    def test_a_changed_file_has_its_chunks_replaced(self, docs: Path, tmp_path: Path) -> None:
+        out = tmp_path / "idx"
+        first = _index(docs, out)
+        before = _sources(out)
+        (docs / "a.txt").write_text("The GC-9 controller was replaced by a GC-10 in March.", encoding="utf-8")
+        second = _index(docs, out)
+        assert (second["files_updated"], second["files_unchanged"]) == (1, 2)
+        assert second["chunks_embedded"] == 1
+        assert second["chunks_removed"] == before["a.txt"]
+        after = _sources(out)
+        assert after["a.txt"] == 1 and after["b.md"] == before["b.md"]
+        assert second["chunks"] == first["chunks"] - before["a.txt"] + 1
+        found = FusionIndex.load(out).as_retriever(k=1, alpha=0.0).invoke("GC-10 March")
+        assert "GC-10" in found[0].page_content
+
+    def test_a_deleted_file_has_its_chunks_removed(self, docs: Path, tmp_path: Path) -> None:
+        out = tmp_path / "idx"
+        _index(docs, out)
+        removed = _sources(out)["c.txt"]
+        (docs / "c.txt").unlink()
+        summary = _index(docs, out)
+        assert summary["files_removed"] == 1 and summary["chunks_removed"] == removed
+        assert "c.txt" not in _sources(out)
+
+    def test_keep_missing_keeps_them(self, docs: Path, tmp_path: Path) -> None:
+        out = tmp_path / "idx"
+        _index(docs, out)
+        (docs / "c.txt").unlink()
+        summary = _index(docs, out, "--keep-missing")
+        assert summary["files_removed"] == 0
+        assert "c.txt" in _sources(out)
+
+    def test_files_outside_the_given_paths_are_kept(self, docs: Path, tmp_path: Path) -> None:
+        out = tmp_path / "idx"
+        _index(docs, out)
+        status, summary, err = _run("index", str(docs / "a.txt"), "--out", str(out), "--embeddings", "local", "--json")
+        assert status == 0, err
+        assert summary is not None and summary["files_removed"] == 0 and summary["files_unchanged"] == 1
+        assert set(_sources(out)) == {"a.txt", "b.md", "c.txt"}
+
+    def test_new_chunking_reindexes_everything(self, docs: Path, tmp_path: Path) -> None:
+        out = tmp_path / "idx"
+        _index(docs, out)
+        summary = _index(docs, out, "--chunk-size", "300", "--chunk-overlap", "30")
+        assert summary["files_updated"] == 3 and summary["files_unchanged"] == 0
+
+    def test_ctrl_c_keeps_the_work_done_and_a_rerun_finishes(
+        self, docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        out = tmp_path / "idx"
+        real_add = FusionIndex.add_documents
+        calls = [0]
+
+        def interrupted(self: FusionIndex, *args: Any, **kwargs: Any) -> list[str]:
+            calls[0] += 1
+            if calls[0] == 2:  # Ctrl-C while the second file is embedded
+                raise KeyboardInterrupt
+            return real_add(self, *args, **kwargs)
+
+        monkeypatch.setattr(FusionIndex, "add_documents", interrupted)
+        status, _, err = _run("index", str(docs), "--out", str(out), "--embeddings", "local", "-q")
+        monkeypatch.undo()
+        assert status == 130
+        assert "interrupted; saved the 1 files done so far" in err
+        assert set(_sources(out)) == {"a.txt"}
+        summary = _index(docs, out)
+        assert (summary["files_unchanged"], summary["files_added"]) == (1, 2)
+        assert set(_sources(out)) == {"a.txt", "b.md", "c.txt"}
+
+    def test_other_embeddings_on_an_existing_index_are_one_line(self, docs: Path, tmp_path: Path) -> None:
+        out = tmp_path / "idx"
+        _index(docs, out)
+        status, _, err = _run("index", str(docs), "--out", str(out), "--vector-index", "HNSW32", "-q")
+        assert status == 2 and "uses vector index 'Flat'" in err and len(err.splitlines()) == 1
+
+    def test_text_output_says_what_the_run_did(self, docs: Path, tmp_path: Path) -> None:
+        out = tmp_path / "idx"
+        _index(docs, out)
+        status, _, _ = _run("index", str(docs), "--out", str(out), "-q")
+        assert status == 0
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(io.StringIO()):
+            main(["index", str(docs), "--out", str(out), "-q"])
+        assert "this run: 0 files added, 0 updated, 0 removed, 3 unchanged; 0 chunks embedded, 0 removed" in (
+            buffer.getvalue()
+        )
