@@ -16,7 +16,6 @@ and a rerun resumes with the rest.
 
 from __future__ import annotations
 
-import hashlib
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from langchain_fusion.ingest.loading import (
     load_files,
     split_documents,
 )
+from langchain_fusion.stores.local.folder import sha256_file
 
 SYNC_INFO_KEY = "files"
 """The key of the file record in a saved index's ``info``."""
@@ -90,15 +90,6 @@ class SyncReport:
         )
 
 
-def file_sha256(path: Path) -> str:
-    """Hex sha256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def sync_files(
     index: FusionIndex,
     paths: Sequence[str | Path],
@@ -130,7 +121,7 @@ def sync_files(
     current: dict[str, str] = {}
     for path in found:
         try:
-            current[str(path)] = file_sha256(path)
+            current[str(path)] = sha256_file(path)
         except OSError as exc:
             run.skip(SkippedFile(str(path), f"cannot be read: {exc.strerror or exc}"))
     todo = [source for source, sha in current.items() if not run.unchanged(source, sha)]
