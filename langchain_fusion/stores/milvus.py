@@ -1,0 +1,531 @@
+"""The store seam on Milvus: the same fused search over a distributed engine (``milvus`` extra).
+
+One collection per index: a VARCHAR primary key (our document id), the text, our analyzer's
+tokens joined by spaces (analysed by Milvus's ``whitespace`` tokenizer, so both stores see the
+same terms) feeding a BM25 function into a sparse field with our ``k1`` and ``b``, the unit
+vector (inner product), and the metadata as JSON. The store's settings (embedding model,
+dimension, analyzer, BM25 parameters, text fields) are the collection's description.
+
+Differences from the in-process store, all deliberate:
+
+- **Score scale.** Milvus computes Okapi BM25 with the ``(k1 + 1)`` factor; scores are divided
+  by it here, so BM25 scores are on the in-process (``lucene``) scale. Only the ``lucene``
+  variant exists on Milvus.
+- **Consistency.** Every call uses ``Strong`` consistency: a writer reads its own writes. A
+  query is several calls, so a concurrent writer on another client may land between them
+  (there is no snapshot across calls, unlike the in-process store). Upserts of more than one
+  batch are not atomic across batches.
+- **Filters.** Mapping filters become Milvus expressions on the JSON metadata and apply to both
+  searches and the completion calls; Python callables cannot run on a server and are refused.
+- **Whole corpus.** ``fetch_k=None`` is refused: it would ship every row; use a bounded ``fetch_k``.
+
+Fusion stays in the library: each candidate's missing side is completed with an id-restricted
+search (BM25) or the stored vector (dot product), never given 0 or a rank as engines' hybrid
+rankers do.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from langchain_core.documents import Document
+from pydantic import ValidationError
+
+from langchain_fusion import metadata as keys_
+from langchain_fusion.errors import FusionError, InvalidParameterError, MissingDependencyError
+from langchain_fusion.stores.analyzer import Analyzer
+from langchain_fusion.stores.base import FloatMatrix, FusionStore, Keys, Scores, StoreView, Where
+from langchain_fusion.stores.filters import check_filter
+from langchain_fusion.stores.local.tokens import tokenize
+from langchain_fusion.stores.settings import BM25Params, StoreSettings
+
+MAX_LIMIT = 16384
+"""Milvus's largest ``limit`` for one search or query."""
+
+BATCH = 1000
+"""Rows per upsert call."""
+
+_OUTPUT = ["id", "text", "metadata"]
+
+
+def _literal(value: Any) -> str:
+    """A Milvus expression literal for a string, number or boolean."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, str):
+        if "\n" in value or "\r" in value:
+            raise InvalidParameterError(f"Milvus filters cannot hold line breaks; got {value!r}")
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    raise InvalidParameterError(
+        f"a Milvus filter value must be a string, number or boolean; got {type(value).__name__} {value!r}"
+    )
+
+
+def _id_filter(ids: Sequence[str]) -> str:
+    return "id in [" + ",".join(_literal(i) for i in ids) + "]"
+
+
+def filter_expression(where: Where | None) -> str:
+    """The Milvus boolean expression of ``where`` ('' when nothing is restricted)."""
+    if where is None or where.is_empty:
+        return ""
+    parts = []
+    if where.metadata is not None:
+        spec = check_filter(where.metadata)
+        if not isinstance(spec, Mapping):
+            raise InvalidParameterError(
+                "a Python callable cannot run on a Milvus server: use a mapping filter such as {'source': 'a.pdf'}"
+            )
+        for key, value in spec.items():
+            field = f"metadata[{_literal(key)}]"
+            if isinstance(value, (list, tuple, set, frozenset)):
+                parts.append(f"{field} in [{','.join(_literal(v) for v in value)}]")
+            else:
+                parts.append(f"{field} == {_literal(value)}")
+    if where.ids is not None:
+        parts.append(_id_filter(sorted(where.ids)) if where.ids else 'id == ""')
+    return " and ".join(f"({p})" for p in parts)
+
+
+class MilvusStore(FusionStore):
+    """Rows in a Milvus collection (Milvus Lite file, standalone server or cluster).
+
+    ``uri`` is a local file (``"./index.db"``, Milvus Lite in process) or a server address
+    (``"http://localhost:19530"``); ``connection`` options (``token``, ``db_name``, ...) go to
+    pymilvus's ``MilvusClient``. An existing collection is reopened with its settings (no
+    re-embedding); ``analyzer`` and ``bm25_params`` apply to a new one.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        collection_name: str,
+        *,
+        analyzer: Analyzer | None = None,
+        bm25_params: BM25Params | None = None,
+        timeout: float = 60.0,
+        **connection: Any,
+    ) -> None:
+        """Connect, and read the collection's settings if it exists."""
+        try:
+            from pymilvus import MilvusClient
+        except ImportError:
+            raise MissingDependencyError('MilvusStore needs pymilvus: pip install "langchain-fusion[milvus]"') from None
+        if bm25_params is not None and bm25_params.method != "lucene":
+            raise InvalidParameterError(
+                f"Milvus computes the lucene BM25 variant only; got method={bm25_params.method!r}"
+            )
+        self.collection_name = collection_name
+        self.timeout = timeout
+        try:
+            self.client = MilvusClient(uri=uri, timeout=timeout, **connection)
+            exists = self.client.has_collection(collection_name, timeout=timeout)
+        except Exception as exc:
+            raise FusionError(f"cannot reach Milvus at {uri!r}: {_reason(exc)}") from None
+        self._settings = StoreSettings(analyzer=analyzer or Analyzer(), bm25_params=bm25_params or BM25Params())
+        self._created = exists
+        if exists:
+            stored = self._read_settings()
+            for name, given in (("analyzer", analyzer), ("bm25_params", bm25_params)):
+                if given is not None and given != getattr(stored, name):
+                    raise FusionError(
+                        f"collection {collection_name!r} was built with {name} {getattr(stored, name)!r}, not {given!r}"
+                    )
+            self._settings = stored
+
+    # --- settings --------------------------------------------------------------------------------
+
+    def _read_settings(self) -> StoreSettings:
+        described = self._call("describe_collection", collection_name=self.collection_name)
+        try:
+            record = json.loads(described.get("description") or "")
+            return StoreSettings.model_validate(record["langchain_fusion"])
+        except (ValueError, KeyError, TypeError, ValidationError):
+            raise FusionError(
+                f"collection {self.collection_name!r} was not made by langchain-fusion (no settings in its "
+                "description); choose another collection_name"
+            ) from None
+
+    @property
+    def settings(self) -> StoreSettings:
+        """How the rows were (or will be) indexed."""
+        return self._settings
+
+    def configure(self, settings: StoreSettings) -> None:
+        """Record the settings; refused once the collection exists with other ones."""
+        if self._created and settings.model_copy(update={"dimension": self._settings.dimension}) != self._settings:
+            raise FusionError(f"collection {self.collection_name!r} holds rows indexed with other settings")
+        if settings.bm25_params.method != "lucene":
+            raise InvalidParameterError("Milvus computes the lucene BM25 variant only")
+        self._settings = settings.model_copy(update={"dimension": self._settings.dimension})
+
+    def _create(self, dimension: int) -> None:
+        from pymilvus import DataType, Function, FunctionType
+
+        settings = self._settings.model_copy(update={"dimension": dimension})
+        description = json.dumps({"langchain_fusion": settings.model_dump(mode="json")})
+        schema = self.client.create_schema(auto_id=False, enable_dynamic_field=False, description=description)
+        schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=512)
+        schema.add_field("text", DataType.VARCHAR, max_length=65535)
+        schema.add_field(
+            "bm25_text",
+            DataType.VARCHAR,
+            max_length=65535,
+            enable_analyzer=True,
+            analyzer_params={"tokenizer": "whitespace"},
+        )
+        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dimension)
+        schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+        schema.add_field("metadata", DataType.JSON)
+        schema.add_function(
+            Function(
+                name="bm25",
+                function_type=FunctionType.BM25,
+                input_field_names=["bm25_text"],
+                output_field_names=["sparse"],
+            )
+        )
+        index = self.client.prepare_index_params()
+        index.add_index(field_name="vector", index_type="FLAT", metric_type="IP")
+        params = settings.bm25_params
+        index.add_index(
+            field_name="sparse",
+            index_type="SPARSE_INVERTED_INDEX",
+            metric_type="BM25",
+            params={"bm25_k1": params.k1, "bm25_b": params.b},
+        )
+        self._call(
+            "create_collection",
+            collection_name=self.collection_name,
+            schema=schema,
+            index_params=index,
+            consistency_level="Strong",
+        )
+        self._settings, self._created = settings, True
+
+    # --- the seam ------------------------------------------------------------------------------------
+
+    def view(self) -> MilvusView:
+        """A view (Milvus's Strong consistency; no snapshot across calls)."""
+        return MilvusView(self)
+
+    def upsert(self, documents: Sequence[Document], vectors: FloatMatrix, bm25_texts: Sequence[str]) -> None:
+        """Upsert rows (never insert: Milvus keeps duplicate keys on insert)."""
+        if not documents:
+            return
+        ids = [doc.id for doc in documents]
+        if any(not isinstance(i, str) or not i or "\n" in i or "\r" in i for i in ids) or len(set(ids)) != len(ids):
+            raise FusionError("every row needs a distinct, non-empty string id without line breaks")
+        dimension = int(vectors.shape[1])
+        if self._settings.dimension is not None and self._settings.dimension != dimension:
+            raise FusionError(f"expected vectors of dimension {self._settings.dimension}; got {dimension}")
+        analyzer = self._settings.analyzer
+        rows = []
+        for doc, vector, text in zip(documents, vectors, bm25_texts, strict=True):
+            try:
+                metadata = json.loads(json.dumps(doc.metadata))
+            except (TypeError, ValueError) as exc:
+                raise FusionError(f"document {doc.id!r} has metadata that is not JSON-serialisable ({exc})") from None
+            rows.append(
+                {
+                    "id": doc.id,
+                    "text": doc.page_content,
+                    "bm25_text": " ".join(tokenize(analyzer, text)),
+                    "vector": np.asarray(vector, dtype=np.float32).tolist(),
+                    "metadata": metadata,
+                }
+            )
+        if not self._created:
+            self._create(dimension)
+        for start in range(0, len(rows), BATCH):
+            self._call("upsert", collection_name=self.collection_name, data=rows[start : start + BATCH])
+
+    def delete(self, ids: Sequence[str]) -> int:
+        """Delete rows by id; returns how many existed."""
+        if not self._created or not ids:
+            return 0
+        present = 0
+        for start in range(0, len(ids), MAX_LIMIT):
+            chunk = [i for i in ids[start : start + MAX_LIMIT] if "\n" not in i and "\r" not in i]
+            if not chunk:
+                continue
+            found = self._call(
+                "query", collection_name=self.collection_name, filter=_id_filter(chunk), output_fields=["id"]
+            )
+            present += len(found)
+            if found:
+                self._call("delete", collection_name=self.collection_name, filter=_id_filter([r["id"] for r in found]))
+        return present
+
+    # --- plumbing -----------------------------------------------------------------------------------
+
+    def _call(self, method: str, **kwargs: Any) -> Any:
+        try:
+            return getattr(self.client, method)(timeout=self.timeout, **kwargs)
+        except (FusionError, InvalidParameterError):
+            raise
+        except Exception as exc:
+            raise FusionError(f"Milvus {method} on {self.collection_name!r} failed: {_reason(exc)}") from None
+
+    def count(self) -> int:
+        """Rows in the collection."""
+        if not self._created:
+            return 0
+        result = self._call("query", collection_name=self.collection_name, filter="", output_fields=["count(*)"])
+        return int(result[0]["count(*)"]) if result else 0
+
+
+def _reason(exc: BaseException) -> str:
+    message = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {message}"[:300]
+
+
+class MilvusView(StoreView):
+    """Reads through one store; keys are handles assigned to ids on first sight in this view."""
+
+    def __init__(self, store: MilvusStore) -> None:
+        """A view of ``store``."""
+        self.store = store
+        self._ids: list[str] = []
+        self._keys: dict[str, int] = {}
+        self._documents: dict[str, Document] = {}
+        self._length: int | None = None
+
+    @property
+    def settings(self) -> StoreSettings:
+        """How the rows were indexed."""
+        return self.store.settings
+
+    def mask_capable(self) -> bool:
+        """Callables cannot be sent to a server."""
+        return False
+
+    def __len__(self) -> int:
+        if self._length is None:
+            self._length = self.store.count()
+        return self._length
+
+    def key(self, doc_id: str) -> int:
+        """The key of ``doc_id`` in this view (assigned on first sight)."""
+        found = self._keys.get(doc_id)
+        if found is None:
+            found = self._keys[doc_id] = len(self._ids)
+            self._ids.append(doc_id)
+        return found
+
+    def ids(self, keys: Keys) -> list[str]:
+        """The ids of ``keys``."""
+        return [self._ids[int(k)] for k in keys]
+
+    def remember(self, hits: Sequence[Mapping[str, Any]]) -> None:
+        """Keep the documents that searches return, so results need no second round trip."""
+        for hit in hits:
+            entity = hit.get("entity", hit)
+            doc_id = str(hit.get("id", entity.get("id")))
+            if "text" in entity and doc_id not in self._documents:
+                self._documents[doc_id] = Document(
+                    id=doc_id, page_content=entity["text"], metadata=dict(entity.get("metadata") or {})
+                )
+
+    def _query(self, expression: str, fields: list[str]) -> list[dict[str, Any]]:
+        if not self.store._created:
+            return []
+        return list(
+            self.store._call(
+                "query", collection_name=self.store.collection_name, filter=expression, output_fields=fields
+            )
+        )
+
+    def vector(self, query_vector: FloatMatrix) -> MilvusVectorScorer:
+        """The vector side for one query."""
+        return MilvusVectorScorer(self, query_vector)
+
+    def bm25(self, query: str) -> MilvusBM25Scorer:
+        """The BM25 side for one query."""
+        return MilvusBM25Scorer(self, query)
+
+    def documents(self, keys: Keys) -> list[Document]:
+        """The documents of ``keys`` (fetched once per view)."""
+        ids = self.ids(keys)
+        missing = [i for i in ids if i not in self._documents]
+        for start in range(0, len(missing), MAX_LIMIT):
+            self.remember(self._query(_id_filter(missing[start : start + MAX_LIMIT]), _OUTPUT))
+        return [self._documents[i] for i in ids]
+
+    def vectors(self, keys: Keys) -> FloatMatrix:
+        """The stored vectors of ``keys``."""
+        ids = self.ids(keys)
+        found: dict[str, Any] = {}
+        for start in range(0, len(ids), MAX_LIMIT):
+            for row in self._query(_id_filter(ids[start : start + MAX_LIMIT]), ["id", "vector"]):
+                found[row["id"]] = row["vector"]
+        dimension = self.settings.dimension or 0
+        return np.asarray([found[i] for i in ids], dtype=np.float32).reshape(len(ids), dimension)
+
+    def keys_of(self, ids: Sequence[str]) -> Keys:
+        """Keys of the ids that exist (-1 for the others)."""
+        present: set[str] = set()
+        usable = [i for i in ids if "\n" not in i and "\r" not in i]
+        for start in range(0, len(usable), MAX_LIMIT):
+            rows = self._query(_id_filter(usable[start : start + MAX_LIMIT]), _OUTPUT)
+            self.remember(rows)
+            present.update(row["id"] for row in rows)
+        return np.fromiter((self.key(i) if i in present else -1 for i in ids), dtype=np.int64, count=len(ids))
+
+    def select(self, where: Where) -> Keys:
+        """Keys of every row allowed by ``where``."""
+        rows = self._query_all(filter_expression(where) or 'id != ""', ["id"])
+        return np.asarray(sorted(self.key(row["id"]) for row in rows), dtype=np.int64)
+
+    def _query_all(self, expression: str, fields: list[str]) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        while True:
+            page = (
+                list(
+                    self.store._call(
+                        "query",
+                        collection_name=self.store.collection_name,
+                        filter=expression,
+                        output_fields=fields,
+                        limit=MAX_LIMIT,
+                        offset=len(rows),
+                    )
+                )
+                if self.store._created
+                else []
+            )
+            rows.extend(page)
+            if len(page) < MAX_LIMIT:
+                return rows
+
+    def neighbours(self, source: str, chunk_indexes: Sequence[int]) -> dict[int, Document]:
+        """Chunks of ``source`` at these positions."""
+        if not chunk_indexes:
+            return {}
+        expression = (
+            f"metadata[{_literal(keys_.SOURCE)}] == {_literal(source)} and "
+            f"metadata[{_literal(keys_.CHUNK_INDEX)}] in [{','.join(str(int(i)) for i in chunk_indexes)}]"
+        )
+        rows = self._query(expression, _OUTPUT)
+        self.remember(rows)
+        out: dict[int, Document] = {}
+        for row in rows:
+            doc = self._documents[row["id"]]
+            out.setdefault(int(doc.metadata[keys_.CHUNK_INDEX]), doc)
+        return out
+
+    def iter_documents(self) -> Iterator[Document]:
+        """Every document (in key order of this view)."""
+        rows = self._query_all('id != ""', _OUTPUT)
+        self.remember(rows)
+        return iter([self._documents[row["id"]] for row in rows])
+
+
+class _MilvusScorer:
+    field = ""
+    metric = ""
+
+    def __init__(self, view: MilvusView) -> None:
+        self.view = view
+
+    def _data(self) -> Any:
+        raise NotImplementedError
+
+    def _scale(self, scores: list[float]) -> list[float]:
+        return scores
+
+    def _search(self, limit: int, expression: str, fields: list[str]) -> list[dict[str, Any]]:
+        store = self.view.store
+        if not store._created or limit <= 0:
+            return []
+        result = store._call(
+            "search",
+            collection_name=store.collection_name,
+            data=[self._data()],
+            anns_field=self.field,
+            limit=min(limit, MAX_LIMIT),
+            filter=expression,
+            search_params={"metric_type": self.metric},
+            output_fields=fields,
+        )
+        return list(result[0]) if result else []
+
+    def top(self, k: int | None, where: Where | None = None) -> tuple[Keys, Scores]:
+        """The ``k`` best rows allowed by ``where`` (``k=None`` is refused on Milvus)."""
+        if k is None:
+            raise InvalidParameterError(
+                "fetch_k=None scores the whole corpus, which on Milvus would ship every row: use a bounded fetch_k"
+            )
+        if self._empty():
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        hits = self._search(k, filter_expression(where), _OUTPUT)
+        self.view.remember(hits)
+        pairs = sorted(
+            (
+                (self.view.key(str(h["id"])), s)
+                for h, s in zip(hits, self._scale([float(h["distance"]) for h in hits]), strict=True)
+            ),
+            key=lambda p: (-p[1], p[0]),
+        )
+        return np.asarray([p[0] for p in pairs], dtype=np.int64), np.asarray([p[1] for p in pairs], dtype=np.float64)
+
+    def _empty(self) -> bool:
+        return False
+
+
+class MilvusVectorScorer(_MilvusScorer):
+    """Cosine similarity on the dense field; completion by the stored vectors."""
+
+    field, metric = "vector", "IP"
+
+    def __init__(self, view: MilvusView, query_vector: FloatMatrix) -> None:
+        super().__init__(view)
+        self.query_vector = np.asarray(query_vector[0], dtype=np.float32)
+
+    def _data(self) -> Any:
+        return self.query_vector.tolist()
+
+    def scores(self, keys: Keys) -> Scores:
+        """Exact similarities of ``keys`` (dot products of the stored vectors)."""
+        if keys.size == 0:
+            return np.zeros(0, dtype=np.float64)
+        return np.asarray(self.view.vectors(keys) @ self.query_vector, dtype=np.float64)
+
+
+class MilvusBM25Scorer(_MilvusScorer):
+    """Milvus's BM25 over our analyzer's tokens, divided by ``k1 + 1`` (the in-process scale)."""
+
+    field, metric = "sparse", "BM25"
+
+    def __init__(self, view: MilvusView, query: str) -> None:
+        super().__init__(view)
+        self.tokens = " ".join(tokenize(view.settings.analyzer, query))
+        self.factor = 1.0 + view.settings.bm25_params.k1
+
+    def _data(self) -> Any:
+        return self.tokens
+
+    def _empty(self) -> bool:
+        return not self.tokens
+
+    def _scale(self, scores: list[float]) -> list[float]:
+        return [s / self.factor for s in scores]
+
+    def scores(self, keys: Keys) -> Scores:
+        """BM25 of ``keys`` with the collection's statistics (0 for rows without a query term)."""
+        out = np.zeros(keys.size, dtype=np.float64)
+        if keys.size == 0 or self._empty():
+            return out
+        ids = self.view.ids(keys)
+        position = {doc_id: i for i, doc_id in enumerate(ids)}
+        for start in range(0, len(ids), MAX_LIMIT):
+            chunk = ids[start : start + MAX_LIMIT]
+            hits = self._search(len(chunk), _id_filter(chunk), ["id"])
+            for hit in hits:
+                out[position[str(hit["id"])]] = float(hit["distance"]) / self.factor
+        return out
