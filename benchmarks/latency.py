@@ -496,6 +496,7 @@ def breakdown(index: Any, timed: Sequence[tuple[str, np.ndarray]]) -> dict[str, 
     """Median ms of the pieces of one fused query (the same calls fused_search makes)."""
     from langchain_fusion.search.fusion import fuse
     from langchain_fusion.search.pool import fused_search
+    from langchain_fusion.stores.local.tokens import query_term_counts
     from langchain_fusion.stores.ranking import top_rows
 
     snapshot = index.store.snapshot  # the in-process store's current state
@@ -514,7 +515,7 @@ def breakdown(index: Any, timed: Sequence[tuple[str, np.ndarray]]) -> dict[str, 
     }
     for query, qv in timed:
         t = [time.perf_counter()]
-        snapshot.query_terms(query)
+        query_term_counts(snapshot.settings.analyzer, snapshot.vocabulary, query)
         t.append(time.perf_counter())
         bm25_all = snapshot.bm25_scores_all(query)
         t.append(time.perf_counter())

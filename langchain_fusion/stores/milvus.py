@@ -27,6 +27,7 @@ rankers do.
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -426,15 +427,18 @@ class MilvusView(StoreView):
         return iter([self._documents[row["id"]] for row in rows])
 
 
-class _MilvusScorer:
+class _MilvusScorer(ABC):
+    """Top-k on one field of the collection; subclasses say which field, metric and query data."""
+
     field = ""
     metric = ""
 
     def __init__(self, view: MilvusView) -> None:
         self.view = view
 
+    @abstractmethod
     def _data(self) -> Any:
-        raise NotImplementedError
+        """The search data for this scorer's query (a vector, or the query's tokens)."""
 
     def _scale(self, scores: list[float]) -> list[float]:
         return scores

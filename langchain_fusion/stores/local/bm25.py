@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
 from langchain_fusion.stores.analyzer import Analyzer
-from langchain_fusion.stores.local.tokens import text_token_ids, tokenize
+from langchain_fusion.stores.local.tokens import query_term_counts, text_token_ids
 from langchain_fusion.stores.settings import BM25Method, BM25Params
 
 _BLOCK = 1 << 18
@@ -194,10 +194,20 @@ class QueryWeights:
         term_counts: Counter[int],
         document_frequency: IntArray,
         live_rows: int,
-        relative_length: Callable[[], NDArray[np.float32]],
+        relative_length: NDArray[np.float32],
     ) -> None:
-        """Weights for the query terms ``term_counts`` (term id -> repeats in the query)."""
+        """Weights for the query terms ``term_counts`` (term id -> repeats in the query).
+
+        ``relative_length`` is each row's length divided by the live average.
+        """
         self.params = params
+        self.relative_length = relative_length
+        # bm25l and bm25+ credit every row for a query term it lacks: idf * tf_component(tf=0).
+        self.absent = (
+            float(tf_component(params, np.zeros(1, np.float32), np.ones(1, np.float32))[0])
+            if has_nonoccurrence(params)
+            else None
+        )
         self.terms: list[tuple[int, int, float]] = []  # (term, repeats, idf)
         nonoccurrence = 0.0
         for term, repeats in term_counts.items():
@@ -206,19 +216,23 @@ class QueryWeights:
                 continue
             term_idf = idf(params.method, df, live_rows)
             self.terms.append((term, repeats, term_idf))
-            if has_nonoccurrence(params):
-                absent = tf_component(params, np.zeros(1, np.float32), np.ones(1, np.float32))[0]
-                nonoccurrence += repeats * term_idf * float(absent)
+            if self.absent is not None:
+                nonoccurrence += repeats * term_idf * self.absent
         self.nonoccurrence = np.float32(nonoccurrence)
         """What every row gets for the query terms it lacks (bm25l and bm25+ only)."""
-        self._relative_length = relative_length
 
-    def add_block(self, out: NDArray[np.float32], postings: Postings, first_row: int) -> None:
-        """Add this block's contribution to ``out`` (scores over all rows)."""
+    def scores(self, size: int, blocks: Sequence[tuple[Postings, int]]) -> NDArray[np.float32]:
+        """The score of each of ``size`` rows, from ``(postings, first_row)`` blocks covering them."""
+        out = np.zeros(size, dtype=np.float32)
         if not self.terms:
-            return
-        relative = self._relative_length()
-        absent_one = self._absent_per_idf()
+            return out
+        for postings, first_row in blocks:
+            self._add_block(out, postings, first_row)
+        if self.nonoccurrence:
+            out += self.nonoccurrence
+        return out
+
+    def _add_block(self, out: NDArray[np.float32], postings: Postings, first_row: int) -> None:
         for term, repeats, term_idf in self.terms:
             if term >= postings.vocabulary_size:
                 continue
@@ -226,18 +240,13 @@ class QueryWeights:
             if lo == hi:
                 continue
             rows = postings.rows[lo:hi].astype(np.int64) + first_row
-            weight = tf_component(self.params, postings.tf[lo:hi].astype(np.float32), relative[rows])
+            weight = tf_component(self.params, postings.tf[lo:hi].astype(np.float32), self.relative_length[rows])
             weight *= np.float32(term_idf)
-            if absent_one is not None:
-                weight -= np.float32(term_idf * absent_one)
+            if self.absent is not None:
+                weight -= np.float32(term_idf * self.absent)
             if repeats != 1:
                 weight *= np.float32(repeats)
             out[rows] += weight
-
-    def _absent_per_idf(self) -> float | None:
-        if not has_nonoccurrence(self.params):
-            return None
-        return float(tf_component(self.params, np.zeros(1, np.float32), np.ones(1, np.float32))[0])
 
 
 class BM25Corpus:
@@ -256,13 +265,6 @@ class BM25Corpus:
 
     def scores(self, query: str) -> NDArray[np.float32]:
         """BM25 score of every text for ``query``."""
-        out = np.zeros(self.size, dtype=np.float32)
-        vocabulary = self.vocabulary
-        terms = Counter(vocabulary[t] for t in tokenize(self.analyzer, query) if t in vocabulary)
-        if not terms:
-            return out
-        weights = QueryWeights(self.params, terms, self._frequency, self.size, lambda: self._relative)
-        weights.add_block(out, self.postings, 0)
-        if weights.nonoccurrence:
-            out += weights.nonoccurrence
-        return out
+        terms = query_term_counts(self.analyzer, self.vocabulary, query)
+        weights = QueryWeights(self.params, terms, self._frequency, self.size, self._relative)
+        return weights.scores(self.size, [(self.postings, 0)])

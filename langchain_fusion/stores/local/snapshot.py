@@ -15,7 +15,7 @@ fresh build over the live documents.
 from __future__ import annotations
 
 import json
-from collections import Counter
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -34,7 +34,7 @@ from langchain_fusion.stores.local.bm25 import (
     build_postings,
     merge_postings,
 )
-from langchain_fusion.stores.local.tokens import text_token_ids, tokenize
+from langchain_fusion.stores.local.tokens import query_term_counts, text_token_ids
 from langchain_fusion.stores.local.vectors import AnnIndex, check_vector_index, inner_products
 from langchain_fusion.stores.ranking import top_rows
 from langchain_fusion.stores.settings import StoreSettings
@@ -181,26 +181,15 @@ class Snapshot:
             out[segment.start : segment.stop] = inner_products(segment.vectors, vector)
         return out
 
-    def query_terms(self, query: str) -> Counter[int]:
-        """Term ids of the query's known tokens with their repeats."""
-        tokens = tokenize(self.settings.analyzer, query)
-        vocabulary = self.vocabulary
-        return Counter(vocabulary[t] for t in tokens if t in vocabulary)
-
     def bm25_scores_all(self, query: str) -> NDArray[np.float32]:
         """BM25 score of every row for ``query`` (dead rows get meaningless values)."""
-        out = np.zeros(self.size, dtype=np.float32)
-        terms = self.query_terms(query)
+        terms = query_term_counts(self.settings.analyzer, self.vocabulary, query)
         if not terms or self.live_count == 0:
-            return out
+            return np.zeros(self.size, dtype=np.float32)
         weights = QueryWeights(
-            self.settings.bm25_params, terms, self.document_frequency, self.live_count, self.relative_lengths
+            self.settings.bm25_params, terms, self.document_frequency, self.live_count, self.relative_lengths()
         )
-        for segment in self.segments:
-            weights.add_block(out, segment.postings, segment.start)
-        if weights.nonoccurrence:
-            out += weights.nonoccurrence
-        return out
+        return weights.scores(self.size, [(s.postings, s.start) for s in self.segments])
 
     def allowed(self, where: Where | None) -> NDArray[np.bool_] | None:
         """Rows a search may return: live and matching ``where``; None when that is every row."""
@@ -484,15 +473,16 @@ class LocalView(StoreView):
         return self.snapshot.size
 
 
-class _LocalScorer:
+class _LocalScorer(ABC):
     """Shared top-k over a lazily computed whole-corpus score array."""
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
         self._all: NDArray[np.float32] | None = None
 
+    @abstractmethod
     def _compute(self) -> NDArray[np.float32]:
-        raise NotImplementedError
+        """The score of every row for this scorer's query."""
 
     def all_scores(self) -> NDArray[np.float32]:
         """The score of every row (computed once)."""

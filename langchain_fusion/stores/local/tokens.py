@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -45,3 +46,8 @@ def text_token_ids(
             out.append(ids[ids >= 0])
     lengths = np.fromiter((ids.size for ids in out), dtype=np.int32, count=len(out))
     return out, lengths
+
+
+def query_term_counts(analyzer: Analyzer, vocabulary: Mapping[str, int], query: str) -> Counter[int]:
+    """Term ids of the query's tokens that the vocabulary knows, with their repeats."""
+    return Counter(vocabulary[t] for t in tokenize(analyzer, query) if t in vocabulary)
