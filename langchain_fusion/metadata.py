@@ -194,6 +194,14 @@ def indexed_text(doc: Document, fields: Sequence[TextField] = DEFAULT_TEXT_FIELD
     return FIELD_SEPARATOR.join(parts) if parts else doc.page_content
 
 
+def chunk_position(doc: Document) -> tuple[str, int] | None:
+    """``(source, chunk_index)`` of a chunk, or None when it lacks either (or the index is not a whole number)."""
+    source, index = doc.metadata.get(SOURCE), doc.metadata.get(CHUNK_INDEX)
+    if source is None or not isinstance(index, int) or isinstance(index, bool):
+        return None
+    return str(source), index
+
+
 def content_id(doc: Document) -> str:
     """A deterministic id for a document that has none: a hash of its text and metadata."""
     payload = json.dumps([doc.page_content, doc.metadata], sort_keys=True, default=str, ensure_ascii=False)

@@ -187,24 +187,17 @@ class _LabelMatcher:
         self.ids = {doc.id for doc in corpus if doc.id is not None}
         self.by_position: dict[tuple[str, int], str] = {}
         for doc in corpus:
-            position = _position(doc)
+            position = keys.chunk_position(doc)
             if position is not None and doc.id is not None:
                 self.by_position.setdefault(position, doc.id)
 
     def label_id(self, doc: Document) -> str | None:
         if doc.id is not None and (not self.ids or doc.id in self.ids):
             return doc.id
-        position = _position(doc)
+        position = keys.chunk_position(doc)
         if position is not None and position in self.by_position:
             return self.by_position[position]
         return None
-
-
-def _position(doc: Document) -> tuple[str, int] | None:
-    source, index = doc.metadata.get(keys.SOURCE), doc.metadata.get(keys.CHUNK_INDEX)
-    if source is None or not isinstance(index, int) or isinstance(index, bool):
-        return None
-    return str(source), index
 
 
 def alpha_grid(spec: str) -> list[float]:

@@ -231,9 +231,9 @@ class Snapshot:
             for row, doc in enumerate(self.documents):
                 if live is not None and not live[row]:
                     continue
-                source, position = doc.metadata.get(keys_.SOURCE), doc.metadata.get(keys_.CHUNK_INDEX)
-                if source is not None and isinstance(position, int) and not isinstance(position, bool):
-                    table.setdefault((str(source), position), row)
+                position = keys_.chunk_position(doc)
+                if position is not None:
+                    table.setdefault(position, row)
             self._cache["chunks"] = table
         return table
 
