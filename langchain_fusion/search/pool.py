@@ -104,13 +104,10 @@ def fused_search(
         scorers = query_scorers(view, query, query_vector)
     pool_size = None if fetch_k is None else max(fetch_k, k)
     found: list[tuple[Keys, NDArray[np.float64]]] = []
-    sides: list[SideScorer] = []
     if alpha > 0:
         found.append(scorers.vector.top(pool_size, where))
-        sides.append(scorers.vector)
     if alpha < 1:
         found.append(scorers.bm25.top(pool_size, where))
-        sides.append(scorers.bm25)
     if (
         pool_size is None
         and isinstance(scorers.vector, WholeCorpusScorer)
@@ -122,16 +119,14 @@ def fused_search(
         for keys_, _ in found:
             in_pool[keys_] = True
         pool = np.flatnonzero(in_pool)
-        if pool.size == 0:
-            return []
         vector_pool = vector_all[pool].astype(np.float64)
         bm25_pool = bm25_all[pool].astype(np.float64)
-        return rank_pool(pool, vector_pool, bm25_pool, alpha=alpha, method=method, k=k)
-    pool = _sorted_union([keys_ for keys_, _ in found])
+    else:
+        pool = _sorted_union([keys_ for keys_, _ in found])
+        vector_pool = _complete(pool, scorers.vector, found[0] if alpha > 0 else None)
+        bm25_pool = _complete(pool, scorers.bm25, found[-1] if alpha < 1 else None)
     if pool.size == 0:
         return []
-    vector_pool = _complete(pool, scorers.vector, found[0] if alpha > 0 else None)
-    bm25_pool = _complete(pool, scorers.bm25, found[-1] if alpha < 1 else None)
     return rank_pool(pool, vector_pool, bm25_pool, alpha=alpha, method=method, k=k)
 
 

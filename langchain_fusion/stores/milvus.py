@@ -333,12 +333,12 @@ class MilvusView(StoreView):
                     id=doc_id, page_content=entity["text"], metadata=dict(entity.get("metadata") or {})
                 )
 
-    def _query(self, expression: str, fields: list[str]) -> list[dict[str, Any]]:
+    def _query(self, expression: str, fields: list[str], **paging: int) -> list[dict[str, Any]]:
         if not self.store._created:
             return []
         return list(
             self.store._call(
-                "query", collection_name=self.store.collection_name, filter=expression, output_fields=fields
+                "query", collection_name=self.store.collection_name, filter=expression, output_fields=fields, **paging
             )
         )
 
@@ -386,20 +386,7 @@ class MilvusView(StoreView):
     def _query_all(self, expression: str, fields: list[str]) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
         while True:
-            page = (
-                list(
-                    self.store._call(
-                        "query",
-                        collection_name=self.store.collection_name,
-                        filter=expression,
-                        output_fields=fields,
-                        limit=MAX_LIMIT,
-                        offset=len(rows),
-                    )
-                )
-                if self.store._created
-                else []
-            )
+            page = self._query(expression, fields, limit=MAX_LIMIT, offset=len(rows))
             rows.extend(page)
             if len(page) < MAX_LIMIT:
                 return rows
