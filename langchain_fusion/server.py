@@ -52,9 +52,11 @@ from pydantic import Field, StringConstraints, TypeAdapter, ValidationError
 from langchain_fusion._checks import FusionMethod, check_alpha, check_method
 from langchain_fusion.errors import InvalidParameterError, MissingCredentialsError, MissingDependencyError
 from langchain_fusion.index.fusion_index import FusionIndex
-from langchain_fusion.index.hierarchical import HierarchicalIndex, is_hierarchical
+from langchain_fusion.index.hierarchical import HierarchicalIndex
+from langchain_fusion.index.opening import open_index
 from langchain_fusion.search.options import SEARCH_DEFAULTS
 from langchain_fusion.stores.local.folder import MANIFEST, library_version
+from langchain_fusion.stores.locations import is_store_location
 
 try:
     import uvicorn
@@ -385,13 +387,21 @@ def _resolve_llm(llm: Runnable[Any, Any] | str | None) -> tuple[Runnable[Any, An
 
 
 def load_served_index(
-    folder: str | os.PathLike[str], embeddings: Embeddings | None = None
+    location: str | os.PathLike[str], embeddings: Embeddings | None = None
 ) -> tuple[ServedIndex, dict[str, Any]]:
-    """Load a saved index folder (plain or hierarchical) and its manifest, verifying both."""
-    path = Path(folder).expanduser()
-    served: ServedIndex
-    served = HierarchicalIndex.load(path, embeddings) if is_hierarchical(path) else FusionIndex.load(path, embeddings)
-    manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    """Open an index (a saved folder, plain or hierarchical, or a Milvus location) and describe it.
+
+    The description is a folder's manifest, or a Milvus collection's location and settings.
+    """
+    served = open_index(location, embeddings)
+    if is_store_location(location):
+        settings = served.store.settings if isinstance(served, FusionIndex) else None
+        return served, {
+            "store": "milvus",
+            "location": str(location),
+            "settings": settings.model_dump(mode="json") if settings is not None else None,
+        }
+    manifest = json.loads((Path(location).expanduser() / MANIFEST).read_text(encoding="utf-8"))
     return served, manifest
 
 
@@ -421,7 +431,9 @@ def create_app(
 
     Args:
         index: a saved index folder (plain, or hierarchical: saved with page summaries), loaded
-            and verified now, once; or an already loaded :class:`~langchain_fusion.index.fusion_index.FusionIndex`
+            and verified now, once; a Milvus location such as ``"milvus://HOST:19530/docs"``
+            (see :mod:`~langchain_fusion.stores.locations`); or an already loaded
+            :class:`~langchain_fusion.index.fusion_index.FusionIndex`
             or :class:`~langchain_fusion.index.hierarchical.HierarchicalIndex`.
         embeddings: the embeddings to load a folder with; default: the model named in its manifest.
         llm: the chat model of ``/rag``: a chat model (or any Runnable from a prompt), or a spec

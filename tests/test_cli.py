@@ -399,10 +399,10 @@ class TestHelp:
         "index": ("PATH", "--out", "-o", "--embeddings", "--chunk-size", "--chunk-overlap", "--vector-index",
                   "--vector-search-params", "--json", "--quiet", "-q", "--contextual", "--summaries", "--llm",
                   "--llm-cache", "--llm-concurrency", "--keep-missing"),
-        "query": ("DIR", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
+        "query": ("INDEX", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
                   "--window", "--max-chars", "--rerank", "--top-n", "--llm", "--hierarchical", "--k-summaries",
                   "--summary-weight"),
-        "ask": ("DIR", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
+        "ask": ("INDEX", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
                 "--window", "--max-chars", "--rerank", "--top-n", "--llm", "--hierarchical", "--k-summaries",
                 "--summary-weight"),
     }  # fmt: skip

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from langchain_fusion import metadata as keys
 from langchain_fusion.cli.errors import UserError
+from langchain_fusion.cli.targets import LLM_CACHE_SUFFIX, index_target
 from langchain_fusion.errors import FusionError
 from langchain_fusion.ingest.loading import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split_documents
 from langchain_fusion.search.fusion import FUSION_METHODS
@@ -37,13 +38,16 @@ DEFAULT_SUMMARY_WEIGHT = SEARCH_DEFAULTS.summary_weight
 DEFAULT_LLM_CONCURRENCY = 8
 PROGRESS_BATCH = 32
 """Chunks embedded per call by the index command, so the progress bar moves often."""
-LLM_CACHE_SUFFIX = ".llm-cache"
 # The serve defaults, the same as langchain_fusion.server's (not imported here: it needs the server extra).
 SERVE_HOST = "127.0.0.1"
 SERVE_PORT = 8000
 SERVE_MAX_K = 100
 SERVE_MAX_QUERY_CHARS = 2000
 SERVE_MAX_BATCH_SIZE = 32
+INDEX_HELP = (
+    "an index folder made by 'langchain-fusion index', or a Milvus collection: milvus://HOST:PORT/COLLECTION, "
+    "milvus+https://HOST/COLLECTION or milvus+lite:FILE.db/COLLECTION (token from MILVUS_TOKEN)"
+)
 
 
 def _parse(value: str, convert: Callable[[str], Any], valid: Callable[[Any], bool], expected: str) -> Any:
@@ -105,7 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
         "removed (--keep-missing keeps them). Ctrl-C saves the files done so far; run again to finish.",
     )
     index.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to index (folders recursively)")
-    index.add_argument("--out", "-o", required=True, metavar="DIR", help="folder to save the index to")
+    index.add_argument(
+        "--out",
+        "-o",
+        required=True,
+        metavar="INDEX",
+        help="folder to save the index to, or a Milvus collection to write it into: milvus://HOST:PORT/COLLECTION, "
+        "milvus+https://HOST/COLLECTION or milvus+lite:FILE.db/COLLECTION (token from MILVUS_TOKEN)",
+    )
     index.add_argument("--embeddings", metavar="SPEC", help=embeddings_help)
     index.add_argument(
         "--chunk-size",
@@ -179,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--hierarchical searches page summaries first, then the chunks of the best pages; "
         "--window merges each hit with its neighbouring chunks; --rerank has a chat model rate the candidates.",
     )
-    query.add_argument("index_dir", metavar="DIR", help="an index folder made by 'langchain-fusion index'")
+    query.add_argument("index_dir", metavar="INDEX", help=INDEX_HELP)
     query.add_argument("question", help="the query text")
     _add_search_options(query, results="results")
     query.add_argument("--json", action="store_true", help="print results as JSON (text, metadata and scores)")
@@ -191,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
         "ask a chat model to answer from them, and print the answer followed by its numbered sources. "
         f"The chat model is OpenAI {OPENAI_DEFAULT_CHAT_MODEL} (needs OPENAI_API_KEY) unless --llm says otherwise.",
     )
-    ask.add_argument("index_dir", metavar="DIR", help="an index folder made by 'langchain-fusion index'")
+    ask.add_argument("index_dir", metavar="INDEX", help=INDEX_HELP)
     ask.add_argument("question", help="the question to answer")
     _add_search_options(ask, results="passages given to the model")
     ask.add_argument("--json", action="store_true", help="print the answer and its sources as JSON")
@@ -216,7 +227,7 @@ def _add_serve_parser(commands: Any) -> None:
         "unless the network in front of it is trusted. Needs the server extra: "
         "pip install 'langchain-fusion[server]'. Stop it with Ctrl-C.",
     )
-    serve.add_argument("index_dir", metavar="DIR", help="an index folder made by 'langchain-fusion index'")
+    serve.add_argument("index_dir", metavar="INDEX", help=INDEX_HELP)
     serve.add_argument(
         "--host",
         default=SERVE_HOST,
@@ -400,19 +411,19 @@ def _check_index_options(args: argparse.Namespace) -> bool:
 
 def run_index(args: argparse.Namespace) -> int:
     """Build an index, or bring an existing one up to date with the files; save it; print a summary."""
-    from langchain_fusion.index.sync import SYNC_INFO_KEY, sync_files
+    from langchain_fusion.index.sync import sync_files
     from langchain_fusion.models.embeddings import LocalEmbeddings
-    from langchain_fusion.stores.local.folder import check_save_target
 
     # Check everything that can be wrong before paying for a chat model or embeddings.
-    out = check_save_target(Path(args.out))
+    target = index_target(args.out)
+    target.check_options(args)
     split_documents([], chunk_size=args.chunk_size, chunk_overlap=args.chunk_overlap)  # checks the two
     uses_llm = _check_index_options(args)
     chat_model = _chat_model(args) if uses_llm else None  # a missing key fails before any work
-    index = _index_to_update(out, args)
+    index = target.open(args)
     embeddings = index.embeddings
     quiet = args.quiet or args.json
-    cache_dir = Path(args.llm_cache) if args.llm_cache else out.parent / f"{out.name}{LLM_CACHE_SUFFIX}"
+    cache_dir = Path(args.llm_cache) if args.llm_cache else target.default_llm_cache()
     llm_options = {
         "llm": chat_model,
         "cache_dir": cache_dir,
@@ -446,7 +457,7 @@ def run_index(args: argparse.Namespace) -> int:
 
         tqdm.write(f"skipped {skipped.path}: {skipped.reason}", file=sys.stderr)
 
-    record: dict[str, Any] = dict(index.saved_info.get(SYNC_INFO_KEY) or {})
+    record = target.record(index)
     try:
         report = sync_files(
             index,
@@ -465,9 +476,8 @@ def run_index(args: argparse.Namespace) -> int:
     finally:
         for bar in bars:
             bar.close()
-    info = {SYNC_INFO_KEY: record}
     if report.interrupted:
-        folder = index.save(out, info=info)
+        folder = target.save(index, record)
         print(
             f"langchain-fusion: interrupted; saved the {len(record.get('by_path', {}))} files done so far to "
             f"{folder}: run the same command again to finish",
@@ -480,9 +490,9 @@ def run_index(args: argparse.Namespace) -> int:
     if args.summaries:
         hierarchical, reports["summaries"] = _summarize(index, llm_options, quiet)
         summaries = len(hierarchical.summaries)
-        folder = hierarchical.save(out, info=info)
+        folder = target.save(index, record, hierarchical)
     else:
-        folder = index.save(out, info=info)
+        folder = target.save(index, record)
     documents = index.documents
     pages = len({(d.metadata.get(keys.SOURCE), d.metadata[keys.PAGE]) for d in documents if keys.PAGE in d.metadata})
     files = len(record.get("by_path", {}))
@@ -517,40 +527,6 @@ def run_index(args: argparse.Namespace) -> int:
             lines.append(f"skipped {len(report.skipped)} file(s); see above")
         print("\n".join(lines))
     return 0
-
-
-def _index_to_update(out: Path, args: argparse.Namespace) -> Any:
-    """The index saved at ``out`` (its chunks, for a hierarchical one), or a new empty index."""
-    from langchain_fusion.errors import EmbeddingsMismatchError
-    from langchain_fusion.index.fusion_index import FusionIndex
-    from langchain_fusion.index.hierarchical import CHUNKS_DIR, is_hierarchical
-    from langchain_fusion.models.embeddings import resolve_embeddings
-
-    embeddings = resolve_embeddings(args.embeddings) if args.embeddings else None
-    if not (out / "manifest.json").is_file():
-        index = FusionIndex(
-            embeddings if embeddings is not None else resolve_embeddings(None),
-            vector_index=args.vector_index or "Flat",
-            vector_search_params=args.vector_search_params,
-        )
-        return index
-    hierarchical = is_hierarchical(out)
-    if hierarchical and not args.summaries:
-        raise UserError(
-            f"{out} holds page summaries too: add --summaries to keep them up to date, or choose a new --out"
-        )
-    try:
-        # No probe embedding: a rerun with nothing new must not pay for loading the model.
-        index = FusionIndex.load(out / CHUNKS_DIR if hierarchical else out, embeddings, check_dimension=False)
-    except EmbeddingsMismatchError as exc:
-        raise UserError(f"{exc}; to use other embeddings, choose a new --out") from None
-    store_factory = getattr(index.store, "vector_index", None)
-    if args.vector_index and args.vector_index != store_factory:
-        raise UserError(
-            f"{out} uses vector index {store_factory!r}, not {args.vector_index!r}: "
-            "drop --vector-index, or choose a new --out"
-        )
-    return index
 
 
 @contextlib.contextmanager
@@ -627,17 +603,23 @@ def _chat_model(args: argparse.Namespace) -> Any:
 
 def _retriever(args: argparse.Namespace, chat_model: Any) -> Any:
     """The fused retriever, wrapped by a context window and a reranker as the options ask."""
-    from langchain_fusion.index.fusion_index import FusionIndex
-    from langchain_fusion.index.hierarchical import CHUNKS_DIR, HierarchicalIndex, is_hierarchical
+    from langchain_fusion.index.hierarchical import HierarchicalIndex
+    from langchain_fusion.index.opening import open_index
     from langchain_fusion.models.embeddings import resolve_embeddings
     from langchain_fusion.retrievers.rerank import LLMReranker, RerankRetriever
     from langchain_fusion.retrievers.windows import ContextWindowRetriever
+    from langchain_fusion.stores.locations import is_store_location
 
     embeddings = resolve_embeddings(args.embeddings) if args.embeddings else None
     k = args.k if args.k is not None else DEFAULT_RERANK_CANDIDATES if args.rerank else DEFAULT_K
     options = {"k": k, "alpha": args.alpha, "method": args.method, "fetch_k": args.fetch_k}
     retriever: Any
     if args.hierarchical:
+        if is_store_location(args.index_dir):
+            raise UserError(
+                "--hierarchical needs page summaries, which are kept in index folders only "
+                "(langchain-fusion index PATH... --summaries --out DIR)"
+            )
         hierarchical = HierarchicalIndex.load(args.index_dir, embeddings)
         index = hierarchical.chunks
         retriever = hierarchical.as_retriever(
@@ -646,9 +628,9 @@ def _retriever(args: argparse.Namespace, chat_model: Any) -> Any:
             **options,
         )
     else:
-        folder = Path(args.index_dir)
+        opened = open_index(args.index_dir, embeddings)
         # A hierarchical folder also answers plain searches: its chunk index.
-        index = FusionIndex.load(folder / CHUNKS_DIR if is_hierarchical(folder) else folder, embeddings)
+        index = opened.chunks if isinstance(opened, HierarchicalIndex) else opened
         retriever = index.as_retriever(**options)
     if args.window:
         retriever = ContextWindowRetriever(retriever=retriever, index=index, n=args.window, max_chars=args.max_chars)

@@ -27,7 +27,7 @@ def add_eval_parser(commands: Any, fetch_k_type: Any) -> None:
         "an embedding cache so reruns are fast.",
     )
     source = parser.add_argument_group("data (one of)")
-    source.add_argument("--index", metavar="DIR", help="a saved index folder (with --labels)")
+    source.add_argument("--index", metavar="INDEX", help="a saved index folder or a Milvus location (with --labels)")
     source.add_argument("--labels", metavar="FILE", help="labelled queries (JSON or CSV; see the README)")
     source.add_argument("--beir", metavar="FOLDER", help="a BEIR folder: corpus.jsonl, queries.jsonl, qrels/")
     parser.add_argument("--split", default="test", help="BEIR qrels split to use (default: %(default)s)")
@@ -73,6 +73,8 @@ def add_eval_parser(commands: Any, fetch_k_type: Any) -> None:
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     from langchain_fusion.evaluation.datasets import load_beir, load_labelled
     from langchain_fusion.index.fusion_index import FusionIndex
+    from langchain_fusion.index.hierarchical import HierarchicalIndex
+    from langchain_fusion.index.opening import open_index
     from langchain_fusion.models.embedding_cache import CachedEmbeddings
     from langchain_fusion.models.embeddings import resolve_embeddings
 
@@ -87,7 +89,8 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
         return index, dataset
     if not (args.index and args.labels):
         raise UserError("give a saved index and its labelled queries (--index DIR --labels FILE), or --beir FOLDER")
-    index = FusionIndex.load(args.index)
+    opened = open_index(args.index)
+    index = opened.chunks if isinstance(opened, HierarchicalIndex) else opened
     return index, load_labelled(args.labels, index.documents)
 
 

@@ -491,26 +491,47 @@ class FusionIndex(VectorStore):
         """
         folder = Path(folder).expanduser()
         store, manifest = LocalStore.load(folder, analyzer, lock=lock)
+        loaded = cls.from_store(store, embeddings, check_dimension=check_dimension, label=str(folder))
+        info = manifest.get("info", {})
+        loaded.saved_info = info if isinstance(info, dict) else {}
+        return loaded
+
+    @classmethod
+    def from_store(
+        cls,
+        store: FusionStore,
+        embeddings: Embeddings | None = None,
+        *,
+        check_dimension: bool = True,
+        label: str | None = None,
+    ) -> FusionIndex:
+        """An index over a store that already holds rows (e.g. a reopened Milvus collection).
+
+        ``embeddings`` default to the model recorded in the store's settings (the bundled local
+        model or OpenAI can be recreated by name; other models must be passed). A different
+        model, or one with another dimension (unless ``check_dimension=False``, which saves
+        loading the model), is an :class:`EmbeddingsMismatchError`. ``label`` names the store
+        in error messages.
+        """
         settings = store.settings
+        where = label or f"the {type(store).__name__}"
         if embeddings is None:
-            embeddings = embeddings_from_id(settings.embeddings_id or "")
+            recorded = settings.embeddings_id
+            embeddings = default_embeddings() if recorded is None else embeddings_from_id(recorded)
         given_id = embeddings_id(embeddings)
-        if given_id != settings.embeddings_id:
+        if settings.embeddings_id is not None and given_id != settings.embeddings_id:
             raise EmbeddingsMismatchError(
-                f"{folder} was built with embeddings {settings.embeddings_id!r} but was given {given_id!r}; "
+                f"{where} was built with embeddings {settings.embeddings_id!r} but was given {given_id!r}; "
                 "query an index with the model that built it (or rebuild the index)"
             )
         if check_dimension and settings.dimension is not None:
             given_dimension = len(embeddings.embed_query("langchain-fusion dimension check"))
             if given_dimension != settings.dimension:
                 raise EmbeddingsMismatchError(
-                    f"{folder} holds {settings.dimension}-dimensional vectors but the given embeddings make "
+                    f"{where} holds {settings.dimension}-dimensional vectors but the given embeddings make "
                     f"{given_dimension}-dimensional ones; use the model that built the index"
                 )
-        loaded = cls(embeddings, store=store)
-        info = manifest.get("info", {})
-        loaded.saved_info = info if isinstance(info, dict) else {}
-        return loaded
+        return cls(embeddings, store=store)
 
     # --- retrieval --------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ rankers do.
 from __future__ import annotations
 
 import json
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -43,11 +44,19 @@ from langchain_fusion.stores.filters import check_filter
 from langchain_fusion.stores.local.tokens import tokenize
 from langchain_fusion.stores.settings import BM25Params, StoreSettings
 
+logger = logging.getLogger(__name__)
+
 MAX_LIMIT = 16384
 """Milvus's largest ``limit`` for one search or query."""
 
 BATCH = 1000
 """Rows per upsert call."""
+
+INFO_SUFFIX = "_fusion_info"
+"""The side collection ``<collection>_fusion_info`` keeps :meth:`MilvusStore.write_info`'s record."""
+
+INFO_PIECE_CHARS = 16000
+"""Characters of the info record's JSON per row (a VARCHAR holds 65,535 bytes)."""
 
 _OUTPUT = ["id", "text", "metadata"]
 
@@ -208,6 +217,68 @@ class MilvusStore(FusionStore):
             consistency_level="Strong",
         )
         self._settings, self._created = settings, True
+
+    @property
+    def exists(self) -> bool:
+        """Whether the collection exists (it is created by the first upsert)."""
+        return bool(self._created)
+
+    def drop(self) -> None:
+        """Delete the collection and its info record from the server (irreversible)."""
+        for name in (self.collection_name, self.collection_name + INFO_SUFFIX):
+            if self._call("has_collection", collection_name=name):
+                self._call("drop_collection", collection_name=name)
+        self._created = False
+        self._settings = StoreSettings(analyzer=self._settings.analyzer, bm25_params=self._settings.bm25_params)
+
+    # --- the info record -------------------------------------------------------------------------
+
+    def read_info(self) -> dict[str, Any]:
+        """The record last given to :meth:`write_info` (``{}`` if none, or if it is unreadable)."""
+        name = self.collection_name + INFO_SUFFIX
+        if not self._call("has_collection", collection_name=name):
+            return {}
+        rows = self._call("query", collection_name=name, filter='id != ""', output_fields=["id", "piece"])
+        try:
+            pieces = sorted((int(row["id"]), row["piece"]) for row in rows)
+            if [n for n, _ in pieces] != list(range(len(pieces))):
+                raise ValueError("missing pieces")
+            record = json.loads("".join(piece for _, piece in pieces)) if pieces else {}
+            if not isinstance(record, dict):
+                raise ValueError("not an object")
+        except (ValueError, KeyError, TypeError) as exc:
+            logger.warning("the info record of %r is unreadable (%s); starting from an empty one", name, exc)
+            return {}
+        return record
+
+    def write_info(self, info: Mapping[str, Any]) -> None:
+        """Keep ``info`` (a JSON-able mapping, e.g. which files were indexed) next to the collection.
+
+        The record is split over rows of a side collection, ``<collection>_fusion_info``; a
+        reader racing a writer may see a torn record, which :meth:`read_info` treats as empty.
+        """
+        from pymilvus import DataType
+
+        try:
+            text = json.dumps(dict(info), ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise FusionError(f"the info record must be JSON-serialisable ({exc})") from None
+        name = self.collection_name + INFO_SUFFIX
+        if not self._call("has_collection", collection_name=name):
+            schema = self.client.create_schema(auto_id=False, enable_dynamic_field=False)
+            schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=16)
+            schema.add_field("piece", DataType.VARCHAR, max_length=65535)
+            schema.add_field("unused", DataType.FLOAT_VECTOR, dim=2)  # Milvus needs a vector field
+            index = self.client.prepare_index_params()
+            index.add_index(field_name="unused", index_type="FLAT", metric_type="IP")
+            self._call(
+                "create_collection", collection_name=name, schema=schema, index_params=index, consistency_level="Strong"
+            )
+        pieces = [text[i : i + INFO_PIECE_CHARS] for i in range(0, len(text), INFO_PIECE_CHARS)] or [""]
+        rows = [{"id": str(n), "piece": piece, "unused": [1.0, 0.0]} for n, piece in enumerate(pieces)]
+        for start in range(0, len(rows), BATCH):
+            self._call("upsert", collection_name=name, data=rows[start : start + BATCH])
+        self._call("delete", collection_name=name, filter=f"id not in [{','.join(_literal(r['id']) for r in rows)}]")
 
     # --- the seam ------------------------------------------------------------------------------------
 

@@ -1,0 +1,122 @@
+"""Where an index lives, written as one string: a folder, or a Milvus collection.
+
+The command line and the server take an index *location*: a folder made by ``save`` (the
+in-process store), or a Milvus collection named like a URL whose last path segment is the
+collection:
+
+- ``milvus://HOST[:PORT]/COLLECTION``: a Milvus standalone server or cluster over plain
+  HTTP/gRPC (port 19530 by default), e.g. ``milvus://localhost:19530/docs``;
+- ``milvus+https://HOST[:PORT]/COLLECTION``: the same over TLS (port 443 by default), e.g. a
+  managed Milvus (Zilliz Cloud) endpoint;
+- ``milvus+lite:PATH/COLLECTION``: a Milvus Lite file in this process (``PATH`` ends in
+  ``.db``), e.g. ``milvus+lite:./docs.db/docs``.
+
+A server's database is chosen with ``?db=NAME``. Credentials never go in the location (it is
+printed and logged): the ``MILVUS_TOKEN`` environment variable (``user:password`` or an API
+key) is passed to the server when set.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+from langchain_fusion.errors import InvalidParameterError
+
+if TYPE_CHECKING:
+    from langchain_fusion.stores.milvus import MilvusStore
+
+MILVUS_TOKEN_ENV = "MILVUS_TOKEN"
+"""The environment variable holding a Milvus server's token (``user:password`` or an API key)."""
+
+SCHEMES = ("milvus://", "milvus+https://", "milvus+lite:")
+"""The prefixes that make a location a Milvus collection rather than a folder."""
+
+_DEFAULT_PORTS = {"milvus": 19530, "milvus+https": 443}
+_COLLECTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}")
+_EXAMPLES = "milvus://localhost:19530/docs, milvus+https://HOST/docs or milvus+lite:./docs.db/docs"
+
+
+@dataclass(frozen=True)
+class MilvusLocation:
+    """A Milvus collection named by a location string."""
+
+    uri: str
+    """What pymilvus connects to: ``http(s)://host:port`` or a Milvus Lite file path."""
+    collection_name: str
+    """The collection holding the index."""
+    db_name: str | None = None
+    """The server's database (``None``: the server's default)."""
+    spec: str = ""
+    """The location as written (without credentials, safe to print)."""
+
+    def open(self, **options: Any) -> MilvusStore:
+        """A :class:`~langchain_fusion.stores.milvus.MilvusStore` on this collection (token from the environment)."""
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        connection: dict[str, Any] = {}
+        if self.db_name:
+            connection["db_name"] = self.db_name
+        token = os.environ.get(MILVUS_TOKEN_ENV)
+        if token and not self.is_lite:
+            connection["token"] = token
+        return MilvusStore(self.uri, self.collection_name, **options, **connection)
+
+    @property
+    def is_lite(self) -> bool:
+        """Whether this is a Milvus Lite file (one process at a time) rather than a server."""
+        return not self.uri.startswith(("http://", "https://"))
+
+    def __str__(self) -> str:
+        return self.spec
+
+
+def is_store_location(location: object) -> bool:
+    """Whether ``location`` names a Milvus collection (rather than a folder)."""
+    return isinstance(location, str) and location.startswith(SCHEMES)
+
+
+def parse_location(location: str) -> MilvusLocation:
+    """The Milvus collection named by ``location``; InvalidParameterError says what is malformed."""
+    if not is_store_location(location):
+        raise InvalidParameterError(f"{location!r} is not a Milvus location; write {_EXAMPLES}")
+    if location.startswith("milvus+lite:"):
+        path, _, name = location[len("milvus+lite:") :].rpartition("/")
+        if not path.endswith(".db"):
+            raise InvalidParameterError(
+                f"{location!r}: a Milvus Lite location is milvus+lite:PATH.db/COLLECTION, "
+                "e.g. milvus+lite:./docs.db/docs"
+            )
+        return MilvusLocation(os.path.expanduser(path), _collection(name, location), spec=location)
+    parts = urlsplit(location)
+    try:
+        port = parts.port or _DEFAULT_PORTS[parts.scheme]
+    except ValueError:
+        raise InvalidParameterError(f"{location!r}: the port is not a number from 0 to 65535") from None
+    if not parts.hostname:
+        raise InvalidParameterError(f"{location!r} names no server; write {_EXAMPLES}")
+    if parts.username or parts.password:
+        raise InvalidParameterError(
+            f"{location!r}: put credentials in the {MILVUS_TOKEN_ENV} environment variable, not in the location"
+        )
+    query = parse_qs(parts.query, keep_blank_values=True)
+    unknown = sorted(set(query) - {"db"})
+    if unknown or len(query.get("db", [])) > 1:
+        raise InvalidParameterError(f"{location!r}: the only location option is ?db=NAME (the server's database)")
+    name = parts.path.strip("/")
+    scheme = "https" if parts.scheme == "milvus+https" else "http"
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    db_name = query["db"][0] if "db" in query else None
+    return MilvusLocation(f"{scheme}://{host}:{port}", _collection(name, location), db_name or None, location)
+
+
+def _collection(name: str, location: str) -> str:
+    if not _COLLECTION_NAME.fullmatch(name):
+        raise InvalidParameterError(
+            f"{location!r}: the collection name {name!r} must start with a letter or '_' and hold only letters, "
+            f"digits and '_' (at most 200); write {_EXAMPLES}"
+        )
+    return name

@@ -1,0 +1,159 @@
+"""The command line and the server pointed at a Milvus collection (milvus-lite; a server when MILVUS_URI is set)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from langchain_fusion import FusionError, FusionIndex
+from langchain_fusion import metadata as keys
+from langchain_fusion.cli import main
+from langchain_fusion.index.opening import open_index
+from langchain_fusion.stores.locations import parse_location
+from tests.conftest import HashingEmbeddings
+from tests.store_contract import corpus
+
+pytest.importorskip("pymilvus")
+if not os.environ.get("MILVUS_URI"):
+    pytest.importorskip("milvus_lite")
+
+pytestmark = pytest.mark.milvus
+
+NOTES = {
+    "a.txt": "The GC-9 controller reboots nightly. " * 30,
+    "b.md": "# Batteries\n\nThe NX-14 cabinet stores 14 kWh. Keep it dry and ventilated. " * 20,
+}
+
+
+@pytest.fixture
+def location(tmp_path: Path) -> str:
+    """A fresh collection: on the server at MILVUS_URI, else in a Milvus Lite file."""
+    name = f"cli_{uuid.uuid4().hex[:10]}"
+    server = os.environ.get("MILVUS_URI")
+    if server:
+        parts = urlsplit(server)
+        return f"{'milvus+https' if parts.scheme == 'https' else 'milvus'}://{parts.netloc}/{name}"
+    return f"milvus+lite:{tmp_path / 'cli.db'}/{name}"
+
+
+def _run(*argv: str) -> tuple[int, Any, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(list(argv))
+    text = out.getvalue()
+    return status, json.loads(text) if text.startswith(("{", "[")) else text, err.getvalue()
+
+
+class TestInfoRecord:
+    def test_written_record_reads_back_and_large_ones_span_rows(self, location: str) -> None:
+        store = parse_location(location).open()
+        assert store.read_info() == {}
+        big = {"files": {f"/data/file-{i}.pdf": {"sha256": "ab" * 32, "chunks": i} for i in range(2000)}}
+        store.write_info(big)
+        assert parse_location(location).open().read_info() == big
+        store.write_info({"files": {}})  # shorter: the extra rows go
+        assert store.read_info() == {"files": {}}
+
+    def test_unserialisable_records_are_refused(self, location: str) -> None:
+        with pytest.raises(FusionError, match="JSON-serialisable"):
+            parse_location(location).open().write_info({"x": object()})
+
+    def test_drop_removes_the_collection_and_its_record(self, location: str) -> None:
+        store = parse_location(location).open()
+        FusionIndex.from_documents(corpus(1, 5), HashingEmbeddings(), store=store)
+        store.write_info({"files": {"a": 1}})
+        store.drop()
+        again = parse_location(location).open()
+        assert not again.exists and again.read_info() == {}
+
+
+class TestOpenIndex:
+    def test_a_missing_collection_says_how_to_build_it(self, location: str) -> None:
+        with pytest.raises(FusionError, match=r"there is no collection .*langchain-fusion index PATH\.\.\. --out"):
+            open_index(location, HashingEmbeddings())
+
+    def test_reopens_with_the_recorded_model(self, location: str) -> None:
+        FusionIndex.from_documents(corpus(1, 12), HashingEmbeddings(), store=parse_location(location).open())
+        index = open_index(location, HashingEmbeddings())
+        assert isinstance(index, FusionIndex) and len(index) == 12
+        with pytest.raises(FusionError, match="cannot be recreated by name"):
+            open_index(location)  # the test model is not one that can be rebuilt from its name
+
+
+@pytest.mark.local_model
+class TestCommandLine:
+    @pytest.fixture
+    def docs(self, tmp_path: Path) -> Path:
+        folder = tmp_path / "docs"
+        folder.mkdir()
+        for name, text in NOTES.items():
+            (folder / name).write_text(text, encoding="utf-8")
+        return folder
+
+    def test_index_update_query_and_eval_against_a_collection(self, docs: Path, location: str) -> None:
+        status, first, err = _run("index", str(docs), "--out", location, "--embeddings", "local", "--json")
+        assert status == 0, err
+        assert first["index"] == location and first["files_added"] == 2 and first["chunks"] > 2
+        status, again, err = _run("index", str(docs), "--out", location, "--json")
+        assert status == 0, err
+        assert again["files_unchanged"] == 2 and again["chunks_embedded"] == 0  # the record lives in Milvus
+        (docs / "a.txt").write_text("The GC-9 controller was replaced by a GC-10 in March.", encoding="utf-8")
+        (docs / "b.md").unlink()
+        status, third, err = _run("index", str(docs), "--out", location, "--json")
+        assert status == 0, err
+        assert (third["files_updated"], third["files_removed"], third["chunks"]) == (1, 1, 1)
+
+        status, results, err = _run("query", location, "GC-10 controller", "-k", "2", "--json")
+        assert status == 0, err
+        assert len(results) == 1 and "GC-10" in results[0]["text"]
+        assert results[0]["metadata"][keys.SOURCE].endswith("a.txt")
+        assert results[0]["metadata"][keys.BM25_SCORE] > 0
+
+        status, text, err = _run("query", location, "GC-10 controller", "--window", "1")
+        assert status == 0 and "GC-10" in text, err
+
+    def test_folder_only_options_are_refused_before_any_work(self, docs: Path, location: str) -> None:
+        for extra, message in (
+            (["--summaries", "--llm", "fake:x"], "kept in index folders only"),
+            (["--vector-index", "HNSW32"], "own exact (FLAT) index"),
+        ):
+            status, _, err = _run("index", str(docs), "--out", location, *extra)
+            assert status == 2 and message in err, err
+        assert not parse_location(location).open().exists
+        status, _, err = _run("query", location, "x", "--hierarchical")
+        assert status == 2 and "index folders only" in err
+
+    def test_a_missing_collection_is_one_line(self, location: str) -> None:
+        status, _, err = _run("query", location, "anything")
+        assert status == 2
+        assert err.count("\n") == 1 and "there is no collection" in err
+
+    def test_a_malformed_location_is_one_line(self, docs: Path) -> None:
+        status, _, err = _run("index", str(docs), "--out", "milvus://localhost:19530/my-docs")
+        assert status == 2 and "collection name 'my-docs'" in err and err.count("\n") == 1
+
+
+class TestServer:
+    def test_create_app_serves_a_collection(self, location: str) -> None:
+        pytest.importorskip("langserve")
+        from fastapi.testclient import TestClient
+
+        from langchain_fusion.server import create_app
+
+        FusionIndex.from_documents(corpus(3, 20), HashingEmbeddings(), store=parse_location(location).open())
+        with TestClient(create_app(location, embeddings=HashingEmbeddings(), llm=None)) as client:
+            health = client.get("/health").json()
+            assert health["index"]["documents"] == 20
+            assert health["index"]["manifest"]["store"] == "milvus"
+            assert health["index"]["manifest"]["location"] == location
+            response = client.post("/retriever/invoke", json={"input": "w1 w2", "config": {"configurable": {"k": 3}}})
+            assert response.status_code == 200, response.text
+            assert len(response.json()["output"]) == 3

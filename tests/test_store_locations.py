@@ -1,0 +1,78 @@
+"""Index locations: a folder, or a Milvus collection written as one string."""
+
+from __future__ import annotations
+
+import pytest
+
+from langchain_fusion import InvalidParameterError
+from langchain_fusion.stores.locations import MILVUS_TOKEN_ENV, MilvusLocation, is_store_location, parse_location
+
+
+class TestParse:
+    @pytest.mark.parametrize(
+        ("text", "uri", "collection", "db"),
+        [
+            ("milvus://localhost:19530/docs", "http://localhost:19530", "docs", None),
+            ("milvus://milvus.internal/docs", "http://milvus.internal:19530", "docs", None),
+            ("milvus://10.0.0.5:2000/_team_docs2?db=research", "http://10.0.0.5:2000", "_team_docs2", "research"),
+            ("milvus://[::1]:19530/docs", "http://[::1]:19530", "docs", None),
+            ("milvus+https://in03-abc.zillizcloud.com/docs", "https://in03-abc.zillizcloud.com:443", "docs", None),
+            ("milvus+https://host:19530/docs/", "https://host:19530", "docs", None),
+            ("milvus+lite:./index.db/docs", "./index.db", "docs", None),
+            ("milvus+lite:/var/lib/x.db/Docs_1", "/var/lib/x.db", "Docs_1", None),
+        ],
+    )
+    def test_valid_locations(self, text: str, uri: str, collection: str, db: str | None) -> None:
+        location = parse_location(text)
+        assert (location.uri, location.collection_name, location.db_name) == (uri, collection, db)
+        assert str(location) == text
+        assert location.is_lite == text.startswith("milvus+lite:")
+
+    @pytest.mark.parametrize(
+        ("text", "message"),
+        [
+            ("milvus://localhost:19530/", "collection name ''"),
+            ("milvus://localhost:19530/a/b", "collection name 'a/b'"),
+            ("milvus://localhost:19530/1docs", "must start with a letter"),
+            ("milvus://localhost:19530/my-docs", "only letters"),
+            ("milvus://localhost:99999/docs", "port"),
+            ("milvus://localhost:port/docs", "port"),
+            ("milvus:///docs", "names no server"),
+            ("milvus://user:secret@localhost/docs", MILVUS_TOKEN_ENV),
+            ("milvus://localhost/docs?token=x", r"only location option is \?db=NAME"),
+            ("milvus://localhost/docs?db=a&db=b", r"\?db=NAME"),
+            ("milvus+lite:./index/docs", "PATH.db/COLLECTION"),
+            ("milvus+lite:docs", "PATH.db/COLLECTION"),
+            ("milvus+lite:./x.db/" + "a" * 201, "at most 200"),
+            ("./folder", "not a Milvus location"),
+        ],
+    )
+    def test_malformed_locations_say_what_is_wrong(self, text: str, message: str) -> None:
+        with pytest.raises(InvalidParameterError, match=message):
+            parse_location(text)
+
+    def test_only_milvus_schemes_are_store_locations(self) -> None:
+        assert is_store_location("milvus://h/c") and is_store_location("milvus+lite:x.db/c")
+        for other in ("index", "./milvus://x", "milvus.db", "milvus:x", "MILVUS://h/c", None, 5):
+            assert not is_store_location(other)
+
+
+class TestOpen:
+    def test_the_token_comes_from_the_environment_and_only_for_servers(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        seen: list[dict[str, object]] = []
+
+        class Recorder:
+            def __init__(self, uri: str, collection_name: str, **options: object) -> None:
+                seen.append({"uri": uri, "collection_name": collection_name, **options})
+
+        monkeypatch.setattr("langchain_fusion.stores.milvus.MilvusStore", Recorder)
+        monkeypatch.setenv(MILVUS_TOKEN_ENV, "root:Milvus")
+        parse_location("milvus://h:1/c?db=team").open()
+        parse_location("milvus+lite:./x.db/c").open()
+        assert seen == [
+            {"uri": "http://h:1", "collection_name": "c", "db_name": "team", "token": "root:Milvus"},
+            {"uri": "./x.db", "collection_name": "c"},
+        ]
+        monkeypatch.delenv(MILVUS_TOKEN_ENV)
+        MilvusLocation("http://h:1", "c").open()
+        assert seen[-1] == {"uri": "http://h:1", "collection_name": "c"}
