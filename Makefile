@@ -9,7 +9,7 @@ INSTALL := $(PIP) install --quiet -c constraints.txt
 DEMO_INDEX ?= .demo-index
 DEMO_QUERY ?= Why did the batteries come through the flood without harm?
 
-.PHONY: demo test lint bench bench-quality bench-quick bench-updates clean
+.PHONY: demo test lint bench bench-quality bench-quick bench-updates bench-milvus clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,9 @@ bench-quality: $(VENV)/.installed-dev
 
 bench-updates: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/updates.py
+
+bench-milvus: $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/milvus.py
 
 bench-quick: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/latency.py --sizes 10000 --queries 50

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from langchain_fusion import Analyzer, BM25Params, FusionIndex, InvalidParameterError
+from langchain_fusion import (
+    Analyzer,
+    BM25Params,
+    EmbeddingsMismatchError,
+    FusionError,
+    FusionIndex,
+    InvalidParameterError,
+)
 from langchain_fusion.stores.base import FusionStore
 from tests.conftest import HashingEmbeddings
 from tests.store_contract import QUERIES, Reference, StoreContract, corpus, results
@@ -84,3 +91,85 @@ class TestMilvusSpecifics:
 
         with pytest.raises(InvalidParameterError, match="lucene"):
             MilvusStore(milvus_uri, "x", bm25_params=BM25Params(method="bm25+"))
+
+
+class TestMilvusErrors:
+    """Server-side failures and mismatches are one-line FusionErrors, never pymilvus tracebacks."""
+
+    def _name(self) -> str:
+        return f"e{uuid.uuid4().hex[:12]}"
+
+    def test_an_unreachable_server_is_named(self) -> None:
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        with pytest.raises(FusionError, match=r"cannot reach Milvus at 'http://127\.0\.0\.1:9'") as caught:
+            MilvusStore("http://127.0.0.1:9", "docs", timeout=2)
+        assert "\n" not in str(caught.value)
+
+    def test_a_collection_made_by_someone_else_is_refused(self, milvus_uri: str) -> None:
+        from pymilvus import MilvusClient
+
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        name = self._name()
+        client = MilvusClient(uri=milvus_uri)
+        client.create_collection(name, dimension=8)
+        with pytest.raises(FusionError, match="was not made by langchain-fusion"):
+            MilvusStore(milvus_uri, name)
+
+    def test_another_model_or_dimension_is_refused(self, milvus_uri: str) -> None:
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        name = self._name()
+        FusionIndex.from_documents(corpus(1, 8), HashingEmbeddings(), store=MilvusStore(milvus_uri, name))
+        with pytest.raises(EmbeddingsMismatchError, match="hashing-v2"):
+            FusionIndex(HashingEmbeddings(model="hashing-v2"), store=MilvusStore(milvus_uri, name))
+        with pytest.raises(EmbeddingsMismatchError, match="64-dimensional vectors"):
+            FusionIndex.from_store(MilvusStore(milvus_uri, name), HashingEmbeddings(size=32))
+        unchecked = FusionIndex(HashingEmbeddings(size=32), store=MilvusStore(milvus_uri, name))
+        with pytest.raises(FusionError, match=r"dimension 64; got an array of shape \(1, 32\)"):
+            unchecked.add_texts(["more text"])
+
+    def test_other_settings_on_an_existing_collection_are_refused(self, milvus_uri: str) -> None:
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        name = self._name()
+        FusionIndex.from_documents(corpus(1, 4), HashingEmbeddings(), store=MilvusStore(milvus_uri, name))
+        with pytest.raises(FusionError, match="was built with bm25_params"):
+            MilvusStore(milvus_uri, name, bm25_params=BM25Params(k1=1.5))
+
+    def test_ids_and_filter_values_with_quotes_and_backslashes(self, milvus_uri: str) -> None:
+        from langchain_core.documents import Document
+
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        odd = ['say "hi"', "back\\slash", "tab\there", "ünï"]
+        docs = [Document(id=i, page_content=f"quoted text {n}", metadata={"tag": i}) for n, i in enumerate(odd)]
+        index = FusionIndex.from_documents(docs, HashingEmbeddings(), store=MilvusStore(milvus_uri, self._name()))
+        for value in odd:
+            found = index.as_retriever(k=4, filter={"tag": value}).invoke("quoted text")
+            assert [d.id for d in found] == [value]
+        assert sorted(d.id or "" for d in index.get_by_ids(odd)) == sorted(odd)
+        assert index.remove(odd[:2]) == 2 and len(index) == 2
+        with pytest.raises(FusionError, match="without line breaks"):
+            index.add_documents([Document(id="two\nlines", page_content="x")])
+        if index.store.is_lite:  # type: ignore[attr-defined]
+            with pytest.raises(FusionError, match=r"Milvus Lite cannot upsert ids containing an apostrophe"):
+                index.add_documents([Document(id="it's", page_content="x")])
+        else:
+            index.add_documents([Document(id="it's", page_content="x")])
+            assert [d.id for d in index.get_by_ids(["it's"])] == ["it's"]
+
+    def test_a_candidate_deleted_between_calls_scores_zero(self, milvus_uri: str) -> None:
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        index = FusionIndex.from_documents(
+            corpus(1, 20), HashingEmbeddings(), store=MilvusStore(milvus_uri, f"d{uuid.uuid4().hex[:12]}")
+        )
+        view = index.view()
+        scorer = view.vector(index.embed_query("w1 w2"))
+        keys, scores = scorer.top(5)
+        index.remove(view.ids(keys[:1]))  # another client's delete, between this query's calls
+        completed = scorer.scores(keys)
+        assert completed[0] == 0.0
+        assert completed[1:] == pytest.approx(scores[1:], abs=1e-5)

@@ -13,8 +13,9 @@ Differences from the in-process store, all deliberate:
   variant exists on Milvus.
 - **Consistency.** Every call uses ``Strong`` consistency: a writer reads its own writes. A
   query is several calls, so a concurrent writer on another client may land between them
-  (there is no snapshot across calls, unlike the in-process store). Upserts of more than one
-  batch are not atomic across batches.
+  (there is no snapshot across calls, unlike the in-process store): a candidate deleted in
+  between scores 0 on the side being completed. Upserts of more than one batch are not atomic
+  across batches.
 - **Filters.** Mapping filters become Milvus expressions on the JSON metadata and apply to both
   searches and the completion calls; Python callables cannot run on a server and are refused.
 - **Whole corpus.** ``fetch_k=None`` is refused: it would ship every row; use a bounded ``fetch_k``.
@@ -132,6 +133,7 @@ class MilvusStore(FusionStore):
             )
         self.collection_name = collection_name
         self.timeout = timeout
+        self.is_lite = not uri.startswith(("http://", "https://", "tcp://", "grpc://"))
         try:
             self.client = MilvusClient(uri=uri, timeout=timeout, **connection)
             exists = self.client.has_collection(collection_name, timeout=timeout)
@@ -293,6 +295,12 @@ class MilvusStore(FusionStore):
         ids = [doc.id for doc in documents]
         if any(not isinstance(i, str) or not i or "\n" in i or "\r" in i for i in ids) or len(set(ids)) != len(ids):
             raise FusionError("every row needs a distinct, non-empty string id without line breaks")
+        if self.is_lite and any("'" in (i or "") for i in ids):
+            # Milvus Lite's local engine builds SQL from upserted ids and fails on a quote.
+            raise FusionError(
+                "Milvus Lite cannot upsert ids containing an apostrophe (') (a Milvus server can); "
+                "give those documents other ids"
+            )
         dimension = int(vectors.shape[1])
         if self._settings.dimension is not None and self._settings.dimension != dimension:
             raise FusionError(f"expected vectors of dimension {self._settings.dimension}; got {dimension}")
@@ -437,7 +445,12 @@ class MilvusView(StoreView):
             for row in self._query(_id_filter(ids[start : start + MAX_LIMIT]), ["id", "vector"]):
                 found[row["id"]] = row["vector"]
         dimension = self.settings.dimension or 0
-        return np.asarray([found[i] for i in ids], dtype=np.float32).reshape(len(ids), dimension)
+        out = np.zeros((len(ids), dimension), dtype=np.float32)
+        for position, doc_id in enumerate(ids):
+            # A row another client deleted since this view saw it has no vector: it scores 0.
+            if doc_id in found:
+                out[position] = found[doc_id]
+        return out
 
     def keys_of(self, ids: Sequence[str]) -> Keys:
         """Keys of the ids that exist (-1 for the others)."""

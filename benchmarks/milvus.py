@@ -1,0 +1,226 @@
+"""Milvus benchmark: the same fused results as in process, and what the engine costs.
+
+    python benchmarks/milvus.py                          # SciFact equivalence + 10k/100k latency
+    python benchmarks/milvus.py --skip-latency           # equivalence only (a few minutes)
+    python benchmarks/milvus.py --skip-equivalence --sizes 10000
+
+Two tables, printed as markdown (progress on stderr):
+
+1. **Equivalence on SciFact** (``../shared/data/scifact``, read in place; CC BY-NC, never
+   copied). The corpus is indexed twice with the same vectors (the bundled all-MiniLM-L6-v2
+   behind an on-disk cache): the in-process store and a Milvus Lite collection. Every
+   labelled query (train split) runs on both with the default retriever (k=10, weighted,
+   alpha 0.5, fetch_k 100; zscore and rrf too when fresh) in four states: fresh; with a
+   metadata filter (``bucket == 1``, half the corpus); after deleting a tenth of the corpus
+   from both; after reopening both (the folder saved and loaded, the collection reopened by a
+   new client, with and without the filter). Per state: the
+   share of queries whose top 10 is identical (same ids, same order) and the same set, and
+   nDCG@10 on each store.
+2. **Latency** at each ``--sizes`` on the synthetic corpus of ``latency.py`` (vectors are a
+   lookup, so build excludes embedding): build (``from_documents``) and default-query p50 on
+   the in-process store and on Milvus Lite, in the same process, one after the other. Milvus
+   Lite runs the Milvus 2.5 engine in process with a local file; a server's insert path
+   (network, WAL, segment flushes) and its query latency (network round trips) differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from latency import load_corpus, make_corpus  # noqa: E402
+
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "scifact"
+DEFAULT_CACHE = Path.home() / ".cache" / "langchain-fusion" / "embeddings"
+K = 10
+DELETE_SHARE = 10  # one document in DELETE_SHARE is deleted in the "after deletes" state
+LATENCY_QUERIES = 100
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def bucket(doc_id: str) -> int:
+    """A deterministic 0/1 label per document, for the filtered state."""
+    return zlib.crc32(doc_id.encode()) % 2
+
+
+def query_embeddings(cache: Path) -> Any:
+    """The bundled model behind the document cache, with query vectors memoised (each query runs many times)."""
+    from langchain_fusion.models.embedding_cache import CachedEmbeddings
+    from langchain_fusion.models.embeddings import LocalEmbeddings
+
+    class Memoised(CachedEmbeddings):
+        def __init__(self) -> None:
+            super().__init__(LocalEmbeddings(), cache)
+            self._queries: dict[str, list[float]] = {}
+
+        def embed_query(self, text: str) -> list[float]:
+            if text not in self._queries:
+                self._queries[text] = super().embed_query(text)
+            return self._queries[text]
+
+    return Memoised()
+
+
+def equivalence(data: Path, split: str, cache: Path, max_queries: int | None, workdir: Path) -> list[str]:
+    from langchain_fusion import FusionIndex
+    from langchain_fusion.evaluation.datasets import load_beir
+    from langchain_fusion.evaluation.metrics import ndcg
+    from langchain_fusion.stores.milvus import MilvusStore
+
+    dataset = load_beir(data, split)
+    queries = list(dataset.queries.items())[:max_queries]
+    docs = [d.model_copy(update={"metadata": {**d.metadata, "bucket": bucket(d.id or "")}}) for d in dataset.corpus]
+    embeddings = query_embeddings(cache)
+    log(f"embedding {len(docs)} documents (cache: {embeddings.folder})")
+    embeddings.embed_documents([d.page_content for d in docs])  # fills the cache once for both stores
+    uri = str(workdir / "scifact.db")
+    t0 = time.perf_counter()
+    local = FusionIndex.from_documents(docs, embeddings)
+    log(f"in-process index: {time.perf_counter() - t0:.1f} s")
+    t0 = time.perf_counter()
+    remote = FusionIndex.from_documents(docs, embeddings, store=MilvusStore(uri, "scifact"))
+    log(f"Milvus Lite collection: {time.perf_counter() - t0:.1f} s")
+
+    rows = []
+
+    def compare(
+        state: str, local_index: Any, remote_index: Any, search_filter: Any = None, method: str = "weighted"
+    ) -> None:
+        options: dict[str, Any] = {"k": K, "filter": search_filter, "method": method}
+        same_order = same_set = 0
+        scores: dict[str, list[float]] = {"local": [], "milvus": []}
+        for n, (query_id, text) in enumerate(queries, 1):
+            a = [d.id or "" for d in local_index.as_retriever(**options).invoke(text)]
+            b = [d.id or "" for d in remote_index.as_retriever(**options).invoke(text)]
+            same_order += a == b
+            same_set += set(a) == set(b)
+            scores["local"].append(ndcg(a, dataset.qrels[query_id], K))
+            scores["milvus"].append(ndcg(b, dataset.qrels[query_id], K))
+            if n % 200 == 0:
+                log(f"  {state}: {n}/{len(queries)} queries")
+        n = len(queries)
+        local_ndcg, milvus_ndcg = float(np.mean(scores["local"])), float(np.mean(scores["milvus"]))
+        rows.append(
+            f"| {state} | {method} | {len(local_index)} | {n} | {same_order / n:.1%} | {same_set / n:.1%} | "
+            f"{local_ndcg:.4f} | {milvus_ndcg:.4f} | {abs(local_ndcg - milvus_ndcg):.4f} |"
+        )
+        log(rows[-1])
+
+    for method in ("weighted", "zscore", "rrf"):
+        compare("fresh", local, remote, method=method)
+    compare("filter bucket == 1", local, remote, {"bucket": 1})
+    victims = [d.id or "" for d in docs if zlib.adler32((d.id or "").encode()) % DELETE_SHARE == 0]
+    local.delete(victims)
+    remote.delete(victims)
+    compare(f"after deleting {len(victims)}", local, remote)
+    folder = local.save(workdir / "scifact-index")
+    reopened_local = FusionIndex.load(folder, embeddings)
+    reopened_remote = FusionIndex(embeddings, store=MilvusStore(uri, "scifact"))
+    compare("after reopening", reopened_local, reopened_remote)
+    compare("reopened, filter bucket == 1", reopened_local, reopened_remote, {"bucket": 1})
+    return [
+        f"### Same results on Milvus: SciFact {split} ({len(queries)} queries), k={K}, default fusion",
+        "",
+        "| state | method | documents | queries | identical top-10 | same top-10 set | nDCG@10 in process | "
+        "nDCG@10 Milvus | difference |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *rows,
+    ]
+
+
+def latency(sizes: Sequence[int], dim: int, workdir: Path) -> list[str]:
+    from langchain_core.documents import Document
+
+    from langchain_fusion import FusionIndex
+    from langchain_fusion.stores.milvus import MilvusStore
+
+    rows = []
+    for n in sizes:
+        folder = workdir / f"corpus-{n}"
+        folder.mkdir()
+        log(f"generating {n} synthetic chunks")
+        make_corpus(folder, n, dim, seed=0, n_queries=LATENCY_QUERIES + 10)
+        corpus = load_corpus(folder)
+        docs = [
+            Document(id=f"c{row}", page_content=text, metadata={"source": f"s{row // 40}"})
+            for row, text in enumerate(corpus.texts)
+        ]
+        for name, store in (("in process", None), ("Milvus Lite", MilvusStore(str(folder / "m.db"), f"bench{n}"))):
+            log(f"{n}: building on {name}")
+            t0 = time.perf_counter()
+            index = FusionIndex.from_documents(docs, corpus.embeddings, **({"store": store} if store else {}))
+            build = time.perf_counter() - t0
+            retriever = index.as_retriever(k=5)
+            for query in corpus.queries[:10]:
+                retriever.invoke(query)
+            times = []
+            for query in corpus.queries[10 : 10 + LATENCY_QUERIES]:
+                t0 = time.perf_counter()
+                retriever.invoke(query)
+                times.append(time.perf_counter() - t0)
+            p50 = statistics.median(times) * 1000
+            p95 = float(np.percentile(times, 95)) * 1000
+            rows.append((n, name, build, p50, p95))
+            log(f"  build {build:.1f} s, query p50 {p50:.2f} ms")
+            del index, retriever
+    lines = [
+        f"### Build and query latency: in process vs Milvus Lite (synthetic, {dim} dimensions, k=5, fetch_k 100)",
+        "",
+        "| chunks | store | build (s) | build ratio | query p50 (ms) | query p95 (ms) | p50 ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    base: dict[int, tuple[float, float]] = {}
+    for n, name, build, p50, p95 in rows:
+        base.setdefault(n, (build, p50))
+        lines.append(
+            f"| {n:,} | {name} | {build:.1f} | {build / base[n][0]:.1f}x | {p50:.2f} | {p95:.2f} | "
+            f"{p50 / base[n][1]:.1f}x |"
+        )
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="BEIR folder (default: ../shared SciFact)")
+    parser.add_argument("--split", default="train", help="qrels split (default: %(default)s)")
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="embedding cache folder")
+    parser.add_argument("--queries", type=int, default=None, help="use only the first N labelled queries")
+    parser.add_argument("--sizes", default="10000,100000", help="latency corpus sizes (default: %(default)s)")
+    parser.add_argument("--dim", type=int, default=384, help="latency vector dimension (default: %(default)s)")
+    parser.add_argument("--skip-equivalence", action="store_true", help="only the latency table")
+    parser.add_argument("--skip-latency", action="store_true", help="only the equivalence table")
+    args = parser.parse_args(argv)
+    try:
+        import milvus_lite  # noqa: F401
+        import pymilvus  # noqa: F401
+    except ImportError:
+        sys.exit('needs the milvus extra: pip install -e ".[milvus]"')
+    lines: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="milvus-bench-") as tmp:
+        if not args.skip_equivalence:
+            lines += equivalence(args.data, args.split, args.cache, args.queries, Path(tmp))
+            lines.append("")
+        if not args.skip_latency:
+            sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+            lines += latency(sizes, args.dim, Path(tmp))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
