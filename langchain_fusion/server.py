@@ -39,6 +39,7 @@ import logging
 import math
 import os
 import socket
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -186,26 +187,35 @@ class _RequestGuard:
         }
 
     async def check_config(self, config: dict[str, Any], request: Request) -> dict[str, Any]:
-        """LangServe's per-request config modifier: configured values outside their bounds get 422.
+        """LangServe's per-request config modifier: unknown fields, wrong types and values out of bounds get 422.
 
         It sees the merged configuration (request body and ``/c/<config hash>/`` path) of every
-        invoke, batch, stream and stream_log request. LangServe checks the types but drops the
-        bounds of the configurable fields, so ``k`` could otherwise be anything.
+        invoke, batch, stream and stream_log request. LangServe coerces the types (``true`` to
+        1, ``"NaN"`` to a float), drops the bounds of the configurable fields and ignores
+        unknown ones, so each value is checked here, strictly.
         """
-        values = config.get("configurable") or {}
         errors: list[dict[str, Any]] = []
-        checked = dict(values)
-        for name, value in values.items():
-            adapter = self.fields.get(name)
-            if adapter is None:
-                continue
-            try:
-                checked[name] = adapter.validate_python(value)
-            except ValidationError as exc:
-                errors.extend(_located(exc, "config", "configurable", name))
+        for where, raw in await _raw_configurables(request):
+            for name, value in raw.items():
+                adapter = self.fields.get(name)
+                if adapter is None:
+                    errors.append(
+                        {
+                            "type": "extra_forbidden",
+                            "loc": (*where, name),
+                            "msg": f"unknown configurable field {name!r}; the fields are {sorted(self.fields)}",
+                            "input": None,
+                        }
+                    )
+                    continue
+                try:
+                    # Strict: true is not a number, 5.0 is not an integer, "0.5" and "NaN" are not floats.
+                    adapter.validate_python(value, strict=True)
+                except ValidationError as exc:
+                    errors.extend(_located(exc, *where, name))
         if errors:
             raise RequestValidationError(errors)
-        return {**config, "configurable": checked} if values else config
+        return config
 
     async def check_batch(self, request: Request) -> None:
         """A route dependency: a ``/batch`` body holds at most ``max_batch_size`` valid queries (else 422).
@@ -254,6 +264,38 @@ class _RequestGuard:
             raise RequestValidationError(errors)
 
 
+async def _raw_configurables(request: Request) -> list[tuple[tuple[str | int, ...], dict[str, Any]]]:
+    """The ``configurable`` mappings a client sent, as sent: in the body and in a ``/c/<config hash>/`` path.
+
+    LangServe coerces them (``true`` to 1, ``"NaN"`` to a float) and drops unknown keys before
+    the per-request modifier sees them, so the modifier checks these instead.
+    """
+    found: list[tuple[tuple[str | int, ...], dict[str, Any]]] = []
+    config_hash = request.path_params.get("config_hash")
+    if config_hash:
+        try:
+            from langserve.lzstring import LZString
+
+            decoded = json.loads(LZString.decompressFromEncodedURIComponent(config_hash) or "")
+        except (ValueError, TypeError):
+            decoded = None  # LangServe answers an undecodable hash with 400
+        if isinstance(decoded, dict) and isinstance(decoded.get("configurable"), dict):
+            found.append((("path", "config_hash", "configurable"), decoded["configurable"]))
+    if request.method == "POST":
+        try:
+            body = await request.json()  # Starlette caches it: LangServe does not parse it again
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            body = None
+        config = body.get("config") if isinstance(body, dict) else None
+        configs = config if isinstance(config, list) else [config]
+        for position, item in enumerate(configs):
+            if isinstance(item, dict) and isinstance(item.get("configurable"), dict):
+                where: tuple[str | int, ...] = ("body", "config")
+                where += (position, "configurable") if isinstance(config, list) else ("configurable",)
+                found.append((where, item["configurable"]))
+    return found
+
+
 def _located(exc: ValidationError, *prefix: str | int) -> list[dict[str, Any]]:
     """Pydantic errors as FastAPI reports them, located in the request body."""
     return [
@@ -276,8 +318,18 @@ def _no_constant(name: str) -> float:
     raise _NonFiniteNumber(name)
 
 
+class _LongInteger(ValueError):
+    """A JSON body holds an integer with more digits than Python converts."""
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > sys.get_int_max_str_digits():
+        raise _LongInteger(text[:20])
+    return int(text)
+
+
 class _RequestBody:
-    """ASGI middleware: 413 for a body above ``max_bytes``, before any of it is parsed; 422 for bad JSON.
+    """ASGI middleware: 413 for a body above ``max_bytes``, before any of it is parsed; 422 for bad JSON; 404 for NUL in a path.
 
     Bad JSON is what Python's parser accepts but would fail later (see :func:`_json_problem`).
     """
@@ -289,6 +341,9 @@ class _RequestBody:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if "\x00" in scope.get("path", ""):  # e.g. /playground/assets/%00: no file has a NUL in its name
+            await JSONResponse({"detail": "Not Found"}, status_code=404)(scope, receive, send)
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
@@ -355,12 +410,16 @@ def _json_problem(body: bytes) -> str | None:
     if not body:
         return None
     try:
-        value = json.loads(body.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
+        value = json.loads(
+            body.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite, parse_int=_bounded_int
+        )
         json.dumps(value, ensure_ascii=False).encode("utf-8")
     except UnicodeDecodeError:
         return "the body is not UTF-8 text"
     except _NonFiniteNumber:
         return "NaN and Infinity are not JSON numbers"
+    except _LongInteger:
+        return f"integers in the body are limited to {sys.get_int_max_str_digits()} digits"
     except UnicodeEncodeError:
         return "the body holds an unpaired surrogate escape (\\ud800 to \\udfff), which is not text"
     except RecursionError:
