@@ -276,7 +276,7 @@ async def _raw_configurables(request: Request) -> list[tuple[tuple[str | int, ..
         try:
             from langserve.lzstring import LZString
 
-            decoded = json.loads(LZString.decompressFromEncodedURIComponent(config_hash) or "")
+            decoded = json.loads(LZString.decompressFromEncodedURIComponent(config_hash) or "")  # type: ignore[no-untyped-call]
         except (ValueError, TypeError):
             decoded = None  # LangServe answers an undecodable hash with 400
         if isinstance(decoded, dict) and isinstance(decoded.get("configurable"), dict):
@@ -329,7 +329,7 @@ def _bounded_int(text: str) -> int:
 
 
 class _RequestBody:
-    """ASGI middleware: 413 for a body above ``max_bytes``, before any of it is parsed; 422 for bad JSON; 404 for NUL in a path.
+    """ASGI middleware: 413 for a body above ``max_bytes`` (before parsing), 422 for bad JSON, 404 for a NUL in a path.
 
     Bad JSON is what Python's parser accepts but would fail later (see :func:`_json_problem`).
     """
