@@ -277,8 +277,8 @@ async def _raw_configurables(request: Request) -> list[tuple[tuple[str | int, ..
             from langserve.lzstring import LZString
 
             decoded = json.loads(LZString.decompressFromEncodedURIComponent(config_hash) or "")  # type: ignore[no-untyped-call]
-        except (ValueError, TypeError):
-            decoded = None  # LangServe answers an undecodable hash with 400
+        except Exception:  # any garbage: LangServe answers an undecodable hash with 400
+            decoded = None
         if isinstance(decoded, dict) and isinstance(decoded.get("configurable"), dict):
             found.append((("path", "config_hash", "configurable"), decoded["configurable"]))
     if request.method == "POST":

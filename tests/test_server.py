@@ -354,6 +354,11 @@ class TestBadRequests:
         assert response.status_code == 422, response.text
         assert _detail(response)[0]["loc"][:2] == ["path", "config_hash"]
 
+    @pytest.mark.parametrize("config_hash", ["garbage", "%FF%FE", "N4Ig" * 50, "-", "\u00e9"])
+    def test_undecodable_config_hashes_are_client_errors(self, client: TestClient, config_hash: str) -> None:
+        response = client.post(f"/retriever/c/{config_hash}/invoke", json={"input": "cat"})
+        assert 400 <= response.status_code < 500, response.text
+
     def test_a_nul_in_a_path_is_not_found(self, client: TestClient) -> None:
         for path in ("/retriever/playground/assets/%00", "/retriever/playground/%00x", "/health%00"):
             assert client.get(path).status_code == 404
