@@ -175,7 +175,7 @@ class FusionIndex(VectorStore):
     @classmethod
     def from_files(
         cls,
-        paths: Iterable[str | Path],
+        paths: str | Path | Iterable[str | Path],
         embeddings: Embeddings | None = None,
         *,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
@@ -187,8 +187,17 @@ class FusionIndex(VectorStore):
 
         Unreadable files are skipped with a :class:`~langchain_fusion.ingest.loading.SkippedFileWarning`;
         use :func:`~langchain_fusion.ingest.loading.load_files` directly for the full report.
+        A path that does not exist, or paths that hold no readable document at all, are a
+        :class:`FusionError` (before anything is embedded).
         """
+        paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+        missing = [str(p) for p in paths if not Path(p).exists()]
+        if missing:
+            raise FusionError(f"no such file or directory: {', '.join(missing)}")
         loaded = load_files(paths)
+        if not loaded.documents:
+            reasons = "; ".join(f"{s.path}: {s.reason}" for s in loaded.skipped[:3]) or "no PDF, .txt or .md files"
+            raise FusionError(f"no readable documents in {', '.join(map(str, paths))} ({reasons})")
         chunks = split_documents(loaded.documents, chunk_size=chunk_size, chunk_overlap=chunk_overlap)
         return cls.from_documents(chunks, embeddings, progress=progress, **kwargs)
 
@@ -573,6 +582,14 @@ def _prepared(documents: Iterable[Document], ids: Sequence[str] | None = None) -
             doc.id = doc_id
     seen: dict[str, int] = {}
     for position, doc in enumerate(new_docs):
+        for where, value in (("id", doc.id), ("page_content", doc.page_content), ("metadata", doc.metadata)):
+            bad = _lone_surrogate(value)
+            if bad is not None:
+                raise InvalidParameterError(
+                    f"document {position} of this batch: its {where} holds a lone surrogate ({bad!r}), which is "
+                    "not valid Unicode and cannot be saved; clean the text first (e.g. with "
+                    "langchain_fusion.ingest.loading.valid_unicode)"
+                )
         if doc.id is None:
             doc.id = content_id(doc)
         if doc.id in seen:
@@ -582,6 +599,29 @@ def _prepared(documents: Iterable[Document], ids: Sequence[str] | None = None) -
             )
         seen[doc.id] = position
     return new_docs
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """The first lone surrogate in a string or in the strings of a nested mapping or sequence, if any."""
+    if isinstance(value, str):
+        if value.isascii():
+            return None
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return value[exc.start]
+        return None
+    if isinstance(value, Mapping):
+        items: Iterable[Any] = [*value.keys(), *value.values()]
+    elif isinstance(value, (list, tuple)):
+        items = value
+    else:
+        return None
+    for item in items:
+        found = _lone_surrogate(item)
+        if found is not None:
+            return found
+    return None
 
 
 def _plain_copy(doc: Document) -> Document:

@@ -32,6 +32,7 @@ from langchain_fusion.ingest.loading import (
     SkippedFileWarning,
     find_files,
     load_files,
+    source_name,
     split_documents,
 )
 from langchain_fusion.stores.local.folder import sha256_file
@@ -119,15 +120,17 @@ def sync_files(
     for skipped in unreadable:
         run.skip(skipped)
     current: dict[str, str] = {}
+    files: dict[str, Path] = {}  # source name -> the file (they differ for names that are not UTF-8)
     for path in found:
+        source = source_name(path)
         try:
-            current[str(path)] = sha256_file(path)
+            current[source], files[source] = sha256_file(path), path
         except OSError as exc:
-            run.skip(SkippedFile(str(path), f"cannot be read: {exc.strerror or exc}"))
+            run.skip(SkippedFile(source, f"cannot be read: {exc.strerror or exc}"))
     todo = [source for source, sha in current.items() if not run.unchanged(source, sha)]
     try:
         for source in todo:
-            run.update(source, current[source])
+            run.update(source, files[source], current[source])
             if on_file is not None:
                 on_file(source)
         if not keep_missing:
@@ -176,9 +179,9 @@ class _Sync:
             self.report.files_unchanged.append(source)
         return same
 
-    def update(self, source: str, sha: str) -> None:
+    def update(self, source: str, path: Path, sha: str) -> None:
         """Index one new or changed file: its new chunks upserted, then its stale chunks deleted."""
-        loaded = _load_quietly(source)
+        loaded = _load_quietly(path)
         if loaded.skipped:
             for skipped in loaded.skipped:
                 self.skip(skipped)
@@ -209,10 +212,10 @@ class _Sync:
         self.report.files_removed.append(source)
 
 
-def _load_quietly(source: str) -> LoadResult:
+def _load_quietly(path: Path) -> LoadResult:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SkippedFileWarning)  # the report lists them
-        return load_files([source])
+        return load_files([path])
 
 
 def _chunk_ids_by_source(index: FusionIndex) -> dict[str, set[str]]:
@@ -226,7 +229,7 @@ def _under(source: str, paths: Sequence[str | Path]) -> bool:
     """Whether ``source`` is one of ``paths`` or inside one of them (as the loader names files)."""
     candidate = Path(source)
     for raw in paths:
-        root = Path(raw)
+        root = Path(source_name(raw))
         if candidate == root or root in candidate.parents:
             return True
     return False

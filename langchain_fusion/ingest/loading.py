@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
 import warnings
 from collections.abc import Iterable, Sequence
@@ -68,12 +69,32 @@ _SPACE_AROUND_NEWLINE = re.compile(r" *\n *")
 _PARAGRAPH_BREAKS = re.compile(r"\n{3,}")
 
 
+def source_name(path: str | Path) -> str:
+    r"""The ``source`` recorded for a file: its path, with bytes that are not UTF-8 shown as ``\xNN``.
+
+    A file name need not be valid UTF-8 on Linux; Python then holds it with lone surrogates,
+    which cannot be hashed into ids, saved or printed. The escaped form is readable and unique.
+    """
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def valid_unicode(text: str) -> str:
+    """``text`` with lone surrogates (which no encoding can write) replaced by U+FFFD."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
 def clean_text(text: str) -> str:
-    """Normalise whitespace, keeping line and paragraph breaks.
+    """Normalise whitespace, keeping line and paragraph breaks; replace lone surrogates.
 
     Tabs and runs of spaces become one space, line ends lose their surrounding spaces, three
-    or more newlines become one paragraph break, and the ends are stripped.
+    or more newlines become one paragraph break, and the ends are stripped. Lone surrogates
+    (a broken PDF text map can produce them) become U+FFFD.
     """
+    text = valid_unicode(text)
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     text = _SPACES.sub(" ", text)
     text = _SPACE_AROUND_NEWLINE.sub("\n", text)
@@ -92,16 +113,30 @@ def find_files(paths: Iterable[str | Path]) -> tuple[list[Path], list[SkippedFil
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found.extend(p for p in sorted(path.rglob("*")) if p.is_file() and p.suffix.lower() in SUPPORTED_SUFFIXES)
+            found.extend(_walk(path, skipped))
         elif path.is_file():
             if path.suffix.lower() in SUPPORTED_SUFFIXES:
                 found.append(path)
             else:
                 supported = ", ".join(sorted(SUPPORTED_SUFFIXES))
-                skipped.append(SkippedFile(str(path), f"unsupported file type (supported: {supported})"))
+                skipped.append(SkippedFile(source_name(path), f"unsupported file type (supported: {supported})"))
         else:
-            skipped.append(SkippedFile(str(path), "no such file or directory"))
+            skipped.append(SkippedFile(source_name(path), "no such file or directory"))
     return found, skipped
+
+
+def _walk(root: Path, skipped: list[SkippedFile]) -> list[Path]:
+    """Supported files under ``root`` in sorted order; folders that cannot be listed are reported."""
+
+    def unreadable(exc: OSError) -> None:
+        where = exc.filename if exc.filename is not None else root
+        skipped.append(SkippedFile(source_name(where), f"folder cannot be read: {exc.strerror or exc}"))
+
+    found: list[Path] = []
+    for folder, dirs, files in os.walk(root, onerror=unreadable):
+        dirs.sort()
+        found.extend(Path(folder) / name for name in files if Path(name).suffix.lower() in SUPPORTED_SUFFIXES)
+    return sorted(p for p in found if p.is_file())
 
 
 def load_pdf(path: Path) -> list[Document]:
@@ -116,7 +151,7 @@ def load_pdf(path: Path) -> list[Document]:
         for number, page in enumerate(reader.pages, start=1):
             text = clean_text(page.extract_text() or "")
             if text:
-                pages.append(Document(page_content=text, metadata={keys.SOURCE: str(path), keys.PAGE: number}))
+                pages.append(Document(page_content=text, metadata={keys.SOURCE: source_name(path), keys.PAGE: number}))
     except FusionError:
         raise
     except Exception as exc:  # pypdf raises many types on malformed files; one bad file must not stop the rest
@@ -134,7 +169,7 @@ def load_text(path: Path) -> list[Document]:
         raise FusionError("not UTF-8 text") from None
     if not text:
         raise FusionError("the file is empty")
-    return [Document(page_content=text, metadata={keys.SOURCE: str(path)})]
+    return [Document(page_content=text, metadata={keys.SOURCE: source_name(path)})]
 
 
 def load_files(paths: Iterable[str | Path]) -> LoadResult:
@@ -163,13 +198,13 @@ def _load_each(files: list[Path], result: LoadResult) -> None:
         try:
             docs = loader(path)
         except OSError as exc:
-            result.skipped.append(SkippedFile(str(path), f"cannot be read: {exc.strerror or exc}"))
+            result.skipped.append(SkippedFile(source_name(path), f"cannot be read: {exc.strerror or exc}"))
             continue
         except FusionError as exc:
-            result.skipped.append(SkippedFile(str(path), str(exc)))
+            result.skipped.append(SkippedFile(source_name(path), str(exc)))
             continue
         result.documents.extend(docs)
-        result.files.append(str(path))
+        result.files.append(source_name(path))
 
 
 def chunk_id(source: str, page: int | None, start_index: int, text: str) -> str:

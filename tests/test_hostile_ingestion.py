@@ -1,0 +1,139 @@
+"""Hostile ingestion: odd file names, broken text, unreadable folders and missing paths lose nothing good."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.documents import Document
+
+from langchain_fusion import FusionError, FusionIndex, InvalidParameterError, load_files
+from langchain_fusion import metadata as keys
+from langchain_fusion.index.sync import sync_files
+from langchain_fusion.ingest.loading import clean_text, find_files, source_name, valid_unicode
+from tests.conftest import HashingEmbeddings
+
+LATIN1_NAME = b"r\xe9sum\xe9 \xff.txt"  # a Latin-1 file name: not UTF-8
+
+
+@pytest.fixture
+def odd_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "good.txt").write_text("The NX-14 cabinet stores 14 kWh.", encoding="utf-8")
+    try:
+        with open(os.fsencode(folder) + b"/" + LATIN1_NAME, "wb") as handle:
+            handle.write(b"The GC-9 controller reboots nightly.")
+    except (OSError, UnicodeError):
+        pytest.skip("this file system does not accept file names that are not UTF-8")
+    return folder
+
+
+class TestFileNames:
+    def test_a_name_that_is_not_utf8_is_indexed_under_a_readable_source(self, odd_folder: Path) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # nothing is skipped
+            loaded = load_files([odd_folder])
+        sources = sorted(d.metadata[keys.SOURCE] for d in loaded.documents)
+        assert sources == [str(odd_folder / "good.txt"), f"{odd_folder}/r\\xe9sum\\xe9 \\xff.txt"]
+        for source in sources:
+            source.encode("utf-8")  # printable, hashable, saveable
+
+    def test_it_survives_save_load_and_incremental_sync(self, odd_folder: Path, tmp_path: Path) -> None:
+        index = FusionIndex(HashingEmbeddings())
+        record: dict[str, Any] = {}
+        first = sync_files(index, [odd_folder], record, chunk_size=200, chunk_overlap=0)
+        assert len(first.files_added) == 2 and not first.skipped
+        index.save(tmp_path / "idx", info={"files": record})
+        again = FusionIndex.load(tmp_path / "idx", HashingEmbeddings())
+        second = sync_files(again, [odd_folder], dict(again.saved_info["files"]), chunk_size=200, chunk_overlap=0)
+        assert len(second.files_unchanged) == 2 and second.chunks_embedded == 0
+        assert any("GC-9" in d.page_content for d in again.as_retriever(k=1).invoke("GC-9 controller"))
+
+    def test_source_name_escapes_only_what_is_not_utf8(self) -> None:
+        assert source_name("/data/café.pdf") == "/data/café.pdf"
+        assert source_name(Path(os.fsdecode(b"/data/\xff.pdf"))) == "/data/\\xff.pdf"
+
+
+class TestBrokenText:
+    def test_lone_surrogates_become_replacement_characters(self) -> None:
+        assert valid_unicode("a \ud800 b \udfff") == "a \ufffd b \ufffd"
+        assert valid_unicode("plain \U0001f600") == "plain \U0001f600"
+        assert clean_text("page\t\ud83d text") == "page \ufffd text"
+
+    @pytest.mark.parametrize(
+        ("document", "where"),
+        [
+            (Document(page_content="bad \ud800 text"), "page_content"),
+            (Document(page_content="ok", metadata={"title": "x\udcff"}), "metadata"),
+            (Document(page_content="ok", metadata={"k\ud800": 1}), "metadata"),
+            (Document(page_content="ok", metadata={"authors": [{"name": "\udfff"}]}), "metadata"),
+            (Document(id="id-\ud800", page_content="ok"), "id"),
+        ],
+    )
+    def test_documents_with_lone_surrogates_are_refused_with_the_place(self, document: Document, where: str) -> None:
+        good = Document(page_content="a good document")
+        with pytest.raises(InvalidParameterError, match=rf"document 1 of this batch: its {where} holds a lone"):
+            FusionIndex.from_documents([good, document], HashingEmbeddings())
+        index = FusionIndex.from_documents([good], HashingEmbeddings())
+        with pytest.raises(InvalidParameterError):
+            index.add_documents([document])
+        assert len(index) == 1  # the good document is kept
+
+
+class TestFolders:
+    def test_an_unreadable_sub_folder_is_reported_not_omitted(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        (tmp_path / "open").mkdir()
+        (tmp_path / "open" / "a.txt").write_text("readable", encoding="utf-8")
+        (tmp_path / "locked").mkdir()
+        (tmp_path / "locked" / "b.txt").write_text("hidden", encoding="utf-8")
+        real_scandir = os.scandir
+
+        def scandir(path: Any = ".") -> Any:  # root may read anything: simulate a permission error
+            if Path(path).name == "locked":
+                raise PermissionError(13, "Permission denied", str(path))
+            return real_scandir(path)
+
+        monkeypatch.setattr(os, "scandir", scandir)
+        found, skipped = find_files([tmp_path])
+        assert [p.name for p in found] == ["a.txt"]
+        assert [(s.path, s.reason) for s in skipped] == [
+            (str(tmp_path / "locked"), "folder cannot be read: Permission denied")
+        ]
+
+    def test_files_come_in_sorted_order_across_sub_folders(self, tmp_path: Path) -> None:
+        for name in ("b/z.txt", "a/y.md", "c.txt", "a/b/x.txt"):
+            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name).write_text("x", encoding="utf-8")
+        found, _ = find_files([tmp_path])
+        assert found == sorted(found)
+        assert len(found) == 4
+
+
+class TestFromFiles:
+    def test_a_missing_path_is_an_error_before_any_work(self, tmp_path: Path) -> None:
+        (tmp_path / "a.txt").write_text("text", encoding="utf-8")
+        with pytest.raises(FusionError, match="no such file or directory: nope/"):
+            FusionIndex.from_files(["nope/"], HashingEmbeddings())
+        with pytest.raises(FusionError, match="no such file or directory"):
+            FusionIndex.from_files([tmp_path / "a.txt", tmp_path / "missing.pdf"], HashingEmbeddings())
+
+    def test_nothing_readable_is_an_error_that_says_why(self, tmp_path: Path) -> None:
+        (tmp_path / "empty.txt").write_text("", encoding="utf-8")
+        (tmp_path / "binary.txt").write_bytes(b"\xff\xfe\xfa")
+        with pytest.warns(UserWarning), pytest.raises(FusionError, match=r"no readable documents .*the file is empty"):
+            FusionIndex.from_files([tmp_path], HashingEmbeddings())
+        (tmp_path / "img.png").write_bytes(b"png")
+        only_images = tmp_path / "images"
+        only_images.mkdir()
+        with pytest.raises(FusionError, match=r"no PDF, \.txt or \.md files"):
+            FusionIndex.from_files([only_images], HashingEmbeddings())
+
+    def test_one_path_as_a_string_is_accepted(self, tmp_path: Path) -> None:
+        (tmp_path / "a.txt").write_text("text about batteries", encoding="utf-8")
+        assert len(FusionIndex.from_files(str(tmp_path / "a.txt"), HashingEmbeddings())) == 1
