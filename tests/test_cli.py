@@ -398,7 +398,7 @@ class TestHelp:
     FLAGS: ClassVar[dict[str, tuple[str, ...]]] = {
         "index": ("PATH", "--out", "-o", "--embeddings", "--chunk-size", "--chunk-overlap", "--vector-index",
                   "--vector-search-params", "--json", "--quiet", "-q", "--contextual", "--summaries", "--llm",
-                  "--llm-cache", "--llm-concurrency", "--keep-missing"),
+                  "--llm-cache", "--llm-concurrency", "--keep-missing", "--max-file-chars"),
         "query": ("INDEX", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
                   "--window", "--max-chars", "--rerank", "--top-n", "--llm", "--hierarchical", "--k-summaries",
                   "--summary-weight"),

@@ -137,3 +137,75 @@ class TestFromFiles:
     def test_one_path_as_a_string_is_accepted(self, tmp_path: Path) -> None:
         (tmp_path / "a.txt").write_text("text about batteries", encoding="utf-8")
         assert len(FusionIndex.from_files(str(tmp_path / "a.txt"), HashingEmbeddings())) == 1
+
+
+class TestEncryptedPdfs:
+    DATA = Path(__file__).resolve().parent.parent / "data" / "arden-microgrids-report.pdf"
+
+    def _encrypted(self, tmp_path: Path, user_password: str, algorithm: str) -> Path:
+        from pypdf import PdfReader, PdfWriter
+
+        writer = PdfWriter()
+        for page in PdfReader(self.DATA).pages[:2]:
+            writer.add_page(page)
+        writer.encrypt(user_password=user_password, owner_password="owner-secret", algorithm=algorithm)
+        path = tmp_path / f"{algorithm}-{bool(user_password)}.pdf"
+        writer.write(path)
+        return path
+
+    @pytest.mark.parametrize("algorithm", ["AES-128", "AES-256", "RC4-128"])
+    def test_encrypted_with_an_empty_password_is_read(self, tmp_path: Path, algorithm: str) -> None:
+        loaded = load_files([self._encrypted(tmp_path, "", algorithm)])
+        assert not loaded.skipped and len(loaded.documents) == 2
+
+    def test_a_real_password_is_reported_and_the_rest_loaded(self, tmp_path: Path) -> None:
+        locked = self._encrypted(tmp_path, "secret", "AES-256")
+        (tmp_path / "notes.txt").write_text("plain notes", encoding="utf-8")
+        with pytest.warns(UserWarning, match="encrypted with a password"):
+            loaded = load_files([tmp_path])
+        assert [s.path for s in loaded.skipped] == [str(locked)]
+        assert [d.page_content for d in loaded.documents] == ["plain notes"]
+
+    def test_without_cryptography_the_message_says_what_to_install(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        path = self._encrypted(tmp_path, "", "AES-256")
+        from pypdf import PdfReader
+        from pypdf.errors import DependencyError
+
+        def no_crypto(self: Any, password: str) -> Any:
+            raise DependencyError("cryptography>=3.1 is required for AES algorithm")
+
+        monkeypatch.setattr(PdfReader, "decrypt", no_crypto)
+        with pytest.warns(UserWarning, match="needs the cryptography package: pip install cryptography"):
+            loaded = load_files([path])
+        assert len(loaded.skipped) == 1
+
+
+class TestSizeBound:
+    def test_a_file_expanding_beyond_the_bound_is_skipped_and_the_rest_kept(self, tmp_path: Path) -> None:
+        (tmp_path / "big.md").write_text("word " * 3000, encoding="utf-8")
+        (tmp_path / "small.txt").write_text("small file", encoding="utf-8")
+        with pytest.warns(UserWarning, match=r"more than 1,000 characters .*raise the limit"):
+            loaded = load_files([tmp_path], max_chars=1000)
+        assert [Path(s.path).name for s in loaded.skipped] == ["big.md"]
+        assert [d.page_content for d in loaded.documents] == ["small file"]
+
+    def test_a_pdf_is_stopped_at_the_page_that_crosses_the_bound(self, tmp_path: Path) -> None:
+        pdf = Path(__file__).resolve().parent.parent / "data" / "arden-microgrids-report.pdf"
+        with pytest.warns(UserWarning, match="more than 500 characters"):
+            assert not load_files([pdf], max_chars=500).documents
+        assert load_files([pdf]).documents  # the default bound is far above a real report
+
+    def test_the_bound_reaches_from_files_and_sync(self, tmp_path: Path) -> None:
+        (tmp_path / "big.txt").write_text("word " * 300, encoding="utf-8")
+        with pytest.warns(UserWarning), pytest.raises(FusionError, match="more than 100 characters"):
+            FusionIndex.from_files([tmp_path], HashingEmbeddings(), max_file_chars=100)
+        report = sync_files(FusionIndex(HashingEmbeddings()), [tmp_path], {}, chunk_size=200, chunk_overlap=0,
+                            max_file_chars=100)  # fmt: skip
+        assert [Path(s.path).name for s in report.skipped] == ["big.txt"]
+
+    @pytest.mark.parametrize("bad", [0, -1, True, 2.5, "100"])
+    def test_the_bound_is_checked(self, tmp_path: Path, bad: Any) -> None:
+        with pytest.raises(InvalidParameterError, match="max_chars"):
+            load_files([tmp_path], max_chars=bad)

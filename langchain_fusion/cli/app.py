@@ -22,7 +22,12 @@ from langchain_fusion import metadata as keys
 from langchain_fusion.cli.errors import UserError
 from langchain_fusion.cli.targets import LLM_CACHE_SUFFIX, index_target
 from langchain_fusion.errors import FusionError
-from langchain_fusion.ingest.loading import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split_documents
+from langchain_fusion.ingest.loading import (
+    DEFAULT_CHUNK_OVERLAP,
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_MAX_FILE_CHARS,
+    split_documents,
+)
 from langchain_fusion.search.fusion import FUSION_METHODS
 from langchain_fusion.search.options import SEARCH_DEFAULTS
 
@@ -129,6 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=DEFAULT_CHUNK_OVERLAP,
         help="characters shared by neighbouring chunks (default: %(default)s)",
+    )
+    index.add_argument(
+        "--max-file-chars",
+        type=_positive_int,
+        default=DEFAULT_MAX_FILE_CHARS,
+        metavar="N",
+        help="skip (and report) a file that yields more than N characters of text, e.g. a small PDF that "
+        "expands to millions (default: %(default)s, about 2,000 dense pages)",
     )
     index.add_argument(
         "--vector-index",
@@ -472,6 +485,7 @@ def run_index(args: argparse.Namespace) -> int:
             before_embedding=start_embedding,
             progress=lambda n: bars[0].update(n),
             batch_size=PROGRESS_BATCH,
+            max_file_chars=args.max_file_chars,
         )
     finally:
         for bar in bars:

@@ -26,7 +26,13 @@ from langchain_fusion.errors import (
     InvalidParameterError,
     UnknownDocumentError,
 )
-from langchain_fusion.ingest.loading import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, load_files, split_documents
+from langchain_fusion.ingest.loading import (
+    DEFAULT_CHUNK_OVERLAP,
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_MAX_FILE_CHARS,
+    load_files,
+    split_documents,
+)
 from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, TextField, check_text_fields, content_id, indexed_text
 from langchain_fusion.models.embeddings import default_embeddings, embeddings_from_id, embeddings_id
 from langchain_fusion.stores.analyzer import Analyzer
@@ -181,9 +187,13 @@ class FusionIndex(VectorStore):
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
         progress: ProgressCallback | None = None,
+        max_file_chars: int = DEFAULT_MAX_FILE_CHARS,
         **kwargs: Any,
     ) -> FusionIndex:
         """Load PDFs, text and markdown (files or directories), split them and index the chunks.
+
+        A file yielding more than ``max_file_chars`` characters is skipped (see
+        :data:`~langchain_fusion.ingest.loading.DEFAULT_MAX_FILE_CHARS`).
 
         Unreadable files are skipped with a :class:`~langchain_fusion.ingest.loading.SkippedFileWarning`;
         use :func:`~langchain_fusion.ingest.loading.load_files` directly for the full report.
@@ -194,7 +204,7 @@ class FusionIndex(VectorStore):
         missing = [str(p) for p in paths if not Path(p).exists()]
         if missing:
             raise FusionError(f"no such file or directory: {', '.join(missing)}")
-        loaded = load_files(paths)
+        loaded = load_files(paths, max_chars=max_file_chars)
         if not loaded.documents:
             reasons = "; ".join(f"{s.path}: {s.reason}" for s in loaded.skipped[:3]) or "no PDF, .txt or .md files"
             raise FusionError(f"no readable documents in {', '.join(map(str, paths))} ({reasons})")

@@ -25,8 +25,10 @@ from typing import Any
 from langchain_core.documents import Document
 
 from langchain_fusion import metadata as keys
+from langchain_fusion._checks import check_positive_int
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.ingest.loading import (
+    DEFAULT_MAX_FILE_CHARS,
     LoadResult,
     SkippedFile,
     SkippedFileWarning,
@@ -105,6 +107,7 @@ def sync_files(
     before_embedding: Callable[[], None] | None = None,
     progress: Callable[[int], None] | None = None,
     batch_size: int | None = None,
+    max_file_chars: int = DEFAULT_MAX_FILE_CHARS,
 ) -> SyncReport:
     """Bring ``index`` in line with the files under ``paths``; ``record`` is updated in place.
 
@@ -112,10 +115,12 @@ def sync_files(
     sha256, and the chunking that made the chunks. ``on_file`` is called after each file,
     ``on_skip`` for each unreadable file as it is found, ``before_embedding`` once before the
     first chunk is embedded (to load a model only when there is work), ``progress`` with the
-    number of chunks just embedded. A ``KeyboardInterrupt`` stops the run after the current
+    number of chunks just embedded. A file yielding more than ``max_file_chars`` characters is
+    skipped (reported). A ``KeyboardInterrupt`` stops the run after the current
     file's all-or-nothing update, with ``report.interrupted`` set.
     """
     run = _Sync(index, record, chunk_size, chunk_overlap, transform, on_skip, before_embedding, progress, batch_size)
+    run.max_file_chars = check_positive_int(max_file_chars, "max_file_chars")
     found, unreadable = find_files(paths)
     for skipped in unreadable:
         run.skip(skipped)
@@ -167,6 +172,8 @@ class _Sync:
         self.files: dict[str, Any] = record.setdefault("by_path", {})
         self.indexed = _chunk_ids_by_source(index)
         self.embedding_started = False
+        self.max_file_chars = DEFAULT_MAX_FILE_CHARS
+        """Files yielding more characters are skipped."""
 
     def skip(self, skipped: SkippedFile) -> None:
         self.report.skipped.append(skipped)
@@ -181,7 +188,7 @@ class _Sync:
 
     def update(self, source: str, path: Path, sha: str) -> None:
         """Index one new or changed file: its new chunks upserted, then its stale chunks deleted."""
-        loaded = _load_quietly(path)
+        loaded = _load_quietly(path, self.max_file_chars)
         if loaded.skipped:
             for skipped in loaded.skipped:
                 self.skip(skipped)
@@ -212,10 +219,10 @@ class _Sync:
         self.report.files_removed.append(source)
 
 
-def _load_quietly(path: Path) -> LoadResult:
+def _load_quietly(path: Path, max_chars: int) -> LoadResult:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SkippedFileWarning)  # the report lists them
-        return load_files([path])
+        return load_files([path], max_chars=max_chars)
 
 
 def _chunk_ids_by_source(index: FusionIndex) -> dict[str, set[str]]:

@@ -22,6 +22,7 @@ from langchain_core.documents import Document
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from langchain_fusion import metadata as keys
+from langchain_fusion._checks import check_positive_int
 from langchain_fusion.errors import FusionError, InvalidParameterError
 
 logger = logging.getLogger(__name__)
@@ -63,6 +64,14 @@ class LoadResult:
     skipped: list[SkippedFile] = field(default_factory=list)
     """Files that were found but could not be loaded."""
 
+
+DEFAULT_MAX_FILE_CHARS = 5_000_000
+"""Most characters of text one file may yield (about 2,000 dense pages); a file beyond is skipped.
+
+A small PDF can expand to millions of characters (a content stream repeated, or a bomb), and
+every character is chunked, embedded and indexed: the bound keeps one file from costing
+without limit. Raise it with ``load_files(..., max_chars=...)`` or ``index --max-file-chars``.
+"""
 
 _SPACES = re.compile(r"[^\S\n]+")
 _SPACE_AROUND_NEWLINE = re.compile(r" *\n *")
@@ -139,21 +148,37 @@ def _walk(root: Path, skipped: list[SkippedFile]) -> list[Path]:
     return sorted(p for p in found if p.is_file())
 
 
-def load_pdf(path: Path) -> list[Document]:
-    """One cleaned Document per non-empty page; raises FusionError if nothing can be read."""
+def _too_long(max_chars: int) -> FusionError:
+    return FusionError(
+        f"the file yields more than {max_chars:,} characters of text; if that is expected, raise the limit "
+        "(load_files(max_chars=...), or --max-file-chars on the command line)"
+    )
+
+
+def load_pdf(path: Path, max_chars: int = DEFAULT_MAX_FILE_CHARS) -> list[Document]:
+    """One cleaned Document per non-empty page; raises FusionError if nothing can be read or it is too long."""
     from pypdf import PdfReader
+    from pypdf.errors import DependencyError
 
     try:
         reader = PdfReader(path)
         if reader.is_encrypted and not reader.decrypt(""):
             raise FusionError("the PDF is encrypted with a password")
         pages = []
+        total = 0
         for number, page in enumerate(reader.pages, start=1):
             text = clean_text(page.extract_text() or "")
+            total += len(text)
+            if total > max_chars:
+                raise _too_long(max_chars)
             if text:
                 pages.append(Document(page_content=text, metadata={keys.SOURCE: source_name(path), keys.PAGE: number}))
     except FusionError:
         raise
+    except DependencyError:
+        raise FusionError(
+            "the PDF is AES-encrypted and decrypting it needs the cryptography package: pip install cryptography"
+        ) from None
     except Exception as exc:  # pypdf raises many types on malformed files; one bad file must not stop the rest
         raise FusionError(f"not a readable PDF ({type(exc).__name__}: {exc})") from None
     if not pages:
@@ -161,30 +186,36 @@ def load_pdf(path: Path) -> list[Document]:
     return pages
 
 
-def load_text(path: Path) -> list[Document]:
-    """The whole file as one cleaned Document; raises FusionError if empty or not UTF-8."""
+def load_text(path: Path, max_chars: int = DEFAULT_MAX_FILE_CHARS) -> list[Document]:
+    """The whole file as one cleaned Document; raises FusionError if empty, not UTF-8 or too long."""
+    if path.stat().st_size > 4 * max_chars + 4:  # UTF-8 needs at most 4 bytes a character: sure to be too long
+        raise _too_long(max_chars)
     try:
         text = clean_text(path.read_text(encoding="utf-8-sig"))
     except UnicodeDecodeError:
         raise FusionError("not UTF-8 text") from None
     if not text:
         raise FusionError("the file is empty")
+    if len(text) > max_chars:
+        raise _too_long(max_chars)
     return [Document(page_content=text, metadata={keys.SOURCE: source_name(path)})]
 
 
-def load_files(paths: Iterable[str | Path]) -> LoadResult:
+def load_files(paths: Iterable[str | Path], *, max_chars: int = DEFAULT_MAX_FILE_CHARS) -> LoadResult:
     """Load PDFs, text and markdown from files and directories.
 
-    A file that cannot be read (corrupt, encrypted, empty, not UTF-8) is reported in
-    ``skipped``, warned about with :class:`SkippedFileWarning`, and the rest is loaded.
+    A file that cannot be read (corrupt, encrypted, empty, not UTF-8, or yielding more than
+    ``max_chars`` characters: see :data:`DEFAULT_MAX_FILE_CHARS`) is reported in ``skipped``,
+    warned about with :class:`SkippedFileWarning`, and the rest is loaded.
     """
+    max_chars = check_positive_int(max_chars, "max_chars")
     files, skipped = find_files(paths)
     result = LoadResult(skipped=skipped)
     pypdf_logger = logging.getLogger("pypdf")
     previous_level = pypdf_logger.level
     pypdf_logger.setLevel(logging.ERROR)  # its warnings on malformed files would duplicate our report
     try:
-        _load_each(files, result)
+        _load_each(files, result, max_chars)
     finally:
         pypdf_logger.setLevel(previous_level)
     for skip in result.skipped:
@@ -192,11 +223,11 @@ def load_files(paths: Iterable[str | Path]) -> LoadResult:
     return result
 
 
-def _load_each(files: list[Path], result: LoadResult) -> None:
+def _load_each(files: list[Path], result: LoadResult, max_chars: int) -> None:
     for path in files:
         loader = load_pdf if path.suffix.lower() in PDF_SUFFIXES else load_text
         try:
-            docs = loader(path)
+            docs = loader(path, max_chars)
         except OSError as exc:
             result.skipped.append(SkippedFile(source_name(path), f"cannot be read: {exc.strerror or exc}"))
             continue
