@@ -209,3 +209,43 @@ class TestSizeBound:
     def test_the_bound_is_checked(self, tmp_path: Path, bad: Any) -> None:
         with pytest.raises(InvalidParameterError, match="max_chars"):
             load_files([tmp_path], max_chars=bad)
+
+
+class TestSaveTarget:
+    """The index command checks where it will save before any embedding or chat-model work."""
+
+    def _index(self, out: Path, tmp_path: Path) -> tuple[int, str]:
+        import contextlib
+        import io
+
+        from langchain_fusion.cli import main
+
+        (tmp_path / "a.txt").write_text("some text", encoding="utf-8")
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            status = main(["index", str(tmp_path / "a.txt"), "--out", str(out), "--embeddings", "openai"])
+        return status, err.getvalue()
+
+    def test_under_a_file(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-never-used")  # nothing may be embedded: it would fail
+        (tmp_path / "plain").write_text("x", encoding="utf-8")
+        status, err = self._index(tmp_path / "plain" / "sub" / "idx", tmp_path)
+        assert status == 2
+        assert err.strip().endswith(f"{tmp_path / 'plain'} is a file, not a folder") and err.count("\n") == 1
+
+    def test_where_nothing_can_be_written(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        import tempfile
+
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-never-used")
+        real = tempfile.TemporaryFile
+
+        def read_only(*args: Any, **kwargs: Any) -> Any:  # root writes anywhere: simulate a read-only mount
+            if Path(kwargs.get("dir", "")) == tmp_path / "ro":
+                raise OSError(30, "Read-only file system")
+            return real(*args, **kwargs)
+
+        (tmp_path / "ro").mkdir()
+        monkeypatch.setattr(tempfile, "TemporaryFile", read_only)
+        status, err = self._index(tmp_path / "ro" / "idx", tmp_path)
+        assert status == 2
+        assert f"cannot write in {tmp_path / 'ro'} (Read-only file system)" in err and err.count("\n") == 1

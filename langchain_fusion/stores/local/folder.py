@@ -244,13 +244,30 @@ def load_array(path: Path, dtype: Any, ndim: int, *, mmap: bool = False) -> NDAr
 
 
 def check_save_target(folder: Path) -> Path:
-    """The absolute target, or FusionError if saving there would overwrite something that is not an index."""
+    """The absolute target, or FusionError if an index cannot be saved there.
+
+    Refused: a target that exists and is not an index (it would be overwritten), a target
+    under a file, and a place where nothing can be written (permissions, a read-only file
+    system). Commands call it before any embedding or chat-model work.
+    """
     folder = folder.expanduser().absolute()
     if folder.exists() and (not folder.is_dir() or (not (folder / MANIFEST).is_file() and any(folder.iterdir()))):
         raise FusionError(
             f"{folder} exists and is not a langchain-fusion index; refusing to overwrite it. "
             "Choose a new folder or remove it first."
         )
+    existing = folder.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise FusionError(f"cannot save the index to {folder}: {existing} is a file, not a folder")
+    try:  # the one reliable test of writability (permissions, ACLs, read-only mounts): write something
+        with tempfile.TemporaryFile(dir=existing, prefix=".langchain-fusion-probe-"):
+            pass
+    except OSError as exc:
+        raise FusionError(
+            f"cannot save the index to {folder}: cannot write in {existing} ({exc.strerror or exc})"
+        ) from None
     return folder
 
 
