@@ -661,3 +661,30 @@ def test_real_model_writes_contexts(tmp_path: Path) -> None:
         assert 10 < len(context) < 800
     _, again = ContextualEnricher(llm=default_chat_model(), cache_dir=tmp_path).enrich(chunks[:3], documents)
     assert again.calls == 0 and again.cached == 3
+
+
+class TestAnswerBound:
+    """A misbehaving model's huge answer is a reported failure: never stored, cached or indexed."""
+
+    def test_a_huge_context_fails_only_its_chunk(self, tmp_path: Any) -> None:
+        documents, chunks = corpus()
+        victim = chunks[1].page_content
+
+        def rule(prompt: str) -> str:
+            return "x" * 1_000_000 if chunk_in(prompt) == victim else context_rule(prompt)
+
+        enriched, report = enricher(model(rule), cache_dir=tmp_path).enrich(chunks, documents)
+        assert keys.CONTEXT not in enriched[1].metadata
+        assert all(keys.CONTEXT in d.metadata for i, d in enumerate(enriched) if i != 1)
+        assert [f.error for f in report.failed] == [
+            "AnswerTooLongError: the answer has 1,000,000 characters, more than max_answer_chars=8,000"
+        ]
+        assert max(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file()) < 100_000  # not cached
+
+    def test_the_bound_can_be_raised_and_is_checked(self) -> None:
+        documents, chunks = corpus()
+        enriched, report = enricher(model(lambda p: "y" * 9000), max_answer_chars=10_000).enrich(chunks, documents)
+        assert not report.failed and enriched[0].metadata[keys.CONTEXT] == "y" * 9000
+        for bad in (0, True, 2.5, "100"):
+            with pytest.raises(ValidationError):
+                enricher(model(), max_answer_chars=bad)

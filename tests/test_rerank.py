@@ -49,6 +49,9 @@ class TestParseRating:
             ({"rating": "9"}, 9),
             (10, 10),
             (6.6, 7),
+            (1.0, 1),
+            (9.5, 10),
+            ("10.0", 10),
             ("8", 8),
             ("Rating: 4/10", 4),
             ("  I'd say 7.5, it mentions the flood.", 8),
@@ -60,8 +63,12 @@ class TestParseRating:
         assert parse_rating(answer) == expected
 
     @pytest.mark.parametrize(
-        "answer", ["", "no idea", "11", "0", RelevanceRating(rating=0), {"rating": "high"}, None, True, float("nan")]
-    )
+        "answer",
+        [
+            "", "no idea", "11", "0", RelevanceRating(rating=0), {"rating": "high"}, None, True, float("nan"),
+            10.4, 0.6, "10.5", {"rating": 10.01}, float("inf"), -3,
+        ],
+    )  # fmt: skip
     def test_rejected(self, answer: Any) -> None:
         with pytest.raises(RatingError):
             parse_rating(answer)

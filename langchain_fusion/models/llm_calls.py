@@ -478,6 +478,14 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
+DEFAULT_MAX_ANSWER_CHARS = 8000
+"""Longest context or summary answer kept (a context is 1-3 sentences, a summary a paragraph or two)."""
+
+
+class AnswerTooLongError(ValueError):
+    """A model's answer is longer than ``max_answer_chars`` (not retried: the model misbehaves)."""
+
+
 class LLMBatchSettings(BaseModel):
     """The chat model and call settings shared by the indexing-time LLM steps.
 
@@ -500,6 +508,9 @@ class LLMBatchSettings(BaseModel):
     model_id: str | None = None
     """The model's name in cache keys; default :func:`chat_model_id` of ``llm``. Set it when two
     different models would get the same default name."""
+    max_answer_chars: int = Field(default=DEFAULT_MAX_ANSWER_CHARS, ge=1, strict=True)
+    """Longest answer kept, in characters; a longer one (a misbehaving model) fails that item (it is
+    reported, not stored, cached or indexed)."""
 
     _memory: dict[str, str] = PrivateAttr(default_factory=dict)  # the cache when there is no cache_dir
 
@@ -573,7 +584,7 @@ class _Runner:
         batch = _Batch(keys, [None] * len(requests), on_done)
         for position, key in enumerate(keys):
             cached = self._lookup(key)
-            if cached is not None:
+            if cached is not None and len(cached) <= self.settings.max_answer_chars:
                 batch.outcomes[position] = CallOutcome(text=cached, cached=True)
             elif key not in batch.inputs:
                 batch.inputs[key] = requests[position]
@@ -651,14 +662,20 @@ class _Runner:
         )
         return self._outcome(answer, error, attempts)
 
-    @staticmethod
-    def _outcome(answer: Any, error: Exception | None, attempts: int) -> CallOutcome:
+    def _outcome(self, answer: Any, error: Exception | None, attempts: int) -> CallOutcome:
         if error is not None:
             return CallOutcome(error=error, attempts=attempts)
         try:
-            return CallOutcome(text=answer_text(answer), attempts=attempts)
+            text = answer_text(answer)
         except Exception as exc:
             return CallOutcome(error=exc, attempts=attempts)
+        limit = self.settings.max_answer_chars
+        if len(text) > limit:
+            too_long = AnswerTooLongError(
+                f"the answer has {len(text):,} characters, more than max_answer_chars={limit:,}"
+            )
+            return CallOutcome(error=too_long, attempts=attempts)
+        return CallOutcome(text=text, attempts=attempts)
 
     def _call(self, inputs: dict[str, str], config: RunnableConfig) -> Any:
         timeout = self.settings.timeout

@@ -159,10 +159,9 @@ def parse_rating(output: Any) -> int:
             raise RatingError(f"the rating {value!r} is not a number") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise RatingError(f"the rating {value!r} is not a number")
-    rating = math.floor(value + 0.5)
-    if not 1 <= rating <= 10:
+    if not 1 <= value <= 10:  # before rounding: 10.4 and 0.6 are out of range, not 10 and 1
         raise RatingError(f"the rating {value!r} is outside 1-10")
-    return int(rating)
+    return math.floor(value + 0.5)
 
 
 def parse_ranking(output: Any, count: int) -> tuple[list[int], list[str]]:
