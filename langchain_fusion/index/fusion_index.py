@@ -9,7 +9,7 @@ lock), and queries read an immutable view, so they may overlap with writes from 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -447,6 +447,8 @@ class FusionIndex(VectorStore):
         for start in range(0, len(texts), step):
             batch = texts[start : start + step]
             vectors = self.embeddings.embed_documents(batch)
+            if not isinstance(vectors, Sized):
+                raise FusionError(f"the embedding model returned {type(vectors).__name__}, not a list of vectors")
             if len(vectors) != len(batch):
                 raise FusionError(f"the embedding model returned {len(vectors)} vectors for {len(batch)} texts")
             part = normalize_rows(vectors, dimension if dimension is not None else _width(vectors))

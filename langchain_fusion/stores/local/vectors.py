@@ -24,9 +24,18 @@ FloatMatrix = NDArray[np.float32]
 def normalize_rows(vectors: object, dimension: int) -> FloatMatrix:
     """Return a float32 copy of ``vectors`` (n x dimension) with every row L2-normalised.
 
-    Rows of norm zero stay zero (they match nothing), instead of becoming NaN.
+    Rows of norm zero stay zero (they match nothing), instead of becoming NaN. Anything but a
+    matrix of real numbers (ragged rows, strings, complex numbers, None) is a FusionError.
     """
-    matrix = np.array(vectors, dtype=np.float32, copy=True, ndmin=2)
+    try:
+        raw = np.asarray(vectors)
+    except ValueError:  # numpy refuses ragged nesting
+        raise FusionError("the embedding model returned vectors of different lengths") from None
+    if raw.dtype.kind not in "iuf":
+        found = {"b": "booleans", "c": "complex numbers", "U": "strings", "S": "bytes"}.get(raw.dtype.kind)
+        what = found or f"{type(vectors).__name__} of {raw.dtype}"
+        raise FusionError(f"the embedding model returned {what}, not vectors of real numbers")
+    matrix = np.array(raw, dtype=np.float32, copy=True, ndmin=2)
     if matrix.ndim != 2 or matrix.shape[1] != dimension:
         raise FusionError(
             f"expected embeddings of dimension {dimension}; got an array of shape {matrix.shape}. "

@@ -1,0 +1,87 @@
+"""Hostile inputs through the Python API: misbehaving embeddings, wrong types, odd filters."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from langchain_core.embeddings import Embeddings
+
+from langchain_fusion import FusionError, FusionIndex, InvalidParameterError
+from tests.conftest import HashingEmbeddings
+
+
+class Misbehaving(Embeddings):
+    """Embeddings whose output is whatever ``make(texts)`` returns."""
+
+    def __init__(self, make: Callable[[list[str]], Any]) -> None:
+        self.make = make
+
+    def embed_documents(self, texts: list[str]) -> Any:
+        return self.make(texts)
+
+    def embed_query(self, text: str) -> Any:
+        return self.make([text])[0]
+
+
+class TestMisbehavingEmbeddings:
+    @pytest.mark.parametrize(
+        ("make", "message"),
+        [
+            (lambda t: [[1.0, 2.0]] + [[1.0]] * (len(t) - 1), "vectors of different lengths"),
+            (lambda t: [["a", "b"] for _ in t], "returned strings"),
+            (lambda t: [[1 + 2j, 0j] for _ in t], "returned complex numbers"),
+            (lambda t: [[True, False] for _ in t], "returned booleans"),
+            (lambda t: [[float("nan"), 1.0] for _ in t], "NaN or infinite"),
+            (lambda t: [[float("inf"), 1.0] for _ in t], "NaN or infinite"),
+            (lambda t: [[1.0, 0.0]], "returned 1 vectors for 2 texts"),
+            (lambda t: None, "returned NoneType, not a list of vectors"),
+            (lambda t: [None for _ in t], "NoneType instead of a vector"),
+            (lambda t: [[[1.0], [2.0]] for _ in t], "dimension"),
+        ],
+    )
+    def test_one_line_errors_instead_of_numpy_ones(self, make: Any, message: str) -> None:
+        with pytest.raises(FusionError, match=message) as caught:
+            FusionIndex.from_texts(["a b", "c d"], Misbehaving(make))
+        assert "\n" not in str(caught.value)
+
+    def test_a_query_vector_of_another_kind_is_refused_and_the_index_keeps_working(self) -> None:
+        index = FusionIndex.from_texts(["alpha beta", "gamma delta"], HashingEmbeddings())
+        good = index.embeddings
+        index._embeddings = Misbehaving(lambda t: [["x"] * 64 for _ in t])
+        with pytest.raises(FusionError, match="returned strings"):
+            index.as_retriever(k=1).invoke("alpha")
+        index._embeddings = good
+        assert index.as_retriever(k=1).invoke("alpha")[0].page_content == "alpha beta"
+
+
+class TestWrongTypes:
+    @pytest.fixture
+    def index(self) -> FusionIndex:
+        metadatas = [{"s": 1}, {"s": 2}]
+        return FusionIndex.from_texts(["alpha beta", "gamma delta"], HashingEmbeddings(), metadatas=metadatas)
+
+    @pytest.mark.parametrize("query", [5, None, b"alpha", ["alpha"], {"q": "alpha"}])
+    def test_a_query_that_is_not_text(self, index: FusionIndex, query: Any) -> None:
+        with pytest.raises(InvalidParameterError, match="query"):
+            index.as_retriever().invoke(query)
+
+    @pytest.mark.parametrize(
+        "search_filter", [{"s": [[1]]}, {"s": {"$gt": 1}}, {"s": object()}, {5: 1}, {"s": [1, [2]]}, "s=1"]
+    )
+    def test_filters_that_cannot_be_applied(self, index: FusionIndex, search_filter: Any) -> None:
+        with pytest.raises(InvalidParameterError):
+            index.as_retriever().invoke("alpha", filter=search_filter)
+        # Retrievers are pydantic models: a constructor refusal is a ValidationError carrying our message.
+        with pytest.raises(ValueError, match="filter"):
+            index.as_retriever(filter=search_filter)
+
+    @pytest.mark.parametrize(
+        "options", [{"alpha": True}, {"k": "3"}, {"k": 2.0}, {"alpha": "0.5"}, {"fetch_k": False}, {"method": 1}]
+    )
+    def test_constructor_and_per_call_options_are_equally_strict(self, index: FusionIndex, options: Any) -> None:
+        with pytest.raises((InvalidParameterError, ValueError)):
+            index.as_retriever(**options)
+        with pytest.raises(InvalidParameterError):
+            index.as_retriever().invoke("alpha", **options)
