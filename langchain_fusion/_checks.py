@@ -11,6 +11,7 @@ import math
 from typing import Any, Literal, cast, get_args
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from langchain_fusion.errors import InvalidParameterError
 
@@ -73,3 +74,34 @@ def check_method(method: Any) -> FusionMethod:
     if not isinstance(method, str) or method not in FUSION_METHODS:
         raise InvalidParameterError(f"method must be one of {', '.join(FUSION_METHODS)}; got {method!r}")
     return cast(FusionMethod, method)
+
+
+def describe_validation(owner: str, error: ValidationError) -> str:
+    """One line from a pydantic ``ValidationError``: ``Owner: field: what was wrong; ...``."""
+    problems = []
+    for item in error.errors(include_url=False):
+        where = ".".join(str(part) for part in item.get("loc", ())) or "arguments"
+        message = str(item.get("msg", "invalid value")).removeprefix("Value error, ")
+        if item.get("type") not in ("value_error", "assertion_error") and "input" in item:
+            message += f" (got {item['input']!r:.80})"
+        problems.append(f"{where}: {message}")
+    return f"{owner}: " + "; ".join(problems)
+
+
+class CheckedModel(BaseModel):
+    """Base of the public option classes: strict types, and a refused argument is an InvalidParameterError.
+
+    Strict, as the per-call checks are: ``True`` is not a number and ``"3"`` is not 3 (an int is
+    still a float). A constructor refusal is raised as one
+    :class:`~langchain_fusion.errors.InvalidParameterError` line (a ``FusionError`` and a
+    ``ValueError``) naming the class, the field and what was wrong, instead of pydantic's
+    multi-line ``ValidationError``.
+    """
+
+    model_config = ConfigDict(strict=True)
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise InvalidParameterError(describe_validation(type(self).__name__, exc)) from exc

@@ -20,6 +20,8 @@ from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel,
 
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import FusionError
+from langchain_fusion.models.guarded_model import GuardedModel
+from langchain_fusion.models.llm_calls import RetryPolicy
 from langchain_fusion.retrievers.rerank import BaseLLMReranker, Prompt, RerankRetriever
 from langchain_fusion.retrievers.windows import ContextWindowRetriever
 
@@ -91,6 +93,8 @@ def build_rag_chain(
     window: int | None = None,
     max_chars: int | None = None,
     reranker: BaseLLMReranker | None = None,
+    timeout: float | None = None,
+    retry: RetryPolicy | None = None,
 ) -> Runnable[str, RagOutput]:
     """An LCEL chain from a question to ``{"answer": ..., "sources": [...]}``.
 
@@ -106,6 +110,14 @@ def build_rag_chain(
         max_chars: character budget per passage for ``window``.
         reranker: if given, it reranks the (windowed) passages and keeps its ``top_n``;
             give the retriever a larger ``k`` then.
+        timeout: seconds to wait for the answer per try (when streaming: for each chunk); None
+            leaves it to the model's own client.
+        retry: retries of rate limits, timeouts and other transient errors (default
+            :data:`~langchain_fusion.models.guarded_model.ANSWER_RETRY`: three tries in a few
+            seconds; a stream is retried only before its first chunk).
+
+    A model that fails for good raises :class:`~langchain_fusion.errors.ProviderError` with the
+    provider's error on one line.
 
     ``invoke`` returns the answer and the sources; ``stream`` and ``astream`` yield
     ``{"sources": [...]}`` first, then ``{"answer": token}`` chunks as the model writes. The
@@ -130,7 +142,8 @@ def build_rag_chain(
     if reranker is not None:
         assert isinstance(retriever, BaseRetriever)
         retriever = RerankRetriever(retriever=retriever, reranker=reranker)
-    answer = RunnableLambda(_prompt_inputs, name="format_docs") | prompt | llm | StrOutputParser()
+    model = GuardedModel(llm, timeout=timeout, retry=retry)
+    answer = RunnableLambda(_prompt_inputs, name="format_docs") | prompt | model | StrOutputParser()
     chain = (
         RunnableLambda(_question, name="question")
         | RunnableParallel(question=RunnablePassthrough(), sources=retriever)

@@ -37,3 +37,11 @@ class UnknownDocumentError(FusionError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class ProviderError(FusionError):
+    """A model provider's call failed for good (bad key, no network, rate limit, timeout), after any retries.
+
+    The message names the step and the provider's error on one line; the original exception is
+    the ``__cause__``.
+    """

@@ -51,7 +51,12 @@ from langchain_core.runnables import ConfigurableField, Runnable
 from pydantic import Field, StringConstraints, TypeAdapter, ValidationError
 
 from langchain_fusion._checks import FusionMethod, check_alpha, check_method
-from langchain_fusion.errors import InvalidParameterError, MissingCredentialsError, MissingDependencyError
+from langchain_fusion.errors import (
+    InvalidParameterError,
+    MissingCredentialsError,
+    MissingDependencyError,
+    ProviderError,
+)
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex
 from langchain_fusion.index.opening import open_index
@@ -86,6 +91,8 @@ DEFAULT_MAX_BATCH_SIZE = 32
 """Most inputs in one ``/batch`` request."""
 DEFAULT_MAX_REQUEST_BYTES = 1_000_000
 """Largest request body, in bytes (413 above it)."""
+DEFAULT_LLM_TIMEOUT = 60.0
+"""Seconds ``/rag`` waits for the chat model's answer (per try; for streams, per chunk)."""
 
 RETRIEVER_PATH = "/retriever"
 """Where the retriever is served."""
@@ -173,6 +180,12 @@ def _configurable_retriever(
     configurable = base.configurable_fields(**fields)
     configurable.name = "HierarchicalRetriever" if hierarchical else "FusionRetriever"
     return configurable
+
+
+async def _provider_failed(request: Request, exc: Exception) -> JSONResponse:
+    """A chat model that failed for good is the upstream's fault: 502 with its one-line error."""
+    logger.warning("%s %s: %s", request.method, request.url.path, exc)
+    return JSONResponse({"detail": str(exc)}, status_code=502)
 
 
 class _RequestGuard:
@@ -484,6 +497,7 @@ def create_app(
     max_k: int = DEFAULT_MAX_K,
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    llm_timeout: float | None = DEFAULT_LLM_TIMEOUT,
     title: str = "langchain-fusion",
 ) -> FastAPI:
     """A FastAPI app serving one index's retriever and RAG chain with LangServe, and ``/health``.
@@ -511,6 +525,9 @@ def create_app(
         max_k: largest ``k`` (and ``k_summaries``) a request may configure (422 beyond).
         max_batch_size: most inputs in one ``/batch`` request (422 beyond).
         max_request_bytes: largest request body (413 beyond).
+        llm_timeout: seconds ``/rag`` waits for the chat model per try (for streams: per chunk;
+            None: the model client's own limit). A chat model that fails for good (after its
+            retries) answers 502 with the provider's error on one line.
         title: the app's title in its OpenAPI page.
 
     Raises:
@@ -544,6 +561,7 @@ def create_app(
         description="Hybrid (FAISS vector + BM25 keyword) retrieval served with LangServe.",
     )
     app.add_middleware(_RequestBody, max_bytes=limits.max_request_bytes)
+    app.add_exception_handler(ProviderError, _provider_failed)
     app.router.on_startup.append(_fresh_stream_exit_event)
     routes: dict[str, Any] = {
         "enabled_endpoints": ENDPOINTS,
@@ -555,7 +573,7 @@ def create_app(
         from langchain_fusion.chains import build_rag_chain
         from langchain_fusion.models.llm_calls import chat_model_id
 
-        chain = build_rag_chain(retriever, chat_model).with_types(input_type=query)
+        chain = build_rag_chain(retriever, chat_model, timeout=llm_timeout).with_types(input_type=query)
         add_routes(app, chain, path=RAG_PATH, **routes)
 
     chunks = served.chunks if isinstance(served, HierarchicalIndex) else served

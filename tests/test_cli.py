@@ -376,6 +376,9 @@ class TestArgparseErrors:
             (["index", "data"], "the following arguments are required: --out/-o"),
             (["index", "data", "-o", "x", "--chunk-size", "0"], "argument --chunk-size: expected a positive integer"),
             (["index", "data", "-o", "x", "--llm-concurrency", "0"], "argument --llm-concurrency: expected a positive"),
+            (["ask", "x", "q", "--llm-timeout", "0"], "argument --llm-timeout: expected a positive number"),
+            (["query", "x", "q", "--llm-timeout", "nan"], "argument --llm-timeout: expected a positive number"),
+            (["index", "data", "-o", "x", "--llm-timeout", "inf"], "argument --llm-timeout: expected a positive"),
             (["query", "idx", "q", "--k-summaries", "0"], "argument --k-summaries: expected a positive integer"),
             (["query", "idx", "q", "--summary-weight", "2"], "argument --summary-weight: expected a number between"),
             (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
@@ -398,13 +401,13 @@ class TestHelp:
     FLAGS: ClassVar[dict[str, tuple[str, ...]]] = {
         "index": ("PATH", "--out", "-o", "--embeddings", "--chunk-size", "--chunk-overlap", "--vector-index",
                   "--vector-search-params", "--json", "--quiet", "-q", "--contextual", "--summaries", "--llm",
-                  "--llm-cache", "--llm-concurrency", "--keep-missing", "--max-file-chars"),
+                  "--llm-cache", "--llm-concurrency", "--llm-timeout", "--keep-missing", "--max-file-chars"),
         "query": ("INDEX", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
-                  "--window", "--max-chars", "--rerank", "--top-n", "--llm", "--hierarchical", "--k-summaries",
-                  "--summary-weight"),
+                  "--window", "--max-chars", "--rerank", "--top-n", "--llm", "--llm-timeout", "--hierarchical",
+                  "--k-summaries", "--summary-weight"),
         "ask": ("INDEX", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
-                "--window", "--max-chars", "--rerank", "--top-n", "--llm", "--hierarchical", "--k-summaries",
-                "--summary-weight"),
+                "--window", "--max-chars", "--rerank", "--top-n", "--llm", "--llm-timeout", "--hierarchical",
+                "--k-summaries", "--summary-weight"),
     }  # fmt: skip
 
     def test_console_script_help(self) -> None:
@@ -602,7 +605,9 @@ class TestAskCommand:
 
         _use_chat_model(monkeypatch, RatingModel(rule=lambda text: ConnectionError("connection refused")))
         status, out, err = _run(["ask", str(index_dir), "flood"])
-        _assert_one_line_error(status, out, err, "the chat model failed: ConnectionError: connection refused")
+        _assert_one_line_error(
+            status, out, err, "the chat model failed after 3 tries: ConnectionError: connection refused"
+        )
 
 
 class TestAskAndRerankErrors:
@@ -821,7 +826,9 @@ class TestChatModelErrors:
         assert not (tmp_path / "idx").exists()
         assert not (tmp_path / "idx.llm-cache").exists()
 
-    @pytest.mark.parametrize("option", [["--llm", "openai"], ["--llm-cache", "c"], ["--llm-concurrency", "2"]])
+    @pytest.mark.parametrize(
+        "option", [["--llm", "openai"], ["--llm-cache", "c"], ["--llm-concurrency", "2"], ["--llm-timeout", "5"]]
+    )
     def test_llm_options_need_a_chat_model_step(self, option: list[str], tmp_path: Path) -> None:
         status, out, err = _run(["index", str(tmp_path), "--out", str(tmp_path / "idx"), *option])
         _assert_one_line_error(status, out, err, "only for --contextual and --summaries", option[0])

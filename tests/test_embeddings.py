@@ -14,10 +14,9 @@ import numpy as np
 import pytest
 from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings, FakeEmbeddings
 from langchain_openai import OpenAIEmbeddings
-from pydantic import ValidationError
 
 from langchain_fusion import FusionIndex, LocalEmbeddings, default_embeddings, resolve_embeddings
-from langchain_fusion.errors import FusionError, MissingCredentialsError, MissingDependencyError
+from langchain_fusion.errors import FusionError, InvalidParameterError, MissingCredentialsError, MissingDependencyError
 from langchain_fusion.models.embeddings import LOCAL_MODEL_NAME, OPENAI_DEFAULT_MODEL, embeddings_from_id, embeddings_id
 
 LOCAL_ID = "local:sentence-transformers/all-MiniLM-L6-v2"
@@ -228,10 +227,13 @@ class TestLocalEmbeddingsConfig:
         assert embeddings.device == "cpu"
         assert embeddings.model_name == "sentence-transformers/all-MiniLM-L6-v2"
 
-    @pytest.mark.parametrize("kwargs", [{"batch_size": 0}, {"batch_size": -3}, {"model": "other"}])
+    @pytest.mark.parametrize(
+        "kwargs", [{"batch_size": 0}, {"batch_size": -3}, {"batch_size": True}, {"batch_size": "8"}, {"model": "other"}]
+    )
     def test_invalid_parameters(self, kwargs: dict[str, Any]) -> None:
-        with pytest.raises(ValidationError):
+        with pytest.raises(InvalidParameterError, match=f"^LocalEmbeddings: {next(iter(kwargs))}: ") as caught:
             LocalEmbeddings(**kwargs)
+        assert "\n" not in str(caught.value)
 
     def test_construction_does_not_load_the_model(self) -> None:
         assert LocalEmbeddings()._model is None

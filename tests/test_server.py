@@ -502,6 +502,28 @@ class TestBadRequests:
 # --- what create_app accepts ------------------------------------------------------------------------
 
 
+class _KeyRefused(FakeListChatModel):
+    """A provider refusing the API key on every call."""
+
+    def _call(self, *args: Any, **kwargs: Any) -> str:
+        raise PermissionError("Incorrect API key provided")
+
+
+class TestProviderFailures:
+    def test_a_failing_chat_model_answers_502_in_one_line(self, index: FusionIndex) -> None:
+        app = create_app(index, llm=_KeyRefused(responses=["x"]), llm_timeout=5)
+        with TestClient(app, raise_server_exceptions=False) as client:
+            response = client.post("/rag/invoke", json={"input": "cat"})
+            assert response.status_code == 502
+            assert response.json() == {"detail": "the chat model failed: PermissionError: Incorrect API key provided"}
+            assert client.post("/retriever/invoke", json={"input": "cat"}).status_code == 200  # still serving
+
+    @pytest.mark.parametrize("timeout", [0, -1.0, True, "5"])
+    def test_a_bad_llm_timeout_is_refused(self, index: FusionIndex, timeout: Any) -> None:
+        with pytest.raises(InvalidParameterError, match="timeout"):
+            create_app(index, llm=fake_llm(), llm_timeout=timeout)
+
+
 class TestCreateApp:
     def test_index_is_loaded_once_not_per_request(self, saved: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         app = create_app(saved, embeddings=HashingEmbeddings(), llm=fake_llm())

@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import sys
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
@@ -41,6 +42,8 @@ DEFAULT_RERANK_CANDIDATES = 20
 DEFAULT_K_SUMMARIES = SEARCH_DEFAULTS.k_summaries
 DEFAULT_SUMMARY_WEIGHT = SEARCH_DEFAULTS.summary_weight
 DEFAULT_LLM_CONCURRENCY = 8
+DEFAULT_LLM_TIMEOUT = 60.0
+"""Seconds the CLI waits for one chat model answer (per try) before it counts as a failed, retried call."""
 PROGRESS_BATCH = 32
 """Chunks embedded per call by the index command, so the progress bar moves often."""
 # The serve defaults, the same as langchain_fusion.server's (not imported here: it needs the server extra).
@@ -71,6 +74,10 @@ def _positive_int(value: str) -> int:
 
 def _alpha(value: str) -> float:
     return float(_parse(value, float, lambda n: 0.0 <= n <= 1.0, "a number between 0 and 1"))
+
+
+def _seconds(value: str) -> float:
+    return float(_parse(value, float, lambda n: 0 < n < math.inf, "a positive number of seconds"))
 
 
 def _non_negative_int(value: str) -> int:
@@ -186,6 +193,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help=f"chat model calls at once for --contextual and --summaries (default: {DEFAULT_LLM_CONCURRENCY})",
+    )
+    index.add_argument(
+        "--llm-timeout",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="seconds to wait for each chat model answer before it counts as failed and is retried "
+        f"(default: {DEFAULT_LLM_TIMEOUT:g})",
     )
     index.add_argument(
         "--keep-missing",
@@ -306,6 +321,14 @@ def _add_serve_parser(commands: Any) -> None:
         help="most inputs in one /batch request (default: %(default)s)",
     )
     serve.add_argument(
+        "--llm-timeout",
+        type=_seconds,
+        default=DEFAULT_LLM_TIMEOUT,
+        metavar="SECONDS",
+        help="seconds /rag waits for each chat model answer before it counts as failed and is retried "
+        "(default: %(default)g); a model that keeps failing answers 502",
+    )
+    serve.add_argument(
         "--log-level",
         choices=("critical", "error", "warning", "info", "debug"),
         default="info",
@@ -401,6 +424,14 @@ def _add_search_options(sub: argparse.ArgumentParser, results: str) -> None:
         "LangChain's init_chat_model knows (pip install 'langchain-fusion[llm]' and the provider's package). "
         f"Default: openai:{OPENAI_DEFAULT_CHAT_MODEL}",
     )
+    sub.add_argument(
+        "--llm-timeout",
+        type=_seconds,
+        default=DEFAULT_LLM_TIMEOUT,
+        metavar="SECONDS",
+        help="seconds to wait for each chat model answer before it counts as failed and is retried "
+        "(default: %(default)g)",
+    )
 
 
 def _progress_bar(total: int, quiet: bool, desc: str = "embedding chunks", unit: str = "chunk") -> Any:
@@ -413,7 +444,12 @@ def _check_index_options(args: argparse.Namespace) -> bool:
     """Whether the index command needs a chat model; UserError for LLM options without a use."""
     uses_llm = bool(args.contextual or args.summaries)
     if not uses_llm:
-        options = {"--llm": args.llm, "--llm-cache": args.llm_cache, "--llm-concurrency": args.llm_concurrency}
+        options = {
+            "--llm": args.llm,
+            "--llm-cache": args.llm_cache,
+            "--llm-concurrency": args.llm_concurrency,
+            "--llm-timeout": args.llm_timeout,
+        }
         given = [flag for flag, value in options.items() if value is not None]
         if given:
             raise UserError(
@@ -441,6 +477,7 @@ def run_index(args: argparse.Namespace) -> int:
         "llm": chat_model,
         "cache_dir": cache_dir,
         "max_concurrency": args.llm_concurrency or DEFAULT_LLM_CONCURRENCY,
+        "timeout": args.llm_timeout or DEFAULT_LLM_TIMEOUT,
     }
     reports: dict[str, Any] = {}
 
@@ -650,7 +687,8 @@ def _retriever(args: argparse.Namespace, chat_model: Any) -> Any:
         retriever = ContextWindowRetriever(retriever=retriever, index=index, n=args.window, max_chars=args.max_chars)
     if chat_model is not None and args.rerank:
         top_n = args.top_n if args.top_n is not None else DEFAULT_K
-        retriever = RerankRetriever(retriever=retriever, reranker=LLMReranker(llm=chat_model, top_n=top_n))
+        reranker = LLMReranker(llm=chat_model, top_n=top_n, timeout=args.llm_timeout)
+        retriever = RerankRetriever(retriever=retriever, reranker=reranker)
     return retriever
 
 
@@ -708,7 +746,7 @@ def run_ask(args: argparse.Namespace) -> int:
     if not args.question.strip():
         raise UserError("the question is empty")
     chat_model = _chat_model(args)  # a missing key fails before any work
-    chain = build_rag_chain(_retriever(args, chat_model), chat_model)
+    chain = build_rag_chain(_retriever(args, chat_model), chat_model, timeout=args.llm_timeout)
     answer: list[str] = []
     sources: list[Any] = []
     try:
@@ -721,12 +759,10 @@ def run_ask(args: argparse.Namespace) -> int:
                 if chunk.get("answer"):
                     answer.append(chunk["answer"])
                     print(chunk["answer"], end="", flush=True)
-    except (FusionError, UserError):
-        raise
-    except Exception as exc:  # the provider's errors (network, authentication, quota) are not bugs of ours
+    except (FusionError, UserError):  # the chat model's failures are ProviderErrors, already one line
         if answer:
             print(flush=True)
-        raise UserError(f"the chat model failed: {type(exc).__name__}: {' '.join(str(exc).split())}") from exc
+        raise
     if args.json:
         payload = {
             "question": args.question,
@@ -772,6 +808,7 @@ def run_serve(args: argparse.Namespace) -> int:
                 max_k=args.max_k,
                 max_query_chars=args.max_query_chars,
                 max_batch_size=args.max_batch_size,
+                llm_timeout=args.llm_timeout,
             )
         status = app.state.langchain_fusion
         index, rag, url = status["index"], status["rag"], server.url_of(sock)

