@@ -203,11 +203,6 @@ class TestQueryCommand:
         assert status == 0
         assert len(out.splitlines()) == 2 + 6
 
-    def test_blank_question_prints_no_results(self, index_dir: Path) -> None:
-        status, out, _ = _run(["query", str(index_dir), "   "])
-        assert status == 0
-        assert out == "no results\n"
-
     def test_json(self, index_dir: Path) -> None:
         results = _query_json(index_dir, "How much rain fell in the July monsoon flood?", "-k", "5")
         assert [r["rank"] for r in results] == [1, 2, 3, 4, 5]
@@ -608,6 +603,41 @@ class TestAskCommand:
         _assert_one_line_error(
             status, out, err, "the chat model failed after 3 tries: ConnectionError: connection refused"
         )
+
+
+class TestHostileArguments:
+    """Arguments that parse but cannot work: exit 2 with one line, before any work, for every subcommand."""
+
+    @pytest.mark.parametrize(
+        ("argv", "fragments"),
+        [
+            (["query", "{index}", ""], ["the query is empty"]),
+            (["query", "{index}", " \t\n "], ["the query is empty"]),
+            (["ask", "{index}", "   "], ["the question is empty"]),
+            (["query", "{tmp}/missing", "q"], ["is not a folder"]),
+            (["query", "{index}/manifest.json", "q"], ["is not a folder"]),
+            (["ask", "{tmp}/missing", "q", "--llm", "openai"], ["OPENAI_API_KEY"]),
+            (["serve", "{tmp}/missing"], ["is not a folder"]),
+            (["query", "milvus://host:99999/c", "q"], ["port"]),
+            (["query", "milvus://host/bad-name!", "q"], ["collection"]),
+            (["query", "{index}", "q", "--embeddings", "nope:model"], ["embeddings 'nope:model'"]),
+            (["index", "{tmp}", "--out", "{index}/manifest.json/sub"], ["is a file, not a folder"]),
+            (["index", "{tmp}", "--out", "{tmp}/x", "--vector-index", "Garbage"], ["could not parse index string"]),
+            (
+                ["index", "{tmp}", "--out", "{tmp}/x", "--vector-index", "HNSW8", "--vector-search-params", "ef=x"],
+                ["invalid FAISS search parameters"],
+            ),
+            (["index", "{tmp}", "--out", "{tmp}/x", "--chunk-size", "10", "--chunk-overlap", "50"], ["chunk_overlap"]),
+        ],
+    )
+    def test_one_line_and_exit_2(
+        self, argv: list[str], fragments: list[str], index_dir: Path, tmp_path: Path, no_openai_key: None
+    ) -> None:
+        filled = [a.format(index=index_dir, tmp=tmp_path) for a in argv]
+        status, out, err = _run(filled)
+        line = _assert_one_line_error(status, out, err, *fragments)
+        assert "Error in " not in line and ".cpp:" not in line  # no C++ locations from FAISS
+        assert not (tmp_path / "x").exists()  # refused before any work
 
 
 class TestAskAndRerankErrors:

@@ -703,6 +703,8 @@ def _pages(meta: dict[str, Any]) -> str:
 def run_query(args: argparse.Namespace) -> int:
     """Query a saved index and print the results."""
     _check_combinations(args, "query")
+    if not args.question.strip():
+        raise UserError("the query is empty: give the words or question to search for")
     chat_model = _chat_model(args) if args.rerank else None  # a missing key fails before any work
     docs = _retriever(args, chat_model).invoke(args.question)
     if args.json:

@@ -20,7 +20,7 @@ class Analyzer(BaseModel):
     the tutorial's ``str.split()`` behaviour, kept only for parity comparisons.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     split: Literal["words", "whitespace"] = "words"
     """``words`` splits on runs of non-word characters; ``whitespace`` is ``str.split()``."""

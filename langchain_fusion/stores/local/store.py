@@ -22,13 +22,15 @@ from langchain_core.documents import Document
 from numpy.typing import NDArray
 from pydantic import ValidationError
 
+from langchain_fusion._checks import describe_validation
 from langchain_fusion.errors import FusionError, IndexFormatError, InvalidParameterError
-from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, check_text_fields
+from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, check_text_fields, indexed_text
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.base import FloatMatrix, FusionStore
 from langchain_fusion.stores.local import folder as fmt
 from langchain_fusion.stores.local.bm25 import Postings
 from langchain_fusion.stores.local.snapshot import LocalView, Segment, Snapshot, ann_min_rows, empty_snapshot
+from langchain_fusion.stores.local.tokens import tokenize
 from langchain_fusion.stores.local.vectors import AnnIndex, check_vector_index
 from langchain_fusion.stores.settings import BM25Params, StoreSettings
 
@@ -299,7 +301,12 @@ def _parse_manifest(
     except (KeyError, TypeError, ValueError, AttributeError, ValidationError, FusionError) as exc:
         if isinstance(exc, IndexFormatError):
             raise
-        raise IndexFormatError(f"{folder / fmt.MANIFEST} is incomplete or invalid ({exc}); rebuild the index") from None
+        reason = (
+            describe_validation("manifest", exc) if isinstance(exc, ValidationError) else " ".join(str(exc).split())
+        )
+        raise IndexFormatError(
+            f"{folder / fmt.MANIFEST} is incomplete or invalid ({reason}); rebuild the index"
+        ) from None
     return settings, vector_conf, counts
 
 
@@ -355,6 +362,8 @@ def read_snapshot(
         problems.append(f"vectors have {vectors.shape[1]} dimensions, the manifest says {settings.dimension}")
     if n and vectors is None:
         problems.append("documents without vectors")
+    elif vectors is not None and not _all_finite(vectors):
+        problems.append("vectors hold values that are not finite (NaN or infinity)")
     if indptr.size != vocabulary_size + 1 or (indptr.size and (indptr[0] != 0 or np.any(np.diff(indptr) < 0))):
         problems.append("BM25 term pointers do not match the vocabulary")
     elif indptr[-1] != rows.size or rows.size != tf.size:
@@ -373,6 +382,9 @@ def read_snapshot(
         if not np.array_equal(per_row.astype(np.int64), lengths.astype(np.int64)):
             raise IndexFormatError(f"{folder}: BM25 row lengths disagree with the postings; rebuild the index")
     postings = Postings(indptr=np.asarray(indptr), rows=rows, tf=tf)
+    mismatch = _postings_mismatch(documents, vocabulary_list, postings, settings)
+    if mismatch:
+        raise IndexFormatError(f"{folder}: the BM25 index does not match the documents ({mismatch}); rebuild the index")
     snapshot = empty_snapshot(settings, factory, search_params)
     if not n:
         return replace(
@@ -403,6 +415,43 @@ def read_snapshot(
     if ann is None and factory != "Flat" and n >= ann_min_rows(factory):
         logger.info("building the %s index of %s (%d rows): it was not saved", factory, folder, n)
     return loaded._maintained()
+
+
+def _all_finite(vectors: NDArray[np.float32], block: int = 65_536) -> bool:
+    """Whether every value is finite, checked a block of rows at a time (no full-size temporary)."""
+    return all(bool(np.isfinite(vectors[i : i + block]).all()) for i in range(0, vectors.shape[0], block))
+
+
+SPOT_CHECK_ROWS = 64
+"""Rows whose text is analysed again at load and compared with the saved BM25 postings."""
+
+
+def _postings_mismatch(
+    documents: Sequence[Document], vocabulary: list[str], postings: Postings, settings: StoreSettings
+) -> str | None:
+    """What disagrees between a spread sample of rows' texts and the postings, or None.
+
+    The checksums only prove the files are the ones the manifest lists; this catches files that
+    are consistent with each other but not with the documents (a replaced or reordered
+    vocabulary, postings of another corpus), at the cost of analysing a few dozen texts.
+    """
+    n = len(documents)
+    if not n:
+        return None
+    term_of = {t: i for i, t in enumerate(vocabulary)}
+    for row in sorted({int(r) for r in np.linspace(0, n - 1, min(n, SPOT_CHECK_ROWS))}):
+        counts: dict[int, int] = {}
+        for token in tokenize(settings.analyzer, indexed_text(documents[row], settings.bm25_fields)):
+            term = term_of.get(token)
+            if term is None:
+                return f"row {row} has the token {token!r}, which the vocabulary lacks"
+            counts[term] = counts.get(term, 0) + 1
+        for term, count in counts.items():
+            start, end = int(postings.indptr[term]), int(postings.indptr[term + 1])
+            found = np.flatnonzero(postings.rows[start:end] == row)
+            if found.size != 1 or int(postings.tf[start + int(found[0])]) != count:
+                return f"row {row}: the postings of {vocabulary[term]!r} do not list it {count} time(s)"
+    return None
 
 
 def _read_vocabulary(path: Path) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -123,6 +124,12 @@ class AnnIndex:
         return cls(index, factory, search_params)
 
 
+def faiss_reason(exc: RuntimeError) -> str:
+    """The reason in a FAISS error, without its C++ function signature and source location."""
+    last = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+    return re.sub(r"^Error in .*? at \S+:\d+: (Error: )?", "", last)
+
+
 def new_faiss_index(dimension: int, factory: str) -> Any:
     """An empty inner-product FAISS index from a factory string, or a FusionError that says why not."""
     try:
@@ -130,7 +137,7 @@ def new_faiss_index(dimension: int, factory: str) -> Any:
     except RuntimeError as exc:
         raise FusionError(
             f"FAISS could not build an index from factory string {factory!r}: "
-            f"{str(exc).strip().splitlines()[-1]}. Use 'Flat' (exact), or e.g. 'HNSW32' or 'IVF256,Flat'."
+            f"{faiss_reason(exc)}. Use 'Flat' (exact), or e.g. 'HNSW32' or 'IVF256,Flat'."
         ) from None
 
 
@@ -140,8 +147,7 @@ def _apply_search_params(index: Any, factory: str, search_params: str | None) ->
             faiss.ParameterSpace().set_index_parameters(index, search_params)
         except RuntimeError as exc:
             raise FusionError(
-                f"invalid FAISS search parameters {search_params!r} for {factory!r}: "
-                f"{str(exc).strip().splitlines()[-1]}"
+                f"invalid FAISS search parameters {search_params!r} for {factory!r}: {faiss_reason(exc)}"
             ) from None
 
 
