@@ -23,7 +23,7 @@ from langchain_fusion.errors import FusionError
 from langchain_fusion.models.guarded_model import GuardedModel
 from langchain_fusion.models.llm_calls import RetryPolicy
 from langchain_fusion.retrievers.rerank import BaseLLMReranker, Prompt, RerankRetriever
-from langchain_fusion.retrievers.windows import ContextWindowRetriever
+from langchain_fusion.retrievers.windows import DEFAULT_WINDOW_MAX_CHARS, ContextWindowRetriever
 
 DEFAULT_RAG_PROMPT = ChatPromptTemplate.from_messages(
     [
@@ -107,7 +107,8 @@ def build_rag_chain(
         window: if given, each hit is widened to ``window`` neighbouring chunks on each side
             (:class:`~langchain_fusion.retrievers.windows.ContextWindowRetriever`); needs a
             retriever over a FusionIndex.
-        max_chars: character budget per passage for ``window``.
+        max_chars: character budget per passage for ``window`` (default
+            :data:`~langchain_fusion.retrievers.windows.DEFAULT_WINDOW_MAX_CHARS`).
         reranker: if given, it reranks the (windowed) passages and keeps its ``top_n``;
             give the retriever a larger ``k`` then.
         timeout: seconds to wait for the answer per try (when streaming: for each chunk); None
@@ -138,7 +139,8 @@ def build_rag_chain(
         raise FusionError("max_chars is the character budget of context windows: give window=N too")
     if window is not None:
         assert isinstance(retriever, BaseRetriever)
-        retriever = ContextWindowRetriever(retriever=retriever, n=window, max_chars=max_chars)
+        budget = DEFAULT_WINDOW_MAX_CHARS if max_chars is None else max_chars
+        retriever = ContextWindowRetriever(retriever=retriever, n=window, max_chars=budget)
     if reranker is not None:
         assert isinstance(retriever, BaseRetriever)
         retriever = RerankRetriever(retriever=retriever, reranker=reranker)

@@ -8,6 +8,12 @@ and what to do about it.
 from __future__ import annotations
 
 
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` on one line (a provider's multi-line message folded)."""
+    message = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
 class FusionError(Exception):
     """Base class of every error langchain-fusion raises on bad input or bad state."""
 

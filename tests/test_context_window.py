@@ -29,6 +29,7 @@ from langchain_fusion import (
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.ingest.loading import merge_chunks
+from langchain_fusion.retrievers.windows import DEFAULT_WINDOW_MAX_CHARS
 from langchain_fusion.stores.local.store import LocalStore
 from tests.conftest import ANIMALS, HashingEmbeddings
 
@@ -230,6 +231,19 @@ class TestExpandWindows:
             assert len(passage.page_content) <= budget
             first, last = span
             assert passage.page_content == chunk_slice(text, chunks[first], chunks[last])
+
+    def test_a_default_budget_bounds_wide_windows(self) -> None:
+        text = make_text(40, seed=3)
+        big = split_documents([Document(page_content=text, metadata={keys.SOURCE: "big.txt"})], 1000, 200)
+        assert len(big) >= 9
+        index = FusionIndex.from_documents(big, HashingEmbeddings())
+        middle = len(big) // 2
+        [bounded] = expand_windows([hit(big[middle])], index, n=4)
+        assert len(bounded.page_content) <= DEFAULT_WINDOW_MAX_CHARS
+        [unbounded] = expand_windows([hit(big[middle])], index, n=4, max_chars=None)
+        assert len(unbounded.page_content) > DEFAULT_WINDOW_MAX_CHARS
+        retriever = ContextWindowRetriever(retriever=index.as_retriever(k=1), n=4)
+        assert retriever.max_chars == DEFAULT_WINDOW_MAX_CHARS
 
     def test_budget_never_trims_hits(self, chunks: list[Document], index: FusionIndex) -> None:
         passages = expand_windows([hit(chunks[10]), hit(chunks[11])], index, n=2, max_chars=5)

@@ -17,7 +17,13 @@ from langchain_openai import OpenAIEmbeddings
 
 from langchain_fusion import FusionIndex, LocalEmbeddings, default_embeddings, resolve_embeddings
 from langchain_fusion.errors import FusionError, InvalidParameterError, MissingCredentialsError, MissingDependencyError
-from langchain_fusion.models.embeddings import LOCAL_MODEL_NAME, OPENAI_DEFAULT_MODEL, embeddings_from_id, embeddings_id
+from langchain_fusion.models.embeddings import (
+    EMBEDDINGS_ENV,
+    LOCAL_MODEL_NAME,
+    OPENAI_DEFAULT_MODEL,
+    embeddings_from_id,
+    embeddings_id,
+)
 
 LOCAL_ID = "local:sentence-transformers/all-MiniLM-L6-v2"
 
@@ -199,22 +205,60 @@ class TestResolveEmbeddings:
 
 
 class TestDefaultEmbeddings:
+    """The default is the bundled model; another one is chosen explicitly, never by an API key alone."""
+
+    @pytest.fixture(autouse=True)
+    def no_choice(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.delenv(EMBEDDINGS_ENV, raising=False)
+
     def test_without_key_is_local(self, no_openai_key: None) -> None:
         embeddings = default_embeddings()
         assert type(embeddings) is LocalEmbeddings
         assert embeddings_id(embeddings) == LOCAL_ID
 
-    def test_with_key_is_openai(self, fake_openai_key: str, no_network: None) -> None:
+    def test_a_key_in_the_environment_does_not_switch_it(self, fake_openai_key: str, no_network: None) -> None:
+        assert type(default_embeddings()) is LocalEmbeddings
+        assert type(resolve_embeddings(None)) is LocalEmbeddings
+        assert FusionIndex().embeddings_id == LOCAL_ID
+
+    def test_a_key_in_a_dotenv_file_does_not_switch_it(
+        self, no_openai_key: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        (tmp_path / ".env").write_text(f"OPENAI_API_KEY=sk-from-dotenv\n{EMBEDDINGS_ENV}=openai\n", encoding="utf-8")
+        nested = tmp_path / "project" / "sub"
+        nested.mkdir(parents=True)
+        monkeypatch.chdir(nested)  # a .env above the working directory
+        assert type(default_embeddings()) is LocalEmbeddings
+
+    def test_the_environment_variable_chooses_explicitly(
+        self, fake_openai_key: str, no_network: None, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv(EMBEDDINGS_ENV, "openai:text-embedding-3-large")
         embeddings = default_embeddings()
         assert isinstance(embeddings, OpenAIEmbeddings)
-        assert embeddings_id(embeddings) == "openai:text-embedding-3-small"
-        assert embeddings.openai_api_key is not None
-        assert embeddings.openai_api_key.get_secret_value() == fake_openai_key
+        assert embeddings_id(embeddings) == "openai:text-embedding-3-large"
 
-    def test_empty_key_counts_as_unset(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-        monkeypatch.setenv("OPENAI_API_KEY", "")
-        monkeypatch.chdir(tmp_path)
+    def test_the_environment_variable_without_a_key_names_both(
+        self, no_openai_key: None, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv(EMBEDDINGS_ENV, "openai")
+        with pytest.raises(MissingCredentialsError, match=rf"^{EMBEDDINGS_ENV}='openai': OPENAI_API_KEY is not set"):
+            default_embeddings()
+
+    @pytest.mark.parametrize("value", ["", "  ", "auto", "local"])
+    def test_blank_auto_and_local_are_the_bundled_model(self, value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv(EMBEDDINGS_ENV, value)
         assert type(default_embeddings()) is LocalEmbeddings
+
+    def test_a_bad_value_is_one_line(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv(EMBEDDINGS_ENV, "nonsense")
+        with pytest.raises(FusionError, match=rf"^{EMBEDDINGS_ENV}='nonsense': unknown embeddings"):
+            default_embeddings()
+
+    def test_without_the_openai_extra(self, fake_openai_key: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setitem(sys.modules, "langchain_openai", None)
+        with pytest.raises(MissingDependencyError, match=r"langchain-fusion\[openai\]"):
+            resolve_embeddings("openai")
 
     def test_index_uses_it_when_no_embeddings_are_given(self, no_openai_key: None) -> None:
         assert FusionIndex().embeddings_id == LOCAL_ID

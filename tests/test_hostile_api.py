@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from langchain_core.embeddings import Embeddings
 
-from langchain_fusion import FusionError, FusionIndex, InvalidParameterError
+from langchain_fusion import BM25Retriever, FusionError, FusionIndex, InvalidParameterError
+from langchain_fusion.errors import ProviderError
 from tests.conftest import HashingEmbeddings
 
 
@@ -85,3 +86,60 @@ class TestWrongTypes:
             index.as_retriever(**options)
         with pytest.raises(InvalidParameterError):
             index.as_retriever().invoke("alpha", **options)
+
+
+class Failing(Embeddings):
+    """A provider that is down: every call raises ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        raise self.error
+
+    def embed_query(self, text: str) -> list[float]:
+        raise self.error
+
+
+class TestProviderFailures:
+    """A provider failure (bad key, no network, quota) is one ProviderError line, not a deep traceback."""
+
+    @pytest.mark.parametrize(
+        "error",
+        [
+            ConnectionError("[Errno 111] Connection refused"),
+            PermissionError("Error code: 401 - {'error': {'message': 'Incorrect API key provided'}}"),
+            RuntimeError("Rate limit reached\nfor requests"),
+        ],
+    )
+    def test_building_an_index(self, error: Exception) -> None:
+        with pytest.raises(ProviderError, match=r"^the embedding model .*Failing failed: ") as caught:
+            FusionIndex.from_texts(["alpha beta"], Failing(error))
+        assert "\n" not in str(caught.value) and caught.value.__cause__ is error
+
+    async def test_a_query(self) -> None:
+        index = FusionIndex.from_texts(["alpha beta", "gamma"], HashingEmbeddings())
+        index._embeddings = Failing(ConnectionError("offline"))
+        with pytest.raises(ProviderError, match="ConnectionError: offline"):
+            index.as_retriever().invoke("alpha")
+        with pytest.raises(ProviderError, match="ConnectionError: offline"):
+            await index.as_retriever().ainvoke("alpha")
+        assert BM25Retriever(index=index).invoke("alpha")[0].page_content == "alpha beta"  # needs no model
+
+    def test_a_cli_index_run(self, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+        from langchain_fusion.cli.app import main
+        from langchain_fusion.models.embeddings import LocalEmbeddings
+
+        def down(self: Any, texts: list[str]) -> list[list[float]]:
+            raise ConnectionError("Failed to establish a new connection: [Errno -3] Temporary failure")
+
+        monkeypatch.setattr(LocalEmbeddings, "embed_documents", down)
+        (tmp_path / "a.txt").write_text("some text to index", encoding="utf-8")
+        status = main(["index", str(tmp_path / "a.txt"), "--out", str(tmp_path / "idx"), "-q"])
+        err = capsys.readouterr().err
+        assert status == 2
+        assert err.splitlines() == [
+            "langchain-fusion: error: the embedding model local:sentence-transformers/all-MiniLM-L6-v2 failed: "
+            "ConnectionError: Failed to establish a new connection: [Errno -3] Temporary failure"
+        ]
+        assert not (tmp_path / "idx").exists()

@@ -7,6 +7,7 @@ import pytest
 from langchain_core.documents import Document
 
 from langchain_fusion import FusionError, FusionIndex, FusionRetriever
+from langchain_fusion.errors import ProviderError
 from tests.conftest import ANIMALS, HashingEmbeddings
 
 
@@ -127,7 +128,7 @@ class TestFusionIndex:
             raise RuntimeError("provider down")
 
         monkeypatch.setattr(animal_index.embeddings, "embed_documents", broken)
-        with pytest.raises(RuntimeError, match="provider down"):
+        with pytest.raises(ProviderError, match="RuntimeError: provider down"):
             animal_index.add_documents([Document(page_content="will not be added")])
         assert len(animal_index) == len(ANIMALS)
 

@@ -97,6 +97,7 @@ def _fetch_k(value: str) -> int | None:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``langchain-fusion`` command."""
     from langchain_fusion.models.chat import OPENAI_DEFAULT_CHAT_MODEL
+    from langchain_fusion.models.embeddings import EMBEDDINGS_ENV
     from langchain_fusion.stores.local.folder import library_version
 
     parser = argparse.ArgumentParser(
@@ -108,8 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     embeddings_help = (
         "embedding model: 'local' (bundled all-MiniLM-L6-v2, offline), 'openai' or 'openai:MODEL' "
-        "(needs OPENAI_API_KEY), or 'PROVIDER:MODEL' via LangChain's init_embeddings. "
-        "Default: openai if OPENAI_API_KEY is set, else local"
+        "(needs OPENAI_API_KEY and the openai extra), or 'PROVIDER:MODEL' via LangChain's init_embeddings. "
+        f"Default: the {EMBEDDINGS_ENV} environment variable if set, else local (an API key alone never "
+        "switches it)"
     )
     index = commands.add_parser(
         "index",
@@ -403,7 +405,8 @@ def _add_search_options(sub: argparse.ArgumentParser, results: str) -> None:
         type=_positive_int,
         default=None,
         metavar="N",
-        help="character budget per --window passage: farther neighbours are dropped to fit, hits never are",
+        help="character budget per --window passage: farther neighbours are dropped to fit, hits never are "
+        "(default: 4000)",
     )
     sub.add_argument(
         "--rerank",
@@ -658,7 +661,7 @@ def _retriever(args: argparse.Namespace, chat_model: Any) -> Any:
     from langchain_fusion.index.opening import open_index
     from langchain_fusion.models.embeddings import resolve_embeddings
     from langchain_fusion.retrievers.rerank import LLMReranker, RerankRetriever
-    from langchain_fusion.retrievers.windows import ContextWindowRetriever
+    from langchain_fusion.retrievers.windows import DEFAULT_WINDOW_MAX_CHARS, ContextWindowRetriever
     from langchain_fusion.stores.locations import is_store_location
 
     embeddings = resolve_embeddings(args.embeddings) if args.embeddings else None
@@ -684,7 +687,8 @@ def _retriever(args: argparse.Namespace, chat_model: Any) -> Any:
         index = opened.chunks if isinstance(opened, HierarchicalIndex) else opened
         retriever = index.as_retriever(**options)
     if args.window:
-        retriever = ContextWindowRetriever(retriever=retriever, index=index, n=args.window, max_chars=args.max_chars)
+        budget = DEFAULT_WINDOW_MAX_CHARS if args.max_chars is None else args.max_chars
+        retriever = ContextWindowRetriever(retriever=retriever, index=index, n=args.window, max_chars=budget)
     if chat_model is not None and args.rerank:
         top_n = args.top_n if args.top_n is not None else DEFAULT_K
         reranker = LLMReranker(llm=chat_model, top_n=top_n, timeout=args.llm_timeout)

@@ -8,8 +8,9 @@ lock), and queries read an immutable view, so they may overlap with writes from 
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,9 @@ from langchain_fusion.errors import (
     EmbeddingsMismatchError,
     FusionError,
     InvalidParameterError,
+    ProviderError,
     UnknownDocumentError,
+    describe_error,
 )
 from langchain_fusion.ingest.loading import (
     DEFAULT_CHUNK_OVERLAP,
@@ -446,7 +449,8 @@ class FusionIndex(VectorStore):
         step = batch_size or self.embedding_batch_size
         for start in range(0, len(texts), step):
             batch = texts[start : start + step]
-            vectors = self.embeddings.embed_documents(batch)
+            with self._provider_call():
+                vectors = self.embeddings.embed_documents(batch)
             if not isinstance(vectors, Sized):
                 raise FusionError(f"the embedding model returned {type(vectors).__name__}, not a list of vectors")
             if len(vectors) != len(batch):
@@ -464,11 +468,25 @@ class FusionIndex(VectorStore):
 
     def embed_query(self, query: str) -> FloatMatrix:
         """The query's normalised embedding as a 1 x dimension matrix."""
-        return self._query_matrix(self.embeddings.embed_query(query))
+        with self._provider_call():
+            vector = self.embeddings.embed_query(query)
+        return self._query_matrix(vector)
 
     async def aembed_query(self, query: str) -> FloatMatrix:
         """Async twin of :meth:`embed_query` (uses the model's async API)."""
-        return self._query_matrix(await self.embeddings.aembed_query(query))
+        with self._provider_call():
+            vector = await self.embeddings.aembed_query(query)
+        return self._query_matrix(vector)
+
+    @contextlib.contextmanager
+    def _provider_call(self) -> Iterator[None]:
+        """Turn the embedding model's own failures (bad key, no network, quota) into one ProviderError line."""
+        try:
+            yield
+        except FusionError:
+            raise
+        except Exception as exc:
+            raise ProviderError(f"the embedding model {self.embeddings_id} failed: {describe_error(exc)}") from exc
 
     def _query_matrix(self, vector: Sequence[float]) -> FloatMatrix:
         if self.dimension is None:

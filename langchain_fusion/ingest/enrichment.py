@@ -39,6 +39,7 @@ from langchain_core.prompts import ChatPromptTemplate
 from pydantic import Field, PrivateAttr, field_validator
 
 from langchain_fusion import metadata as keys
+from langchain_fusion.errors import describe_error
 from langchain_fusion.ingest.loading import PAGE_BREAK, merge_chunks
 from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, FIELD_SEPARATOR, TextField, check_text_fields, indexed_text
 from langchain_fusion.models.llm_calls import (
@@ -51,7 +52,6 @@ from langchain_fusion.models.llm_calls import (
     Prompt,
     _Runner,
     check_prompt,
-    describe_error,
     prompt_version_of,
 )
 

@@ -25,7 +25,7 @@ from langchain_text_splitters import RecursiveCharacterTextSplitter
 from pydantic import Field, field_validator
 
 from langchain_fusion import metadata as keys
-from langchain_fusion.errors import InvalidParameterError
+from langchain_fusion.errors import InvalidParameterError, describe_error
 from langchain_fusion.ingest.loading import merge_chunks
 from langchain_fusion.metadata import FIELD_SEPARATOR
 from langchain_fusion.models.llm_calls import (
@@ -37,7 +37,6 @@ from langchain_fusion.models.llm_calls import (
     Prompt,
     _Runner,
     check_prompt,
-    describe_error,
     prompt_version_of,
 )
 

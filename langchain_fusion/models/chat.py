@@ -13,7 +13,7 @@ import os
 from langchain_core.language_models import BaseChatModel
 
 from langchain_fusion.errors import FusionError, MissingCredentialsError, MissingDependencyError
-from langchain_fusion.models.embeddings import load_env
+from langchain_fusion.models.embeddings import OPENAI_EXTRA_HINT, load_env
 
 OPENAI_DEFAULT_CHAT_MODEL = "gpt-4o-mini"
 """The OpenAI chat model used when no other is chosen."""
@@ -33,7 +33,10 @@ def openai_chat_model(model: str = OPENAI_DEFAULT_CHAT_MODEL) -> BaseChatModel:
             "OPENAI_API_KEY is not set (neither in the environment nor in a .env file): set it to use "
             f"OpenAI's {model}, or choose another chat model with --llm PROVIDER:MODEL"
         )
-    from langchain_openai import ChatOpenAI
+    try:
+        from langchain_openai import ChatOpenAI
+    except ImportError:
+        raise MissingDependencyError(f"OpenAI chat models need the 'openai' extra: {OPENAI_EXTRA_HINT}") from None
 
     return ChatOpenAI(model=model)
 

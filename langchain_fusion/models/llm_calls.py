@@ -40,7 +40,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from langchain_fusion._checks import CheckedModel
-from langchain_fusion.errors import InvalidParameterError
+from langchain_fusion.errors import InvalidParameterError, describe_error
 
 logger = logging.getLogger(__name__)
 
@@ -482,12 +482,6 @@ class LLMReport:
             "retries": self.retries,
             "failed": [asdict(failure) for failure in self.failed],
         }
-
-
-def describe_error(exc: BaseException) -> str:
-    """``Type: message`` on one line."""
-    message = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
 DEFAULT_MAX_ANSWER_CHARS = 8000

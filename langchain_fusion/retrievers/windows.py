@@ -60,6 +60,11 @@ def _check_n(n: Any) -> int:
     return int(n)
 
 
+DEFAULT_WINDOW_MAX_CHARS = 4000
+"""Default character budget per passage: a hit with its nearest neighbours (three default chunks,
+about 2,600 characters) fits; wider windows and long runs of neighbours are trimmed. None lifts it."""
+
+
 def _check_max_chars(max_chars: Any) -> int | None:
     if max_chars is None:
         return None
@@ -83,14 +88,15 @@ def expand_windows(
     index: FusionIndex,
     *,
     n: int = 1,
-    max_chars: int | None = None,
+    max_chars: int | None = DEFAULT_WINDOW_MAX_CHARS,
 ) -> list[Document]:
     """Widen each hit to chunks ``i-n .. i+n`` of its source and merge them into passages.
 
     Windows of hits of the same source that touch or overlap become one passage. With
     ``max_chars``, neighbours are added ring by ring (distance 1 on both sides, then 2, ...)
-    only while every passage stays within ``max_chars`` characters; hits are never trimmed,
-    so a passage of hits alone may be longer. A window stops at the ends of its source and at
+    only while every passage stays within ``max_chars`` characters (default
+    :data:`DEFAULT_WINDOW_MAX_CHARS`; None: no budget); hits are never trimmed, so a passage of
+    hits alone may be longer. A window stops at the ends of its source and at
     a chunk missing from the index. See the module docstring for the passage metadata. The
     input documents are not modified; every returned document is a new copy.
     """
@@ -249,8 +255,8 @@ class ContextWindow(CheckedModel, BaseDocumentCompressor, RunnableSerializable[S
     """The index the documents come from; neighbours are looked up in it."""
     n: int = Field(default=1, ge=0)
     """Neighbouring chunks taken on each side of a hit (0: the hits alone, adjacent ones merged)."""
-    max_chars: int | None = Field(default=None, ge=1)
-    """Character budget per passage: neighbours are trimmed (nearest kept) to fit; hits never are."""
+    max_chars: int | None = Field(default=DEFAULT_WINDOW_MAX_CHARS, ge=1)
+    """Character budget per passage: neighbours are trimmed (nearest kept) to fit; hits never are (None: no budget)."""
 
     def invoke(self, input: Sequence[Document], config: RunnableConfig | None = None, **kwargs: Any) -> list[Document]:
         """Merge the documents' windows into passages."""
@@ -281,8 +287,8 @@ class ContextWindowRetriever(CheckedModel, BaseRetriever):
     """Where neighbours are looked up; by default the wrapped retriever's index."""
     n: int = Field(default=1, ge=0)
     """Neighbouring chunks taken on each side of a hit; override per call with ``n=``."""
-    max_chars: int | None = Field(default=None, ge=1)
-    """Character budget per passage (neighbours trimmed to fit, never hits); per call ``max_chars=``."""
+    max_chars: int | None = Field(default=DEFAULT_WINDOW_MAX_CHARS, ge=1)
+    """Character budget per passage (neighbours trimmed to fit, never hits; None: none); per call ``max_chars=``."""
 
     @model_validator(mode="after")
     def _resolve_index(self) -> ContextWindowRetriever:
