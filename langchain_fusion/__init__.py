@@ -15,44 +15,95 @@ Context windows, LLM rerank and the RAG chain: :class:`ContextWindowRetriever`,
 :class:`FusionStore` (the in-process :class:`LocalStore` by default).
 """
 
-from langchain_fusion.chains import build_rag_chain, format_docs
-from langchain_fusion.errors import (
-    EmbeddingsMismatchError,
-    FusionError,
-    IndexFormatError,
-    InvalidParameterError,
-    MissingCredentialsError,
-    MissingDependencyError,
-    UnknownDocumentError,
-)
-from langchain_fusion.index.fusion_index import FusionIndex
-from langchain_fusion.index.hierarchical import HierarchicalIndex
-from langchain_fusion.ingest.enrichment import ContextualEnricher, with_context
-from langchain_fusion.ingest.loading import LoadResult, SkippedFile, SkippedFileWarning, load_files, split_documents
-from langchain_fusion.ingest.summaries import PageSummarizer
-from langchain_fusion.models.chat import default_chat_model, resolve_chat_model
-from langchain_fusion.models.embeddings import LocalEmbeddings, default_embeddings, resolve_embeddings
-from langchain_fusion.models.llm_calls import LLMReport, RetryPolicy
-from langchain_fusion.retrievers.fusion import BM25Retriever, FusionRetriever, VectorRetriever
-from langchain_fusion.retrievers.hierarchical import HierarchicalRetriever
-from langchain_fusion.retrievers.rerank import LLMListwiseReranker, LLMReranker, RerankRetriever
-from langchain_fusion.retrievers.vectorstore import VectorStoreFusionRetriever
-from langchain_fusion.retrievers.windows import ContextWindow, ContextWindowRetriever, expand_windows
-from langchain_fusion.search.fusion import FusionMethod, fuse
-from langchain_fusion.stores.analyzer import Analyzer
-from langchain_fusion.stores.base import FusionStore, StoreView, Where
-from langchain_fusion.stores.filters import MetadataFilter
-from langchain_fusion.stores.local.store import LocalStore
-from langchain_fusion.stores.settings import BM25Params, StoreSettings
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from langchain_fusion.chains import build_rag_chain, format_docs
+    from langchain_fusion.errors import (
+        EmbeddingsMismatchError,
+        FusionError,
+        IndexFormatError,
+        InvalidParameterError,
+        MissingCredentialsError,
+        MissingDependencyError,
+        UnknownDocumentError,
+    )
+    from langchain_fusion.index.fusion_index import FusionIndex
+    from langchain_fusion.index.hierarchical import HierarchicalIndex
+    from langchain_fusion.ingest.enrichment import ContextualEnricher, with_context
+    from langchain_fusion.ingest.loading import LoadResult, SkippedFile, SkippedFileWarning, load_files, split_documents
+    from langchain_fusion.ingest.summaries import PageSummarizer
+    from langchain_fusion.models.chat import default_chat_model, resolve_chat_model
+    from langchain_fusion.models.embeddings import LocalEmbeddings, default_embeddings, resolve_embeddings
+    from langchain_fusion.models.llm_calls import LLMReport, RetryPolicy
+    from langchain_fusion.retrievers.fusion import BM25Retriever, FusionRetriever, VectorRetriever
+    from langchain_fusion.retrievers.hierarchical import HierarchicalRetriever
+    from langchain_fusion.retrievers.rerank import LLMListwiseReranker, LLMReranker, RerankRetriever
+    from langchain_fusion.retrievers.vectorstore import VectorStoreFusionRetriever
+    from langchain_fusion.retrievers.windows import ContextWindow, ContextWindowRetriever, expand_windows
+    from langchain_fusion.search.fusion import FusionMethod, fuse
+    from langchain_fusion.stores.analyzer import Analyzer
+    from langchain_fusion.stores.base import FusionStore, StoreView, Where
+    from langchain_fusion.stores.filters import MetadataFilter
+    from langchain_fusion.stores.local.store import LocalStore
+    from langchain_fusion.stores.settings import BM25Params, StoreSettings
+
+# Public name -> module that defines it. Imported on first use (PEP 562), so that
+# `import langchain_fusion.metadata` or the CLI does not pay for chains, LLM and server code.
+_EXPORTS: dict[str, str] = {
+    "build_rag_chain": "langchain_fusion.chains",
+    "format_docs": "langchain_fusion.chains",
+    "EmbeddingsMismatchError": "langchain_fusion.errors",
+    "FusionError": "langchain_fusion.errors",
+    "IndexFormatError": "langchain_fusion.errors",
+    "InvalidParameterError": "langchain_fusion.errors",
+    "MissingCredentialsError": "langchain_fusion.errors",
+    "MissingDependencyError": "langchain_fusion.errors",
+    "UnknownDocumentError": "langchain_fusion.errors",
+    "FusionIndex": "langchain_fusion.index.fusion_index",
+    "HierarchicalIndex": "langchain_fusion.index.hierarchical",
+    "ContextualEnricher": "langchain_fusion.ingest.enrichment",
+    "with_context": "langchain_fusion.ingest.enrichment",
+    "LoadResult": "langchain_fusion.ingest.loading",
+    "SkippedFile": "langchain_fusion.ingest.loading",
+    "SkippedFileWarning": "langchain_fusion.ingest.loading",
+    "load_files": "langchain_fusion.ingest.loading",
+    "split_documents": "langchain_fusion.ingest.loading",
+    "PageSummarizer": "langchain_fusion.ingest.summaries",
+    "default_chat_model": "langchain_fusion.models.chat",
+    "resolve_chat_model": "langchain_fusion.models.chat",
+    "LocalEmbeddings": "langchain_fusion.models.embeddings",
+    "default_embeddings": "langchain_fusion.models.embeddings",
+    "resolve_embeddings": "langchain_fusion.models.embeddings",
+    "LLMReport": "langchain_fusion.models.llm_calls",
+    "RetryPolicy": "langchain_fusion.models.llm_calls",
+    "BM25Retriever": "langchain_fusion.retrievers.fusion",
+    "FusionRetriever": "langchain_fusion.retrievers.fusion",
+    "VectorRetriever": "langchain_fusion.retrievers.fusion",
+    "HierarchicalRetriever": "langchain_fusion.retrievers.hierarchical",
+    "LLMListwiseReranker": "langchain_fusion.retrievers.rerank",
+    "LLMReranker": "langchain_fusion.retrievers.rerank",
+    "RerankRetriever": "langchain_fusion.retrievers.rerank",
+    "VectorStoreFusionRetriever": "langchain_fusion.retrievers.vectorstore",
+    "ContextWindow": "langchain_fusion.retrievers.windows",
+    "ContextWindowRetriever": "langchain_fusion.retrievers.windows",
+    "expand_windows": "langchain_fusion.retrievers.windows",
+    "FusionMethod": "langchain_fusion.search.fusion",
+    "fuse": "langchain_fusion.search.fusion",
+    "Analyzer": "langchain_fusion.stores.analyzer",
+    "FusionStore": "langchain_fusion.stores.base",
+    "StoreView": "langchain_fusion.stores.base",
+    "Where": "langchain_fusion.stores.base",
+    "MetadataFilter": "langchain_fusion.stores.filters",
+    "LocalStore": "langchain_fusion.stores.local.store",
+    "BM25Params": "langchain_fusion.stores.settings",
+    "StoreSettings": "langchain_fusion.stores.settings",
+}
 
 __all__ = [
-    "InvalidParameterError",
-    "UnknownDocumentError",
-    "Where",
-    "StoreView",
-    "StoreSettings",
-    "LocalStore",
-    "FusionStore",
     "Analyzer",
     "BM25Params",
     "BM25Retriever",
@@ -64,14 +115,17 @@ __all__ = [
     "FusionIndex",
     "FusionMethod",
     "FusionRetriever",
+    "FusionStore",
     "HierarchicalIndex",
     "HierarchicalRetriever",
     "IndexFormatError",
+    "InvalidParameterError",
     "LLMListwiseReranker",
     "LLMReport",
     "LLMReranker",
     "LoadResult",
     "LocalEmbeddings",
+    "LocalStore",
     "MetadataFilter",
     "MissingCredentialsError",
     "MissingDependencyError",
@@ -80,8 +134,12 @@ __all__ = [
     "RetryPolicy",
     "SkippedFile",
     "SkippedFileWarning",
+    "StoreSettings",
+    "StoreView",
+    "UnknownDocumentError",
     "VectorRetriever",
     "VectorStoreFusionRetriever",
+    "Where",
     "build_rag_chain",
     "default_chat_model",
     "default_embeddings",
@@ -94,3 +152,18 @@ __all__ = [
     "split_documents",
     "with_context",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name from its module on first access."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'langchain_fusion' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    """The public names, for completion."""
+    return sorted(set(globals()) | set(__all__))

@@ -361,6 +361,15 @@ class TestArgparseErrors:
         [
             (["query", "idx", "q", "--alpha", "2"], "argument --alpha: expected a number between 0 and 1, got '2'"),
             (["query", "idx", "q", "--alpha", "x"], "argument --alpha: expected a number between 0 and 1, got 'x'"),
+            (["query", "idx", "q", "--alpha", "nan"], "argument --alpha: expected a number between 0 and 1, got 'nan'"),
+            (["query", "idx", "q", "--alpha=-inf"], "argument --alpha: expected a number between 0 and 1"),
+            (["query", "idx", "q", "-k", "true"], "argument -k: expected a positive integer, got 'true'"),
+            (["query", "idx", "q", "-k", "2.0"], "argument -k: expected a positive integer, got '2.0'"),
+            # a 5,000-digit number is shown shortened, so the error stays one readable line
+            (
+                ["query", "idx", "q", "-k", "9" * 5000],
+                "argument -k: expected a positive integer, got '99999999999999999999...9999999999'",
+            ),
             (["query", "idx", "q", "-k", "0"], "argument -k: expected a positive integer, got '0'"),
             (["query", "idx", "q", "--fetch-k", "0"], "argument --fetch-k: expected a positive integer or 'all'"),
             (["query", "idx", "q", "--method", "max"], "argument --method: invalid choice: 'max'"),

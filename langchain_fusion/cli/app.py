@@ -64,7 +64,8 @@ def _parse(value: str, convert: Callable[[str], Any], valid: Callable[[Any], boo
     except ValueError:
         number = None
     if number is None or not valid(number):
-        raise argparse.ArgumentTypeError(f"expected {expected}, got {value!r}")
+        shown = value if len(value) <= 40 else value[:20] + "..." + value[-10:]  # one readable line
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {shown!r}")
     return number
 
 
