@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
@@ -392,3 +393,26 @@ class TestOpenAIIntegration:
         assert docs.shape == (2, 1536)
         np.testing.assert_allclose(np.linalg.norm(docs, axis=1), 1.0, atol=1e-3)
         assert query @ docs[0] > query @ docs[1]
+
+
+@pytest.mark.local_model
+class TestTextsLongerThanTheModelReads:
+    def test_counted_and_warned_once(self, caplog: pytest.LogCaptureFixture) -> None:
+        embeddings = LocalEmbeddings()
+        assert embeddings.truncated_texts == (0, 0)
+        with caplog.at_level(logging.WARNING, logger="langchain_fusion.models.embeddings"):
+            embeddings.embed_documents(["a short chunk", "word " * 300])
+            embeddings.embed_documents(["word " * 300, "word " * 250])  # 252 pieces: read whole
+        assert embeddings.max_word_pieces == 256
+        assert embeddings.truncated_texts == (2, 4)
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert warnings == [
+            "1 of 2 texts are longer than the 256 word pieces sentence-transformers/all-MiniLM-L6-v2 reads: "
+            "only their start is embedded (BM25 indexes all of it); smaller chunks (about 800 characters) "
+            "are embedded whole"
+        ]
+
+    def test_queries_are_not_counted(self) -> None:
+        embeddings = LocalEmbeddings()
+        embeddings.embed_query("word " * 300)
+        assert embeddings.truncated_texts == (0, 0)

@@ -513,21 +513,22 @@ def run_index(args: argparse.Namespace) -> int:
 
     record = target.record(index)
     try:
-        report = sync_files(
-            index,
-            args.paths,
-            record,
-            chunk_size=args.chunk_size,
-            chunk_overlap=args.chunk_overlap,
-            keep_missing=args.keep_missing,
-            transform=enrich if args.contextual else None,
-            on_file=show_file,
-            on_skip=report_skip,
-            before_embedding=start_embedding,
-            progress=lambda n: bars[0].update(n),
-            batch_size=PROGRESS_BATCH,
-            max_file_chars=args.max_file_chars,
-        )
+        with _quiet_logger("langchain_fusion.models.embeddings"):  # the summary below says it once
+            report = sync_files(
+                index,
+                args.paths,
+                record,
+                chunk_size=args.chunk_size,
+                chunk_overlap=args.chunk_overlap,
+                keep_missing=args.keep_missing,
+                transform=enrich if args.contextual else None,
+                on_file=show_file,
+                on_skip=report_skip,
+                before_embedding=start_embedding,
+                progress=lambda n: bars[0].update(n),
+                batch_size=PROGRESS_BATCH,
+                max_file_chars=args.max_file_chars,
+            )
     finally:
         for bar in bars:
             bar.close()
@@ -561,6 +562,7 @@ def run_index(args: argparse.Namespace) -> int:
         "embeddings": index.embeddings_id,
         "dimension": index.dimension,
         "vector_index": _vector_index(index),
+        "chunks_longer_than_the_model_reads": _truncated(embeddings)[0],
     }
     if uses_llm:
         summary["summaries"] = summaries if args.summaries else None
@@ -575,6 +577,13 @@ def run_index(args: argparse.Namespace) -> int:
             f"this run: {report.summary()}",
             f"embeddings: {index.embeddings_id} ({index.dimension} dimensions); vector index: {_vector_index(index)}",
         ]
+        longer, embedded, limit = _truncated(embeddings)
+        if longer:
+            lines.append(
+                f"note: {longer} of the {embedded} chunks embedded this run are longer than the {limit} word pieces "
+                "the local model reads; only their start is embedded (BM25 indexes all of it); a smaller "
+                "--chunk-size (e.g. 800) embeds each whole"
+            )
         lines.extend(r.summary() for r in reports.values())
         if uses_llm:
             lines.append(f"chat model answers cached in {cache_dir}")
@@ -582,6 +591,15 @@ def run_index(args: argparse.Namespace) -> int:
             lines.append(f"skipped {len(report.skipped)} file(s); see above")
         print("\n".join(lines))
     return 0
+
+
+def _truncated(embeddings: Any) -> tuple[int, int, int]:
+    """Chunks the bundled model embedded only in part this run, chunks it embedded, and its limit (zeros otherwise)."""
+    from langchain_fusion.models.embeddings import LocalEmbeddings
+
+    if not isinstance(embeddings, LocalEmbeddings) or not embeddings.truncated_texts[1]:
+        return 0, 0, 0
+    return (*embeddings.truncated_texts, embeddings.max_word_pieces)
 
 
 @contextlib.contextmanager

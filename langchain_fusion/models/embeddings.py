@@ -54,6 +54,8 @@ class LocalEmbeddings(CheckedModel, Embeddings):
 
     _model: Any = PrivateAttr(default=None)
     _query_encoder: Any = PrivateAttr(default=None)
+    _truncated: int = PrivateAttr(default=0)
+    _embedded: int = PrivateAttr(default=0)
 
     @property
     def model_name(self) -> str:
@@ -87,13 +89,46 @@ class LocalEmbeddings(CheckedModel, Embeddings):
                 self._query_encoder = False
         return self._query_encoder or None
 
+    @property
+    def max_word_pieces(self) -> int:
+        """How many word pieces of a text the model reads (256); the rest of a longer text is not embedded."""
+        return int(self.load_model().max_seq_length)
+
+    @property
+    def truncated_texts(self) -> tuple[int, int]:
+        """``(longer, embedded)``: documents this instance embedded only in part, and all it embedded.
+
+        A document longer than :attr:`max_word_pieces` has only its start embedded; BM25 still
+        indexes all of it.
+        """
+        return self._truncated, self._embedded
+
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        """Embed a list of texts (sentence-transformers on torch: fastest for many long texts)."""
+        """Embed a list of texts (sentence-transformers on torch: fastest for many long texts).
+
+        The model reads the first :attr:`max_word_pieces` word pieces of each text. Longer texts
+        are counted (:attr:`truncated_texts`) and the first one is logged as a warning: smaller
+        chunks (about 800 characters of English prose) are embedded whole.
+        """
         if not texts:
             return []
-        vectors = self.load_model().encode(
+        model = self.load_model()
+        vectors = model.encode(
             list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False
         )
+        lengths = model.tokenizer(list(texts), add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
+        longer = sum(len(ids) > model.max_seq_length for ids in lengths)
+        if longer and not self._truncated:
+            logger.warning(
+                "%d of %d texts are longer than the %d word pieces %s reads: only their start is embedded "
+                "(BM25 indexes all of it); smaller chunks (about 800 characters) are embedded whole",
+                longer,
+                len(texts),
+                model.max_seq_length,
+                LOCAL_MODEL_NAME,
+            )
+        self._truncated += longer
+        self._embedded += len(texts)
         return [list(map(float, v)) for v in vectors]
 
     def embed_queries(self, texts: list[str]) -> list[list[float]]:
