@@ -308,28 +308,38 @@ def build_mcp_server(
         FusionError: the folder is not a valid index, or a parameter is out of range.
     """
     limits = SearchLimits(max_k=max_k, max_query_chars=max_query_chars)
-    options = {"k": k, "alpha": alpha, "method": method}
     served: Served
+    retriever: BaseRetriever
     if isinstance(index, BaseRetriever):
-        given = [option for option, value in {**options, "embeddings": embeddings}.items() if value is not None]
-        given += ["fetch_k"] if fetch_k != SEARCH_DEFAULTS.fetch_k else []
-        if given:
+        given = {"embeddings": embeddings, "k": k, "alpha": alpha, "method": method}
+        named = [option for option, value in given.items() if value is not None]
+        named += ["fetch_k"] if fetch_k != SEARCH_DEFAULTS.fetch_k else []
+        if named:
             raise InvalidParameterError(
-                f"{', '.join(given)}: options of the retriever built from an index; "
+                f"{', '.join(named)}: options of the retriever built from an index; "
                 "a retriever given brings its own, so set them on it"
             )
-        served, retriever = index, index
+        served = retriever = index
     else:
-        served = index if isinstance(index, (FusionIndex, HierarchicalIndex)) else open_index(index, embeddings)
+        # Checked before the index is opened: a bad option fails at once.
         default_k = check_k(SEARCH_DEFAULTS.k if k is None else k)
         if default_k > limits.max_k:
             raise InvalidParameterError(f"k ({default_k}) must be at most max_k ({limits.max_k})")
-        retriever = served.as_retriever(
-            k=default_k,
-            alpha=check_alpha(SEARCH_DEFAULTS.alpha if alpha is None else alpha),
-            method=check_method(SEARCH_DEFAULTS.method if method is None else method),
-            fetch_k=check_fetch_k(fetch_k),
-        )
+        options: dict[str, Any] = {
+            "k": default_k,
+            "alpha": check_alpha(SEARCH_DEFAULTS.alpha if alpha is None else alpha),
+            "method": check_method(SEARCH_DEFAULTS.method if method is None else method),
+            "fetch_k": check_fetch_k(fetch_k),
+        }
+        if isinstance(index, (FusionIndex, HierarchicalIndex)):
+            if embeddings is not None:
+                raise InvalidParameterError(
+                    "embeddings open an index folder or location; a loaded index brings its own: drop embeddings"
+                )
+            served = index
+        else:
+            served = open_index(index, embeddings)
+        retriever = served.as_retriever(**options)
     info = {"library_version": library_version(), **describe_index(served), "limits": asdict(limits)}
     what = (
         f"{info['documents']} chunks of documents"

@@ -33,7 +33,7 @@ from mcp.server.fastmcp import FastMCP
 from mcp.shared.memory import create_connected_server_and_client_session
 from mcp.types import CallToolResult, TextContent
 
-from langchain_fusion import FusionError, FusionIndex, HierarchicalIndex, LocalEmbeddings
+from langchain_fusion import ContextWindowRetriever, FusionError, FusionIndex, HierarchicalIndex, LocalEmbeddings
 from langchain_fusion import metadata as keys
 from langchain_fusion.cli.app import main
 from langchain_fusion.errors import InvalidParameterError
@@ -284,6 +284,26 @@ class TestBuild:
         assert {h.metadata["group"] for h in more.results} == {"odd"}
         assert info["kind"] == "retriever" and info["retriever"] == "FusionRetriever"
 
+    async def test_context_windows(self) -> None:
+        """A ContextWindowRetriever hands agents whole passages; k, alpha and filter reach its fused retriever."""
+        offsets = [sum(len(t) + 1 for t in ANIMALS[:i]) for i in range(len(ANIMALS))]
+        chunks = [
+            Document(
+                page_content=text,
+                metadata={keys.SOURCE: "animals.txt", keys.CHUNK_INDEX: i, keys.START_INDEX: offsets[i], "n": i},
+            )
+            for i, text in enumerate(ANIMALS)
+        ]
+        index = FusionIndex.from_documents(chunks, HashingEmbeddings())
+        windows = ContextWindowRetriever(retriever=index.as_retriever(), index=index, n=1, max_chars=None)
+        server = build_mcp_server(windows, log_level="WARNING")
+        async with connected(server) as session:
+            results = _results(await _search(session, query="market", k=1, alpha=0.0, filter={"n": [3, 5]}))
+        [passage] = results.results
+        expected = windows.invoke("market", k=1, alpha=0.0, filter={"n": [3, 5]})
+        assert passage.text == expected[0].page_content
+        assert passage.metadata[keys.WINDOW_SPAN] == [4, 6] and ANIMALS[4] in passage.text
+
     async def test_hierarchical_index(self, index: FusionIndex) -> None:
         chunks = index.documents
         summaries = [
@@ -324,6 +344,12 @@ class TestBuild:
     def test_missing_folder(self, tmp_path: Path) -> None:
         with pytest.raises(FusionError, match="is not a folder"):
             build_mcp_server(tmp_path / "ghost")
+        with pytest.raises(InvalidParameterError, match="alpha must be"):  # options are checked before opening
+            build_mcp_server(tmp_path / "ghost", alpha=1.5)
+
+    def test_embeddings_with_a_loaded_index(self, index: FusionIndex) -> None:
+        with pytest.raises(InvalidParameterError, match="a loaded index brings its own: drop embeddings"):
+            build_mcp_server(index, embeddings=HashingEmbeddings())
 
     def test_check_search_arguments(self) -> None:
         checked = check_search_arguments({"query": "q", "k": 3, "alpha": 1, "filter": {"page": [1, 2]}})
