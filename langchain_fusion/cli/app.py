@@ -241,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_eval_parser(commands, _fetch_k)
     _add_serve_parser(commands)
+    from langchain_fusion.cli.mcp_command import add_mcp_parser
+
+    add_mcp_parser(commands)
     return parser
 
 
@@ -870,10 +873,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from langchain_fusion.cli.evaluate import run_eval
+    from langchain_fusion.cli.mcp_command import run_mcp_command
 
-    handler = {"index": run_index, "query": run_query, "ask": run_ask, "eval": run_eval, "serve": run_serve}[
-        args.command
-    ]
+    handler = {
+        "index": run_index,
+        "query": run_query,
+        "ask": run_ask,
+        "eval": run_eval,
+        "serve": run_serve,
+        "mcp": run_mcp_command,
+    }[args.command]
     try:
         return handler(args)
     except (UserError, FusionError, ValidationError) as exc:
