@@ -28,7 +28,6 @@ There is no authentication: over HTTP, :func:`run_mcp` binds to 127.0.0.1 unless
 
 import contextlib
 import io
-import ipaddress
 import json
 import os
 import socket
@@ -43,6 +42,7 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_fusion import metadata as keys
+from langchain_fusion import sockets
 from langchain_fusion._checks import (
     FusionMethod,
     check_alpha,
@@ -57,6 +57,7 @@ from langchain_fusion.index.hierarchical import HierarchicalIndex
 from langchain_fusion.index.opening import open_index
 from langchain_fusion.retrievers.fusion import OPTION_CHECKS
 from langchain_fusion.search.options import SEARCH_DEFAULTS
+from langchain_fusion.sockets import is_loopback
 from langchain_fusion.stores.local.folder import library_version
 
 try:
@@ -425,39 +426,13 @@ def build_mcp_server(
 
 
 def bind_socket(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> socket.socket:
-    """A TCP socket listening on ``host:port`` (port 0: a free one), for :func:`run_mcp`; OSError if it cannot bind.
-
-    It listens at once, so a client that connects while the server is still starting waits
-    instead of being refused.
-    """
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen()
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is this machine only (``localhost`` or a loopback address)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+    """A TCP socket listening on ``host:port`` (port 0: a free one), for :func:`run_mcp`; OSError if it cannot bind."""
+    return sockets.bind_socket(host, port)
 
 
 def url_of(sock: socket.socket) -> str:
     """``http://HOST:PORT/mcp``: where clients of the streamable HTTP transport connect, for a bound socket."""
-    host, port = sock.getsockname()[:2]
-    return (f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}") + MCP_PATH
+    return sockets.base_url(sock) + MCP_PATH
 
 
 @contextlib.contextmanager

@@ -33,7 +33,6 @@ body size (``max_request_bytes``, 413). There is no authentication: :func:`serve
 from __future__ import annotations
 
 import importlib
-import ipaddress
 import json
 import logging
 import math
@@ -50,6 +49,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.runnables import ConfigurableField, Runnable
 from pydantic import Field, StringConstraints, TypeAdapter, ValidationError
 
+from langchain_fusion import sockets
 from langchain_fusion._checks import FusionMethod, check_alpha, check_method
 from langchain_fusion.errors import (
     InvalidParameterError,
@@ -61,6 +61,7 @@ from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex
 from langchain_fusion.index.opening import open_index
 from langchain_fusion.search.options import SEARCH_DEFAULTS
+from langchain_fusion.sockets import is_loopback
 from langchain_fusion.stores.local.folder import MANIFEST, library_version
 from langchain_fusion.stores.locations import is_store_location
 
@@ -617,35 +618,14 @@ def create_app(
 # --- running it ---------------------------------------------------------------------------------
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is this machine only (``localhost`` or a loopback address)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def bind_socket(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> socket.socket:
-    """A TCP socket bound to ``host:port`` (port 0: a free one), for :func:`serve`; OSError if it cannot bind."""
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-    except OSError:
-        sock.close()
-        raise
-    return sock
+    """A TCP socket listening on ``host:port`` (port 0: a free one), for :func:`serve`; OSError if it cannot bind."""
+    return sockets.bind_socket(host, port)
 
 
 def url_of(sock: socket.socket) -> str:
     """``http://HOST:PORT`` of a bound socket."""
-    host, port = sock.getsockname()[:2]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    return sockets.base_url(sock)
 
 
 def serve(

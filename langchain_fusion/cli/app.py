@@ -10,16 +10,40 @@ import argparse
 import contextlib
 import json
 import logging
-import math
 import sys
 import textwrap
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from langchain_fusion import metadata as keys
+from langchain_fusion.cli.arguments import (
+    DEFAULT_ALPHA,
+    DEFAULT_FETCH_K,
+    DEFAULT_K,
+    DEFAULT_K_SUMMARIES,
+    DEFAULT_LLM_CONCURRENCY,
+    DEFAULT_LLM_TIMEOUT,
+    DEFAULT_METHOD,
+    DEFAULT_RERANK_CANDIDATES,
+    DEFAULT_SUMMARY_WEIGHT,
+    EXIT_USER_ERROR,
+    INDEX_HELP,
+    PROGRESS_BATCH,
+    SERVE_HOST,
+    SERVE_MAX_BATCH_SIZE,
+    SERVE_MAX_K,
+    SERVE_MAX_QUERY_CHARS,
+    SERVE_PORT,
+)
+from langchain_fusion.cli.arguments import alpha as _alpha
+from langchain_fusion.cli.arguments import fetch_k as _fetch_k
+from langchain_fusion.cli.arguments import non_negative_int as _non_negative_int
+from langchain_fusion.cli.arguments import port as _port
+from langchain_fusion.cli.arguments import positive_int as _positive_int
+from langchain_fusion.cli.arguments import seconds as _seconds
 from langchain_fusion.cli.errors import UserError
 from langchain_fusion.cli.targets import LLM_CACHE_SUFFIX, index_target
 from langchain_fusion.errors import FusionError
@@ -30,69 +54,6 @@ from langchain_fusion.ingest.loading import (
     split_documents,
 )
 from langchain_fusion.search.fusion import FUSION_METHODS
-from langchain_fusion.search.options import SEARCH_DEFAULTS
-
-EXIT_USER_ERROR = 2
-# The retrieval defaults are the library's own (search.options), so the CLI can never drift from it.
-DEFAULT_K: int = SEARCH_DEFAULTS.k
-DEFAULT_ALPHA: float = SEARCH_DEFAULTS.alpha
-DEFAULT_METHOD: str = SEARCH_DEFAULTS.method
-DEFAULT_FETCH_K: int | None = SEARCH_DEFAULTS.fetch_k
-DEFAULT_RERANK_CANDIDATES = 20
-DEFAULT_K_SUMMARIES = SEARCH_DEFAULTS.k_summaries
-DEFAULT_SUMMARY_WEIGHT = SEARCH_DEFAULTS.summary_weight
-DEFAULT_LLM_CONCURRENCY = 8
-DEFAULT_LLM_TIMEOUT = 60.0
-"""Seconds the CLI waits for one chat model answer (per try) before it counts as a failed, retried call."""
-PROGRESS_BATCH = 32
-"""Chunks embedded per call by the index command, so the progress bar moves often."""
-# The serve defaults, the same as langchain_fusion.server's (not imported here: it needs the server extra).
-SERVE_HOST = "127.0.0.1"
-SERVE_PORT = 8000
-SERVE_MAX_K = 100
-SERVE_MAX_QUERY_CHARS = 2000
-SERVE_MAX_BATCH_SIZE = 32
-INDEX_HELP = (
-    "an index folder made by 'langchain-fusion index', or a Milvus collection: milvus://HOST:PORT/COLLECTION, "
-    "milvus+https://HOST/COLLECTION or milvus+lite:FILE.db/COLLECTION (token from MILVUS_TOKEN)"
-)
-
-
-def _parse(value: str, convert: Callable[[str], Any], valid: Callable[[Any], bool], expected: str) -> Any:
-    try:
-        number = convert(value)
-    except ValueError:
-        number = None
-    if number is None or not valid(number):
-        shown = value if len(value) <= 40 else value[:20] + "..." + value[-10:]  # one readable line
-        raise argparse.ArgumentTypeError(f"expected {expected}, got {shown!r}")
-    return number
-
-
-def _positive_int(value: str) -> int:
-    return int(_parse(value, int, lambda n: n >= 1, "a positive integer"))
-
-
-def _alpha(value: str) -> float:
-    return float(_parse(value, float, lambda n: 0.0 <= n <= 1.0, "a number between 0 and 1"))
-
-
-def _seconds(value: str) -> float:
-    return float(_parse(value, float, lambda n: 0 < n < math.inf, "a positive number of seconds"))
-
-
-def _non_negative_int(value: str) -> int:
-    return int(_parse(value, int, lambda n: n >= 0, "a non-negative integer"))
-
-
-def _port(value: str) -> int:
-    return int(_parse(value, int, lambda n: 0 <= n <= 65535, "a TCP port from 0 to 65535 (0: any free port)"))
-
-
-def _fetch_k(value: str) -> int | None:
-    if value.lower() in {"all", "none"}:
-        return None
-    return int(_parse(value, int, lambda n: n >= 1, "a positive integer or 'all'"))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,11 +12,11 @@ import socket
 import sys
 from typing import Any
 
-from langchain_fusion.cli.app import DEFAULT_ALPHA, DEFAULT_FETCH_K, DEFAULT_K, DEFAULT_METHOD, INDEX_HELP
-from langchain_fusion.cli.app import _alpha as alpha_type
-from langchain_fusion.cli.app import _fetch_k as fetch_k_type
-from langchain_fusion.cli.app import _port as port_type
-from langchain_fusion.cli.app import _positive_int as positive_int_type
+from langchain_fusion.cli.arguments import DEFAULT_ALPHA, DEFAULT_FETCH_K, DEFAULT_K, DEFAULT_METHOD, INDEX_HELP
+from langchain_fusion.cli.arguments import alpha as alpha_type
+from langchain_fusion.cli.arguments import fetch_k as fetch_k_type
+from langchain_fusion.cli.arguments import port as port_type
+from langchain_fusion.cli.arguments import positive_int as positive_int_type
 from langchain_fusion.cli.errors import UserError
 from langchain_fusion.search.fusion import FUSION_METHODS
 

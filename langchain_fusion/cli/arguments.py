@@ -1,0 +1,83 @@
+"""The command line's defaults and argument types, shared by every subcommand module.
+
+Argument types turn a string into a value or raise ``argparse.ArgumentTypeError`` with a
+one-line reason, so argparse exits with status 2 and ``error: argument -k: expected ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from typing import Any
+
+from langchain_fusion.search.options import SEARCH_DEFAULTS
+
+EXIT_USER_ERROR = 2
+# The retrieval defaults are the library's own (search.options), so the CLI can never drift from it.
+DEFAULT_K: int = SEARCH_DEFAULTS.k
+DEFAULT_ALPHA: float = SEARCH_DEFAULTS.alpha
+DEFAULT_METHOD: str = SEARCH_DEFAULTS.method
+DEFAULT_FETCH_K: int | None = SEARCH_DEFAULTS.fetch_k
+DEFAULT_RERANK_CANDIDATES = 20
+DEFAULT_K_SUMMARIES = SEARCH_DEFAULTS.k_summaries
+DEFAULT_SUMMARY_WEIGHT = SEARCH_DEFAULTS.summary_weight
+DEFAULT_LLM_CONCURRENCY = 8
+DEFAULT_LLM_TIMEOUT = 60.0
+"""Seconds the CLI waits for one chat model answer (per try) before it counts as a failed, retried call."""
+PROGRESS_BATCH = 32
+"""Chunks embedded per call by the index command, so the progress bar moves often."""
+# The serve defaults, the same as langchain_fusion.server's (not imported here: it needs the server extra).
+SERVE_HOST = "127.0.0.1"
+SERVE_PORT = 8000
+SERVE_MAX_K = 100
+SERVE_MAX_QUERY_CHARS = 2000
+SERVE_MAX_BATCH_SIZE = 32
+INDEX_HELP = (
+    "an index folder made by 'langchain-fusion index', or a Milvus collection: milvus://HOST:PORT/COLLECTION, "
+    "milvus+https://HOST/COLLECTION or milvus+lite:FILE.db/COLLECTION (token from MILVUS_TOKEN)"
+)
+
+
+def parse_number(value: str, convert: Callable[[str], Any], valid: Callable[[Any], bool], expected: str) -> Any:
+    """``convert(value)`` if ``valid``, else an ArgumentTypeError: "expected EXPECTED, got VALUE" (shortened)."""
+    try:
+        number = convert(value)
+    except ValueError:
+        number = None
+    if number is None or not valid(number):
+        shown = value if len(value) <= 40 else value[:20] + "..." + value[-10:]  # one readable line
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {shown!r}")
+    return number
+
+
+def positive_int(value: str) -> int:
+    """An integer of at least 1."""
+    return int(parse_number(value, int, lambda n: n >= 1, "a positive integer"))
+
+
+def alpha(value: str) -> float:
+    """A number from 0 to 1 (NaN and infinities refused)."""
+    return float(parse_number(value, float, lambda n: 0.0 <= n <= 1.0, "a number between 0 and 1"))
+
+
+def seconds(value: str) -> float:
+    """A positive, finite number of seconds."""
+    return float(parse_number(value, float, lambda n: 0 < n < math.inf, "a positive number of seconds"))
+
+
+def non_negative_int(value: str) -> int:
+    """An integer of at least 0."""
+    return int(parse_number(value, int, lambda n: n >= 0, "a non-negative integer"))
+
+
+def port(value: str) -> int:
+    """A TCP port, 0 for any free one."""
+    return int(parse_number(value, int, lambda n: 0 <= n <= 65535, "a TCP port from 0 to 65535 (0: any free port)"))
+
+
+def fetch_k(value: str) -> int | None:
+    """A positive integer, or ``all``/``none`` (None: score the whole corpus)."""
+    if value.lower() in {"all", "none"}:
+        return None
+    return int(parse_number(value, int, lambda n: n >= 1, "a positive integer or 'all'"))
