@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from langchain_fusion.search.fusion import RRF_RANK_CONSTANT, fuse, min_max, ranks, z_score
+from langchain_fusion.search.fusion import RRF_RANK_CONSTANT, fuse, fuse_top, min_max, rank_of, ranks, z_score
 
 
 class TestMinMax:
@@ -89,3 +89,51 @@ class TestFuse:
     def test_invalid_method(self) -> None:
         with pytest.raises(ValueError, match="method must be one of weighted, zscore, rrf"):
             fuse(np.array([1.0]), np.array([1.0]), 0.5, "sum")  # type: ignore[arg-type]
+
+
+class TestRankOf:
+    @pytest.mark.parametrize("seed", range(5))
+    def test_equals_ranks_with_ties_and_validity(self, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        scores = rng.integers(0, 6, 200).astype(np.float64)  # many ties
+        valid = scores > 1
+        positions = rng.choice(200, 30, replace=False).astype(np.int64)
+        assert rank_of(scores, positions).tolist() == ranks(scores)[positions].tolist()
+        assert rank_of(scores, positions, valid).tolist() == ranks(scores, valid)[positions].tolist()
+
+
+class TestFuseTop:
+    """The partial selection returns exactly the first k of a full sort of :func:`fuse`."""
+
+    @staticmethod
+    def full_order(vector: np.ndarray, bm25: np.ndarray, alpha: float, method: str) -> np.ndarray:
+        fused = fuse(vector, bm25, alpha, method)  # type: ignore[arg-type]
+        heavier = vector if alpha >= 0.5 else bm25
+        return np.lexsort((np.arange(vector.size), -heavier, -fused.fused))
+
+    @pytest.mark.parametrize("method", ["weighted", "zscore", "rrf"])
+    @pytest.mark.parametrize("alpha", [0.0, 0.3, 0.5, 0.8, 1.0])
+    @pytest.mark.parametrize("k", [1, 5, 40, 500])
+    def test_matches_a_full_sort(self, method: str, alpha: float, k: int) -> None:
+        rng = np.random.default_rng(7)
+        # Rounded scores: ties on the fused score and on each side, as in real pools.
+        vector = np.round(rng.random(300), 2)
+        bm25 = np.where(rng.random(300) < 0.4, 0.0, np.round(rng.random(300) * 5, 1))
+        expected = self.full_order(vector, bm25, alpha, method)[:k]
+        full = fuse(vector, bm25, alpha, method)  # type: ignore[arg-type]
+        top = fuse_top(vector, bm25, alpha, method, k)  # type: ignore[arg-type]
+        assert top.positions.tolist() == expected.tolist()
+        assert top.fused.tolist() == full.fused[expected].tolist()
+        assert top.vector_rank.tolist() == full.vector_rank[expected].tolist()
+        assert top.bm25_rank.tolist() == full.bm25_rank[expected].tolist()
+        assert top.vector_normalized.tolist() == full.vector_normalized[expected].tolist()
+        assert top.bm25_normalized.tolist() == full.bm25_normalized[expected].tolist()
+
+    def test_tie_break_keys_decide_exact_ties(self) -> None:
+        vector, bm25 = np.full(6, 0.5), np.full(6, 1.0)
+        top = fuse_top(vector, bm25, 0.5, "weighted", 3, tie_break=np.array([9, 3, 7, 1, 8, 2]))
+        assert top.positions.tolist() == [3, 5, 1]
+
+    def test_empty_pool_and_zero_k(self) -> None:
+        assert fuse_top(np.array([]), np.array([]), 0.5, "weighted", 3).positions.size == 0
+        assert fuse_top(np.array([0.1, 0.2]), np.array([1.0, 0.0]), 0.5, "rrf", 0).positions.size == 0

@@ -18,7 +18,19 @@ from langchain_fusion._checks import FUSION_METHODS, FusionMethod, check_alpha, 
 RRF_RANK_CONSTANT = 60
 """The rank constant of reciprocal rank fusion (Cormack et al., 2009)."""
 
-__all__ = ["FUSION_METHODS", "RRF_RANK_CONSTANT", "FusedScores", "FusionMethod", "fuse", "min_max", "ranks", "z_score"]
+__all__ = [
+    "FUSION_METHODS",
+    "RRF_RANK_CONSTANT",
+    "FusedScores",
+    "FusedTop",
+    "FusionMethod",
+    "fuse",
+    "fuse_top",
+    "min_max",
+    "rank_of",
+    "ranks",
+    "z_score",
+]
 
 FloatArray = NDArray[np.float64]
 
@@ -60,6 +72,51 @@ def ranks(scores: NDArray[np.floating], valid: NDArray[np.bool_] | None = None) 
     return result
 
 
+def rank_of(
+    scores: NDArray[np.floating], positions: NDArray[np.int64], valid: NDArray[np.bool_] | None = None
+) -> NDArray[np.int64]:
+    """The ranks :func:`ranks` gives ``positions``, without sorting ``scores``.
+
+    Costs one pass over ``scores`` per position, so it is the way to rank the few returned
+    candidates of a large pool. Positions that are not ``valid`` get 0.
+    """
+    values = np.asarray(scores)
+    result = np.zeros(positions.size, dtype=np.int64)
+    for i, position in enumerate(positions.tolist()):
+        if valid is not None and not valid[position]:
+            continue
+        value = values[position]
+        above = values > value
+        tied_before = values[:position] == value
+        if valid is not None:
+            above &= valid
+            tied_before &= valid[:position]
+        result[i] = 1 + np.count_nonzero(above) + np.count_nonzero(tied_before)
+    return result
+
+
+def _normalised(
+    vector: FloatArray, bm25: FloatArray, method: FusionMethod, matched: NDArray[np.bool_]
+) -> tuple[FloatArray, FloatArray, NDArray[np.int64] | None, NDArray[np.int64] | None]:
+    """Each side's normalised scores, and (RRF only, which needs them all) every candidate's ranks."""
+    if method == "weighted":
+        return min_max(vector), min_max(bm25), None, None
+    if method == "zscore":
+        return z_score(vector), z_score(bm25), None, None
+    vector_rank, bm25_rank = ranks(vector), ranks(bm25, valid=matched)
+    v_norm = 1.0 / (RRF_RANK_CONSTANT + vector_rank)
+    b_norm = np.where(matched, 1.0 / (RRF_RANK_CONSTANT + np.maximum(bm25_rank, 1)), 0.0)
+    return v_norm, b_norm, vector_rank, bm25_rank
+
+
+def _aligned(vector_scores: NDArray[np.floating], bm25_scores: NDArray[np.floating]) -> tuple[FloatArray, FloatArray]:
+    vector = np.asarray(vector_scores, dtype=np.float64)
+    bm25 = np.asarray(bm25_scores, dtype=np.float64)
+    if vector.shape != bm25.shape:
+        raise ValueError(f"vector and BM25 score arrays must be aligned; got shapes {vector.shape} and {bm25.shape}")
+    return vector, bm25
+
+
 @dataclass(frozen=True)
 class FusedScores:
     """Fusion output for a candidate pool, aligned with the input arrays."""
@@ -90,19 +147,69 @@ def fuse(
     """
     check_alpha(alpha)
     check_method(method)
-    vector = np.asarray(vector_scores, dtype=np.float64)
-    bm25 = np.asarray(bm25_scores, dtype=np.float64)
-    if vector.shape != bm25.shape:
-        raise ValueError(f"vector and BM25 score arrays must be aligned; got shapes {vector.shape} and {bm25.shape}")
+    vector, bm25 = _aligned(vector_scores, bm25_scores)
     matched = bm25 > 0
-    vector_rank = ranks(vector)
-    bm25_rank = ranks(bm25, valid=matched)
-    if method == "weighted":
-        v_norm, b_norm = min_max(vector), min_max(bm25)
-    elif method == "zscore":
-        v_norm, b_norm = z_score(vector), z_score(bm25)
-    else:
-        v_norm = 1.0 / (RRF_RANK_CONSTANT + vector_rank)
-        b_norm = np.where(matched, 1.0 / (RRF_RANK_CONSTANT + np.maximum(bm25_rank, 1)), 0.0)
+    v_norm, b_norm, vector_rank, bm25_rank = _normalised(vector, bm25, method, matched)
+    if vector_rank is None or bm25_rank is None:
+        vector_rank, bm25_rank = ranks(vector), ranks(bm25, valid=matched)
     fused = alpha * v_norm + (1.0 - alpha) * b_norm
     return FusedScores(fused, v_norm, b_norm, vector_rank, bm25_rank)
+
+
+@dataclass(frozen=True)
+class FusedTop:
+    """The best ``k`` candidates of a pool after fusion: positions in the pool, best first, and their scores."""
+
+    positions: NDArray[np.int64]
+    """Positions in the input arrays, best first."""
+    fused: FloatArray
+    """Fused score of each returned candidate."""
+    vector_normalized: FloatArray
+    """Normalised vector score of each returned candidate."""
+    bm25_normalized: FloatArray
+    """Normalised BM25 score of each returned candidate."""
+    vector_rank: NDArray[np.int64]
+    """1-based vector rank of each returned candidate within the pool."""
+    bm25_rank: NDArray[np.int64]
+    """1-based BM25 rank within the pool; 0 where the BM25 score is not positive."""
+
+
+def fuse_top(
+    vector_scores: NDArray[np.floating],
+    bm25_scores: NDArray[np.floating],
+    alpha: float,
+    method: FusionMethod,
+    k: int,
+    tie_break: NDArray[np.int64] | None = None,
+) -> FusedTop:
+    """The top ``k`` of :func:`fuse` for one pool, without sorting the pool.
+
+    Order: fused score, then the raw score of the side with the larger weight, then
+    ``tie_break`` (default: position), all as :func:`fuse` ranks them. The winners are
+    selected with a partition and only they are sorted and ranked, so a pool of a whole
+    corpus costs a few passes over its scores (RRF, whose scores are ranks, sorts each side once).
+    """
+    check_alpha(alpha)
+    check_method(method)
+    vector, bm25 = _aligned(vector_scores, bm25_scores)
+    matched = bm25 > 0
+    v_norm, b_norm, vector_rank, bm25_rank = _normalised(vector, bm25, method, matched)
+    fused = alpha * v_norm + (1.0 - alpha) * b_norm
+    heavier = vector if alpha >= 0.5 else bm25
+    order = np.arange(fused.size, dtype=np.int64) if tie_break is None else tie_break
+    size = fused.size
+    if 0 < k < size:
+        kth = np.partition(fused, size - k)[size - k]
+        candidates = np.flatnonzero(fused >= kth)  # ties at the k-th score are all kept for the sort
+    else:
+        candidates = np.arange(size, dtype=np.int64)
+    top = candidates[np.lexsort((order[candidates], -heavier[candidates], -fused[candidates]))][: max(k, 0)]
+    top = top.astype(np.int64)
+    return FusedTop(
+        positions=top,
+        fused=fused[top],
+        vector_normalized=v_norm[top],
+        bm25_normalized=b_norm[top],
+        vector_rank=vector_rank[top] if vector_rank is not None else rank_of(vector, top),
+        bm25_rank=bm25_rank[top] if bm25_rank is not None else rank_of(bm25, top, matched),
+    )

@@ -16,7 +16,7 @@ from langchain_core.documents import Document
 from numpy.typing import NDArray
 
 from langchain_fusion import metadata as keys
-from langchain_fusion.search.fusion import FusionMethod, fuse
+from langchain_fusion.search.fusion import FusionMethod, fuse_top
 from langchain_fusion.stores.base import FloatMatrix, Keys, SideScorer, StoreView, Where, WholeCorpusScorer
 
 
@@ -103,31 +103,40 @@ def fused_search(
     if scorers is None:
         scorers = query_scorers(view, query, query_vector)
     pool_size = None if fetch_k is None else max(fetch_k, k)
-    found: list[tuple[Keys, NDArray[np.float64]]] = []
-    if alpha > 0:
-        found.append(scorers.vector.top(pool_size, where))
-    if alpha < 1:
-        found.append(scorers.bm25.top(pool_size, where))
     if (
         pool_size is None
         and isinstance(scorers.vector, WholeCorpusScorer)
         and isinstance(scorers.bm25, WholeCorpusScorer)
     ):
-        # Whole-corpus capability: the pool is a mask over the key space, scores are read directly.
-        vector_all, bm25_all = scorers.vector.all_scores(), scorers.bm25.all_scores()
-        in_pool = np.zeros(vector_all.size, dtype=bool)
-        for keys_, _ in found:
-            in_pool[keys_] = True
-        pool = np.flatnonzero(in_pool)
-        vector_pool = vector_all[pool].astype(np.float64)
-        bm25_pool = bm25_all[pool].astype(np.float64)
+        pool, vector_pool, bm25_pool = _whole_corpus_pool(view, scorers, alpha, where)
     else:
+        found: list[tuple[Keys, NDArray[np.float64]]] = []
+        if alpha > 0:
+            found.append(scorers.vector.top(pool_size, where))
+        if alpha < 1:
+            found.append(scorers.bm25.top(pool_size, where))
         pool = _sorted_union([keys_ for keys_, _ in found])
         vector_pool = _complete(pool, scorers.vector, found[0] if alpha > 0 else None)
         bm25_pool = _complete(pool, scorers.bm25, found[-1] if alpha < 1 else None)
     if pool.size == 0:
         return []
     return rank_pool(pool, vector_pool, bm25_pool, alpha=alpha, method=method, k=k)
+
+
+def _whole_corpus_pool(
+    view: StoreView, scorers: QueryScorers, alpha: float, where: Where | None
+) -> tuple[Keys, NDArray[np.floating], NDArray[np.floating]]:
+    """Every allowed row (``alpha`` 0: every allowed row a query term matches) with both scores, read directly.
+
+    The vector side returns every allowed row, so with any vector weight the pool is simply
+    the allowed rows; no per-side top-k or union is needed.
+    """
+    vector_all = scorers.vector.all_scores()  # type: ignore[attr-defined]  # checked by the caller
+    bm25_all = scorers.bm25.all_scores()  # type: ignore[attr-defined]
+    pool = view.select(where or Where()) if alpha > 0 else np.sort(scorers.bm25.top(None, where)[0])
+    if pool.size == vector_all.size:  # every key: no gather needed
+        return pool, vector_all, bm25_all
+    return pool, vector_all[pool], bm25_all[pool]
 
 
 def _sorted_union(parts: list[Keys]) -> Keys:
@@ -157,8 +166,8 @@ def _complete(pool: Keys, side: SideScorer, found: tuple[Keys, NDArray[np.float6
 
 def rank_pool(
     keys_: Keys,
-    vector_scores: NDArray[np.float64],
-    bm25_scores: NDArray[np.float64],
+    vector_scores: NDArray[np.floating],
+    bm25_scores: NDArray[np.floating],
     *,
     alpha: float,
     method: FusionMethod,
@@ -171,22 +180,20 @@ def rank_pool(
     candidates whose vector score was actually observed; the others are reported with no
     vector score or rank (their placeholder score still takes part in normalisation).
     """
-    fused = fuse(vector_scores, bm25_scores, alpha, method)
-    heavier = vector_scores if alpha >= 0.5 else bm25_scores
-    order = np.lexsort((keys_, -heavier, -fused.fused))[:k]
+    top = fuse_top(vector_scores, bm25_scores, alpha, method, k, tie_break=keys_)
     hits = []
-    for i in order:
-        known = vector_known is None or bool(vector_known[i])
+    for i, position in enumerate(top.positions.tolist()):
+        known = vector_known is None or bool(vector_known[position])
         hits.append(
             Hit(
-                key=int(keys_[i]),
-                fused=float(fused.fused[i]),
-                vector_score=float(vector_scores[i]) if known else None,
-                vector_normalized=float(fused.vector_normalized[i]),
-                vector_rank=int(fused.vector_rank[i]) if known else None,
-                bm25_score=float(bm25_scores[i]),
-                bm25_normalized=float(fused.bm25_normalized[i]),
-                bm25_rank=int(fused.bm25_rank[i]) or None,
+                key=int(keys_[position]),
+                fused=float(top.fused[i]),
+                vector_score=float(vector_scores[position]) if known else None,
+                vector_normalized=float(top.vector_normalized[i]),
+                vector_rank=int(top.vector_rank[i]) if known else None,
+                bm25_score=float(bm25_scores[position]),
+                bm25_normalized=float(top.bm25_normalized[i]),
+                bm25_rank=int(top.bm25_rank[i]) or None,
             )
         )
     return hits
