@@ -46,7 +46,10 @@ from typing import Annotated, Any
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
-from langchain_core.runnables import ConfigurableField, Runnable
+from langchain_core.runnables import ConfigurableField, Runnable, RunnableConfig
+from langchain_core.runnables.config import get_config_list
+from langchain_core.runnables.configurable import RunnableConfigurableFields
+from langchain_core.runnables.utils import AnyConfigurableField
 from pydantic import Field, StringConstraints, TypeAdapter, ValidationError
 
 from langchain_fusion import sockets
@@ -163,13 +166,77 @@ _DESCRIPTIONS = {
 }
 
 
+class _BatchByConfiguration(RunnableConfigurableFields[str, list[Document]]):
+    """Configurable fields whose ``batch`` keeps the retriever's real batch.
+
+    LangChain's version answers a batch whose requests configure anything one ``invoke`` at a
+    time (each request gets its own configured copy). Here the inputs are grouped by the values
+    they configure, and each group runs through one configured retriever's ``batch``: one
+    embedding call and one scoring pass per group, results in input order.
+    """
+
+    def _groups(self, configs: list[RunnableConfig]) -> list[list[int]]:
+        ids = {field.id for field in self.fields.values() if isinstance(field, ConfigurableField)}
+        groups: dict[str, list[int]] = {}
+        for position, config in enumerate(configs):
+            chosen = {k: v for k, v in (config.get("configurable") or {}).items() if k in ids}
+            groups.setdefault(json.dumps(chosen, sort_keys=True, default=repr), []).append(position)
+        return list(groups.values())
+
+    def batch(
+        self,
+        inputs: list[Any],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """Each group of inputs configured alike goes through one configured retriever's ``batch``."""
+        configs = get_config_list(config, len(inputs))
+        results: list[Any] = [None] * len(inputs)
+        for positions in self._groups(configs):
+            bound, _ = self.prepare(configs[positions[0]])
+            answers = bound.batch(
+                [inputs[i] for i in positions],
+                [configs[i] for i in positions],
+                return_exceptions=return_exceptions,
+                **kwargs,
+            )
+            for position, answer in zip(positions, answers, strict=True):
+                results[position] = answer
+        return results
+
+    async def abatch(
+        self,
+        inputs: list[Any],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """Async twin of :meth:`batch`."""
+        configs = get_config_list(config, len(inputs))
+        results: list[Any] = [None] * len(inputs)
+        for positions in self._groups(configs):
+            bound, _ = self.prepare(configs[positions[0]])
+            answers = await bound.abatch(
+                [inputs[i] for i in positions],
+                [configs[i] for i in positions],
+                return_exceptions=return_exceptions,
+                **kwargs,
+            )
+            for position, answer in zip(positions, answers, strict=True):
+                results[position] = answer
+        return results
+
+
 def _configurable_retriever(
     served: ServedIndex, limits: Limits, defaults: dict[str, Any]
 ) -> Runnable[str, list[Document]]:
     """The retriever with its per-request fields exposed as LangServe configurable fields."""
     hierarchical = isinstance(served, HierarchicalIndex)
     base = served.as_retriever(**defaults)
-    fields = {
+    fields: dict[str, AnyConfigurableField] = {
         name: ConfigurableField(
             id=name,
             name=name,
@@ -178,7 +245,7 @@ def _configurable_retriever(
         )
         for name, annotation in _configurable_annotations(limits, hierarchical).items()
     }
-    configurable = base.configurable_fields(**fields)
+    configurable = _BatchByConfiguration(default=base, fields=fields)
     configurable.name = "HierarchicalRetriever" if hierarchical else "FusionRetriever"
     return configurable
 

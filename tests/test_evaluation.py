@@ -160,19 +160,27 @@ class TestLoadLabelled:
 class TestHarness:
     def test_retrievers_table(self, sample_index: FusionIndex) -> None:
         dataset = load_labelled(SAMPLE_QUERIES, sample_index.documents)
-        report = evaluate_retrievers(
-            {"vector": VectorRetriever(index=sample_index), "bm25": BM25Retriever(index=sample_index)},
-            dataset,
-            ["ndcg@10", "hit_rate@5"],
-            progress=False,
-        )
+        retrievers = {"vector": VectorRetriever(index=sample_index), "bm25": BM25Retriever(index=sample_index)}
+        report = evaluate_retrievers(retrievers, dataset, ["ndcg@10", "hit_rate@5"], progress=False, batch_size=1)
         rows = report.rows()
         assert [r["method"] for r in rows] == ["vector", "bm25"]
         for row in rows:
             assert 0.0 <= row["ndcg@10"] <= 1.0 and row["p50_ms"] <= row["p95_ms"]  # type: ignore[operator]
         assert report.to_markdown().splitlines()[0] == "| method | ndcg@10 | hit_rate@5 | p50_ms | p95_ms |"
         comparison = report.compare("vector", "bm25", "ndcg@10")
-        assert comparison["wins"] + comparison["losses"] + comparison["ties"] == 24  # type: ignore[operator]
+        assert comparison["wins"] + comparison["losses"] + comparison["ties"] == len(dataset.queries)
+        # In batches (the default): the same scores, and throughput instead of latency.
+        batched = evaluate_retrievers(retrievers, dataset, ["ndcg@10", "hit_rate@5"], progress=False, batch_size=5)
+        for one, many in zip(report.results, batched.results, strict=True):
+            assert one.means == pytest.approx(many.means)
+            assert many.ms_per_query is not None and many.ms_per_query > 0 and not many.latencies_ms
+        assert batched.to_markdown().splitlines()[0] == "| method | ndcg@10 | hit_rate@5 | ms_per_query |"
+
+    @pytest.mark.parametrize("batch_size", [0, True, 2.0])
+    def test_bad_batch_size(self, sample_index: FusionIndex, batch_size: object) -> None:
+        dataset = load_labelled(SAMPLE_QUERIES, sample_index.documents)
+        with pytest.raises(FusionError, match="batch_size must be a positive whole number"):
+            evaluate_retrievers({}, dataset, batch_size=batch_size)  # type: ignore[arg-type]
 
     def test_sweep_endpoints_equal_single_sides(self, sample_index: FusionIndex) -> None:
         dataset = load_labelled(SAMPLE_QUERIES, sample_index.documents)
@@ -326,6 +334,18 @@ class TestEvalCommand:
         assert list((tmp_path / "cache").rglob("shard-*.npy")) == cached
         assert "alpha sweep (ndcg@10" in capsys.readouterr().out
 
+    def test_batch_size_chooses_throughput_or_latency(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        folder = write_beir(tmp_path / "beir")
+        argv = ["eval", "--beir", str(folder), "--embeddings", "local", "--cache", str(tmp_path / "cache")]
+        for size, columns in (("8", ["ms_per_query"]), ("1", ["p50_ms", "p95_ms"])):
+            assert main([*argv, "--alpha", "0.5", "--json", "-q", "--batch-size", size]) == 0
+            rows = json.loads(capsys.readouterr().out)["retrievers"]
+            assert all(set(columns) <= set(row) for row in rows)
+        with pytest.raises(SystemExit) as exit_info:
+            main([*argv, "--batch-size", "0"])
+        assert exit_info.value.code == 2
+        assert "--batch-size: expected a positive integer, got '0'" in capsys.readouterr().err
+
     @pytest.mark.parametrize(
         "argv,message",
         [
@@ -340,3 +360,11 @@ class TestEvalCommand:
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith("langchain-fusion: error:") and message in err and len(err.strip().splitlines()) == 1
+
+
+class TestEvalCommandDefaults:
+    def test_batch_size_matches_the_harness(self) -> None:
+        from langchain_fusion.cli import evaluate as command
+        from langchain_fusion.evaluation import harness
+
+        assert command.DEFAULT_BATCH_SIZE == harness.DEFAULT_BATCH_SIZE

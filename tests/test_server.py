@@ -179,6 +179,28 @@ class TestRetrieverRoutes:
         )
         assert [len(o) for o in response.json()["output"]] == [3, 3]
 
+    def test_batch_is_scored_in_one_pass_per_configuration(
+        self, client: TestClient, index: FusionIndex, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from langchain_fusion.stores.local.snapshot import Snapshot
+
+        passes: list[int] = []
+        real = Snapshot.vector_scores_many
+
+        def spy(self: Snapshot, queries: Any) -> Any:
+            passes.append(len(queries))
+            return real(self, queries)
+
+        monkeypatch.setattr(Snapshot, "vector_scores_many", spy)
+        inputs = ["cat", "stock market", "parrots speech", "dogs bark"]
+        configs = [{"configurable": {"k": 2}}, {}, {"configurable": {"k": 2}}, {}]
+        response = client.post("/retriever/batch", json={"inputs": inputs, "config": configs})
+        assert response.status_code == 200
+        assert sorted(passes) == [2, 2]  # one scoring pass per distinct configuration, not one per input
+        outputs = [_as_docs(o) for o in response.json()["output"]]
+        for text, config, docs in zip(inputs, configs, outputs, strict=True):
+            _same(docs, _expected(index, text, **config.get("configurable", {})))
+
     def test_stream(self, client: TestClient, index: FusionIndex) -> None:
         response = client.post("/retriever/stream", json={"input": "photosynthesis sunlight"})
         assert response.status_code == 200

@@ -9,11 +9,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from langchain_fusion.cli.arguments import positive_int
 from langchain_fusion.cli.errors import UserError
 from langchain_fusion.search.fusion import FUSION_METHODS
 from langchain_fusion.search.options import SEARCH_DEFAULTS
 
 DEFAULT_CACHE = Path.home() / ".cache" / "langchain-fusion" / "embeddings"
+DEFAULT_BATCH_SIZE = 64
+"""Queries per retriever batch (the harness's default, not imported: it pulls the evaluation package in)."""
 
 
 def add_eval_parser(commands: Any, fetch_k_type: Any) -> None:
@@ -64,6 +67,14 @@ def add_eval_parser(commands: Any, fetch_k_type: Any) -> None:
         default=SEARCH_DEFAULTS.fetch_k,
         metavar="N",
         help="fusion candidates per side, or 'all' (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=DEFAULT_BATCH_SIZE,
+        metavar="N",
+        help="queries per retriever batch (one embedding call and one scoring pass each); the table reports "
+        "ms_per_query. 1 runs the queries one by one and reports latency p50/p95 instead (default: %(default)s)",
     )
     parser.add_argument("--plot", metavar="PNG", help="save a plot of the first metric against alpha")
     parser.add_argument("--json", action="store_true", help="print all results as JSON")
@@ -117,6 +128,7 @@ def run_eval(args: argparse.Namespace) -> int:
         dataset,
         metrics,
         progress=progress,
+        batch_size=args.batch_size,
     )
     sweep = sweep_alpha(index, dataset, alphas, methods, metrics, fetch_k=args.fetch_k, progress=progress)
     main_metric = metrics[0]

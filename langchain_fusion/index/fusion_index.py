@@ -37,7 +37,13 @@ from langchain_fusion.ingest.loading import (
     split_documents,
 )
 from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, TextField, check_text_fields, content_id, indexed_text
-from langchain_fusion.models.embeddings import default_embeddings, embeddings_from_id, embeddings_id
+from langchain_fusion.models.embeddings import (
+    aembed_queries,
+    default_embeddings,
+    embed_queries,
+    embeddings_from_id,
+    embeddings_id,
+)
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.base import FloatMatrix, FusionStore, StoreView, Where
 from langchain_fusion.stores.filters import check_filter
@@ -477,6 +483,29 @@ class FusionIndex(VectorStore):
         with self._provider_call():
             vector = await self.embeddings.aembed_query(query)
         return self._query_matrix(vector)
+
+    def embed_queries(self, queries: Sequence[str], *, max_concurrency: int | None = None) -> FloatMatrix:
+        """Normalised embeddings of several queries, one row each, equal to :meth:`embed_query` of each.
+
+        The bundled model embeds them in one call; other models get one call per query, at
+        most ``max_concurrency`` at once (see :func:`~langchain_fusion.models.embeddings.embed_queries`).
+        """
+        with self._provider_call():
+            vectors = embed_queries(self.embeddings, queries, max_concurrency)
+        return self._query_rows(vectors, len(queries))
+
+    async def aembed_queries(self, queries: Sequence[str], *, max_concurrency: int | None = None) -> FloatMatrix:
+        """Async twin of :meth:`embed_queries`."""
+        with self._provider_call():
+            vectors = await aembed_queries(self.embeddings, queries, max_concurrency)
+        return self._query_rows(vectors, len(queries))
+
+    def _query_rows(self, vectors: Sequence[Any], expected: int) -> FloatMatrix:
+        if len(vectors) != expected:
+            raise FusionError(f"the embedding model returned {len(vectors)} vectors for {expected} queries")
+        if self.dimension is None:
+            raise FusionError("the index is empty: add documents before querying the vector side")
+        return normalize_rows(vectors, self.dimension)
 
     @contextlib.contextmanager
     def _provider_call(self) -> Iterator[None]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from langchain_fusion.models.embeddings import embeddings_id
+from langchain_fusion.models.embeddings import embed_queries, embeddings_id
 
 
 def _text_key(text: str) -> str:
@@ -87,6 +87,10 @@ class CachedEmbeddings(Embeddings):
     def embed_query(self, text: str) -> list[float]:
         """Embed a query with the wrapped model (not cached)."""
         return self.underlying_embeddings.embed_query(text)
+
+    def embed_queries(self, texts: list[str]) -> list[list[float]]:
+        """Embed several queries with the wrapped model (not cached), in one call where it can."""
+        return embed_queries(self.underlying_embeddings, texts)
 
     async def aembed_query(self, text: str) -> list[float]:
         """Async twin of :meth:`embed_query`."""

@@ -9,8 +9,11 @@ file never switches the model by itself.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +151,45 @@ class LocalEmbeddings(CheckedModel, Embeddings):
     def embed_query(self, text: str) -> list[float]:
         """Embed one query (see :meth:`embed_queries`)."""
         return self.embed_queries([text])[0]
+
+
+DEFAULT_QUERY_CONCURRENCY = 8
+"""Queries embedded at once by models that embed one query per call (API calls mostly wait)."""
+
+
+def embed_queries(embeddings: Embeddings, texts: Sequence[str], max_concurrency: int | None = None) -> list[Any]:
+    """Embed several queries as ``embed_query`` would, in as few calls as the model allows.
+
+    A model with an ``embed_queries(texts)`` method (the bundled model, :class:`CachedEmbeddings`)
+    embeds them in one call. Others get one ``embed_query`` call per query on up to
+    ``max_concurrency`` threads (default :data:`DEFAULT_QUERY_CONCURRENCY`): queries are not
+    sent through ``embed_documents``, which differs from ``embed_query`` for models that
+    prefix queries with an instruction.
+    """
+    texts = list(texts)
+    batched = getattr(embeddings, "embed_queries", None)
+    if callable(batched):
+        return list(batched(texts))
+    workers = min(len(texts), max_concurrency or DEFAULT_QUERY_CONCURRENCY)
+    if workers <= 1:
+        return [embeddings.embed_query(text) for text in texts]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="langchain-fusion-embed") as pool:
+        return list(pool.map(embeddings.embed_query, texts))
+
+
+async def aembed_queries(embeddings: Embeddings, texts: Sequence[str], max_concurrency: int | None = None) -> list[Any]:
+    """Async twin of :func:`embed_queries` (``aembed_query`` calls, at most ``max_concurrency`` at once)."""
+    texts = list(texts)
+    batched = getattr(embeddings, "embed_queries", None)
+    if callable(batched):
+        return list(await asyncio.get_running_loop().run_in_executor(None, batched, texts))
+    limit = asyncio.Semaphore(max(1, max_concurrency or DEFAULT_QUERY_CONCURRENCY))
+
+    async def one(text: str) -> Any:
+        async with limit:
+            return await embeddings.aembed_query(text)
+
+    return list(await asyncio.gather(*(one(text) for text in texts)))
 
 
 def _offline_hub() -> None:

@@ -25,7 +25,7 @@ from langchain_fusion._checks import FusionMethod, check_positive_int, is_real_n
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex
-from langchain_fusion.retrievers.fusion import OPTION_CHECKS, SearchRetriever
+from langchain_fusion.retrievers.fusion import OPTION_CHECKS, PreparedQuery, SearchRetriever
 from langchain_fusion.search.options import SEARCH_DEFAULTS
 from langchain_fusion.search.pool import Hit, fused_search, scored_copy
 from langchain_fusion.stores.base import FloatMatrix, Where
@@ -90,7 +90,14 @@ class HierarchicalRetriever(SearchRetriever):
     def _is_empty(self) -> bool:
         return len(self.index.chunks) == 0 or len(self.index.summaries) == 0
 
-    def _search(self, query: str, query_vector: FloatMatrix | None, options: dict[str, Any]) -> list[Document]:
+    def _search(
+        self,
+        query: str,
+        query_vector: FloatMatrix | None,
+        options: dict[str, Any],
+        prepared: PreparedQuery | None = None,
+    ) -> list[Document]:
+        # A batch prepares the embeddings only: the two indexes are scored per query.
         assert query_vector is not None
         chunks, summaries = self.index.chunks.view(), self.index.summaries.view()
         spec = options["filter"]

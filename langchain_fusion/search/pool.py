@@ -9,6 +9,7 @@ Nothing is ever combined by list position, and the same code runs on every store
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +18,23 @@ from numpy.typing import NDArray
 
 from langchain_fusion import metadata as keys
 from langchain_fusion.search.fusion import FusionMethod, fuse_top
-from langchain_fusion.stores.base import FloatMatrix, Keys, SideScorer, StoreView, Where, WholeCorpusScorer
+from langchain_fusion.stores.base import (
+    BatchScorer,
+    FloatMatrix,
+    Keys,
+    SideScorer,
+    StoreView,
+    Where,
+    WholeCorpusScorer,
+)
+
+BATCH_SCORES_BUDGET = 1 << 24
+"""Scores per side held at once when many queries are scored together (64 MB of float32)."""
+
+
+def queries_per_pass(rows: int) -> int:
+    """How many queries to score together over ``rows`` rows within :data:`BATCH_SCORES_BUDGET`."""
+    return max(1, BATCH_SCORES_BUDGET // max(1, rows))
 
 
 @dataclass(frozen=True)
@@ -57,22 +74,47 @@ def query_scorers(view: StoreView, query: str, query_vector: FloatMatrix) -> Que
     return QueryScorers(vector=view.vector(query_vector), bm25=view.bm25(query))
 
 
-def vector_search(view: StoreView, query_vector: FloatMatrix, k: int, where: Where | None) -> list[Hit]:
-    """Top ``k`` rows by cosine similarity, restricted to ``where``."""
+def vector_scorers(view: StoreView, query_vectors: FloatMatrix) -> list[SideScorer]:
+    """The vector side of ``view`` for each row of ``query_vectors``, equal to ``view.vector`` of each.
+
+    A view with the :class:`~langchain_fusion.stores.base.BatchScorer` capability scores them all
+    in one pass over its vectors; others get one scorer per query.
+    """
+    if isinstance(view, BatchScorer):
+        return list(view.vector_many(query_vectors))
+    return [view.vector(query_vectors[i : i + 1]) for i in range(query_vectors.shape[0])]
+
+
+def bm25_scorers(view: StoreView, queries: Sequence[str]) -> list[SideScorer]:
+    """The BM25 side of ``view`` for each query, in one pass over the postings where the view can."""
+    if isinstance(view, BatchScorer):
+        return list(view.bm25_many(queries))
+    return [view.bm25(query) for query in queries]
+
+
+def vector_search(
+    view: StoreView, query_vector: FloatMatrix, k: int, where: Where | None, scorer: SideScorer | None = None
+) -> list[Hit]:
+    """Top ``k`` rows by cosine similarity, restricted to ``where``.
+
+    ``scorer`` is the query's vector side when it was scored already (in a batch).
+    """
     if len(view) == 0:
         return []
-    found, scores = view.vector(query_vector).top(k, where)
+    found, scores = (scorer or view.vector(query_vector)).top(k, where)
     return [
         Hit(key=int(r), vector_score=float(s), vector_rank=rank)
         for rank, (r, s) in enumerate(zip(found, scores, strict=True), start=1)
     ]
 
 
-def bm25_search(view: StoreView, query: str, k: int, where: Where | None) -> list[Hit]:
-    """Top ``k`` rows by BM25 among rows that match at least one query term."""
+def bm25_search(
+    view: StoreView, query: str, k: int, where: Where | None, scorer: SideScorer | None = None
+) -> list[Hit]:
+    """Top ``k`` rows by BM25 among rows that match at least one query term (``scorer``: see :func:`vector_search`)."""
     if len(view) == 0:
         return []
-    found, scores = view.bm25(query).top(k, where)
+    found, scores = (scorer or view.bm25(query)).top(k, where)
     return [
         Hit(key=int(r), bm25_score=float(s), bm25_rank=rank)
         for rank, (r, s) in enumerate(zip(found, scores, strict=True), start=1)

@@ -81,6 +81,19 @@ class WholeCorpusScorer(Protocol):
         ...
 
 
+@runtime_checkable
+class BatchScorer(Protocol):
+    """Optional capability of a view: score many queries at once (one pass over vectors and postings)."""
+
+    def vector_many(self, query_vectors: FloatMatrix) -> Sequence[SideScorer]:
+        """The vector side for each normalised query vector (one per row of ``query_vectors``)."""
+        ...
+
+    def bm25_many(self, queries: Sequence[str]) -> Sequence[SideScorer]:
+        """The BM25 side for each query text."""
+        ...
+
+
 class StoreView(ABC):
     """A consistent read view of a store: what one query (or one batch) sees."""
 

@@ -224,29 +224,48 @@ class QueryWeights:
     def scores(self, size: int, blocks: Sequence[tuple[Postings, int]]) -> NDArray[np.float32]:
         """The score of each of ``size`` rows, from ``(postings, first_row)`` blocks covering them."""
         out = np.zeros(size, dtype=np.float32)
-        if not self.terms:
-            return out
-        for postings, first_row in blocks:
-            self._add_block(out, postings, first_row)
-        if self.nonoccurrence:
-            out += self.nonoccurrence
+        self.add_scores(out, blocks, {})
         return out
 
-    def _add_block(self, out: NDArray[np.float32], postings: Postings, first_row: int) -> None:
-        for term, repeats, term_idf in self.terms:
-            if term >= postings.vocabulary_size:
-                continue
-            lo, hi = int(postings.indptr[term]), int(postings.indptr[term + 1])
-            if lo == hi:
-                continue
-            rows = postings.rows[lo:hi].astype(np.int64) + first_row
-            weight = tf_component(self.params, postings.tf[lo:hi].astype(np.float32), self.relative_length[rows])
-            weight *= np.float32(term_idf)
-            if self.absent is not None:
-                weight -= np.float32(term_idf * self.absent)
-            if repeats != 1:
-                weight *= np.float32(repeats)
-            out[rows] += weight
+    def add_scores(
+        self,
+        out: NDArray[np.float32],
+        blocks: Sequence[tuple[Postings, int]],
+        shared: dict[tuple[int, int], tuple[NDArray[np.int64], NDArray[np.float32]]],
+    ) -> None:
+        """Add this query's scores to ``out`` (zeros on entry).
+
+        ``shared`` holds each (term, block) contribution already computed for another query of
+        the same batch: weighing a term depends on the statistics only, not on the query, so a
+        batch weighs each distinct term once.
+        """
+        if not self.terms:
+            return
+        for number, (postings, first_row) in enumerate(blocks):
+            for term, repeats, term_idf in self.terms:
+                key = (term, number)
+                contribution = shared.get(key)
+                if contribution is None:
+                    contribution = shared[key] = self._term_weights(postings, first_row, term, term_idf)
+                rows, weight = contribution
+                if rows.size:
+                    out[rows] += weight if repeats == 1 else weight * np.float32(repeats)
+        if self.nonoccurrence:
+            out += self.nonoccurrence
+
+    def _term_weights(
+        self, postings: Postings, first_row: int, term: int, term_idf: float
+    ) -> tuple[NDArray[np.int64], NDArray[np.float32]]:
+        """Rows of one block holding ``term`` and the term's BM25 weight in each (repeats not applied)."""
+        if term >= postings.vocabulary_size:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        lo, hi = int(postings.indptr[term]), int(postings.indptr[term + 1])
+        rows = postings.rows[lo:hi].astype(np.int64) + first_row
+        weight = tf_component(self.params, postings.tf[lo:hi].astype(np.float32), self.relative_length[rows])
+        weight *= np.float32(term_idf)
+        if self.absent is not None:
+            weight -= np.float32(term_idf * self.absent)
+        return rows, weight
 
 
 class BM25Corpus:

@@ -181,15 +181,34 @@ class Snapshot:
             out[segment.start : segment.stop] = inner_products(segment.vectors, vector)
         return out
 
+    def vector_scores_many(self, queries: FloatMatrix) -> NDArray[np.float32]:
+        """Exact similarity of each query (a row of ``queries``) to every row: one pass over the vectors."""
+        out = np.empty((queries.shape[0], self.size), dtype=np.float32)
+        for segment in self.segments:
+            # One matrix product reads the segment once for all queries.
+            np.matmul(queries, segment.vectors.T, out=out[:, segment.start : segment.stop])
+        return out
+
     def bm25_scores_all(self, query: str) -> NDArray[np.float32]:
         """BM25 score of every row for ``query`` (dead rows get meaningless values)."""
-        terms = query_term_counts(self.settings.analyzer, self.vocabulary, query)
-        if not terms or self.live_count == 0:
-            return np.zeros(self.size, dtype=np.float32)
-        weights = QueryWeights(
-            self.settings.bm25_params, terms, self.document_frequency, self.live_count, self.relative_lengths()
-        )
-        return weights.scores(self.size, [(s.postings, s.start) for s in self.segments])
+        scores: NDArray[np.float32] = self.bm25_scores_many([query])[0]
+        return scores
+
+    def bm25_scores_many(self, queries: Sequence[str]) -> NDArray[np.float32]:
+        """BM25 scores of every row for each query, each distinct term weighed once for the batch."""
+        out = np.zeros((len(queries), self.size), dtype=np.float32)
+        if self.live_count == 0:
+            return out
+        blocks = [(s.postings, s.start) for s in self.segments]
+        shared: dict[tuple[int, int], tuple[NDArray[np.int64], NDArray[np.float32]]] = {}
+        for row, query in enumerate(queries):
+            terms = query_term_counts(self.settings.analyzer, self.vocabulary, query)
+            if terms:
+                weights = QueryWeights(
+                    self.settings.bm25_params, terms, self.document_frequency, self.live_count, self.relative_lengths()
+                )
+                weights.add_scores(out[row], blocks, shared)
+        return out
 
     def allowed(self, where: Where | None) -> NDArray[np.bool_] | None:
         """Rows a search may return: live and matching ``where``; None when that is every row."""
@@ -433,6 +452,22 @@ class LocalView(StoreView):
         """The BM25 side for one query."""
         return LocalBM25Scorer(self.snapshot, query)
 
+    def vector_many(self, query_vectors: FloatMatrix) -> list[LocalVectorScorer]:
+        """The vector side for each query vector (a row), scored in one pass over the vectors when exact."""
+        queries = np.ascontiguousarray(query_vectors, dtype=np.float32)
+        scorers = [LocalVectorScorer(self.snapshot, queries[i : i + 1]) for i in range(queries.shape[0])]
+        if not any(segment.ann is not None for segment in self.snapshot.segments):
+            for scorer, scores in zip(scorers, self.snapshot.vector_scores_many(queries), strict=True):
+                scorer.preset(scores)
+        return scorers
+
+    def bm25_many(self, queries: Sequence[str]) -> list[LocalBM25Scorer]:
+        """The BM25 side for each query, all scored in one pass over the postings."""
+        scorers = [LocalBM25Scorer(self.snapshot, query) for query in queries]
+        for scorer, scores in zip(scorers, self.snapshot.bm25_scores_many(queries), strict=True):
+            scorer.preset(scores)
+        return scorers
+
     def documents(self, keys: Keys) -> list[Document]:
         """The documents of ``keys``."""
         documents = self.snapshot.documents
@@ -484,6 +519,10 @@ class _LocalScorer(ABC):
     def _compute(self) -> NDArray[np.float32]:
         """The score of every row for this scorer's query."""
 
+    def preset(self, scores: NDArray[np.float32]) -> None:
+        """Use ``scores`` (computed for this query with others in a batch) as the score of every row."""
+        self._all = scores
+
     def all_scores(self) -> NDArray[np.float32]:
         """The score of every row (computed once)."""
         if self._all is None:
@@ -505,7 +544,13 @@ class _LocalScorer(ABC):
 
 
 class LocalVectorScorer(_LocalScorer):
-    """Cosine similarity of one query vector: exact scans, or ANN candidates on large segments."""
+    """Cosine similarity of one query vector: exact scans, or ANN candidates on large segments.
+
+    A scan (or an approximate index) selects the candidates; the scores reported for them are
+    float64 dot products of the stored vectors, so a row's score is the same bits whichever
+    kernel scanned it (FAISS for one query, a matrix product for a batch). Only ``k=None`` (the
+    whole corpus) reports the scan's float32 scores.
+    """
 
     def __init__(self, snapshot: Snapshot, query_vector: FloatMatrix) -> None:
         super().__init__(snapshot)
@@ -514,11 +559,13 @@ class LocalVectorScorer(_LocalScorer):
     def _compute(self) -> NDArray[np.float32]:
         return self.snapshot.vector_scores_all(self.query_vector)
 
+    def _exact(self, keys: Keys) -> Scores:
+        vectors = self.snapshot.vectors_of(np.asarray(keys, dtype=np.int64)).astype(np.float64)
+        return np.asarray(vectors @ self.query_vector[0].astype(np.float64), dtype=np.float64)
+
     def scores(self, keys: Keys) -> Scores:
-        """Exact similarity of ``keys`` (dot products of the stored vectors when not all are scored)."""
-        if self._all is not None or not self._approximate():
-            return super().scores(keys)
-        return np.asarray(self.snapshot.vectors_of(keys) @ self.query_vector[0], dtype=np.float64)
+        """Exact similarity of ``keys`` (float64 dot products of the stored vectors)."""
+        return self._exact(keys)
 
     def _approximate(self) -> bool:
         return any(segment.ann is not None for segment in self.snapshot.segments)
@@ -526,8 +573,18 @@ class LocalVectorScorer(_LocalScorer):
     def top(self, k: int | None, where: Where | None = None) -> tuple[Keys, Scores]:
         """The ``k`` most similar allowed rows (exact unless a segment has an ANN index)."""
         allowed = self.snapshot.allowed(where)
-        if k is None or not self._approximate():
-            return self._top_of(self.all_scores(), k, allowed)
+        if k is None:
+            return self._top_of(self.all_scores(), None, allowed)
+        if self._approximate():
+            candidates = self._ann_candidates(k, allowed)
+        else:
+            candidates = top_rows(self.all_scores(), k, allowed)
+        exact = self._exact(candidates)
+        best = np.lexsort((candidates, -exact))[:k]
+        return candidates[best], exact[best]
+
+    def _ann_candidates(self, k: int, allowed: NDArray[np.bool_] | None) -> Keys:
+        """Up to ``k`` candidates per segment: from its ANN index, or an exact scan of a small segment."""
         found: list[Keys] = []
         for segment in self.snapshot.segments:
             local = None if allowed is None else allowed[segment.start : segment.stop]
@@ -540,10 +597,7 @@ class LocalVectorScorer(_LocalScorer):
                 found.append(rows + segment.start)
             else:
                 found.append(top_rows(inner_products(segment.vectors, self.query_vector[0]), k, local) + segment.start)
-        candidates = np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
-        exact = self.snapshot.vectors_of(candidates) @ self.query_vector[0]
-        best = top_rows(exact, k)
-        return candidates[best], exact[best].astype(np.float64)
+        return np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
 
 
 class LocalBM25Scorer(_LocalScorer):
