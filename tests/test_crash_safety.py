@@ -210,9 +210,9 @@ class TestHostileFolders:
 
         folder = FusionIndex.from_documents(corpus(2, 5), HashingEmbeddings()).save(tmp_path / "idx")
         manifest = json.loads((folder / "manifest.json").read_text())
-        del manifest["files"]["documents.jsonl"]
+        del manifest["files"]["documents/ids.json"]
         (folder / "manifest.json").write_text(json.dumps(manifest))
-        with pytest.raises(IndexFormatError, match=r"does not list \['documents.jsonl'\]"):
+        with pytest.raises(IndexFormatError, match=r"does not list \['documents/ids.json'\]"):
             FusionIndex.load(folder, HashingEmbeddings())
 
     def test_a_symbolic_link_is_refused(self, tmp_path: Path) -> None:
@@ -228,12 +228,12 @@ class TestHostileFolders:
         import json
 
         folder = FusionIndex.from_documents(corpus(4, 5), HashingEmbeddings()).save(tmp_path / "idx")
-        data = b"\xff\xfe" + (folder / "documents.jsonl").read_bytes()[2:]
-        (folder / "documents.jsonl").write_bytes(data)
+        data = b"\xff\xfe" + (folder / "documents" / "texts.txt").read_bytes()[2:]
+        (folder / "documents" / "texts.txt").write_bytes(data)
         manifest = json.loads((folder / "manifest.json").read_text())
-        manifest["files"]["documents.jsonl"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+        manifest["files"]["documents/texts.txt"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
         (folder / "manifest.json").write_text(json.dumps(manifest))
-        with pytest.raises(IndexFormatError, match="not UTF-8"):
+        with pytest.raises(IndexFormatError, match="is not valid UTF-8"):
             FusionIndex.load(folder, HashingEmbeddings())
 
     def test_cleanup_spares_a_sibling_whose_name_extends_ours(self, tmp_path: Path) -> None:

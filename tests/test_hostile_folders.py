@@ -222,3 +222,54 @@ class TestVersions:
         rewrite_manifest(saved, lambda m: m.update(format_version=m["format_version"] + 1))
         with pytest.raises(IndexFormatError, match="upgrade"):
             open_index(saved, embeddings)
+
+
+class TestDocumentFiles:
+    """The compact document files (format 3): offsets, ids, texts and metadata edited consistently."""
+
+    def test_offsets_that_miss_the_end_of_the_texts(self, saved: Path, embeddings: HashingEmbeddings) -> None:
+        offsets = np.load(saved / "documents/text_offsets.npy").copy()
+        offsets[-1] -= 1
+        replace_file(saved, "documents/text_offsets.npy", save_npy(offsets))
+        refused(saved, embeddings, r"text_offsets\.npy does not describe 20 rows of documents/texts\.txt")
+
+    def test_offsets_that_go_backwards(self, saved: Path, embeddings: HashingEmbeddings) -> None:
+        offsets = np.load(saved / "documents/metadata_offsets.npy").copy()
+        offsets[3], offsets[4] = offsets[4], offsets[3]
+        replace_file(saved, "documents/metadata_offsets.npy", save_npy(offsets))
+        refused(saved, embeddings, r"metadata_offsets\.npy does not describe")
+
+    @pytest.mark.parametrize("ids", [{"d0": 0}, [1, 2], ["d0", ""], "d0"])
+    def test_ids_that_are_not_a_list_of_ids(self, saved: Path, embeddings: HashingEmbeddings, ids: Any) -> None:
+        replace_file(saved, "documents/ids.json", json.dumps(ids).encode())
+        refused(saved, embeddings, "is not a list of document ids")
+
+    def test_repeated_ids(self, saved: Path, embeddings: HashingEmbeddings) -> None:
+        ids = json.loads((saved / "documents/ids.json").read_text(encoding="utf-8"))
+        replace_file(saved, "documents/ids.json", json.dumps(["d0", *ids[1:-1], "d0"]).encode())
+        refused(saved, embeddings, "document ids repeat")
+
+    def test_fewer_ids_than_rows(self, saved: Path, embeddings: HashingEmbeddings) -> None:
+        ids = json.loads((saved / "documents/ids.json").read_text(encoding="utf-8"))
+        replace_file(saved, "documents/ids.json", json.dumps(ids[:-1]).encode())
+        refused(saved, embeddings, "does not describe 19 rows")
+
+    def test_texts_swapped_between_rows(self, saved: Path, embeddings: HashingEmbeddings) -> None:
+        texts = (saved / "documents/texts.txt").read_bytes()
+        offsets = np.load(saved / "documents/text_offsets.npy")
+        first, second = texts[offsets[0] : offsets[1]], texts[offsets[1] : offsets[2]]
+        swapped = second + first + texts[offsets[2] :]
+        new_offsets = offsets.copy()
+        new_offsets[1] = len(second)
+        replace_file(saved, "documents/texts.txt", swapped)
+        replace_file(saved, "documents/text_offsets.npy", save_npy(new_offsets))
+        refused(saved, embeddings, "does not match the documents")
+
+    def test_metadata_that_is_not_an_object(self, saved: Path, embeddings: HashingEmbeddings) -> None:
+        lines = (saved / "documents/metadata.jsonl").read_bytes().split(b"\n")[:-1]
+        lines[0] = b"[1]"
+        data = b"".join(line + b"\n" for line in lines)
+        offsets = np.concatenate([[0], np.cumsum([len(line) + 1 for line in lines])]).astype(np.int64)
+        replace_file(saved, "documents/metadata.jsonl", data)
+        replace_file(saved, "documents/metadata_offsets.npy", save_npy(offsets))
+        refused(saved, embeddings, "metadata of document 'd0' is not a JSON object")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import pickle
@@ -247,7 +248,14 @@ class TestRoundTrip:
 
 class TestLayoutAndManifest:
     def test_folder_layout(self, saved: Path) -> None:
-        assert sorted(p.name for p in saved.iterdir()) == ["bm25", "documents.jsonl", "manifest.json", "vectors.npy"]
+        assert sorted(p.name for p in saved.iterdir()) == ["bm25", "documents", "manifest.json", "vectors.npy"]
+        assert sorted(p.name for p in (saved / "documents").iterdir()) == [
+            "ids.json",
+            "metadata.jsonl",
+            "metadata_offsets.npy",
+            "text_offsets.npy",
+            "texts.txt",
+        ]
         assert (saved / "bm25").is_dir()
         bm25_files = {p.relative_to(saved / "bm25").as_posix() for p in (saved / "bm25").rglob("*") if p.is_file()}
         assert bm25_files == {"indptr.npy", "rows.npy", "tf.npy", "lengths.npy", "vocabulary.json"}
@@ -267,17 +275,25 @@ class TestLayoutAndManifest:
         assert lengths.tolist() == [len(animal_index.analyzer.tokenize(d.page_content)) for d in animal_index.documents]
         np.testing.assert_array_equal(np.bincount(rows, weights=tf, minlength=8), lengths)
 
-    def test_documents_jsonl(self, animal_index: FusionIndex, saved: Path) -> None:
-        lines = (saved / "documents.jsonl").read_text(encoding="utf-8").splitlines()
-        records = [json.loads(line) for line in lines]
-        assert records == [
-            {"id": d.id, "page_content": d.page_content, "metadata": d.metadata} for d in animal_index.documents
+    def test_documents_files(self, animal_index: FusionIndex, saved: Path) -> None:
+        folder = saved / "documents"
+        documents = animal_index.documents
+        assert json.loads((folder / "ids.json").read_text(encoding="utf-8")) == [d.id for d in documents]
+        texts = (folder / "texts.txt").read_bytes()
+        offsets = np.load(folder / "text_offsets.npy", allow_pickle=False)
+        assert offsets.dtype == np.int64 and offsets.tolist()[0] == 0 and offsets[-1] == len(texts)
+        assert [texts[a:b].decode() for a, b in itertools.pairwise(offsets.tolist())] == [
+            d.page_content for d in documents
         ]
+        lines = (folder / "metadata.jsonl").read_text(encoding="utf-8").splitlines()
+        assert [json.loads(line) for line in lines] == [d.metadata for d in documents]
+        line_offsets = np.load(folder / "metadata_offsets.npy", allow_pickle=False)
+        assert line_offsets.size == len(lines) + 1 and line_offsets[-1] == (folder / "metadata.jsonl").stat().st_size
 
     def test_manifest_contents(self, animal_index: FusionIndex, saved: Path) -> None:
         manifest = json.loads((saved / "manifest.json").read_text(encoding="utf-8"))
         assert manifest["format"] == FORMAT_NAME == "langchain-fusion-index"
-        assert manifest["format_version"] == FORMAT_VERSION == 2
+        assert manifest["format_version"] == FORMAT_VERSION == 3
         assert set(manifest) == {
             "format",
             "format_version",
@@ -321,7 +337,7 @@ class TestLayoutAndManifest:
             p.relative_to(saved).as_posix(): p for p in saved.rglob("*") if p.is_file() and p.name != "manifest.json"
         }
         assert set(manifest["files"]) == set(on_disk)
-        assert {"documents.jsonl", "vectors.npy", "bm25/rows.npy", "bm25/vocabulary.json"} <= set(on_disk)
+        assert {"documents/ids.json", "documents/texts.txt", "vectors.npy", "bm25/rows.npy"} <= set(on_disk)
         for name, entry in manifest["files"].items():
             data = on_disk[name].read_bytes()
             assert entry == {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
@@ -370,14 +386,18 @@ class TestLoadErrors:
             FusionIndex.load(saved, embeddings)
 
     def test_newer_format_version_asks_for_an_upgrade(self, saved: Path, embeddings) -> None:
-        _rewrite_manifest(saved, lambda m: m.update(format_version=3))
-        with pytest.raises(IndexFormatError, match=r"uses index format version 3, newer .*upgrade langchain-fusion"):
+        _rewrite_manifest(saved, lambda m: m.update(format_version=4))
+        with pytest.raises(IndexFormatError, match=r"uses index format version 4, newer .*upgrade langchain-fusion"):
             FusionIndex.load(saved, embeddings)
 
     @pytest.mark.parametrize(
         "name",
         [
-            "documents.jsonl",
+            "documents/ids.json",
+            "documents/texts.txt",
+            "documents/text_offsets.npy",
+            "documents/metadata.jsonl",
+            "documents/metadata_offsets.npy",
             "vectors.npy",
             "bm25/vocabulary.json",
             "bm25/indptr.npy",
@@ -414,15 +434,13 @@ class TestLoadErrors:
             FusionIndex.load(saved, embeddings)
 
     def test_altered_documents_file_same_size(self, saved: Path, embeddings) -> None:
-        path = saved / "documents.jsonl"
+        path = saved / "documents" / "texts.txt"
         data = bytearray(path.read_bytes())
         position = data.index(b"warm mat")
         data[position] = ord("W")
         path.write_bytes(bytes(data))
         assert path.stat().st_size == len(data)
-        with pytest.raises(
-            IndexFormatError, match=r"documents\.jsonl does not match its checksum: the file is altered"
-        ):
+        with pytest.raises(IndexFormatError, match=r"texts\.txt does not match its checksum: the file is altered"):
             FusionIndex.load(saved, embeddings)
 
     @pytest.mark.parametrize("name", ["tf.npy", "rows.npy", "lengths.npy"])
@@ -525,12 +543,18 @@ class TestAtomicSave:
             animal_index.save(parent / "idx")
         assert [p.name for p in parent.iterdir()] == [".idx.lock"]  # no index, no staging folder
 
-    def test_unserialisable_metadata_fails_cleanly(self, tmp_path: Path, embeddings) -> None:
-        doc = Document(id="d1", page_content="cat", metadata={"when": object()})
-        index = FusionIndex.from_documents([doc], embeddings)
-        with pytest.raises(FusionError, match=r"document 'd1' has metadata that is not JSON-serialisable"):
-            index.save(tmp_path / "idx")
-        assert [p.name for p in tmp_path.iterdir()] == [".idx.lock"]
+    def test_unserialisable_metadata_is_refused_when_added(self, tmp_path: Path, embeddings) -> None:
+        index = FusionIndex.from_documents([Document(id="d0", page_content="dog")], embeddings)
+        doc = Document(id="d1", page_content="cat", metadata={"when": datetime(2026, 1, 1)})
+        with pytest.raises(FusionError, match=r"document 'd1' has metadata that is not JSON-serialisable.*isoformat"):
+            index.add_documents([doc])
+        assert [d.id for d in index.documents] == ["d0"]  # nothing half added
+        index.save(tmp_path / "idx")
+
+    def test_numpy_metadata_values_are_kept_as_numbers(self, embeddings) -> None:
+        doc = Document(id="d1", page_content="cat", metadata={"page": np.int64(3), "score": np.float32(0.5)})
+        stored = FusionIndex.from_documents([doc], embeddings).documents[0].metadata
+        assert stored == {"page": 3, "score": 0.5} and type(stored["page"]) is int
 
     def test_successful_save_over_an_index_replaces_it(
         self, animal_index: FusionIndex, tmp_path: Path, embeddings
@@ -732,7 +756,7 @@ class TestHierarchicalPersistence:
         for part in ("chunks", "summaries"):
             assert sorted(p.name for p in (folder / part).iterdir()) == [
                 "bm25",
-                "documents.jsonl",
+                "documents",
                 "manifest.json",
                 "vectors.npy",
             ]
@@ -794,9 +818,9 @@ class TestHierarchicalPersistence:
         from langchain_fusion import HierarchicalIndex
 
         folder = _hierarchical(embeddings).save(tmp_path / "hier")
-        path = folder / "chunks" / "documents.jsonl"
+        path = folder / "chunks" / "documents" / "texts.txt"
         path.write_bytes(path.read_bytes().replace(b"warm mat", b"Warm mat"))
-        with pytest.raises(IndexFormatError, match=r"chunks/documents\.jsonl does not match its checksum"):
+        with pytest.raises(IndexFormatError, match=r"chunks/documents/texts\.txt does not match its checksum"):
             HierarchicalIndex.load(folder, embeddings)
 
     @pytest.mark.parametrize(
@@ -873,3 +897,47 @@ class TestSavedInfo:
         folder = animal_index.save(tmp_path / "idx", info={"files": {"by_path": {"a.txt": {"sha256": "x"}}}})
         assert FusionIndex.load(folder, embeddings).saved_info == {"files": {"by_path": {"a.txt": {"sha256": "x"}}}}
         assert FusionIndex.load(animal_index.save(tmp_path / "plain"), embeddings).saved_info == {}
+
+
+def _as_format_2(folder: Path) -> None:
+    """Rewrite a saved folder the way format 2 kept it: one documents.jsonl of whole records."""
+    from langchain_fusion.stores.local.folder import file_entries
+    from langchain_fusion.stores.local.store import LocalStore
+
+    store, _ = LocalStore.load(folder)
+    index_docs = list(store.view().iter_documents())
+    records = [{"id": d.id, "page_content": d.page_content, "metadata": d.metadata} for d in index_docs]
+    (folder / "documents.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    for path in (folder / "documents").iterdir():
+        path.unlink()
+    (folder / "documents").rmdir()
+
+    def update(manifest: dict[str, Any]) -> None:
+        manifest["format_version"] = 2
+        manifest["files"] = file_entries(folder)
+
+    _rewrite_manifest(folder, update)
+
+
+class TestFormat2:
+    """Folders saved by the previous format (one documents.jsonl) still load; the next save writes format 3."""
+
+    def test_loads_and_answers_the_same(self, animal_index: FusionIndex, saved: Path, embeddings) -> None:
+        _as_format_2(saved)
+        assert (saved / "documents.jsonl").is_file() and not (saved / "documents").exists()
+        loaded = FusionIndex.load(saved, embeddings)
+        assert list(loaded.documents) == list(animal_index.documents)
+        _assert_same_results(loaded, animal_index, exact=True)
+
+    def test_saving_upgrades_it(self, animal_index: FusionIndex, saved: Path, embeddings, tmp_path: Path) -> None:
+        _as_format_2(saved)
+        again = FusionIndex.load(saved, embeddings).save(saved)
+        manifest = json.loads((again / "manifest.json").read_text(encoding="utf-8"))
+        assert manifest["format_version"] == 3 and not (again / "documents.jsonl").exists()
+        _assert_same_results(FusionIndex.load(again, embeddings), animal_index, exact=True)
+
+    def test_a_format_2_folder_lists_only_its_own_files(self, saved: Path, embeddings) -> None:
+        _as_format_2(saved)
+        _rewrite_manifest(saved, lambda m: m["files"].update({"documents/ids.json": {"sha256": "0", "bytes": 0}}))
+        with pytest.raises(IndexFormatError, match=r"lists an unexpected file 'documents/ids\.json'"):
+            FusionIndex.load(saved, embeddings)

@@ -1,16 +1,23 @@
 """The in-process store as a folder: no pickle, checksummed, replaced atomically and crash-safe.
 
-Layout of a saved store (format version 2)::
+Layout of a saved store (format version 3)::
 
     manifest.json       format and library version, embeddings id and dimension, vector index
                         settings, analyzer (class and configuration) and BM25 parameters, text
                         fields, counts, and the size and sha256 of every other file
-    documents.jsonl     one JSON object per row: {"id", "page_content", "metadata"}
+    documents/ids.json  the document ids, one per row, in row order
+    documents/texts.txt the rows' page_content, UTF-8, concatenated (memory-mapped on load)
+    documents/text_offsets.npy      where each row's text starts (and the last one ends), int64
+    documents/metadata.jsonl        one compact JSON object per row and line (memory-mapped on load)
+    documents/metadata_offsets.npy  where each row's line starts, int64
     vectors.npy         the unit vectors, float32, one row per document (memory-mapped on load)
     vectors.ann         the approximate FAISS index, when one is configured (FAISS's format)
     bm25/vocabulary.json  the BM25 tokens; position = term id
     bm25/indptr.npy, bm25/rows.npy, bm25/tf.npy, bm25/lengths.npy
                         term postings (CSC: rows of each term and its frequency) and row lengths
+
+Version 2 kept the documents as one ``documents.jsonl`` of ``{"id", "page_content",
+"metadata"}`` records; it is still read (and written as version 3 by the next save).
 
 Saving writes a sibling staging folder, fsyncs it, then swaps it with the target in one step
 (``renameat2(RENAME_EXCHANGE)`` on Linux): a crash at any instant leaves the old or the new
@@ -35,7 +42,7 @@ import shutil
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from datetime import datetime, timezone
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -117,8 +124,13 @@ def read_manifest(folder: Path) -> Any:
         raise IndexFormatError(f"{path} is not valid JSON ({reason}); the index is damaged, rebuild it") from None
 
 
-def check_format(folder: Path, manifest: Any, name: str, version: int, kind: str) -> dict[str, Any]:
-    """``manifest`` if it is a dict of format ``name`` and ``version``; IndexFormatError otherwise."""
+def check_format(
+    folder: Path, manifest: Any, name: str, version: int, kind: str, older: Collection[int] = ()
+) -> dict[str, Any]:
+    """``manifest`` if it is a dict of format ``name`` and ``version``; IndexFormatError otherwise.
+
+    ``older`` lists the earlier versions the caller still reads.
+    """
     if not isinstance(manifest, dict) or manifest.get("format") != name:
         raise IndexFormatError(f"{folder / MANIFEST} is not a langchain-fusion {kind} manifest")
     found: Any = manifest.get("format_version")
@@ -128,7 +140,7 @@ def check_format(folder: Path, manifest: Any, name: str, version: int, kind: str
             f"{folder} uses {kind} format version {found}, newer than this langchain-fusion "
             f"({library_version()}) reads (version {version}): upgrade langchain-fusion to load it"
         )
-    if not whole or found != version:
+    if not whole or (found != version and found not in older):
         raise IndexFormatError(
             f"{folder} uses {kind} format version {found!r}; this langchain-fusion ({library_version()}) "
             f"reads version {version}. Rebuild the index with this version."
@@ -220,6 +232,20 @@ def read_documents(path: Path) -> list[Document]:
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, RecursionError) as exc:
             raise IndexFormatError(f"{path}, line {number}: not a valid document record ({exc})") from None
     return documents
+
+
+def save_bytes(path: Path, data: NDArray[np.uint8]) -> None:
+    """Write a byte array as a plain file (written in bounded steps, also from a memory map)."""
+    with path.open("wb") as handle:
+        for lo in range(0, data.size, 1 << 24):
+            handle.write(np.ascontiguousarray(data[lo : lo + (1 << 24)]).tobytes())
+
+
+def map_bytes(path: Path) -> NDArray[np.uint8]:
+    """A plain file's bytes, memory-mapped read-only (an empty file is an empty array)."""
+    if path.stat().st_size == 0:
+        return np.zeros(0, dtype=np.uint8)
+    return np.memmap(path, dtype=np.uint8, mode="r")
 
 
 def save_array(path: Path, array: NDArray[Any]) -> None:

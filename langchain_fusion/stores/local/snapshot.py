@@ -25,15 +25,15 @@ from langchain_core.documents import Document
 from numpy.typing import NDArray
 
 from langchain_fusion import metadata as keys_
-from langchain_fusion.errors import FusionError
+from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.stores.base import FloatMatrix, Keys, Scores, StoreView, Where
-from langchain_fusion.stores.filters import as_predicate
 from langchain_fusion.stores.local.bm25 import (
     Postings,
     QueryWeights,
     build_postings,
     merge_postings,
 )
+from langchain_fusion.stores.local.documents import DocumentBlock
 from langchain_fusion.stores.local.tokens import query_term_counts, text_token_ids
 from langchain_fusion.stores.local.vectors import AnnIndex, check_vector_index, inner_products
 from langchain_fusion.stores.ranking import top_rows
@@ -57,7 +57,7 @@ _FILTER_CACHE = 16
 
 @dataclass(frozen=True, eq=False)
 class Segment:
-    """Rows ``start .. start + len(vectors) - 1``: their vectors, postings and optional ANN index."""
+    """Rows ``start .. start + len(vectors) - 1``: their documents, vectors, postings and optional ANN index."""
 
     start: int
     """Global row of the segment's first row."""
@@ -65,6 +65,8 @@ class Segment:
     """Unit vectors, one per row (read-only)."""
     postings: Postings
     """BM25 term postings of the rows (local row numbers)."""
+    documents: DocumentBlock
+    """The rows' documents, kept compactly (materialised only when returned)."""
     ann: AnnIndex | None = None
     """Approximate index over ``vectors``, when configured and the segment is large enough."""
 
@@ -92,9 +94,7 @@ class Snapshot:
     vocabulary: Mapping[str, int]
     """BM25 token -> term id (never modified once published)."""
     segments: tuple[Segment, ...] = ()
-    """The rows, in order."""
-    documents: tuple[Document, ...] = ()
-    """Document of every row (dead rows keep theirs until compaction)."""
+    """The rows, in order (dead rows keep their documents and vectors until compaction)."""
     lengths: NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, np.int32))
     """BM25 tokens per row."""
     dead: NDArray[np.bool_] | None = None
@@ -113,7 +113,7 @@ class Snapshot:
     @property
     def size(self) -> int:
         """Rows, dead ones included (the key space of a view)."""
-        return len(self.documents)
+        return int(self.lengths.size)
 
     @property
     def live_count(self) -> int:
@@ -145,21 +145,53 @@ class Snapshot:
     def check_aligned(self) -> None:
         """FusionError unless every side holds the same rows (documents, vectors, BM25 lengths, ids)."""
         vectors = sum(segment.size for segment in self.segments)
+        documents = sum(len(segment.documents) for segment in self.segments)
         starts = [segment.start for segment in self.segments]
         expected_starts = [int(s) for s in np.cumsum([0] + [segment.size for segment in self.segments])[:-1]]
         problems = []
-        if not (len(self.documents) == vectors == self.lengths.size):
-            problems.append(f"{len(self.documents)} documents, {vectors} vectors, {self.lengths.size} BM25 rows")
+        if not (documents == vectors == self.lengths.size):
+            problems.append(f"{documents} documents, {vectors} vectors, {self.lengths.size} BM25 rows")
         if starts != expected_starts:
             problems.append("segments are not contiguous")
-        if self.dead is not None and self.dead.size != len(self.documents):
+        if self.dead is not None and self.dead.size != self.size:
             problems.append("tombstones do not cover the rows")
-        if any(self.documents[row].id != doc_id for doc_id, row in self.rows.items()):
+        if not problems and any(self.id_of(row) != doc_id for doc_id, row in self.rows.items()):
             problems.append("the id table points at other documents")
         if problems:
             raise FusionError(f"index parts are not aligned ({'; '.join(problems)}); refusing to use them")
 
     # --- reads -------------------------------------------------------------------------------
+
+    def _located(self, row: int) -> tuple[Segment, int]:
+        """The segment holding global ``row`` and the row's position in it."""
+        starts = self._cache.get("starts")
+        if starts is None:
+            starts = self._cache["starts"] = np.asarray([s.start for s in self.segments], dtype=np.int64)
+        segment = self.segments[int(np.searchsorted(starts, row, side="right")) - 1]
+        return segment, row - segment.start
+
+    def id_of(self, row: int) -> str:
+        """The document id of ``row``."""
+        segment, local = self._located(row)
+        return segment.documents.ids[local]
+
+    def document(self, row: int) -> Document:
+        """A new ``Document`` for ``row``."""
+        segment, local = self._located(row)
+        return segment.documents.document(local)
+
+    def documents_of(self, rows: Keys) -> list[Document]:
+        """New ``Document`` objects for ``rows``, in order."""
+        return [self.document(int(row)) for row in rows]
+
+    def iter_rows(self) -> Iterator[tuple[int, Segment, int]]:
+        """``(row, segment, local row)`` of every live row, in row order."""
+        live = self.live_mask()
+        for segment in self.segments:
+            for local in range(segment.size):
+                row = segment.start + local
+                if live is None or live[row]:
+                    yield row, segment, local
 
     def vectors_of(self, rows: Keys) -> FloatMatrix:
         """The stored vectors of ``rows``, in order."""
@@ -230,8 +262,7 @@ class Snapshot:
         masks: dict[str, NDArray[np.bool_]] = self._cache.get("filters", {})
         if key is not None and key in masks:
             return masks[key]
-        predicate = as_predicate(spec)
-        mask = np.fromiter((predicate(doc) for doc in self.documents), dtype=bool, count=self.size)
+        mask = self._mapping_mask(spec) if isinstance(spec, Mapping) else self._callable_mask(spec)
         if key is not None:
             # Readers share this cache: replace the dict, never change one another thread may be reading.
             updated = dict(masks)
@@ -241,18 +272,49 @@ class Snapshot:
             self._cache["filters"] = updated
         return mask
 
+    def _mapping_mask(self, spec: Mapping[str, Any]) -> NDArray[np.bool_]:
+        """Rows whose metadata has every key of ``spec`` equal to its value (a list: any of them).
+
+        Each key is a column of codes per segment (see :class:`DocumentBlock`), so this costs a
+        comparison of small integers per row, not a parse of every row's metadata.
+        """
+        mask = np.ones(self.size, dtype=bool)
+        for key, value in spec.items():
+            wanted = list(value) if isinstance(value, (list, tuple, set, frozenset)) else [value]
+            for segment in self.segments:
+                mask[segment.start : segment.stop] &= segment.documents.column(key).matching(wanted)
+        return mask
+
+    def _callable_mask(self, spec: Any) -> NDArray[np.bool_]:
+        """Rows for which ``spec(metadata)`` is true (every row's metadata is parsed: the slow path)."""
+        if not callable(spec):
+            raise InvalidParameterError(
+                "filter must be a mapping of metadata key to value, or a callable taking metadata; "
+                f"got {type(spec).__name__}"
+            )
+        values = (bool(spec(metadata)) for s in self.segments for metadata in s.documents.iter_metadata())
+        return np.fromiter(values, dtype=bool, count=self.size)
+
     def chunk_rows(self) -> dict[tuple[str, int], int]:
         """Live row of each (source, chunk_index); the first row wins when two share a key."""
         table = self._cache.get("chunks")
         if table is None:
             table = {}
             live = self.live_mask()
-            for row, doc in enumerate(self.documents):
-                if live is not None and not live[row]:
-                    continue
-                position = keys_.chunk_position(doc)
-                if position is not None:
-                    table.setdefault(position, row)
+            for segment in self.segments:
+                sources = segment.documents.column(keys_.SOURCE)
+                indexes = segment.documents.column(keys_.CHUNK_INDEX)
+                source_of = {code: value for value, code in sources.values.items()}
+                index_of = {code: value for value, code in indexes.values.items()}
+                for local, (source, index) in enumerate(
+                    zip(sources.codes.tolist(), indexes.codes.tolist(), strict=True)
+                ):
+                    row = segment.start + local
+                    if (live is not None and not live[row]) or source < 0 or index < 0:
+                        continue
+                    value = index_of[index]
+                    if source_of[source] is not None and isinstance(value, int) and not isinstance(value, bool):
+                        table.setdefault((str(source_of[source]), value), row)
             self._cache["chunks"] = table
         return table
 
@@ -290,7 +352,8 @@ class Snapshot:
         postings = blocks[0][0] if len(blocks) == 1 else merge_postings(blocks, len(vocabulary))
         del blocks
         start = state.size
-        segment = Segment(start=start, vectors=_read_only(vectors), postings=postings)
+        block = DocumentBlock.from_documents(documents)
+        segment = Segment(start=start, vectors=_read_only(vectors), postings=postings, documents=block)
         frequency = _padded(state.document_frequency, len(vocabulary)) + postings.document_frequencies(len(vocabulary))
         rows = dict(state.rows)
         rows.update({doc.id or "": start + position for position, doc in enumerate(documents)})
@@ -300,7 +363,6 @@ class Snapshot:
             settings=settings,
             vocabulary=vocabulary,
             segments=(*state.segments, segment),
-            documents=(*state.documents, *documents),
             lengths=np.concatenate((state.lengths, lengths)),
             dead=dead,
             rows=rows,
@@ -328,8 +390,8 @@ class Snapshot:
                 frequency -= np.bincount(segment.postings.terms_of_rows(local), minlength=frequency.size)
         dead = flagged if self.dead is None else self.dead | flagged
         remaining = dict(self.rows)
-        for row in rows:
-            remaining.pop(self.documents[int(row)].id or "", None)
+        for row in rows.tolist():
+            remaining.pop(self.id_of(row), None)
         return replace(
             self,
             dead=dead,
@@ -355,7 +417,8 @@ class Snapshot:
         vocabulary_size = len(self.vocabulary)
         postings = merge_postings([(first.postings, first.start), (second.postings, second.start)], vocabulary_size)
         vectors = np.concatenate((first.vectors, second.vectors))
-        return Segment(start=first.start, vectors=_read_only(vectors), postings=postings)
+        documents = DocumentBlock.concatenated([first.documents, second.documents])
+        return Segment(start=first.start, vectors=_read_only(vectors), postings=postings, documents=documents)
 
     def _with_ann(self, segment: Segment) -> Segment:
         # A segment too small for the index (or to train it: IVF needs a row per list) is scanned exactly.
@@ -375,15 +438,14 @@ class Snapshot:
             [(s.postings, s.start) for s in self.segments], vocabulary_size, keep=keep, new_row=new_row
         )
         vectors = np.concatenate([s.vectors[keep[s.start : s.stop]] for s in self.segments]) if self.segments else None
-        documents = tuple(doc for doc, alive in zip(self.documents, keep, strict=True) if alive)
+        documents = DocumentBlock.concatenated([s.documents.kept(keep[s.start : s.stop]) for s in self.segments])
         segments: tuple[Segment, ...] = ()
         if vectors is not None and vectors.shape[0]:
-            segments = (Segment(start=0, vectors=_read_only(vectors), postings=postings),)
-        rows = {doc.id or "": row for row, doc in enumerate(documents)}
+            segments = (Segment(start=0, vectors=_read_only(vectors), postings=postings, documents=documents),)
+        rows = {doc_id: row for row, doc_id in enumerate(documents.ids)}
         return replace(
             self,
             segments=segments,
-            documents=documents,
             lengths=self.lengths[keep],
             dead=None,
             rows=rows,
@@ -469,9 +531,8 @@ class LocalView(StoreView):
         return scorers
 
     def documents(self, keys: Keys) -> list[Document]:
-        """The documents of ``keys``."""
-        documents = self.snapshot.documents
-        return [documents[int(k)] for k in keys]
+        """The documents of ``keys`` (materialised from the compact store)."""
+        return self.snapshot.documents_of(keys)
 
     def vectors(self, keys: Keys) -> FloatMatrix:
         """The stored vectors of ``keys``."""
@@ -492,15 +553,11 @@ class LocalView(StoreView):
     def neighbours(self, source: str, chunk_indexes: Sequence[int]) -> dict[int, Document]:
         """Chunks of ``source`` at these positions."""
         table = self.snapshot.chunk_rows()
-        documents = self.snapshot.documents
-        return {i: documents[row] for i in chunk_indexes if (row := table.get((source, i))) is not None}
+        return {i: self.snapshot.document(row) for i in chunk_indexes if (row := table.get((source, i))) is not None}
 
     def iter_documents(self) -> Iterator[Document]:
         """Live documents in row order."""
-        live = self.snapshot.live_mask()
-        if live is None:
-            return iter(self.snapshot.documents)
-        return (doc for doc, alive in zip(self.snapshot.documents, live, strict=True) if alive)
+        return (segment.documents.document(local) for _, segment, local in self.snapshot.iter_rows())
 
     @property
     def key_count(self) -> int:

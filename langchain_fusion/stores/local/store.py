@@ -29,6 +29,7 @@ from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.base import FloatMatrix, FusionStore
 from langchain_fusion.stores.local import folder as fmt
 from langchain_fusion.stores.local.bm25 import Postings
+from langchain_fusion.stores.local.documents import DocumentBlock
 from langchain_fusion.stores.local.snapshot import LocalView, Segment, Snapshot, ann_min_rows, empty_snapshot
 from langchain_fusion.stores.local.tokens import tokenize
 from langchain_fusion.stores.local.vectors import AnnIndex, check_vector_index
@@ -37,8 +38,18 @@ from langchain_fusion.stores.settings import BM25Params, StoreSettings
 logger = logging.getLogger(__name__)
 
 FORMAT_NAME = "langchain-fusion-index"
-FORMAT_VERSION = 2
-DOCUMENTS = "documents.jsonl"
+FORMAT_VERSION = 3
+OLDER_VERSIONS = (2,)
+"""Format versions this library still reads (the next save writes :data:`FORMAT_VERSION`)."""
+DOCUMENTS_DIR = "documents"
+IDS = f"{DOCUMENTS_DIR}/ids.json"
+TEXTS = f"{DOCUMENTS_DIR}/texts.txt"
+TEXT_OFFSETS = f"{DOCUMENTS_DIR}/text_offsets.npy"
+METADATA = f"{DOCUMENTS_DIR}/metadata.jsonl"
+METADATA_OFFSETS = f"{DOCUMENTS_DIR}/metadata_offsets.npy"
+DOCUMENT_FILES = {IDS, TEXTS, TEXT_OFFSETS, METADATA, METADATA_OFFSETS}
+DOCUMENTS_V2 = "documents.jsonl"
+"""Format 2 kept every document as one JSON record in this file."""
 VECTORS = "vectors.npy"
 ANN = "vectors.ann"
 BM25_DIR = "bm25"
@@ -49,9 +60,11 @@ BM25_ARRAYS = {
     "tf": ((np.uint16, np.int32), 1),
     "lengths": (np.int32, 1),
 }
-REQUIRED_FILES = {DOCUMENTS, VOCABULARY} | {f"{BM25_DIR}/{name}.npy" for name in BM25_ARRAYS}
+BM25_FILES = {VOCABULARY} | {f"{BM25_DIR}/{name}.npy" for name in BM25_ARRAYS}
+REQUIRED_FILES = DOCUMENT_FILES | BM25_FILES
 """Files every saved store has (``vectors.npy`` too once it holds rows)."""
 _FILES = REQUIRED_FILES | {VECTORS, ANN}
+_FILES_V2 = {DOCUMENTS_V2, VECTORS, ANN} | BM25_FILES
 
 
 class LocalStore(FusionStore):
@@ -180,9 +193,11 @@ class LocalStore(FusionStore):
                 f"{folder} is a hierarchical index (page summaries and chunks): load it with "
                 "HierarchicalIndex.load, or its chunks/ folder with FusionIndex.load"
             )
-        manifest = fmt.check_format(folder, manifest, FORMAT_NAME, FORMAT_VERSION, "index")
-        paths = fmt.verify_files(folder, manifest, _FILES.__contains__)
-        missing = sorted(REQUIRED_FILES - set(paths))
+        manifest = fmt.check_format(folder, manifest, FORMAT_NAME, FORMAT_VERSION, "index", OLDER_VERSIONS)
+        version = manifest["format_version"]
+        paths = fmt.verify_files(folder, manifest, (_FILES if version == FORMAT_VERSION else _FILES_V2).__contains__)
+        required = REQUIRED_FILES if version == FORMAT_VERSION else BM25_FILES | {DOCUMENTS_V2}
+        missing = sorted(required - set(paths))
         if missing:
             raise IndexFormatError(f"{folder / fmt.MANIFEST} does not list {missing}; the index is damaged")
         settings, vector_conf, counts = _parse_manifest(folder, manifest, analyzer)
@@ -202,7 +217,7 @@ def write_snapshot(snapshot: Snapshot, folder: Path, extra: dict[str, Any]) -> N
     snapshot.check_aligned()
     compact = snapshot.compacted()
     segment = compact.segments[0] if compact.segments else None
-    fmt.write_documents(folder / DOCUMENTS, iter(compact.documents))
+    write_documents(folder, segment.documents if segment is not None else DocumentBlock.empty())
     dimension = compact.settings.dimension
     if segment is not None:
         fmt.save_array(folder / VECTORS, segment.vectors)
@@ -261,6 +276,49 @@ def write_snapshot(snapshot: Snapshot, folder: Path, extra: dict[str, Any]) -> N
         "files": fmt.file_entries(folder),
     }
     fmt.write_manifest(folder, manifest)
+
+
+def write_documents(folder: Path, block: DocumentBlock) -> None:
+    """The documents of one block, as the ``documents/`` files of format 3."""
+    (folder / DOCUMENTS_DIR).mkdir()
+    (folder / IDS).write_text(json.dumps(list(block.ids), ensure_ascii=False), encoding="utf-8")
+    fmt.save_bytes(folder / TEXTS, block.text_bytes)
+    fmt.save_array(folder / TEXT_OFFSETS, block.text_offsets)
+    fmt.save_bytes(folder / METADATA, block.metadata_bytes)
+    fmt.save_array(folder / METADATA_OFFSETS, block.metadata_offsets)
+
+
+def read_documents(folder: Path, paths: dict[str, Path]) -> DocumentBlock:
+    """The documents of a saved folder: mapped from format 3's files, or parsed from format 2's records."""
+    if DOCUMENTS_V2 in paths:
+        return DocumentBlock.from_documents(fmt.read_documents(paths[DOCUMENTS_V2]))
+    ids = _read_ids(paths[IDS])
+    parts: list[NDArray[Any]] = []
+    for data_name, offsets_name in ((TEXTS, TEXT_OFFSETS), (METADATA, METADATA_OFFSETS)):
+        data = fmt.map_bytes(paths[data_name])
+        offsets = fmt.load_array(paths[offsets_name], np.int64, 1, mmap=True)
+        if (
+            offsets.size != len(ids) + 1
+            or offsets[0] != 0
+            or offsets[-1] != data.size
+            or (offsets.size > 1 and bool(np.any(np.diff(offsets) < 0)))
+        ):
+            raise IndexFormatError(
+                f"{folder}: {offsets_name} does not describe {len(ids)} rows of {data_name}; rebuild the index"
+            )
+        parts += [data, offsets]
+    texts, text_offsets, metadata, metadata_offsets = parts
+    return DocumentBlock(tuple(ids), texts, text_offsets, metadata, metadata_offsets)
+
+
+def _read_ids(path: Path) -> list[str]:
+    try:
+        ids = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise IndexFormatError(f"{path} is not valid JSON ({type(exc).__name__}); rebuild the index") from None
+    if not isinstance(ids, list) or not all(isinstance(i, str) and i for i in ids):
+        raise IndexFormatError(f"{path} is not a list of document ids; rebuild the index")
+    return ids
 
 
 def _parse_manifest(
@@ -332,8 +390,7 @@ def read_snapshot(
     folder: Path, paths: dict[str, Path], settings: StoreSettings, vector_conf: dict[str, Any], counts: dict[str, Any]
 ) -> Snapshot:
     """The snapshot saved in ``folder`` (files already verified), checked for consistency."""
-    fmt.require_file(folder / DOCUMENTS)
-    documents = fmt.read_documents(folder / DOCUMENTS)
+    documents = read_documents(folder, paths)
     factory, search_params = vector_conf["factory"], vector_conf.get("search_params")
     vocabulary_list = _read_vocabulary(folder / VOCABULARY)
     arrays = {}
@@ -372,8 +429,7 @@ def read_snapshot(
         problems.append("BM25 postings point outside the rows")
     if lengths.size != n or (n and int(lengths.min()) < 0):
         problems.append("BM25 row lengths do not match the documents")
-    ids = [doc.id for doc in documents]
-    if len(set(ids)) != len(ids):
+    if len(set(documents.ids)) != n:
         problems.append("document ids repeat")
     if problems:
         raise IndexFormatError(f"{folder}: the index files disagree ({'; '.join(problems)}); rebuild the index")
@@ -401,14 +457,13 @@ def read_snapshot(
         if len(ann) != n:
             raise IndexFormatError(f"{folder}: {ANN} holds {len(ann)} vectors for {n} documents; rebuild the index")
     assert vectors is not None
-    segment = Segment(start=0, vectors=vectors, postings=postings, ann=ann)
+    segment = Segment(start=0, vectors=vectors, postings=postings, documents=documents, ann=ann)
     loaded = replace(
         snapshot,
         vocabulary={t: i for i, t in enumerate(vocabulary_list)},
         segments=(segment,),
-        documents=tuple(documents),
         lengths=np.asarray(lengths),
-        rows={doc.id or "": row for row, doc in enumerate(documents)},
+        rows={doc_id: row for row, doc_id in enumerate(documents.ids)},
         document_frequency=np.diff(np.asarray(indptr)).astype(np.int64),
         live_length=int(np.asarray(lengths).sum()),
     )
@@ -427,7 +482,7 @@ SPOT_CHECK_ROWS = 64
 
 
 def _postings_mismatch(
-    documents: Sequence[Document], vocabulary: list[str], postings: Postings, settings: StoreSettings
+    documents: DocumentBlock, vocabulary: list[str], postings: Postings, settings: StoreSettings
 ) -> str | None:
     """What disagrees between a spread sample of rows' texts and the postings, or None.
 
@@ -441,7 +496,7 @@ def _postings_mismatch(
     term_of = {t: i for i, t in enumerate(vocabulary)}
     for row in sorted({int(r) for r in np.linspace(0, n - 1, min(n, SPOT_CHECK_ROWS))}):
         counts: dict[int, int] = {}
-        for token in tokenize(settings.analyzer, indexed_text(documents[row], settings.bm25_fields)):
+        for token in tokenize(settings.analyzer, indexed_text(documents.document(row), settings.bm25_fields)):
             term = term_of.get(token)
             if term is None:
                 return f"row {row} has the token {token!r}, which the vocabulary lacks"
