@@ -630,8 +630,12 @@ class FusionIndex(VectorStore):
 
 
 def _prepared(documents: Iterable[Document], ids: Sequence[str] | None = None) -> list[Document]:
-    """Copies with ids (given, own, or content hashes); FusionError on ids repeated in the batch."""
-    new_docs = [doc.model_copy(deep=True) for doc in documents]
+    """Copies with ids (given, own, or content hashes); FusionError on ids repeated in the batch.
+
+    The copies are shallow: their metadata is the caller's, which stores only read (and
+    serialise) and never change.
+    """
+    new_docs = [doc.model_copy() for doc in documents]
     if ids is not None:
         if isinstance(ids, str) or len(ids) != len(new_docs):
             raise InvalidParameterError(f"give one id per document: {len(new_docs)} documents, ids={ids!r}")

@@ -99,8 +99,8 @@ class Snapshot:
     """BM25 tokens per row."""
     dead: NDArray[np.bool_] | None = None
     """Tombstones: True for deleted rows; None when no row is dead."""
-    rows: Mapping[str, int] = field(default_factory=dict)
-    """Live document id -> row."""
+    id_table: Mapping[str, int] | None = field(default_factory=dict)
+    """Live document id -> row; None until first needed (a loaded snapshot builds it from the ids)."""
     document_frequency: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     """Live rows containing each term."""
     live_length: int = 0
@@ -116,9 +116,29 @@ class Snapshot:
         return int(self.lengths.size)
 
     @property
+    def rows(self) -> Mapping[str, int]:
+        """Live document id -> row (built on first use when the snapshot was loaded)."""
+        if self.id_table is not None:
+            return self.id_table
+        table = self._cache.get("rows")
+        if table is None:
+            ids = (i for segment in self.segments for i in segment.documents.ids)
+            table = dict(zip(ids, range(self.size)))
+            if self.dead is not None:
+                for row in np.flatnonzero(self.dead).tolist():
+                    table.pop(self.id_of(row), None)
+            self._cache["rows"] = table
+        return table
+
+    @property
     def live_count(self) -> int:
         """Live rows."""
-        return len(self.rows)
+        if self.dead is None:
+            return self.size
+        count = self._cache.get("live_count")
+        if count is None:
+            count = self._cache["live_count"] = self.size - int(np.count_nonzero(self.dead))
+        return int(count)
 
     @property
     def dead_count(self) -> int:
@@ -365,7 +385,7 @@ class Snapshot:
             segments=(*state.segments, segment),
             lengths=np.concatenate((state.lengths, lengths)),
             dead=dead,
-            rows=rows,
+            id_table=rows,
             document_frequency=frequency,
             live_length=state.live_length + int(lengths.sum()),
             _cache={},
@@ -395,7 +415,7 @@ class Snapshot:
         return replace(
             self,
             dead=dead,
-            rows=remaining,
+            id_table=remaining,
             document_frequency=frequency,
             live_length=self.live_length - int(self.lengths[rows].sum()),
             _cache={},
@@ -411,7 +431,9 @@ class Snapshot:
             last = segments.pop()
             segments[-1] = state._merge(segments[-1], last)
         segments = [state._with_ann(s) for s in segments]
-        return replace(state, segments=tuple(segments), _cache=state._cache)
+        # Row-based derived data stays valid; the segment starts do not once segments merged.
+        cache = {key: value for key, value in state._cache.items() if key != "starts"}
+        return replace(state, segments=tuple(segments), _cache=cache)
 
     def _merge(self, first: Segment, second: Segment) -> Segment:
         vocabulary_size = len(self.vocabulary)
@@ -442,13 +464,13 @@ class Snapshot:
         segments: tuple[Segment, ...] = ()
         if vectors is not None and vectors.shape[0]:
             segments = (Segment(start=0, vectors=_read_only(vectors), postings=postings, documents=documents),)
-        rows = {doc_id: row for row, doc_id in enumerate(documents.ids)}
+        rows = dict(zip(documents.ids, range(len(documents))))
         return replace(
             self,
             segments=segments,
             lengths=self.lengths[keep],
             dead=None,
-            rows=rows,
+            id_table=rows,
             _cache={},
         )
 

@@ -316,7 +316,7 @@ def _read_ids(path: Path) -> list[str]:
         ids = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise IndexFormatError(f"{path} is not valid JSON ({type(exc).__name__}); rebuild the index") from None
-    if not isinstance(ids, list) or not all(isinstance(i, str) and i for i in ids):
+    if not isinstance(ids, list) or not set(map(type, ids)) <= {str} or "" in ids:
         raise IndexFormatError(f"{path} is not a list of document ids; rebuild the index")
     return ids
 
@@ -429,14 +429,12 @@ def read_snapshot(
         problems.append("BM25 postings point outside the rows")
     if lengths.size != n or (n and int(lengths.min()) < 0):
         problems.append("BM25 row lengths do not match the documents")
-    if len(set(documents.ids)) != n:
+    if _repeats(documents.ids):
         problems.append("document ids repeat")
     if problems:
         raise IndexFormatError(f"{folder}: the index files disagree ({'; '.join(problems)}); rebuild the index")
-    if rows.size:
-        per_row = np.bincount(rows, weights=tf.astype(np.float64), minlength=n)
-        if not np.array_equal(per_row.astype(np.int64), lengths.astype(np.int64)):
-            raise IndexFormatError(f"{folder}: BM25 row lengths disagree with the postings; rebuild the index")
+    if rows.size and not _lengths_agree(rows, tf, lengths):
+        raise IndexFormatError(f"{folder}: BM25 row lengths disagree with the postings; rebuild the index")
     postings = Postings(indptr=np.asarray(indptr), rows=rows, tf=tf)
     mismatch = _postings_mismatch(documents, vocabulary_list, postings, settings)
     if mismatch:
@@ -463,13 +461,30 @@ def read_snapshot(
         vocabulary={t: i for i, t in enumerate(vocabulary_list)},
         segments=(segment,),
         lengths=np.asarray(lengths),
-        rows={doc_id: row for row, doc_id in enumerate(documents.ids)},
+        id_table=None,  # built from the ids when first needed: queries never need it
         document_frequency=np.diff(np.asarray(indptr)).astype(np.int64),
         live_length=int(np.asarray(lengths).sum()),
     )
     if ann is None and factory != "Flat" and n >= ann_min_rows(factory):
         logger.info("building the %s index of %s (%d rows): it was not saved", factory, folder, n)
     return loaded._maintained()
+
+
+def _repeats(ids: Sequence[str]) -> bool:
+    """Whether an id occurs twice: sorted string hashes first (fast), then the strings of any equal hashes."""
+    hashes = np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids))
+    hashes.sort()
+    if not bool(np.any(hashes[1:] == hashes[:-1])):
+        return False
+    return len(set(ids)) != len(ids)
+
+
+def _lengths_agree(rows: NDArray[np.int32], tf: NDArray[np.integer], lengths: NDArray[np.int32]) -> bool:
+    """Whether each row's length is the sum of its term frequencies (in blocks: no full-size temporary)."""
+    totals = np.zeros(lengths.size, dtype=np.float64)
+    for lo in range(0, rows.size, 1 << 22):
+        totals += np.bincount(rows[lo : lo + (1 << 22)], weights=tf[lo : lo + (1 << 22)], minlength=lengths.size)
+    return bool(np.array_equal(totals, lengths))
 
 
 def _all_finite(vectors: NDArray[np.float32], block: int = 65_536) -> bool:
@@ -503,8 +518,8 @@ def _postings_mismatch(
             counts[term] = counts.get(term, 0) + 1
         for term, count in counts.items():
             start, end = int(postings.indptr[term]), int(postings.indptr[term + 1])
-            found = np.flatnonzero(postings.rows[start:end] == row)
-            if found.size != 1 or int(postings.tf[start + int(found[0])]) != count:
+            at = start + int(np.searchsorted(postings.rows[start:end], row))  # a term's rows ascend
+            if at >= end or int(postings.rows[at]) != row or int(postings.tf[at]) != count:
                 return f"row {row}: the postings of {vocabulary[term]!r} do not list it {count} time(s)"
     return None
 
