@@ -75,6 +75,11 @@ class Analyzer(BaseModel):
     def _memo(self) -> _WordMemo:
         return _WordMemo(self.normalize_word)
 
+    def token_of(self, word: str) -> str | None:
+        """:meth:`normalize_word`, remembered: each distinct word is analysed once per analyzer."""
+        token: str | None = self._memo[word]
+        return token
+
     def has_custom_tokenize(self) -> bool:
         """True when a subclass overrides :meth:`tokenize` (then it is called for every text)."""
         return type(self).tokenize is not Analyzer.tokenize

@@ -33,8 +33,8 @@ def text_token_ids(
             tokens = tokenize(analyzer, text)
             out.append(np.fromiter((vocabulary.setdefault(t, len(vocabulary)) for t in tokens), dtype=np.int64))
     else:
-        # Each distinct word is analysed once per call, then looked up in C.
-        normalize = analyzer.normalize_word
+        # Each distinct word is analysed once per analyzer (token_of) and looked up in C per call.
+        normalize = analyzer.token_of
 
         def word_id(word: str) -> int:
             token = normalize(word)
