@@ -123,7 +123,7 @@ class Snapshot:
         table = self._cache.get("rows")
         if table is None:
             ids = (i for segment in self.segments for i in segment.documents.ids)
-            table = dict(zip(ids, range(self.size)))
+            table = dict(zip(ids, range(self.size), strict=True))
             if self.dead is not None:
                 for row in np.flatnonzero(self.dead).tolist():
                     table.pop(self.id_of(row), None)
@@ -464,7 +464,7 @@ class Snapshot:
         segments: tuple[Segment, ...] = ()
         if vectors is not None and vectors.shape[0]:
             segments = (Segment(start=0, vectors=_read_only(vectors), postings=postings, documents=documents),)
-        rows = dict(zip(documents.ids, range(len(documents))))
+        rows = dict(zip(documents.ids, range(len(documents)), strict=True))
         return replace(
             self,
             segments=segments,
