@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -237,3 +238,47 @@ class TestApproximateIndex:
                 (d.id, round(d.metadata["fusion_score"], 5)) for d in FusionRetriever(index=approx, k=6).invoke(query)
             ]
             assert got == want
+
+
+class TestApproximateIndexKeepsOneCopy:
+    """A graph index over full vectors holds them: the segment reads them there, and a save writes them once."""
+
+    @pytest.mark.usefixtures("ann_on_small_segments")
+    def test_the_segment_reads_the_graphs_vectors(self) -> None:
+        docs = random_corpus(11)
+        approx = FusionIndex.from_documents(docs, HashingEmbeddings(size=32), vector_index="HNSW16")
+        segment = approx.store.snapshot.segments[0]  # type: ignore[attr-defined]
+        shared = segment.ann.shared_vectors
+        assert shared is not None and not segment.vectors.flags.owndata
+        assert segment.vectors.__array_interface__["data"][0] == shared.__array_interface__["data"][0]
+        assert not segment.vectors.flags.writeable
+        exact = FusionIndex.from_documents(docs, HashingEmbeddings(size=32))
+        np.testing.assert_array_equal(segment.vectors, exact.store.snapshot.segments[0].vectors)  # type: ignore[attr-defined]
+
+    @pytest.mark.usefixtures("ann_on_small_segments")
+    @pytest.mark.parametrize("factory", ["HNSW16", "IVF4,Flat"])
+    def test_saved_graph_holds_no_second_copy(self, factory: str, tmp_path: Path) -> None:
+        docs = random_corpus(12)
+        embeddings = HashingEmbeddings(size=32)
+        approx = FusionIndex.from_documents(docs, embeddings, vector_index=factory, vector_search_params=None)
+        folder = approx.save(tmp_path / "idx")
+        vectors_bytes = (folder / "vectors.npy").stat().st_size
+        if factory.startswith("HNSW"):
+            import faiss
+
+            with_vectors = faiss.serialize_index(approx.store.snapshot.segments[0].ann._index).size  # type: ignore[attr-defined]
+            payload = vectors_bytes - 128  # the .npy header is at most 128 bytes
+            assert (folder / "vectors.ann").stat().st_size <= with_vectors - payload  # the graph, not the vectors
+        loaded = FusionIndex.load(folder, embeddings)
+        segment = loaded.store.snapshot.segments[0]  # type: ignore[attr-defined]
+        assert segment.ann is not None
+        if factory.startswith("HNSW"):
+            assert (
+                segment.vectors.__array_interface__["data"][0]
+                == segment.ann.shared_vectors.__array_interface__["data"][0]
+            )
+        for query in queries(12):
+            want = [(d.id, d.metadata["fusion_score"]) for d in FusionRetriever(index=approx, k=5).invoke(query)]
+            assert [
+                (d.id, d.metadata["fusion_score"]) for d in FusionRetriever(index=loaded, k=5).invoke(query)
+            ] == want

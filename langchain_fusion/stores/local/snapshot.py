@@ -447,7 +447,8 @@ class Snapshot:
         if self.vector_index == "Flat" or segment.ann is not None or segment.size < ann_min_rows(self.vector_index):
             return segment
         ann = AnnIndex.build(np.ascontiguousarray(segment.vectors), self.vector_index, self.vector_search_params)
-        return replace(segment, ann=ann)
+        shared = ann.shared_vectors  # a graph index holds the vectors itself: keep that one copy only
+        return replace(segment, ann=ann, vectors=shared if shared is not None else segment.vectors)
 
     def compacted(self) -> Snapshot:
         """The same live rows in one segment with no tombstones (rows renumbered, order kept)."""

@@ -446,15 +446,18 @@ def read_snapshot(
             vocabulary={t: i for i, t in enumerate(vocabulary_list)},
             document_frequency=np.zeros(vocabulary_size, np.int64),
         )
+    assert vectors is not None
     ann = None
     if ANN in paths:
         try:
-            ann = AnnIndex.load(paths[ANN], int(vectors.shape[1]), factory, search_params)  # type: ignore[union-attr]
+            ann = AnnIndex.load(paths[ANN], vectors, factory, search_params)
         except (RuntimeError, FusionError) as exc:
             raise IndexFormatError(f"{folder}: cannot read {ANN} ({exc}); rebuild the index") from None
         if len(ann) != n:
             raise IndexFormatError(f"{folder}: {ANN} holds {len(ann)} vectors for {n} documents; rebuild the index")
-    assert vectors is not None
+        shared = ann.shared_vectors
+        if shared is not None:  # the graph's storage holds the vectors now: drop the memory map
+            vectors = shared
     segment = Segment(start=0, vectors=vectors, postings=postings, documents=documents, ann=ann)
     loaded = replace(
         snapshot,

@@ -55,11 +55,21 @@ class AnnIndex:
     the metric; ``search_params`` (a FAISS ParameterSpace string such as ``"efSearch=128"`` or
     ``"nprobe=16"``) tunes its recall. It only proposes candidates: exact scores always come
     from the stored vectors.
+
+    A graph index over full vectors (``HNSW32``, i.e. FAISS's ``IndexHNSWFlat``) keeps the
+    vectors in its own storage: :attr:`shared_vectors` exposes them as a NumPy view, so the
+    segment keeps one copy, and :meth:`save` writes the graph alone (the vectors are in
+    ``vectors.npy`` already).
     """
 
-    def __init__(self, index: Any, factory: str, search_params: str | None) -> None:
-        """Wrap an already-built FAISS ``index`` (see :meth:`build` and :meth:`load`)."""
+    def __init__(self, index: Any, factory: str, search_params: str | None, storage: Any = None) -> None:
+        """Wrap an already-built FAISS ``index`` (see :meth:`build` and :meth:`load`).
+
+        ``storage`` is a flat index attached to a graph read without its vectors; it is kept
+        here so that it lives as long as the graph that points at it.
+        """
         self._index = index
+        self._storage = storage
         self.factory = factory
         self.search_params = search_params
         _apply_search_params(index, factory, search_params)
@@ -72,6 +82,16 @@ class AnnIndex:
             index.train(vectors)
         index.add(vectors)
         return cls(index, factory, search_params)
+
+    @property
+    def shared_vectors(self) -> FloatMatrix | None:
+        """The indexed vectors as a read-only view of the index's own storage, where it holds them in full."""
+        storage = _flat_storage(self._index)
+        if storage is None or storage.ntotal == 0:
+            return None
+        view = faiss.rev_swig_ptr(storage.get_xb(), storage.ntotal * storage.d).reshape(storage.ntotal, storage.d)
+        view.flags.writeable = False
+        return view  # type: ignore[no-any-return]
 
     def __len__(self) -> int:
         return int(self._index.ntotal)
@@ -112,16 +132,36 @@ class AnnIndex:
         return params
 
     def save(self, path: Path) -> None:
-        """Write the FAISS index to ``path`` (FAISS's own binary format; no pickle)."""
-        faiss.write_index(self._index, str(path))
+        """Write the FAISS index to ``path`` (FAISS's own binary format; no pickle).
+
+        A graph over full vectors is written without them (they are saved beside it).
+        """
+        flags = faiss.IO_FLAG_SKIP_STORAGE if _flat_storage(self._index) is not None else 0
+        faiss.write_index(self._index, str(path), flags)
 
     @classmethod
-    def load(cls, path: Path, dimension: int, factory: str, search_params: str | None) -> AnnIndex:
-        """Read an index written by :meth:`save`."""
-        index = faiss.read_index(str(path))
+    def load(cls, path: Path, vectors: FloatMatrix, factory: str, search_params: str | None) -> AnnIndex:
+        """Read an index written by :meth:`save` over ``vectors`` (a graph gets them as its storage, copied once)."""
+        index = faiss.read_index(str(path), faiss.IO_FLAG_SKIP_STORAGE)
+        dimension = int(vectors.shape[1])
         if index.d != dimension:
             raise FusionError(f"vector index has dimension {index.d}; manifest says {dimension}")
-        return cls(index, factory, search_params)
+        storage = None
+        if isinstance(index, faiss.IndexHNSW) and index.storage is None:
+            storage = faiss.IndexFlatIP(dimension)
+            for lo in range(0, vectors.shape[0], 1 << 16):  # from a memory map, a block at a time
+                storage.add(np.ascontiguousarray(vectors[lo : lo + (1 << 16)]))
+            index.storage = storage
+            index.own_fields = False
+        return cls(index, factory, search_params, storage)
+
+
+def _flat_storage(index: Any) -> Any:
+    """The flat float32 storage of a graph index (HNSW over full vectors), or None for any other kind."""
+    if not isinstance(index, faiss.IndexHNSW) or index.storage is None:
+        return None
+    storage = faiss.downcast_index(index.storage)
+    return storage if isinstance(storage, faiss.IndexFlat) and storage.code_size == 4 * storage.d else None
 
 
 def faiss_reason(exc: RuntimeError) -> str:
