@@ -106,6 +106,45 @@ class TestMilvusErrors:
             MilvusStore("http://127.0.0.1:9", "docs", timeout=2)
         assert "\n" not in str(caught.value)
 
+    def test_a_lite_file_is_retried_while_its_server_starts(
+        self, milvus_uri: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The first connection to a new Milvus Lite file can come before its socket exists."""
+        import pymilvus
+        from pymilvus.exceptions import MilvusException
+
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        real = pymilvus.MilvusClient
+        attempts: list[int] = []
+
+        def slow_start(*args: object, **kwargs: object) -> object:
+            attempts.append(1)
+            if len(attempts) < 3:
+                raise MilvusException(code=2, message="Fail connecting to server on unix:/tmp/x.sock")
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(pymilvus, "MilvusClient", slow_start)
+        store = MilvusStore(milvus_uri, self._name())
+        assert len(attempts) == 3 and store.is_lite
+
+    def test_a_lite_file_that_cannot_be_opened_is_not_retried(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import pymilvus
+        from pymilvus.exceptions import ConnectionConfigException
+
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        attempts: list[int] = []
+
+        def locked(*args: object, **kwargs: object) -> object:
+            attempts.append(1)
+            raise ConnectionConfigException(message="Open local milvus failed")
+
+        monkeypatch.setattr(pymilvus, "MilvusClient", locked)
+        with pytest.raises(FusionError, match="Open local milvus failed"):
+            MilvusStore("./busy.db", self._name())
+        assert len(attempts) == 1
+
     def test_a_collection_made_by_someone_else_is_refused(self, milvus_uri: str) -> None:
         from pymilvus import MilvusClient
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -103,6 +104,12 @@ def filter_expression(where: Where | None) -> str:
     return " and ".join(f"({p})" for p in parts)
 
 
+_LITE_START_SECONDS = 20.0
+"""How long a Milvus Lite file is retried while its server process starts."""
+_CONNECT_FAILED = 2
+"""pymilvus's status code for a connection that could not be made."""
+
+
 class MilvusStore(FusionStore):
     """Rows in a Milvus collection (Milvus Lite file, standalone server or cluster).
 
@@ -134,11 +141,19 @@ class MilvusStore(FusionStore):
         self.collection_name = collection_name
         self.timeout = timeout
         self.is_lite = not uri.startswith(("http://", "https://", "tcp://", "grpc://"))
-        try:
-            self.client = MilvusClient(uri=uri, timeout=timeout, **connection)
-            exists = self.client.has_collection(collection_name, timeout=timeout)
-        except Exception as exc:
-            raise FusionError(f"cannot reach Milvus at {uri!r}: {_reason(exc)}") from None
+        deadline = time.monotonic() + (min(timeout, _LITE_START_SECONDS) if self.is_lite else 0.0)
+        while True:
+            try:
+                self.client = MilvusClient(uri=uri, timeout=timeout, **connection)
+                exists = self.client.has_collection(collection_name, timeout=timeout)
+                break
+            except Exception as exc:
+                # Milvus Lite starts a server process and opens its socket a moment later; on a
+                # busy machine the first connection can come too early, so a lite file is retried.
+                if getattr(exc, "code", None) == _CONNECT_FAILED and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    continue
+                raise FusionError(f"cannot reach Milvus at {uri!r}: {_reason(exc)}") from None
         self._settings = StoreSettings(analyzer=analyzer or Analyzer(), bm25_params=bm25_params or BM25Params())
         self._created = exists
         if exists:
