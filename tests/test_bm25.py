@@ -14,6 +14,7 @@ from numpy.typing import NDArray
 from rank_bm25 import BM25Okapi
 
 from langchain_fusion.stores.analyzer import Analyzer
+from langchain_fusion.stores.local import bm25 as bm25_module
 from langchain_fusion.stores.local import snapshot as snapshot_module
 from langchain_fusion.stores.local.bm25 import BM25Corpus, QueryWeights
 from langchain_fusion.stores.local.store import LocalStore
@@ -231,7 +232,7 @@ class TestAgainstBm25s:
 
     def test_batches_are_equivalent_to_one_add(self, monkeypatch: pytest.MonkeyPatch) -> None:
         whole = store_of(CORPUS)
-        monkeypatch.setattr(snapshot_module, "TOKENIZE_BATCH", 3)  # three postings blocks, merged
+        monkeypatch.setattr(bm25_module, "TOKENIZE_BATCH", 3)  # three postings blocks, merged
         batched = store_of(CORPUS)
         (a,), (b,) = whole.snapshot.segments, batched.snapshot.segments
         np.testing.assert_array_equal(a.postings.indptr, b.postings.indptr)

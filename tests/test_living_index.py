@@ -58,9 +58,10 @@ class TestAllOrNothing:
     """A failure at any point between the sides leaves the index exactly as it was."""
 
     POINTS: ClassVar[list[tuple[Any, str]]] = [
-        (snapshot_module, "text_token_ids"),  # the BM25 side, before anything else
-        (snapshot_module, "build_postings"),
-        (snapshot_module, "merge_postings"),  # merging new postings (many blocks) or segments
+        (bm25_module, "text_token_ids"),  # the BM25 side, before anything else
+        (bm25_module, "build_postings"),
+        (bm25_module, "merge_postings"),  # merging new postings (many blocks)
+        (snapshot_module, "merge_postings"),  # merging segments
         (snapshot_module, "_read_only"),  # the vector side
         (snapshot_module, "_padded"),  # the statistics
     ]
@@ -72,7 +73,7 @@ class TestAllOrNothing:
     ) -> None:
         before = state(index)
         snapshot = index.store.snapshot  # type: ignore[attr-defined]
-        monkeypatch.setattr(snapshot_module, "TOKENIZE_BATCH", 4)  # several blocks, so merges run
+        monkeypatch.setattr(bm25_module, "TOKENIZE_BATCH", 4)  # several blocks, so merges run
         monkeypatch.setattr(module, name, _raiser(error))
         with pytest.raises(error):
             index.add_documents(corpus(3, 20, prefix="new"))
@@ -85,7 +86,7 @@ class TestAllOrNothing:
     @pytest.mark.parametrize("error", FAILURES)
     def test_upsert(self, index: FusionIndex, monkeypatch: pytest.MonkeyPatch, error: type[BaseException]) -> None:
         before = state(index)
-        monkeypatch.setattr(snapshot_module, "build_postings", _raiser(error))
+        monkeypatch.setattr(bm25_module, "build_postings", _raiser(error))
         with pytest.raises(error):
             index.upsert_documents([Document(id="d1-10", page_content="replaced text")])
         monkeypatch.undo()

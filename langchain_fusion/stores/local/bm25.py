@@ -29,6 +29,9 @@ from langchain_fusion.stores.settings import BM25Method, BM25Params
 _BLOCK = 1 << 18
 """Postings processed per step when merging segments, bounding the temporary arrays."""
 
+TOKENIZE_BATCH = 4096
+"""Texts tokenized and counted at a time when building postings: only one batch's token ids exist at once."""
+
 IntArray = NDArray[np.int64]
 
 
@@ -133,6 +136,26 @@ def build_postings(token_ids: Sequence[IntArray], vocabulary_size: int) -> Posti
     np.cumsum(np.bincount(terms, minlength=vocabulary_size), out=indptr[1:])
     local = (pairs % max(len(token_ids), 1)).astype(np.int32)
     return Postings(indptr=indptr, rows=local, tf=_narrow_tf(tf))
+
+
+def postings_of_texts(
+    analyzer: Analyzer, texts: Sequence[str], vocabulary: dict[str, int]
+) -> tuple[Postings, NDArray[np.int32]]:
+    """Postings of ``texts`` (rows in order; new tokens added to ``vocabulary``) and each text's length.
+
+    Built a batch of :data:`TOKENIZE_BATCH` texts at a time and merged, so the peak memory is
+    the postings plus one batch's token ids, not every token id of the corpus.
+    """
+    blocks, lengths = [], []
+    for lo in range(0, len(texts), TOKENIZE_BATCH):
+        token_ids, block_lengths = text_token_ids(analyzer, texts[lo : lo + TOKENIZE_BATCH], vocabulary)
+        blocks.append((build_postings(token_ids, len(vocabulary)), lo))
+        lengths.append(block_lengths)
+        del token_ids
+    if not blocks:
+        return build_postings([], len(vocabulary)), np.zeros(0, dtype=np.int32)
+    postings = blocks[0][0] if len(blocks) == 1 else merge_postings(blocks, len(vocabulary))
+    return postings, np.concatenate(lengths)
 
 
 def merge_postings(
@@ -275,9 +298,8 @@ class BM25Corpus:
         """Tokenize and index ``texts``."""
         self.analyzer, self.params = analyzer, params
         self.vocabulary: dict[str, int] = {}
-        token_ids, lengths = text_token_ids(analyzer, texts, self.vocabulary)
+        self.postings, lengths = postings_of_texts(analyzer, texts, self.vocabulary)
         self.size = len(texts)
-        self.postings = build_postings(token_ids, len(self.vocabulary))
         self._frequency = self.postings.document_frequencies(len(self.vocabulary))
         average = float(lengths.mean()) if lengths.size and lengths.sum() else 1.0
         self._relative = lengths.astype(np.float32) / np.float32(average)

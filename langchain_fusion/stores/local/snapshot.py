@@ -30,17 +30,14 @@ from langchain_fusion.stores.base import FloatMatrix, Keys, Scores, StoreView, W
 from langchain_fusion.stores.local.bm25 import (
     Postings,
     QueryWeights,
-    build_postings,
     merge_postings,
+    postings_of_texts,
 )
 from langchain_fusion.stores.local.documents import DocumentBlock
-from langchain_fusion.stores.local.tokens import query_term_counts, text_token_ids
+from langchain_fusion.stores.local.tokens import query_term_counts
 from langchain_fusion.stores.local.vectors import AnnIndex, check_vector_index, inner_products
 from langchain_fusion.stores.ranking import top_rows
 from langchain_fusion.stores.settings import StoreSettings
-
-TOKENIZE_BATCH = 4096
-"""Rows tokenized into one postings block before blocks are merged."""
 
 MERGE_FACTOR = 4
 """A segment is merged into its predecessor once it holds at least 1/MERGE_FACTOR of its rows."""
@@ -359,18 +356,7 @@ class Snapshot:
         replaced = np.asarray([r for d in documents if (r := self.rows.get(d.id or "")) is not None], dtype=np.int64)
         state = self._without_rows(replaced) if replaced.size else self
         vocabulary = dict(state.vocabulary)
-        # Tokenize and count one batch at a time: only one batch's token ids exist at once.
-        blocks, batch_lengths = [], []
-        for lo in range(0, len(bm25_texts), TOKENIZE_BATCH):
-            token_ids, block_lengths = text_token_ids(
-                settings.analyzer, bm25_texts[lo : lo + TOKENIZE_BATCH], vocabulary
-            )
-            blocks.append((build_postings(token_ids, len(vocabulary)), lo))
-            batch_lengths.append(block_lengths)
-            del token_ids
-        lengths = np.concatenate(batch_lengths)
-        postings = blocks[0][0] if len(blocks) == 1 else merge_postings(blocks, len(vocabulary))
-        del blocks
+        postings, lengths = postings_of_texts(settings.analyzer, bm25_texts, vocabulary)
         start = state.size
         block = DocumentBlock.from_documents(documents)
         segment = Segment(start=start, vectors=_read_only(vectors), postings=postings, documents=block)
