@@ -219,6 +219,34 @@ class TestApproximateIndex:
                 assert got == want
 
     @pytest.mark.usefixtures("ann_on_small_segments")
+    def test_the_graph_only_proposes_the_pool_is_scored_exactly(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Scores and order come from the stored vectors, never from the graph's own (approximate) distances."""
+        from langchain_fusion.stores.local.vectors import AnnIndex
+
+        docs = random_corpus(13)
+        embeddings = HashingEmbeddings(size=32)
+        exact = FusionIndex.from_documents(docs, embeddings)
+        approx = FusionIndex.from_documents(
+            docs, embeddings, vector_index="HNSW16", vector_search_params="efSearch=256"
+        )
+        real_search = AnnIndex.search
+
+        def scrambled(self: AnnIndex, query: np.ndarray, k: int, allowed: np.ndarray | None) -> tuple:
+            rows, scores = real_search(self, query, k, allowed)
+            return rows[::-1].copy(), np.full_like(scores, -7.0)  # worst first, and wrong scores
+
+        monkeypatch.setattr(AnnIndex, "search", scrambled)
+        assert is_approximate(approx)
+        for query in queries(13):
+            want = FusionRetriever(index=exact, k=5).invoke(query)
+            got = FusionRetriever(index=approx, k=5).invoke(query)
+            assert [d.id for d in got] == [d.id for d in want]
+            for doc in got:
+                vector = np.asarray(embeddings.embed_documents([doc.page_content])[0])
+                expected = float(vector @ np.asarray(embeddings.embed_query(query)))
+                assert doc.metadata["vector_score"] == pytest.approx(expected, abs=1e-5)
+
+    @pytest.mark.usefixtures("ann_on_small_segments")
     def test_add_and_delete_keep_rows_aligned(self) -> None:
         docs = random_corpus(10)
         embeddings = HashingEmbeddings(size=32)
