@@ -18,7 +18,8 @@ from langchain_tests.integration_tests import RetrieversIntegrationTests
 
 from langchain_fusion import FusionIndex, InvalidParameterError, MultiQueryFusionRetriever, RetryPolicy
 from langchain_fusion import metadata as keys
-from langchain_fusion.retrievers.multi_query import MAX_REWRITES, check_rewrites, parse_rewrites
+from langchain_fusion._checks import MAX_REWRITES, check_rewrites
+from langchain_fusion.retrievers.multi_query import parse_rewrites
 from langchain_fusion.search.fusion import weighted_rrf
 from tests.conftest import ANIMALS, HashingEmbeddings
 from tests.fake_chat_models import RatingModel

@@ -32,7 +32,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
 from langchain_fusion import metadata as keys
-from langchain_fusion._checks import CheckedModel, check_k, check_positive_int, is_real_number
+from langchain_fusion._checks import CheckedModel, check_k, check_positive_int, check_rewrites, is_real_number
 from langchain_fusion.errors import InvalidParameterError, describe_error
 from langchain_fusion.models.llm_calls import (
     Prompt,
@@ -50,8 +50,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_REWRITES = 3
 """Rewrites asked for by default."""
-MAX_REWRITES = 10
-"""Most rewrites a query may ask for (each is one more search)."""
 DEFAULT_K_PER_QUERY = 20
 """Results fetched per query (the original and each rewrite) before fusion."""
 DEFAULT_REWRITE_WEIGHT = 0.5
@@ -73,16 +71,6 @@ DEFAULT_REWRITE_PROMPT = ChatPromptTemplate.from_messages(
     ]
 )
 """The rewrite prompt; variables ``question`` and ``n``."""
-
-
-def check_rewrites(n: Any) -> int:
-    """The number of rewrites: a whole number from 1 to :data:`MAX_REWRITES` (booleans refused)."""
-    value = check_positive_int(n, "n", "the number of rewrites of the query")
-    if value > MAX_REWRITES:
-        raise InvalidParameterError(
-            f"n must be at most {MAX_REWRITES} (each rewrite is one more search); got {value!r}"
-        )
-    return value
 
 
 _MARKER = re.compile(
@@ -156,7 +144,7 @@ class MultiQueryFusionRetriever(CheckedModel, BaseRetriever):
     llm: Runnable[Any, Any]
     """The chat model that writes the rewrites (or any Runnable from a prompt to text)."""
     n: int = DEFAULT_REWRITES
-    """How many rewrites to ask for (1 to :data:`MAX_REWRITES`); override per call with ``invoke(query, n=...)``."""
+    """How many rewrites to ask for (1 to 10); override per call with ``invoke(query, n=...)``."""
     k: int = 4
     """How many documents to return; override per call with ``invoke(query, k=...)``."""
     k_per_query: int = DEFAULT_K_PER_QUERY

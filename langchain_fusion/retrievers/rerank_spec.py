@@ -8,12 +8,14 @@ with ``MODEL`` a Hugging Face name (``cross-encoder/ms-marco-MiniLM-L6-v2``) or 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
-
-from langchain_core.runnables import Runnable
+from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_fusion.errors import InvalidParameterError
-from langchain_fusion.retrievers.rerank import BaseReranker
+
+if TYPE_CHECKING:  # the command line parses specs without importing LangChain
+    from langchain_core.runnables import Runnable
+
+    from langchain_fusion.retrievers.rerank import BaseReranker
 
 RerankKind = Literal["llm", "cross-encoder"]
 """The kinds of rerank step a spec can name."""
