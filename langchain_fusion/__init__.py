@@ -8,8 +8,9 @@ Quick start::
     retriever = index.as_retriever(k=4, alpha=0.5)           # alpha = weight of the vector side
     docs = retriever.invoke("what failed in July?")          # Documents with score provenance
 
-Context windows, LLM rerank and the RAG chain: :class:`ContextWindowRetriever`,
-:class:`LLMReranker`, :func:`build_rag_chain`. Contextual enrichment and hierarchical
+Context windows, rerank and the RAG chain: :class:`ContextWindowRetriever`,
+:class:`LLMReranker`, :class:`CrossEncoderReranker`, :class:`RerankRetriever`, :func:`build_rag_chain`.
+Multi-query fusion (RAG-Fusion): :class:`MultiQueryFusionRetriever`. Contextual enrichment and hierarchical
 (summary -> chunk) retrieval: :class:`ContextualEnricher`, :class:`PageSummarizer`,
 :class:`HierarchicalIndex`, :class:`HierarchicalRetriever`. Where the rows live: a
 :class:`FusionStore` (the in-process :class:`LocalStore` by default).
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
         InvalidParameterError,
         MissingCredentialsError,
         MissingDependencyError,
+        ModelNotFoundError,
         UnknownDocumentError,
     )
     from langchain_fusion.index.fusion_index import FusionIndex
@@ -39,8 +41,10 @@ if TYPE_CHECKING:
     from langchain_fusion.models.chat import default_chat_model, resolve_chat_model
     from langchain_fusion.models.embeddings import LocalEmbeddings, default_embeddings, resolve_embeddings
     from langchain_fusion.models.llm_calls import LLMReport, RetryPolicy
+    from langchain_fusion.retrievers.cross_encoder import CrossEncoderReranker
     from langchain_fusion.retrievers.fusion import BM25Retriever, FusionRetriever, VectorRetriever
     from langchain_fusion.retrievers.hierarchical import HierarchicalRetriever
+    from langchain_fusion.retrievers.multi_query import MultiQueryFusionRetriever
     from langchain_fusion.retrievers.rerank import LLMListwiseReranker, LLMReranker, RerankRetriever
     from langchain_fusion.retrievers.vectorstore import VectorStoreFusionRetriever
     from langchain_fusion.retrievers.windows import ContextWindow, ContextWindowRetriever, expand_windows
@@ -62,6 +66,7 @@ _EXPORTS: dict[str, str] = {
     "InvalidParameterError": "langchain_fusion.errors",
     "MissingCredentialsError": "langchain_fusion.errors",
     "MissingDependencyError": "langchain_fusion.errors",
+    "ModelNotFoundError": "langchain_fusion.errors",
     "UnknownDocumentError": "langchain_fusion.errors",
     "FusionIndex": "langchain_fusion.index.fusion_index",
     "HierarchicalIndex": "langchain_fusion.index.hierarchical",
@@ -80,10 +85,12 @@ _EXPORTS: dict[str, str] = {
     "resolve_embeddings": "langchain_fusion.models.embeddings",
     "LLMReport": "langchain_fusion.models.llm_calls",
     "RetryPolicy": "langchain_fusion.models.llm_calls",
+    "CrossEncoderReranker": "langchain_fusion.retrievers.cross_encoder",
     "BM25Retriever": "langchain_fusion.retrievers.fusion",
     "FusionRetriever": "langchain_fusion.retrievers.fusion",
     "VectorRetriever": "langchain_fusion.retrievers.fusion",
     "HierarchicalRetriever": "langchain_fusion.retrievers.hierarchical",
+    "MultiQueryFusionRetriever": "langchain_fusion.retrievers.multi_query",
     "LLMListwiseReranker": "langchain_fusion.retrievers.rerank",
     "LLMReranker": "langchain_fusion.retrievers.rerank",
     "RerankRetriever": "langchain_fusion.retrievers.rerank",
@@ -110,6 +117,7 @@ __all__ = [
     "ContextWindow",
     "ContextWindowRetriever",
     "ContextualEnricher",
+    "CrossEncoderReranker",
     "EmbeddingsMismatchError",
     "FusionError",
     "FusionIndex",
@@ -129,6 +137,8 @@ __all__ = [
     "MetadataFilter",
     "MissingCredentialsError",
     "MissingDependencyError",
+    "ModelNotFoundError",
+    "MultiQueryFusionRetriever",
     "PageSummarizer",
     "RerankRetriever",
     "RetryPolicy",

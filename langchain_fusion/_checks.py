@@ -76,6 +76,20 @@ def check_method(method: Any) -> FusionMethod:
     return cast(FusionMethod, method)
 
 
+MAX_REWRITES = 10
+"""Most rewrites multi-query fusion may ask for (each is one more search)."""
+
+
+def check_rewrites(n: Any) -> int:
+    """The number of rewrites of a query in multi-query fusion: a whole number from 1 to :data:`MAX_REWRITES`."""
+    value = check_positive_int(n, "n", "the number of rewrites of the query")
+    if value > MAX_REWRITES:
+        raise InvalidParameterError(
+            f"n must be at most {MAX_REWRITES} (each rewrite is one more search); got {value!r}"
+        )
+    return value
+
+
 def describe_validation(owner: str, error: ValidationError) -> str:
     """One line from a pydantic ``ValidationError``: ``Owner: field: what was wrong; ...``."""
     problems = []

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import PurePath
 from typing import Any, TypedDict
 
-from langchain_core.documents import Document
+from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.retrievers import BaseRetriever
@@ -22,7 +22,7 @@ from langchain_fusion import metadata as keys
 from langchain_fusion.errors import FusionError
 from langchain_fusion.models.guarded_model import GuardedModel
 from langchain_fusion.models.llm_calls import RetryPolicy
-from langchain_fusion.retrievers.rerank import BaseLLMReranker, Prompt, RerankRetriever
+from langchain_fusion.retrievers.rerank import Prompt, RerankRetriever
 from langchain_fusion.retrievers.windows import DEFAULT_WINDOW_MAX_CHARS, ContextWindowRetriever
 
 DEFAULT_RAG_PROMPT = ChatPromptTemplate.from_messages(
@@ -92,7 +92,7 @@ def build_rag_chain(
     prompt: Prompt | None = None,
     window: int | None = None,
     max_chars: int | None = None,
-    reranker: BaseLLMReranker | None = None,
+    reranker: BaseDocumentCompressor | None = None,
     timeout: float | None = None,
     retry: RetryPolicy | None = None,
 ) -> Runnable[str, RagOutput]:
@@ -109,8 +109,10 @@ def build_rag_chain(
             retriever over a FusionIndex.
         max_chars: character budget per passage for ``window`` (default
             :data:`~langchain_fusion.retrievers.windows.DEFAULT_WINDOW_MAX_CHARS`).
-        reranker: if given, it reranks the (windowed) passages and keeps its ``top_n``;
-            give the retriever a larger ``k`` then.
+        reranker: if given, it reranks the (windowed) passages and keeps its ``top_n``: any
+            ``BaseDocumentCompressor`` (:class:`~langchain_fusion.retrievers.rerank.LLMReranker`,
+            :class:`~langchain_fusion.retrievers.cross_encoder.CrossEncoderReranker`, LangChain's
+            own); give the retriever a larger ``k`` then.
         timeout: seconds to wait for the answer per try (when streaming: for each chunk); None
             leaves it to the model's own client.
         retry: retries of rate limits, timeouts and other transient errors (default
@@ -133,7 +135,7 @@ def build_rag_chain(
     if (window is not None or reranker is not None) and not isinstance(retriever, BaseRetriever):
         raise FusionError(
             f"window and reranker need a BaseRetriever to wrap; got {type(retriever).__name__} "
-            "(add ContextWindow and LLMReranker steps to your own chain instead)"
+            "(add ContextWindow and reranker steps to your own chain instead)"
         )
     if max_chars is not None and window is None:
         raise FusionError("max_chars is the character budget of context windows: give window=N too")

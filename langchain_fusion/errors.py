@@ -51,3 +51,7 @@ class ProviderError(FusionError):
     The message names the step and the provider's error on one line; the original exception is
     the ``__cause__``.
     """
+
+
+class ModelNotFoundError(FusionError):
+    """A model named by the user (a Hugging Face name or a folder) cannot be found or read."""

@@ -87,21 +87,49 @@ WINDOW_PAGES: Final = "window_pages"
 WINDOW_KEYS: Final = (WINDOW_SPAN, WINDOW_HITS, WINDOW_PAGES)
 """All context window keys, in documentation order."""
 
-# --- rerank keys (written by the LLM rerankers on returned copies) --------------------------
+# --- rerank keys (written by the rerank step on returned copies) ------------------------------
 
 RERANK_RATING: Final = "rerank_rating"
 """The chat model's relevance rating, 1 (irrelevant) to 10; None when rating this candidate failed."""
 
 RERANK_SCORE: Final = "rerank_score"
-"""What reranked results are ordered by, in [0, 1]: ``w * (rating - 1) / 9 + (1 - w) * f``, where
-``w`` is the reranker's ``rating_weight`` and ``f`` the min-max normalised fusion score among the
-candidates; None when rating this candidate failed (it then keeps its fusion position)."""
+"""What reranked results are ordered by (higher is better). :class:`LLMReranker`: in [0, 1],
+``w * (rating - 1) / 9 + (1 - w) * f``, where ``w`` is the reranker's ``rating_weight`` and ``f``
+the min-max normalised fusion score among the candidates; None when rating this candidate failed
+(it then keeps its fusion position). :class:`CrossEncoderReranker`: the cross-encoder's score of
+the (query, text) pair (a probability in [0, 1] for the usual one-output rerank models). Any
+other ``BaseDocumentCompressor`` in :class:`RerankRetriever`: the compressor's own
+:data:`RELEVANCE_SCORE` when it writes one, else None."""
 
 RERANK_RANK: Final = "rerank_rank"
-"""1-based position the listwise reranker's model gave the candidate; None when it left it out."""
+"""1-based position the rerank step gave the candidate: the listwise reranker's model (None when it
+left the candidate out), or, for any other ``BaseDocumentCompressor`` in :class:`RerankRetriever`,
+the position in the compressor's output."""
+
+RELEVANCE_SCORE: Final = "relevance_score"
+"""Where LangChain's document compressors (Cohere, Jina, FlashRank...) write their own score; read,
+never written, by :class:`RerankRetriever`, which copies it to :data:`RERANK_SCORE`."""
 
 RERANK_KEYS: Final = (RERANK_RATING, RERANK_SCORE, RERANK_RANK)
 """All rerank keys, in documentation order."""
+
+# --- multi-query fusion (written by MultiQueryFusionRetriever on returned copies) -----------
+
+MULTI_QUERY_SCORE: Final = "multi_query_score"
+"""What multi-query results are ordered by: the weighted reciprocal rank fusion of the result
+lists, ``sum_i w_i / (60 + rank_i)`` over the lists that hold the document (``w`` is 1 for the
+original query and the retriever's ``rewrite_weight`` for each rewrite)."""
+
+MULTI_QUERY_REWRITES: Final = "multi_query_rewrites"
+"""The rewrites of the query that the chat model wrote and that were searched, in its order
+(``[]`` when it wrote none or failed: then only the original query was searched)."""
+
+MULTI_QUERY_RANKS: Final = "multi_query_ranks"
+"""The document's 1-based rank in each result list, aligned with ``[query, *multi_query_rewrites]``;
+None where a list does not hold it."""
+
+MULTI_QUERY_KEYS: Final = (MULTI_QUERY_SCORE, MULTI_QUERY_REWRITES, MULTI_QUERY_RANKS)
+"""All multi-query fusion keys, in documentation order."""
 
 # --- contextual enrichment (written by ContextualEnricher on the chunks it returns) ---------
 

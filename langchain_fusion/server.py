@@ -39,13 +39,14 @@ import math
 import os
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from langchain_core.documents import Document
+from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.embeddings import Embeddings
+from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import ConfigurableField, Runnable, RunnableConfig
 from langchain_core.runnables.config import get_config_list
 from langchain_core.runnables.configurable import RunnableConfigurableFields
@@ -53,7 +54,7 @@ from langchain_core.runnables.utils import AnyConfigurableField
 from pydantic import Field, StringConstraints, TypeAdapter, ValidationError
 
 from langchain_fusion import sockets
-from langchain_fusion._checks import FusionMethod, check_alpha, check_method
+from langchain_fusion._checks import FusionMethod, check_alpha, check_method, check_positive_int, check_rewrites
 from langchain_fusion.errors import (
     InvalidParameterError,
     MissingCredentialsError,
@@ -97,6 +98,8 @@ DEFAULT_MAX_REQUEST_BYTES = 1_000_000
 """Largest request body, in bytes (413 above it)."""
 DEFAULT_LLM_TIMEOUT = 60.0
 """Seconds ``/rag`` waits for the chat model's answer (per try; for streams, per chunk)."""
+DEFAULT_RERANK_CANDIDATES = 20
+"""Candidates retrieved per query for the rerank step (at least the request's ``k``)."""
 
 RETRIEVER_PATH = "/retriever"
 """Where the retriever is served."""
@@ -175,6 +178,15 @@ class _BatchByConfiguration(RunnableConfigurableFields[str, list[Document]]):
     embedding call and one scoring pass per group, results in input order.
     """
 
+    wrap: Callable[[BaseRetriever], Runnable[str, list[Document]]] | None = None
+    """Builds the served pipeline (multi-query, rerank) around each configured retriever; None serves it as is."""
+
+    def _prepare(self, config: RunnableConfig | None = None) -> tuple[Runnable[str, list[Document]], RunnableConfig]:
+        bound, prepared = super()._prepare(config)
+        if self.wrap is not None and isinstance(bound, BaseRetriever):
+            return self.wrap(bound), prepared
+        return bound, prepared
+
     def _groups(self, configs: list[RunnableConfig]) -> list[list[int]]:
         ids = {field.id for field in self.fields.values() if isinstance(field, ConfigurableField)}
         groups: dict[str, list[int]] = {}
@@ -231,9 +243,12 @@ class _BatchByConfiguration(RunnableConfigurableFields[str, list[Document]]):
 
 
 def _configurable_retriever(
-    served: ServedIndex, limits: Limits, defaults: dict[str, Any]
+    served: ServedIndex,
+    limits: Limits,
+    defaults: dict[str, Any],
+    wrap: Callable[[BaseRetriever], Runnable[str, list[Document]]] | None = None,
 ) -> Runnable[str, list[Document]]:
-    """The retriever with its per-request fields exposed as LangServe configurable fields."""
+    """The retriever with its per-request fields exposed as LangServe configurable fields, wrapped by ``wrap``."""
     hierarchical = isinstance(served, HierarchicalIndex)
     base = served.as_retriever(**defaults)
     fields: dict[str, AnyConfigurableField] = {
@@ -245,7 +260,7 @@ def _configurable_retriever(
         )
         for name, annotation in _configurable_annotations(limits, hierarchical).items()
     }
-    configurable = _BatchByConfiguration(default=base, fields=fields)
+    configurable = _BatchByConfiguration(default=base, fields=fields, wrap=wrap)
     configurable.name = "HierarchicalRetriever" if hierarchical else "FusionRetriever"
     return configurable
 
@@ -545,6 +560,84 @@ def load_served_index(
     return served, manifest
 
 
+@dataclass(frozen=True)
+class _Pipeline:
+    """What the served retriever adds around the fused search: multi-query fusion, then a rerank step."""
+
+    multi_query: Any = None
+    """A MultiQueryFusionRetriever template (its ``retriever`` and ``k`` are set per request), or None."""
+    reranker: BaseDocumentCompressor | None = None
+    """The rerank step, or None."""
+    candidates: int = DEFAULT_RERANK_CANDIDATES
+    """Candidates reranked per query (at least the request's ``k``)."""
+
+    def __call__(self, base: BaseRetriever) -> Runnable[str, list[Document]]:
+        """The pipeline around ``base``, a configured fusion or hierarchical retriever; the result keeps its ``k``."""
+        from langchain_fusion.retrievers.rerank import RerankRetriever
+
+        k = int(getattr(base, "k"))  # noqa: B009 - every served retriever has one, mypy does not know it
+        depth = max(self.candidates, k) if self.reranker is not None else k
+        retriever: BaseRetriever = base
+        if self.multi_query is not None:
+            per_query = max(depth, self.multi_query.k_per_query)
+            retriever = self.multi_query.model_copy(update={"retriever": base, "k": depth, "k_per_query": per_query})
+        elif depth != k:
+            retriever = base.model_copy(update={"k": depth})
+        if self.reranker is None:
+            return retriever
+        return RerankRetriever(retriever=retriever, reranker=self.reranker).bind(top_n=k)
+
+    def describe(self) -> dict[str, Any]:
+        """For ``/health``."""
+        rerank = None
+        if self.reranker is not None:
+            model = getattr(self.reranker, "model_id", None)
+            rerank = {"step": type(self.reranker).__name__, "model": model, "candidates": self.candidates}
+        rewrites = None if self.multi_query is None else self.multi_query.n
+        return {"rerank": rerank, "multi_query": rewrites}
+
+
+def _pipeline(
+    reranker: BaseDocumentCompressor | str | None,
+    rerank_candidates: int,
+    multi_query: int | None,
+    chat_model: Runnable[Any, Any] | None,
+    no_chat_reason: str | None,
+    llm_timeout: float | None,
+) -> _Pipeline:
+    """The served pipeline from ``create_app``'s options, checked (a cross-encoder is loaded now)."""
+    from langchain_fusion.retrievers.cross_encoder import CrossEncoderReranker
+    from langchain_fusion.retrievers.multi_query import MultiQueryFusionRetriever
+    from langchain_fusion.retrievers.rerank_spec import build_reranker, parse_rerank_spec
+
+    candidates = check_positive_int(rerank_candidates, "rerank_candidates", "candidates reranked per query")
+    why = f": {no_chat_reason}" if no_chat_reason else ""
+    step: BaseDocumentCompressor | None
+    if reranker is None or isinstance(reranker, BaseDocumentCompressor):
+        step = reranker
+    else:
+        spec = parse_rerank_spec(reranker)
+        if spec.uses_chat_model and chat_model is None:
+            raise InvalidParameterError(f"rerank 'llm' needs a chat model (llm=...){why}")
+        step = build_reranker(spec, llm=chat_model, top_n=None, timeout=llm_timeout)
+    if isinstance(step, CrossEncoderReranker):
+        step.load_model()  # a missing model fails at start-up, not on the first request
+    template = None
+    if multi_query is not None:
+        n = check_rewrites(multi_query)
+        if chat_model is None:
+            raise InvalidParameterError(f"multi_query needs a chat model to write the rewrites (llm=...){why}")
+        template = MultiQueryFusionRetriever(retriever=_NoRetriever(), llm=chat_model, n=n, timeout=llm_timeout)
+    return _Pipeline(template, step, candidates)
+
+
+class _NoRetriever(BaseRetriever):
+    """The placeholder in the multi-query template; each request sets the configured retriever."""
+
+    def _get_relevant_documents(self, query: str, *, run_manager: Any) -> list[Document]:
+        raise RuntimeError("the multi-query template is never searched")
+
+
 def _check_k(name: str, value: Any, limits: Limits) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limits.max_k:
         raise InvalidParameterError(f"{name} must be an integer from 1 to max_k ({limits.max_k}); got {value!r}")
@@ -566,6 +659,9 @@ def create_app(
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     llm_timeout: float | None = DEFAULT_LLM_TIMEOUT,
+    reranker: BaseDocumentCompressor | str | None = None,
+    rerank_candidates: int = DEFAULT_RERANK_CANDIDATES,
+    multi_query: int | None = None,
     title: str = "langchain-fusion",
 ) -> FastAPI:
     """A FastAPI app serving one index's retriever and RAG chain with LangServe, and ``/health``.
@@ -596,6 +692,14 @@ def create_app(
         llm_timeout: seconds ``/rag`` waits for the chat model per try (for streams: per chunk;
             None: the model client's own limit). A chat model that fails for good (after its
             retries) answers 502 with the provider's error on one line.
+        reranker: a rerank step for ``/retriever`` and ``/rag``: ``"llm"`` (the chat model rates each
+            candidate), ``"cross-encoder:MODEL"`` (a local cross-encoder, loaded now), or any
+            ``BaseDocumentCompressor``. Each query then fetches ``max(rerank_candidates, k)``
+            candidates and the step keeps the request's ``k``.
+        rerank_candidates: candidates retrieved per query for ``reranker``.
+        multi_query: if given, the chat model writes this many rewrites of each query (1 to 10),
+            each is searched too and the lists are fused
+            (:class:`~langchain_fusion.retrievers.multi_query.MultiQueryFusionRetriever`).
         title: the app's title in its OpenAPI page.
 
     Raises:
@@ -611,6 +715,7 @@ def create_app(
         )
 
     chat_model, no_rag_reason = _resolve_llm(llm)  # before loading: a bad model spec fails fast
+    pipeline = _pipeline(reranker, rerank_candidates, multi_query, chat_model, no_rag_reason, llm_timeout)
     manifest: dict[str, Any] | None = None
     if isinstance(index, (FusionIndex, HierarchicalIndex)):
         served: ServedIndex = index
@@ -621,7 +726,8 @@ def create_app(
         defaults["k_summaries"] = _check_k("k_summaries", k_summaries, limits)
 
     query = query_type(limits.max_query_chars)
-    retriever = _configurable_retriever(served, limits, defaults)
+    wrap = pipeline if pipeline.reranker is not None or pipeline.multi_query is not None else None
+    retriever = _configurable_retriever(served, limits, defaults, wrap)
     guard = _RequestGuard(limits, hierarchical)
     app = FastAPI(
         title=title,
@@ -663,6 +769,7 @@ def create_app(
             "reason": no_rag_reason,
         },
         "defaults": defaults,
+        "pipeline": pipeline.describe(),
         "limits": asdict(limits),
     }
     app.state.langchain_fusion = status

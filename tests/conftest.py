@@ -80,3 +80,11 @@ def animal_docs() -> list[Document]:
 @pytest.fixture
 def animal_index(animal_docs: list[Document], embeddings: HashingEmbeddings) -> FusionIndex:
     return FusionIndex.from_documents(animal_docs, embeddings)
+
+
+@pytest.fixture(scope="session")
+def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding a tiny random BERT cross-encoder (see tests/tiny_models.py), built once per session."""
+    from tests.tiny_models import build_cross_encoder
+
+    return build_cross_encoder(tmp_path_factory.mktemp("cross-encoder") / "tiny")

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import pytest
 from pypdf import PdfReader, PdfWriter
 
-from langchain_fusion import FusionIndex, LocalEmbeddings
+from langchain_fusion import CrossEncoderReranker, FusionIndex, LocalEmbeddings
 from langchain_fusion import metadata as keys
 from langchain_fusion.cli.app import build_parser, main
 from langchain_fusion.ingest.loading import load_files, split_documents
@@ -375,6 +375,15 @@ class TestArgparseErrors:
             (["query", "idx", "q", "--method", "max"], "argument --method: invalid choice: 'max'"),
             (["query", "idx", "q", "--window", "-1"], "argument --window: expected a non-negative integer, got '-1'"),
             (["ask", "idx", "q", "--top-n", "0"], "argument --top-n: expected a positive integer, got '0'"),
+            (["query", "idx", "q", "--rerank", "cohere"], "argument --rerank: rerank must be 'llm' (a chat model"),
+            (["query", "idx", "q", "--rerank", "cross-encoder:"], "argument --rerank: rerank must be 'llm'"),
+            (["query", "--rerank", "idx", "q"], "argument --rerank: rerank must be 'llm'"),  # SPEC, not INDEX
+            (["query", "idx", "q", "--multi-query", "0"], "argument --multi-query: expected 1 to 10 rewrites, got '0'"),
+            (["ask", "idx", "q", "--multi-query", "11"], "argument --multi-query: expected 1 to 10 rewrites, got '11'"),
+            (["ask", "idx", "q", "--multi-query", "2.0"], "argument --multi-query: expected 1 to 10 rewrites"),
+            (["serve", "idx", "--multi-query", "true"], "argument --multi-query: expected 1 to 10 rewrites"),
+            (["serve", "idx", "--rerank", "x"], "argument --rerank: rerank must be 'llm'"),
+            (["serve", "idx", "--rerank-candidates", "0"], "argument --rerank-candidates: expected a positive"),
             (["ask", "idx"], "the following arguments are required: question"),
             (["query", "idx"], "the following arguments are required: question"),
             (["index", "data"], "the following arguments are required: --out/-o"),
@@ -408,10 +417,10 @@ class TestHelp:
                   "--llm-cache", "--llm-concurrency", "--llm-timeout", "--keep-missing", "--max-file-chars"),
         "query": ("INDEX", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
                   "--window", "--max-chars", "--rerank", "--top-n", "--llm", "--llm-timeout", "--hierarchical",
-                  "--k-summaries", "--summary-weight"),
+                  "--k-summaries", "--summary-weight", "--multi-query"),
         "ask": ("INDEX", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
                 "--window", "--max-chars", "--rerank", "--top-n", "--llm", "--llm-timeout", "--hierarchical",
-                "--k-summaries", "--summary-weight"),
+                "--k-summaries", "--summary-weight", "--multi-query"),
     }  # fmt: skip
 
     def test_console_script_help(self) -> None:
@@ -558,6 +567,90 @@ class TestQueryWindowAndRerank:
 
 
 @pytest.mark.local_model
+class TestCrossEncoderAndMultiQuery:
+    def test_cross_encoder_rerank_json(
+        self, index_dir: Path, tiny_cross_encoder: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        specs = _use_chat_model(monkeypatch, None)
+        spec = f"cross-encoder:{tiny_cross_encoder}"
+        results = _query_json(index_dir, "flood damage", "--rerank", spec, "--top-n", "3", "-k", "10")
+        assert specs == []  # no chat model
+        assert len(results) == 3
+        scores = [r["metadata"][keys.RERANK_SCORE] for r in results]
+        assert scores == sorted(scores, reverse=True)
+        candidates = _query_json(index_dir, "flood damage", "-k", "10")
+        reference = CrossEncoderReranker(model=str(tiny_cross_encoder), top_n=3)
+        expected = reference.score("flood damage", [c["text"] for c in candidates])
+        assert sorted(scores, reverse=True) == pytest.approx(sorted(expected, reverse=True)[:3])
+
+    def test_cross_encoder_table(self, index_dir: Path, tiny_cross_encoder: Path) -> None:
+        argv = ["query", str(index_dir), "flood damage", "--rerank", f"cross-encoder:{tiny_cross_encoder}"]
+        status, out, err = _run(argv)
+        assert status == 0, err
+        lines = out.splitlines()
+        assert re.fullmatch(r"\s*rank\s+fused\s+vector\s+bm25\s+rerank\s+source\s+page\s+text", lines[0])
+        assert len(lines) == 2 + 4  # the default --top-n
+        assert re.match(r"\s*1\s+\S+\s+\S+\s+\S+\s+0\.\d{3}\s", lines[2])
+
+    def test_missing_cross_encoder_is_one_line(self, index_dir: Path) -> None:
+        status, out, err = _run(["query", str(index_dir), "flood", "--rerank", "cross-encoder:./no-such-model"])
+        _assert_one_line_error(status, out, err, "cross-encoder folder './no-such-model' does not exist")
+
+    def test_multi_query_json_and_table(self, index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        from tests.fake_chat_models import RatingModel
+
+        model = RatingModel(rule=lambda prompt: "1. monsoon rain in July\n2. battery racks above the water")
+        specs = _use_chat_model(monkeypatch, model)
+        results = _query_json(index_dir, "flood damage", "--multi-query", "2", "--llm", "openai:gpt-4.1", "-k", "5")
+        assert specs == ["openai:gpt-4.1"]
+        assert len(results) == 5
+        rewrites = ["monsoon rain in July", "battery racks above the water"]
+        for result in results:
+            assert result["metadata"][keys.MULTI_QUERY_REWRITES] == rewrites
+            assert len(result["metadata"][keys.MULTI_QUERY_RANKS]) == 3
+        scores = [r["metadata"][keys.MULTI_QUERY_SCORE] for r in results]
+        assert scores == sorted(scores, reverse=True)
+        assert "2 different search queries" in model.calls[0]
+        status, out, err = _run(["query", str(index_dir), "flood damage", "--multi-query", "2"])
+        assert status == 0, err
+        assert out.splitlines()[0] == "also searched: monsoon rain in July; battery racks above the water"
+
+    def test_multi_query_with_a_failing_model(
+        self, index_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        from tests.fake_chat_models import RatingModel
+
+        _use_chat_model(monkeypatch, RatingModel(rule=lambda prompt: ValueError("bad request")))
+        with caplog.at_level(logging.WARNING):
+            status, out, err = _run(["query", str(index_dir), "flood damage", "--multi-query", "3"])
+        assert status == 0, err
+        assert out.splitlines()[0] == "also searched: nothing (no usable rewrites)"
+        assert "multi-query: no rewrites (ValueError: bad request)" in caplog.text
+
+    def test_ask_with_multi_query_window_and_cross_encoder(
+        self, index_dir: Path, tiny_cross_encoder: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from tests.fake_chat_models import RatingModel
+
+        def rule(prompt: str) -> Any:
+            return ANSWER if "numbered passages" in prompt else "battery racks\nmonsoon flood"
+
+        model = RatingModel(rule=rule)
+        _use_chat_model(monkeypatch, model)
+        argv = ["ask", str(index_dir), "What did the flood do?", "--json", "--multi-query", "2", "--window", "1"]
+        status, out, err = _run([*argv, "--rerank", f"cross-encoder:{tiny_cross_encoder}", "--top-n", "2"])
+        assert status == 0, err
+        payload = json.loads(out)
+        assert payload["answer"] == ANSWER
+        assert len(payload["sources"]) == 2
+        for source in payload["sources"]:
+            meta = source["metadata"]
+            assert keys.RERANK_SCORE in meta and keys.WINDOW_SPAN in meta
+            assert meta[keys.MULTI_QUERY_REWRITES] == ["battery racks", "monsoon flood"]
+        assert len(model.calls) == 2  # the rewrites, then the answer
+
+
+@pytest.mark.local_model
 class TestAskCommand:
     def test_answer_and_numbered_sources(self, index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -676,6 +769,8 @@ class TestAskAndRerankErrors:
             (["ask", "idx", "q", "--top-n", "2"], "add --rerank"),
             (["query", "idx", "q", "--max-chars", "500"], "--max-chars is the character budget of context windows"),
             (["query", "idx", "q", "--llm", "openai"], "query uses a chat model only to rerank"),
+            (["query", "idx", "q", "--llm", "openai", "--rerank", "cross-encoder:m"], "or drop --llm"),
+            (["query", "idx", "q", "--top-n", "2", "--multi-query", "2"], "add --rerank"),
             (["ask", "idx", "   "], "the question is empty"),
         ],
     )

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
-from langchain_core.documents import Document
+from langchain_core.callbacks import Callbacks
+from langchain_core.documents import BaseDocumentCompressor, Document
 
-from langchain_fusion import BM25Retriever, FusionError, FusionIndex, FusionRetriever, VectorRetriever
+from langchain_fusion import (
+    BM25Retriever,
+    FusionError,
+    FusionIndex,
+    FusionRetriever,
+    MultiQueryFusionRetriever,
+    RerankRetriever,
+    VectorRetriever,
+)
 from langchain_fusion.cli.app import main
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.evaluation import (
@@ -259,6 +269,44 @@ class TestHarness:
         assert report.result("nameless").means["ndcg@10"] == 0.0
         assert "nameless: none of its" in caplog.text
 
+    def test_rerank_retrievers_are_scored_at_the_metrics_depth(self, sample_index: FusionIndex) -> None:
+        from langchain_fusion.evaluation.harness import _at_depth
+
+        class Identity(BaseDocumentCompressor):
+            top_n: int | None = 3
+
+            def compress_documents(
+                self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
+            ) -> Sequence[Document]:
+                return list(documents)[: self.top_n]
+
+        dataset = load_labelled(SAMPLE_QUERIES, sample_index.documents)
+        fusion = FusionRetriever(index=sample_index)
+        reranked = RerankRetriever(retriever=FusionRetriever(index=sample_index, k=4), reranker=Identity())
+        assert len(_at_depth(reranked, 10).invoke("flood")) == 10
+        assert len(reranked.invoke("flood")) == 3  # the caller's retriever is left as it was
+        report = evaluate_retrievers({"fusion": fusion, "identity rerank": reranked}, dataset, progress=False)
+        assert report.result("identity rerank").per_query == report.result("fusion").per_query
+
+    def test_multi_query_rows(self, sample_index: FusionIndex) -> None:
+        from tests.fake_chat_models import RatingModel
+
+        dataset = load_labelled(SAMPLE_QUERIES, sample_index.documents)
+        fusion = FusionRetriever(index=sample_index)
+        failing = RatingModel(rule=lambda prompt: ValueError("no model here"))
+        writing = RatingModel(rule=lambda prompt: "flood damage\nbattery racks")
+        retrievers = {
+            "fusion": fusion,
+            "multi-query, failing model": MultiQueryFusionRetriever(retriever=fusion, llm=failing),
+            "multi-query": MultiQueryFusionRetriever(retriever=fusion, llm=writing, n=2),
+        }
+        report = evaluate_retrievers(retrievers, dataset, progress=False)
+        fallback = report.result("multi-query, failing model").per_query
+        for query, scores in report.result("fusion").per_query.items():  # the original query's search alone
+            assert fallback[query] == pytest.approx(scores)
+        assert 0.0 < report.result("multi-query").means["ndcg@10"] <= 1.0
+        assert len(writing.calls) == len(dataset.queries)
+
     def test_plot(self, sample_index: FusionIndex, tmp_path: Path) -> None:
         pytest.importorskip("matplotlib")
         dataset = load_labelled(SAMPLE_QUERIES, sample_index.documents)
@@ -346,9 +394,34 @@ class TestEvalCommand:
         assert exit_info.value.code == 2
         assert "--batch-size: expected a positive integer, got '0'" in capsys.readouterr().err
 
+    def test_rerank_and_multi_query_rows(
+        self,
+        tmp_path: Path,
+        capsys: pytest.CaptureFixture[str],
+        tiny_cross_encoder: Path,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        from tests.fake_chat_models import RatingModel
+
+        model = RatingModel(rule=lambda prompt: "solar energy storage\nriver flooding")
+        monkeypatch.setattr("langchain_fusion.models.chat.resolve_chat_model", lambda spec: model)
+        folder = write_beir(tmp_path / "beir")
+        argv = ["eval", "--beir", str(folder), "--embeddings", "local", "--cache", str(tmp_path / "cache")]
+        extra = ["--rerank", f"cross-encoder:{tiny_cross_encoder}", "--multi-query", "2", "--alpha", "0.5"]
+        assert main([*argv, *extra, "--json", "-q"]) == 0
+        payload = json.loads(capsys.readouterr().out)
+        rows = [r["method"] for r in payload["retrievers"]]
+        assert rows[3:] == [f"fusion + rerank (cross-encoder:{tiny_cross_encoder})", "fusion + multi-query (n=2)"]
+        assert all(0 <= r["ndcg@10"] <= 1 for r in payload["retrievers"])
+        assert [c["method"] for c in payload["per_query"]][2:] == rows[3:]
+        assert len(model.calls) == 2  # one rewrite call per judged query
+        assert main([*argv, "--alpha", "0.5", "--rerank", "cross-encoder:./no-such-model"]) == 2
+        assert "cross-encoder folder './no-such-model' does not exist" in capsys.readouterr().err
+
     @pytest.mark.parametrize(
         "argv,message",
         [
+            (["eval", "--beir", "x", "--llm", "openai"], "eval uses a chat model only for --rerank llm"),
             (["eval", "--index", "x"], "give a saved index and its labelled queries"),
             (["eval", "--beir", "x", "--index", "y", "--labels", "z"], "either --beir FOLDER"),
             (["eval", "--beir", "x", "--metrics", "ndcg"], "unknown metric 'ndcg'"),

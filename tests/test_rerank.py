@@ -8,19 +8,28 @@ import logging
 import os
 import re
 import time
+from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
 import pytest
-from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.documents import Document
+from langchain_core.callbacks import BaseCallbackHandler, Callbacks
+from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 from langchain_tests.integration_tests import RetrieversIntegrationTests
+from pydantic import Field
 
-from langchain_fusion import FusionIndex, LLMListwiseReranker, LLMReranker, RerankRetriever
+from langchain_fusion import (
+    FusionIndex,
+    InvalidParameterError,
+    LLMListwiseReranker,
+    LLMReranker,
+    RerankRetriever,
+    build_rag_chain,
+)
 from langchain_fusion import metadata as keys
 from langchain_fusion.retrievers.rerank import RatingError, RelevanceRating, parse_ranking, parse_rating
 from tests.conftest import HashingEmbeddings
@@ -499,3 +508,101 @@ class TestRetries:
 
 async def _no_wait(seconds: float) -> None:
     return None
+
+
+# --- any BaseDocumentCompressor as the rerank step -------------------------------------------
+
+
+class KeepMatching(BaseDocumentCompressor):
+    """A trivial compressor: keeps the candidates containing the query's first word, last first, scored."""
+
+    top_n: int | None = None
+    seen_callbacks: list[Any] = Field(default_factory=list)
+
+    def compress_documents(
+        self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
+    ) -> Sequence[Document]:
+        self.seen_callbacks.append(callbacks)
+        word = query.split()[0].lower()
+        kept = [d for d in reversed(documents) if word in d.page_content.lower()]
+        for rank, doc in enumerate(kept):  # in place, as some of LangChain's compressors do
+            doc.metadata[keys.RELEVANCE_SCORE] = 1.0 / (rank + 1)
+        return kept if self.top_n is None else kept[: self.top_n]
+
+
+class Reverse(BaseDocumentCompressor):
+    """No top_n, no score: reverses the candidates."""
+
+    def compress_documents(
+        self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
+    ) -> Sequence[Document]:
+        return list(reversed(documents))
+
+
+class TestAnyCompressor:
+    def test_order_rank_and_score_are_recorded(self, animal_index: FusionIndex) -> None:
+        fusion = animal_index.as_retriever(k=8)
+        retriever = RerankRetriever(retriever=fusion, reranker=KeepMatching())
+        docs = retriever.invoke("cat")
+        expected = [d for d in reversed(fusion.invoke("cat")) if "cat" in d.page_content.lower()]
+        assert [d.id for d in docs] == [d.id for d in expected] and len(docs) >= 2
+        assert [d.metadata[keys.RERANK_RANK] for d in docs] == list(range(1, len(docs) + 1))
+        assert [d.metadata[keys.RERANK_SCORE] for d in docs] == [1.0 / r for r in range(1, len(docs) + 1)]
+        for doc, original in zip(docs, expected, strict=True):
+            for key in keys.SCORE_KEYS:
+                assert doc.metadata[key] == original.metadata[key]  # the fusion provenance stays
+
+    def test_per_call_top_n_through_the_field(self, animal_index: FusionIndex) -> None:
+        compressor = KeepMatching(top_n=None)
+        retriever = RerankRetriever(retriever=animal_index.as_retriever(k=8), reranker=compressor)
+        assert len(retriever.invoke("cat", top_n=1)) == 1
+        assert compressor.top_n is None  # a copy was set, not the caller's compressor
+        assert len(retriever.invoke("cat")) > 1
+
+    def test_per_call_top_n_without_a_field(self, animal_index: FusionIndex) -> None:
+        retriever = RerankRetriever(retriever=animal_index.as_retriever(k=5), reranker=Reverse())
+        assert len(retriever.invoke("cat")) == 5
+        docs = retriever.invoke("cat", top_n=2)
+        assert [d.metadata[keys.RERANK_RANK] for d in docs] == [1, 2]
+        assert all(d.metadata[keys.RERANK_SCORE] is None for d in docs)
+        with pytest.raises(InvalidParameterError, match="top_n"):
+            retriever.invoke("cat", top_n=False)
+
+    async def test_async_twin_and_callbacks(self, animal_index: FusionIndex) -> None:
+        compressor = KeepMatching()
+        retriever = RerankRetriever(retriever=animal_index.as_retriever(k=8), reranker=compressor)
+        assert await retriever.ainvoke("cat") == retriever.invoke("cat")
+        assert all(c is not None for c in compressor.seen_callbacks)  # the compressor runs as a child
+
+    def test_no_candidates(self, animal_index: FusionIndex) -> None:
+        retriever = RerankRetriever(retriever=animal_index.as_retriever(k=3), reranker=Reverse())
+        assert retriever.invoke("") == []
+
+    def test_langchains_cross_encoder_reranker(self, animal_index: FusionIndex) -> None:
+        from langchain_classic.retrievers.document_compressors import CrossEncoderReranker as LangChainReranker
+        from langchain_classic.retrievers.document_compressors.cross_encoder import BaseCrossEncoder
+
+        class WordOverlap(BaseCrossEncoder):
+            def score(self, text_pairs: list[tuple[str, str]]) -> list[float]:
+                return [float(len(set(q.lower().split()) & set(t.lower().split()))) for q, t in text_pairs]
+
+        retriever = RerankRetriever(
+            retriever=animal_index.as_retriever(k=8), reranker=LangChainReranker(model=WordOverlap(), top_n=3)
+        )
+        docs = retriever.invoke("the cat and the dog")
+        assert len(docs) == 3
+        assert docs[0].page_content == "A cat and a dog can become good friends."
+        assert len(retriever.invoke("the cat and the dog", top_n=1)) == 1
+
+    def test_in_the_rag_chain(self, animal_index: FusionIndex) -> None:
+        from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+        chain = build_rag_chain(
+            animal_index.as_retriever(k=8), FakeListChatModel(responses=["ok"]), reranker=KeepMatching(top_n=2)
+        )
+        sources = chain.invoke("cat")["sources"]
+        assert len(sources) == 2 and all(keys.RERANK_RANK in d.metadata for d in sources)
+
+    def test_not_a_compressor(self, animal_index: FusionIndex) -> None:
+        with pytest.raises(InvalidParameterError, match="RerankRetriever: reranker"):
+            RerankRetriever(retriever=animal_index.as_retriever(), reranker=lambda docs, query: docs)  # type: ignore[arg-type]

@@ -638,6 +638,100 @@ def hierarchical(index: FusionIndex, tmp_path_factory: pytest.TempPathFactory) -
     return built.save(tmp_path_factory.mktemp("hier") / "animals-hierarchical")
 
 
+class TestPipeline:
+    """Rerank and multi-query fusion around the served retriever, configured at start-up."""
+
+    def test_cross_encoder_rerank(self, index: FusionIndex, tiny_cross_encoder: Path) -> None:
+        from langchain_fusion import CrossEncoderReranker, RerankRetriever
+
+        app = create_app(index, llm=fake_llm(), reranker=f"cross-encoder:{tiny_cross_encoder}", rerank_candidates=6)
+        reference = RerankRetriever(
+            retriever=index.as_retriever(k=6), reranker=CrossEncoderReranker(model=str(tiny_cross_encoder))
+        )
+        with TestClient(app) as client:
+            docs = _as_docs(client.post("/retriever/invoke", json={"input": "cat"}).json()["output"])
+            assert [d.id for d in docs] == [d.id for d in reference.invoke("cat", top_n=4)]
+            assert all(keys.RERANK_SCORE in d.metadata and keys.FUSION_SCORE in d.metadata for d in docs)
+            body = {"input": "cat", "config": {"configurable": {"k": 2, "alpha": 0.3}}}
+            two = _as_docs(client.post("/retriever/invoke", json=body).json()["output"])
+            assert [d.id for d in two] == [d.id for d in reference.invoke("cat", top_n=2, alpha=0.3)]
+            batch = client.post("/retriever/batch", json={"inputs": ["cat", "dog"]}).json()["output"]
+            assert [d["id"] for d in batch[0]] == [d.id for d in docs]
+            sources = client.post("/rag/invoke", json={"input": "cat"}).json()["output"]["sources"]
+            assert [d["id"] for d in sources] == [d.id for d in docs]
+            health = client.get("/health").json()
+            assert health["pipeline"] == {
+                "rerank": {"step": "CrossEncoderReranker", "model": str(tiny_cross_encoder), "candidates": 6},
+                "multi_query": None,
+            }
+
+    def test_llm_rerank_and_multi_query(self, index: FusionIndex) -> None:
+        from tests.fake_chat_models import RatingModel
+
+        def rule(prompt: str) -> Any:
+            if "search queries" in prompt:
+                return "kitten\nparrots talking"
+            if "numbered passages" in prompt:
+                return ANSWER
+            return 9 if "purr" in prompt else 2
+
+        app = create_app(index, llm=RatingModel(rule=rule), reranker="llm", multi_query=2)
+        with TestClient(app) as client:
+            body = {"input": "cats", "config": {"configurable": {"k": 3}}}
+            docs = _as_docs(client.post("/retriever/invoke", json=body).json()["output"])
+            assert len(docs) == 3
+            assert docs[0].metadata[keys.RERANK_RATING] == 9 and "purr" in docs[0].page_content
+            assert all(d.metadata[keys.MULTI_QUERY_REWRITES] == ["kitten", "parrots talking"] for d in docs)
+            rag = client.post("/rag/invoke", json={"input": "cats"}).json()["output"]
+            assert rag["answer"] == ANSWER and len(rag["sources"]) == 4
+            assert client.get("/health").json()["pipeline"]["multi_query"] == 2
+
+    def test_any_compressor(self, index: FusionIndex) -> None:
+        from collections.abc import Sequence
+
+        from langchain_core.callbacks import Callbacks
+        from langchain_core.documents import BaseDocumentCompressor
+
+        class Reverse(BaseDocumentCompressor):
+            def compress_documents(
+                self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
+            ) -> Sequence[Document]:
+                return list(reversed(documents))
+
+        with TestClient(create_app(index, llm=fake_llm(), reranker=Reverse(), rerank_candidates=5)) as client:
+            docs = _as_docs(client.post("/retriever/invoke", json={"input": "cat"}).json()["output"])
+        assert [d.id for d in docs] == [d.id for d in reversed(index.as_retriever(k=5).invoke("cat"))][:4]
+        assert [d.metadata[keys.RERANK_RANK] for d in docs] == [1, 2, 3, 4]
+
+    @pytest.mark.parametrize(
+        ("options", "message"),
+        [
+            ({"reranker": "cohere"}, "rerank must be 'llm'"),
+            ({"reranker": "cross-encoder:./no-such-model"}, "does not exist"),
+            ({"reranker": 42}, "rerank must be 'llm'"),
+            ({"reranker": "llm", "rerank_candidates": 0}, "rerank_candidates"),
+            ({"reranker": "llm", "rerank_candidates": True}, "rerank_candidates"),
+            ({"multi_query": 0}, "n must be"),
+            ({"multi_query": 11}, "n must be at most 10"),
+            ({"multi_query": True}, "n must be"),
+        ],
+    )
+    def test_invalid_options(self, index: FusionIndex, options: dict[str, Any], message: str) -> None:
+        with pytest.raises(FusionError, match=message):
+            create_app(index, llm=fake_llm(), **options)
+
+    @pytest.mark.parametrize("options", [{"reranker": "llm"}, {"multi_query": 2}])
+    def test_chat_model_needed(self, index: FusionIndex, no_openai_key: None, options: dict[str, Any]) -> None:
+        with pytest.raises(InvalidParameterError, match=r"needs a chat model.*OPENAI_API_KEY"):
+            create_app(index, **options)
+
+    def test_serve_command_errors(self, saved: Path, no_openai_key: None) -> None:
+        status, out, err = _run(["serve", str(saved), "--port", "0", "--rerank", "cross-encoder:./no-such-model"])
+        _one_line_error(status, out, err, "cross-encoder folder './no-such-model' does not exist")
+        status, out, err = _run(["serve", str(saved), "--port", "0", "--multi-query", "2"])
+        _one_line_error(status, out, err, "multi_query needs a chat model")
+
+
 class TestHierarchicalFolder:
     def test_serves_the_hierarchical_retriever(self, hierarchical: Path) -> None:
         loaded = HierarchicalIndex.load(hierarchical, HashingEmbeddings())
@@ -835,6 +929,7 @@ class TestServeCommand:
             server.DEFAULT_MAX_QUERY_CHARS,
             server.DEFAULT_MAX_BATCH_SIZE,
         )
+        assert cli.DEFAULT_RERANK_CANDIDATES == server.DEFAULT_RERANK_CANDIDATES
 
     def test_loopback(self) -> None:
         assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")

@@ -43,6 +43,8 @@ from langchain_fusion.cli.arguments import fetch_k as _fetch_k
 from langchain_fusion.cli.arguments import non_negative_int as _non_negative_int
 from langchain_fusion.cli.arguments import port as _port
 from langchain_fusion.cli.arguments import positive_int as _positive_int
+from langchain_fusion.cli.arguments import rerank_spec as _rerank_spec
+from langchain_fusion.cli.arguments import rewrites as _rewrites
 from langchain_fusion.cli.arguments import seconds as _seconds
 from langchain_fusion.cli.errors import UserError
 from langchain_fusion.cli.targets import LLM_CACHE_SUFFIX, index_target
@@ -180,7 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="search a saved index",
         description="Search a saved index and print the best chunks with their fused and per-side scores. "
         "--hierarchical searches page summaries first, then the chunks of the best pages; "
-        "--window merges each hit with its neighbouring chunks; --rerank has a chat model rate the candidates.",
+        "--window merges each hit with its neighbouring chunks; --rerank has a chat model (or a local cross-encoder) "
+        "rerank the candidates; --multi-query also searches a chat model's rewrites of the query.",
     )
     query.add_argument("index_dir", metavar="INDEX", help=INDEX_HELP)
     query.add_argument("question", help="the query text")
@@ -190,8 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     ask = commands.add_parser(
         "ask",
         help="answer a question from a saved index with a chat model, citing numbered sources",
-        description="Retrieve passages from a saved index (fusion, then optional --window and --rerank), "
-        "ask a chat model to answer from them, and print the answer followed by its numbered sources. "
+        description="Retrieve passages from a saved index (fusion, then optional --multi-query, --window and "
+        "--rerank), ask a chat model to answer from them, and print the answer followed by its numbered sources. "
         f"The chat model is OpenAI {OPENAI_DEFAULT_CHAT_MODEL} (needs OPENAI_API_KEY) unless --llm says otherwise.",
     )
     ask.add_argument("index_dir", metavar="INDEX", help=INDEX_HELP)
@@ -296,6 +299,32 @@ def _add_serve_parser(commands: Any) -> None:
         "(default: %(default)g); a model that keeps failing answers 502",
     )
     serve.add_argument(
+        "--rerank",
+        nargs="?",
+        const="llm",
+        default=None,
+        type=_rerank_spec,
+        metavar="SPEC",
+        help="rerank the candidates of every query and keep the request's k: 'llm' (the default when SPEC is left "
+        "out: the chat model of --llm rates each) or 'cross-encoder:MODEL' (a local cross-encoder, MODEL a Hugging "
+        "Face name or a folder, loaded at start-up; needs the local extra)",
+    )
+    serve.add_argument(
+        "--rerank-candidates",
+        type=_positive_int,
+        default=DEFAULT_RERANK_CANDIDATES,
+        metavar="N",
+        help="with --rerank, candidates retrieved per query, at least the request's k (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--multi-query",
+        type=_rewrites,
+        default=None,
+        metavar="N",
+        help="multi-query fusion: the chat model writes N rewrites of every query (1-10), each is searched too and "
+        "the lists are fused (needs a chat model)",
+    )
+    serve.add_argument(
         "--log-level",
         choices=("critical", "error", "warning", "info", "debug"),
         default="info",
@@ -311,8 +340,8 @@ def _add_search_options(sub: argparse.ArgumentParser, results: str) -> None:
         "-k",
         type=_positive_int,
         default=None,
-        help=f"number of {results} (default: {DEFAULT_K}); with --rerank, the number of candidates the chat "
-        f"model rates (default: {DEFAULT_RERANK_CANDIDATES})",
+        help=f"number of {results} (default: {DEFAULT_K}); with --rerank, the number of candidates reranked "
+        f"(default: {DEFAULT_RERANK_CANDIDATES})",
     )
     sub.add_argument(
         "--alpha",
@@ -375,15 +404,31 @@ def _add_search_options(sub: argparse.ArgumentParser, results: str) -> None:
     )
     sub.add_argument(
         "--rerank",
-        action="store_true",
-        help="have a chat model rate each candidate 1-10 for the question and keep the best --top-n",
+        nargs="?",
+        const="llm",
+        default=None,
+        type=_rerank_spec,
+        metavar="SPEC",
+        help="rerank the candidates and keep the best --top-n. SPEC 'llm' (the default when SPEC is left out): a "
+        "chat model rates each candidate 1-10; 'cross-encoder:MODEL': a local cross-encoder scores each one, MODEL "
+        "a Hugging Face name (e.g. cross-encoder/ms-marco-MiniLM-L6-v2, from the local cache or downloaded) or a "
+        "folder with a saved model (needs the local extra)",
     )
     sub.add_argument(
         "--top-n",
         type=_positive_int,
         default=None,
         metavar="N",
-        help=f"with --rerank, how many of the rated candidates to keep (default: {DEFAULT_K})",
+        help=f"with --rerank, how many of the reranked candidates to keep (default: {DEFAULT_K})",
+    )
+    sub.add_argument(
+        "--multi-query",
+        type=_rewrites,
+        default=None,
+        metavar="N",
+        help="multi-query fusion: a chat model writes N rewrites of the question (1-10), each is searched too, and "
+        "the result lists are fused (weighted reciprocal rank fusion, the question itself weighted highest); if the "
+        "model fails, the question is searched alone",
     )
     sub.add_argument(
         "--llm",
@@ -620,13 +665,22 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _uses_chat_model(args: argparse.Namespace, command: str) -> bool:
+    """Whether the command needs a chat model: ``ask`` always; ``query`` for an LLM rerank or multi-query."""
+    llm_rerank = args.rerank is not None and args.rerank.uses_chat_model
+    return command == "ask" or llm_rerank or args.multi_query is not None
+
+
 def _check_combinations(args: argparse.Namespace, command: str) -> None:
-    if args.top_n is not None and not args.rerank:
+    if args.top_n is not None and args.rerank is None:
         raise UserError("--top-n is the number of reranked results to keep: add --rerank")
     if args.max_chars is not None and not args.window:
         raise UserError("--max-chars is the character budget of context windows: add --window N")
-    if command == "query" and args.llm is not None and not args.rerank:
-        raise UserError("query uses a chat model only to rerank: add --rerank, or drop --llm")
+    if command == "query" and args.llm is not None and not _uses_chat_model(args, command):
+        raise UserError(
+            "query uses a chat model only to rerank (--rerank llm) or to rewrite the query (--multi-query N): "
+            "add one, or drop --llm"
+        )
     for flag, value in (("--k-summaries", args.k_summaries), ("--summary-weight", args.summary_weight)):
         if value is not None and not args.hierarchical:
             raise UserError(f"{flag} is an option of hierarchical search: add --hierarchical")
@@ -639,16 +693,25 @@ def _chat_model(args: argparse.Namespace) -> Any:
 
 
 def _retriever(args: argparse.Namespace, chat_model: Any) -> Any:
-    """The fused retriever, wrapped by a context window and a reranker as the options ask."""
+    """The fused retriever, wrapped by multi-query fusion, a context window and a reranker as the options ask."""
     from langchain_fusion.index.hierarchical import HierarchicalIndex
     from langchain_fusion.index.opening import open_index
     from langchain_fusion.models.embeddings import resolve_embeddings
-    from langchain_fusion.retrievers.rerank import LLMReranker, RerankRetriever
+    from langchain_fusion.retrievers.cross_encoder import CrossEncoderReranker
+    from langchain_fusion.retrievers.multi_query import DEFAULT_K_PER_QUERY, MultiQueryFusionRetriever
+    from langchain_fusion.retrievers.rerank import RerankRetriever
+    from langchain_fusion.retrievers.rerank_spec import build_reranker
     from langchain_fusion.retrievers.windows import DEFAULT_WINDOW_MAX_CHARS, ContextWindowRetriever
     from langchain_fusion.stores.locations import is_store_location
 
+    reranker = None
+    if args.rerank is not None:  # a cross-encoder loads before the search: a missing model fails first
+        top_n = args.top_n if args.top_n is not None else DEFAULT_K
+        reranker = build_reranker(args.rerank, llm=chat_model, top_n=top_n, timeout=args.llm_timeout)
+        if isinstance(reranker, CrossEncoderReranker):
+            reranker.load_model()
     embeddings = resolve_embeddings(args.embeddings) if args.embeddings else None
-    k = args.k if args.k is not None else DEFAULT_RERANK_CANDIDATES if args.rerank else DEFAULT_K
+    k = args.k if args.k is not None else DEFAULT_RERANK_CANDIDATES if reranker is not None else DEFAULT_K
     options = {"k": k, "alpha": args.alpha, "method": args.method, "fetch_k": args.fetch_k}
     retriever: Any
     if args.hierarchical:
@@ -669,12 +732,19 @@ def _retriever(args: argparse.Namespace, chat_model: Any) -> Any:
         # A hierarchical folder also answers plain searches: its chunk index.
         index = opened.chunks if isinstance(opened, HierarchicalIndex) else opened
         retriever = index.as_retriever(**options)
+    if args.multi_query is not None:
+        retriever = MultiQueryFusionRetriever(
+            retriever=retriever,
+            llm=chat_model,
+            n=args.multi_query,
+            k=k,
+            k_per_query=max(k, DEFAULT_K_PER_QUERY),
+            timeout=args.llm_timeout,
+        )
     if args.window:
         budget = DEFAULT_WINDOW_MAX_CHARS if args.max_chars is None else args.max_chars
         retriever = ContextWindowRetriever(retriever=retriever, index=index, n=args.window, max_chars=budget)
-    if chat_model is not None and args.rerank:
-        top_n = args.top_n if args.top_n is not None else DEFAULT_K
-        reranker = LLMReranker(llm=chat_model, top_n=top_n, timeout=args.llm_timeout)
+    if reranker is not None:
         retriever = RerankRetriever(retriever=retriever, reranker=reranker)
     return retriever
 
@@ -692,7 +762,7 @@ def run_query(args: argparse.Namespace) -> int:
     _check_combinations(args, "query")
     if not args.question.strip():
         raise UserError("the query is empty: give the words or question to search for")
-    chat_model = _chat_model(args) if args.rerank else None  # a missing key fails before any work
+    chat_model = _chat_model(args) if _uses_chat_model(args, "query") else None  # a missing key fails first
     docs = _retriever(args, chat_model).invoke(args.question)
     if args.json:
         payload = [
@@ -700,10 +770,15 @@ def run_query(args: argparse.Namespace) -> int:
         ]
         print(json.dumps(payload, indent=2, ensure_ascii=False))
         return 0
+    if args.multi_query is not None and docs:
+        rewrites = docs[0].metadata.get(keys.MULTI_QUERY_REWRITES) or []
+        print("also searched: " + ("; ".join(rewrites) if rewrites else "nothing (no usable rewrites)"))
     if not docs:
         print("no results")
         return 0
-    rating = f"  {'rating':>6}" if args.rerank else ""
+    rated_by_llm = args.rerank is not None and args.rerank.uses_chat_model
+    cross_encoded = args.rerank is not None and not rated_by_llm
+    rating = f"  {'rating':>6}" if rated_by_llm else f"  {'rerank':>6}" if cross_encoded else ""
     hier = f"  {'hier':>6}  {'sum#':>4}" if args.hierarchical else ""
     header = f"{'rank':>4}{hier}  {'fused':>6}  {'vector':>6}  {'bm25':>6}{rating}  {'source':<28} {'page':>4}  text"
     print(header)
@@ -712,7 +787,10 @@ def run_query(args: argparse.Namespace) -> int:
         meta = doc.metadata
         source = Path(str(meta.get(keys.SOURCE, ""))).name
         rated = meta.get(keys.RERANK_RATING)
-        rating = f"  {'-' if rated is None else rated:>6}" if args.rerank else ""
+        if rated_by_llm:
+            rating = f"  {'-' if rated is None else rated:>6}"
+        else:
+            rating = f"  {_fmt(meta.get(keys.RERANK_SCORE)):>6}" if cross_encoded else ""
         summary_rank = meta.get(keys.SUMMARY_RANK)
         hier = (
             f"  {_fmt(meta.get(keys.HIERARCHICAL_SCORE)):>6}  {'-' if summary_rank is None else summary_rank:>4}"
@@ -798,6 +876,9 @@ def run_serve(args: argparse.Namespace) -> int:
                 max_query_chars=args.max_query_chars,
                 max_batch_size=args.max_batch_size,
                 llm_timeout=args.llm_timeout,
+                reranker=None if args.rerank is None else str(args.rerank),
+                rerank_candidates=args.rerank_candidates,
+                multi_query=args.multi_query,
             )
         status = app.state.langchain_fusion
         index, rag, url = status["index"], status["rag"], server.url_of(sock)
@@ -809,6 +890,12 @@ def run_serve(args: argparse.Namespace) -> int:
             f"retriever: {url}{server.RETRIEVER_PATH}/ (playground: {url}{server.RETRIEVER_PATH}/playground/); "
             f"health: {url}{server.HEALTH_PATH}",
         ]
+        pipeline = status["pipeline"]
+        if pipeline["multi_query"]:
+            lines.append(f"multi-query fusion: {pipeline['multi_query']} rewrites per query")
+        if pipeline["rerank"]:
+            step = pipeline["rerank"]
+            lines.append(f"rerank: {args.rerank} ({step['candidates']} candidates per query)")
         if rag["enabled"]:
             lines.append(f"RAG chain with {rag['chat_model']}: {url}{server.RAG_PATH}/")
         else:

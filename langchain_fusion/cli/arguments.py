@@ -11,6 +11,9 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from langchain_fusion._checks import MAX_REWRITES, check_rewrites
+from langchain_fusion.errors import InvalidParameterError
+from langchain_fusion.retrievers.rerank_spec import RerankSpec, parse_rerank_spec
 from langchain_fusion.search.options import SEARCH_DEFAULTS
 
 EXIT_USER_ERROR = 2
@@ -81,3 +84,24 @@ def fetch_k(value: str) -> int | None:
     if value.lower() in {"all", "none"}:
         return None
     return int(parse_number(value, int, lambda n: n >= 1, "a positive integer or 'all'"))
+
+
+def rewrites(value: str) -> int:
+    """A number of multi-query rewrites, 1 to :data:`~langchain_fusion._checks.MAX_REWRITES`."""
+    return int(parse_number(value, int, lambda n: _passes(check_rewrites, n), f"1 to {MAX_REWRITES} rewrites"))
+
+
+def _passes(check: Callable[[Any], Any], value: Any) -> bool:
+    try:
+        check(value)
+    except InvalidParameterError:
+        return False
+    return True
+
+
+def rerank_spec(value: str) -> RerankSpec:
+    """``llm`` or ``cross-encoder:MODEL`` (the library's own parser)."""
+    try:
+        return parse_rerank_spec(value)
+    except InvalidParameterError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -1,15 +1,22 @@
-"""The ``langchain-fusion eval`` command: quality of vector, BM25 and fusion on labelled data."""
+"""The ``langchain-fusion eval`` command: quality of vector, BM25, fusion, rerank and multi-query on labelled data."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from langchain_fusion.cli.arguments import positive_int
+from langchain_fusion.cli.arguments import (
+    DEFAULT_LLM_TIMEOUT,
+    DEFAULT_RERANK_CANDIDATES,
+    positive_int,
+    rerank_spec,
+    rewrites,
+    seconds,
+)
 from langchain_fusion.cli.errors import UserError
 from langchain_fusion.search.fusion import FUSION_METHODS
 from langchain_fusion.search.options import SEARCH_DEFAULTS
@@ -76,6 +83,38 @@ def add_eval_parser(commands: Any, fetch_k_type: Any) -> None:
         help="queries per retriever batch (one embedding call and one scoring pass each); the table reports "
         "ms_per_query. 1 runs the queries one by one and reports latency p50/p95 instead (default: %(default)s)",
     )
+    parser.add_argument(
+        "--rerank",
+        type=rerank_spec,
+        metavar="SPEC",
+        help="add a row: the default fusion's --rerank-candidates reranked by SPEC, 'llm' (the --llm chat model rates "
+        "each) or 'cross-encoder:MODEL' (a Hugging Face name or a folder; needs the local extra)",
+    )
+    parser.add_argument(
+        "--rerank-candidates",
+        type=positive_int,
+        default=DEFAULT_RERANK_CANDIDATES,
+        metavar="N",
+        help="with --rerank, candidates reranked per query, at least the deepest metric cutoff (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--multi-query",
+        type=rewrites,
+        metavar="N",
+        help="add a row: multi-query fusion over the default fusion, N rewrites per query by the --llm chat model",
+    )
+    parser.add_argument(
+        "--llm",
+        metavar="PROVIDER:MODEL",
+        help="chat model of --rerank llm and --multi-query (default: openai:gpt-4o-mini, needs OPENAI_API_KEY)",
+    )
+    parser.add_argument(
+        "--llm-timeout",
+        type=seconds,
+        default=DEFAULT_LLM_TIMEOUT,
+        metavar="SECONDS",
+        help="seconds to wait for each chat model answer before it counts as failed (default: %(default)g)",
+    )
     parser.add_argument("--plot", metavar="PNG", help="save a plot of the first metric against alpha")
     parser.add_argument("--json", action="store_true", help="print all results as JSON")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
@@ -117,13 +156,16 @@ def run_eval(args: argparse.Namespace) -> int:
         parse_metric(metric)
     methods = [check_method(m.strip()) for m in args.methods.split(",") if m.strip()]
     alphas = alpha_grid(args.alpha)
+    pipeline = _pipeline_rows(args)  # a missing key or cross-encoder fails before any indexing
     index, dataset = _load(args)
     progress = not (args.quiet or args.json)
+    fusion = FusionRetriever(index=index, fetch_k=args.fetch_k)
     baselines = evaluate_retrievers(
         {
             "vector": VectorRetriever(index=index),
             "bm25": BM25Retriever(index=index),
-            "fusion (defaults)": FusionRetriever(index=index, fetch_k=args.fetch_k),
+            "fusion (defaults)": fusion,
+            **{name: wrap(fusion) for name, wrap in pipeline.items()},
         },
         dataset,
         metrics,
@@ -133,6 +175,7 @@ def run_eval(args: argparse.Namespace) -> int:
     sweep = sweep_alpha(index, dataset, alphas, methods, metrics, fetch_k=args.fetch_k, progress=progress)
     main_metric = metrics[0]
     comparisons = [baselines.compare("fusion (defaults)", side, main_metric) for side in ("vector", "bm25")]
+    comparisons += [baselines.compare(name, "fusion (defaults)", main_metric) for name in pipeline]
     best = {}
     for method in methods:
         rows = [r for r in sweep.results if r.name.startswith(f"{method}@")]
@@ -161,13 +204,50 @@ def run_eval(args: argparse.Namespace) -> int:
     print(_sweep_grid(sweep, methods, alphas, main_metric))
     print("\nbest alpha: " + ", ".join(f"{m} {b['alpha']:g} ({b[main_metric]:.4f})" for m, b in best.items()))
     for comparison in comparisons:
+        label = "fusion" if comparison["method"] == "fusion (defaults)" else comparison["method"]
         print(
-            f"fusion vs {comparison['baseline']} on {main_metric}: {comparison['wins']} queries better, "
+            f"{label} vs {comparison['baseline']} on {main_metric}: {comparison['wins']} queries better, "
             f"{comparison['losses']} worse, {comparison['ties']} tied"
         )
     if plot_path:
         print(f"plot saved to {plot_path}")
     return 0
+
+
+def _pipeline_rows(args: argparse.Namespace) -> dict[str, Callable[[Any], Any]]:
+    """The extra rows asked for (--rerank, --multi-query): row name -> how to wrap the default fusion retriever."""
+    from langchain_fusion.retrievers.cross_encoder import CrossEncoderReranker
+    from langchain_fusion.retrievers.multi_query import MultiQueryFusionRetriever
+    from langchain_fusion.retrievers.rerank import RerankRetriever
+    from langchain_fusion.retrievers.rerank_spec import build_reranker
+
+    uses_llm = args.multi_query is not None or (args.rerank is not None and args.rerank.uses_chat_model)
+    if args.llm is not None and not uses_llm:
+        raise UserError("eval uses a chat model only for --rerank llm and --multi-query: add one, or drop --llm")
+    chat_model: Any = None
+    if uses_llm:
+        from langchain_fusion.models.chat import resolve_chat_model
+
+        chat_model = resolve_chat_model(args.llm)
+    rows: dict[str, Callable[[Any], Any]] = {}
+    if args.rerank is not None:
+        reranker = build_reranker(args.rerank, llm=chat_model, timeout=args.llm_timeout)
+        if isinstance(reranker, CrossEncoderReranker):
+            reranker.load_model()
+        candidates = args.rerank_candidates
+
+        def reranked(fusion: Any) -> Any:
+            return RerankRetriever(retriever=fusion.model_copy(update={"k": candidates}), reranker=reranker)
+
+        rows[f"fusion + rerank ({args.rerank})"] = reranked
+    if args.multi_query is not None:
+        n = args.multi_query
+
+        def multi(fusion: Any) -> Any:
+            return MultiQueryFusionRetriever(retriever=fusion, llm=chat_model, n=n, timeout=args.llm_timeout)
+
+        rows[f"fusion + multi-query (n={n})"] = multi
+    return rows
 
 
 def _sweep_grid(sweep: Any, methods: Sequence[str], alphas: Sequence[float], metric: str) -> str:

@@ -25,6 +25,7 @@ from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.evaluation.datasets import EvalDataset
 from langchain_fusion.evaluation.metrics import evaluate_run, mean_scores, parse_metric
 from langchain_fusion.index.fusion_index import FusionIndex
+from langchain_fusion.retrievers.rerank import RerankRetriever, with_top_n
 from langchain_fusion.search.pool import QueryScorers, bm25_scorers, fused_search, queries_per_pass, vector_scorers
 
 DEFAULT_METRICS = ("ndcg@10", "recall@10", "mrr@10", "hit_rate@5")
@@ -201,7 +202,16 @@ def evaluate_retrievers(
 
 
 def _at_depth(retriever: BaseRetriever, depth: int) -> BaseRetriever:
-    """A copy of ``retriever`` that returns ``depth`` documents, where it has a knob for it."""
+    """A copy of ``retriever`` that returns ``depth`` documents, where it has a knob for it.
+
+    A :class:`~langchain_fusion.retrievers.rerank.RerankRetriever` keeps ``depth`` (its rerank
+    step's ``top_n``, where it has one) of at least ``depth`` candidates.
+    """
+    if isinstance(retriever, RerankRetriever):
+        inner = retriever.retriever
+        inner_k = getattr(inner, "k", None)
+        candidates = _at_depth(inner, depth) if isinstance(inner_k, int) and inner_k < depth else inner
+        return retriever.model_copy(update={"retriever": candidates, "reranker": with_top_n(retriever.reranker, depth)})
     fields = type(retriever).model_fields
     if "k" in fields:
         return retriever.model_copy(update={"k": depth})

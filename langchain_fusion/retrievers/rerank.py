@@ -10,8 +10,8 @@ single call instead.
 
 Both are ``BaseDocumentCompressor``s (for LangChain's ``ContextualCompressionRetriever``) and
 ``Runnable``s from ``{"query": ..., "documents": [...]}`` to documents (for LCEL);
-:class:`RerankRetriever` wraps a retriever with one. Results are copies carrying the keys of
-:data:`~langchain_fusion.metadata.RERANK_KEYS`.
+:class:`RerankRetriever` wraps a retriever with one, or with any other ``BaseDocumentCompressor``.
+Results are copies carrying the keys of :data:`~langchain_fusion.metadata.RERANK_KEYS`.
 """
 
 from __future__ import annotations
@@ -227,37 +227,22 @@ RERANK_RETRY = RetryPolicy(max_attempts=2, initial_delay=0.25, max_delay=2.0)
 """The rerankers' default retries: one more try after at most a quarter second (a query is waiting)."""
 
 
-class BaseLLMReranker(CheckedModel, BaseDocumentCompressor, RunnableSerializable[RerankInput, list[Document]]):
-    """What the LLM rerankers share: the model, ``top_n``, the LCEL and compressor interfaces."""
+class BaseReranker(CheckedModel, BaseDocumentCompressor, RunnableSerializable[RerankInput, list[Document]]):
+    """What this library's rerankers share: ``top_n`` (also per call), the LCEL and compressor interfaces.
+
+    A subclass implements :meth:`_rerank` and :meth:`_arerank` over a non-empty candidate list and
+    returns copies carrying its :data:`~langchain_fusion.metadata.RERANK_KEYS`.
+    """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    llm: Runnable[Any, Any]
-    """A chat model, or any Runnable from a prompt to an answer (a rating object, dict or text)."""
     top_n: int | None = 4
     """How many documents to keep (None: all, reordered); override per call in :class:`RerankRetriever`."""
-    structured: bool = True
-    """Use the model's structured output when it supports it; False always parses text answers."""
-    timeout: float | None = Field(default=None, gt=0)
-    """Seconds to wait for one model answer (per try) before it counts as a transient failure (None: no limit)."""
-    max_concurrency: int = Field(default=8, ge=1)
-    """Most model calls in flight at once; with a ``timeout``, across all queries of this reranker and
-    counting calls given up on that have not returned yet (so a hung model holds at most this many threads)."""
-    retry: RetryPolicy = Field(default_factory=lambda: RERANK_RETRY)
-    """Retries of rate limits, timeouts and other transient errors; lighter than indexing's, since a
-    query waits. After the last try the candidate keeps its fusion order."""
-
-    _slots: threading.Semaphore = PrivateAttr()
 
     @field_validator("top_n")
     @classmethod
     def _valid_top_n(cls, value: Any) -> int | None:
         return _check_top_n(value)
-
-    def model_post_init(self, context: Any, /) -> None:
-        """Make the call slots shared by every query of this reranker."""
-        super().model_post_init(context)
-        self._slots = threading.Semaphore(self.max_concurrency)
 
     # --- the public API -----------------------------------------------------------------------
 
@@ -273,7 +258,7 @@ class BaseLLMReranker(CheckedModel, BaseDocumentCompressor, RunnableSerializable
     async def arerank(
         self, documents: Sequence[Document], query: str, *, top_n: Any = ..., callbacks: Callbacks = None
     ) -> list[Document]:
-        """Async twin of :meth:`rerank` (awaits the model's async API)."""
+        """Async twin of :meth:`rerank`."""
         limit = self.top_n if top_n is ... else _check_top_n(top_n)
         if not documents:
             return []
@@ -306,6 +291,46 @@ class BaseLLMReranker(CheckedModel, BaseDocumentCompressor, RunnableSerializable
     async def _ainvoke(self, input: RerankInput, run_manager: AsyncCallbackManagerForChainRun) -> list[Document]:
         query, documents = _unpack(input)
         return await self.arerank(documents, query, callbacks=run_manager.get_child())
+
+    @staticmethod
+    def _copy(doc: Document, updates: dict[str, Any]) -> Document:
+        copied = doc.model_copy(deep=True)
+        copied.metadata.update(updates)
+        return copied
+
+    @abstractmethod
+    def _rerank(self, documents: list[Document], query: str, top_n: int | None, callbacks: Callbacks) -> list[Document]:
+        """Rerank a non-empty candidate list."""
+
+    @abstractmethod
+    async def _arerank(
+        self, documents: list[Document], query: str, top_n: int | None, callbacks: Callbacks
+    ) -> list[Document]:
+        """Async twin of :meth:`_rerank`."""
+
+
+class BaseLLMReranker(BaseReranker):
+    """What the LLM rerankers share: the model, its timeout, retries and concurrency bound."""
+
+    llm: Runnable[Any, Any]
+    """A chat model, or any Runnable from a prompt to an answer (a rating object, dict or text)."""
+    structured: bool = True
+    """Use the model's structured output when it supports it; False always parses text answers."""
+    timeout: float | None = Field(default=None, gt=0)
+    """Seconds to wait for one model answer (per try) before it counts as a transient failure (None: no limit)."""
+    max_concurrency: int = Field(default=8, ge=1)
+    """Most model calls in flight at once; with a ``timeout``, across all queries of this reranker and
+    counting calls given up on that have not returned yet (so a hung model holds at most this many threads)."""
+    retry: RetryPolicy = Field(default_factory=lambda: RERANK_RETRY)
+    """Retries of rate limits, timeouts and other transient errors; lighter than indexing's, since a
+    query waits. After the last try the candidate keeps its fusion order."""
+
+    _slots: threading.Semaphore = PrivateAttr()
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Make the call slots shared by every query of this reranker."""
+        super().model_post_init(context)
+        self._slots = threading.Semaphore(self.max_concurrency)
 
     # --- the model ----------------------------------------------------------------------------
 
@@ -350,22 +375,6 @@ class BaseLLMReranker(CheckedModel, BaseDocumentCompressor, RunnableSerializable
         if error is not None:
             raise error
         return answer
-
-    @staticmethod
-    def _copy(doc: Document, updates: dict[str, Any]) -> Document:
-        copied = doc.model_copy(deep=True)
-        copied.metadata.update(updates)
-        return copied
-
-    @abstractmethod
-    def _rerank(self, documents: list[Document], query: str, top_n: int | None, callbacks: Callbacks) -> list[Document]:
-        """Rerank a non-empty candidate list."""
-
-    @abstractmethod
-    async def _arerank(
-        self, documents: list[Document], query: str, top_n: int | None, callbacks: Callbacks
-    ) -> list[Document]:
-        """Async twin of :meth:`_rerank`."""
 
 
 def _unpack(input: Any) -> tuple[str, Sequence[Document]]:
@@ -535,24 +544,49 @@ class LLMListwiseReranker(BaseLLMReranker):
         return [self._copy(documents[p], {keys.RERANK_RANK: rank_of.get(documents[p].page_content)}) for p in kept]
 
 
-class RerankRetriever(CheckedModel, BaseRetriever):
-    """Wraps a retriever with an LLM reranker: retrieve candidates, rerank, keep ``top_n``.
+def with_top_n(compressor: BaseDocumentCompressor, top_n: int | None) -> BaseDocumentCompressor:
+    """``compressor`` set to keep ``top_n`` documents, where it has a ``top_n`` field (a copy; else itself).
 
-    Retrieve more candidates than you keep (e.g. ``k=20`` on the wrapped retriever and
-    ``top_n=4``). ``invoke(query, top_n=3)`` overrides ``top_n`` per call; any other keyword goes
-    to the wrapped retriever (``invoke(query, top_n=3, k=20)``).
+    Ours and most of LangChain's rerankers (``CrossEncoderReranker``, ``CohereRerank``...) have one.
+    """
+    if "top_n" in type(compressor).model_fields and getattr(compressor, "top_n", None) != top_n:
+        return compressor.model_copy(update={"top_n": top_n})
+    return compressor
+
+
+def _relevance(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+class RerankRetriever(CheckedModel, BaseRetriever):
+    """Wraps a retriever with a rerank step: retrieve candidates, rerank them, keep ``top_n``.
+
+    The rerank step is any LangChain ``BaseDocumentCompressor``: ours (:class:`LLMReranker`,
+    :class:`LLMListwiseReranker`, :class:`~langchain_fusion.retrievers.cross_encoder.CrossEncoderReranker`),
+    LangChain's ``CrossEncoderReranker``, a hosted reranker, or your own. Retrieve more candidates
+    than you keep (e.g. ``k=20`` on the wrapped retriever and ``top_n=4``). ``invoke(query,
+    top_n=3)`` overrides ``top_n`` per call; any other keyword goes to the wrapped retriever
+    (``invoke(query, top_n=3, k=20)``).
+
+    Our rerankers write their own :data:`~langchain_fusion.metadata.RERANK_KEYS`. The results of
+    any other compressor are copies with ``rerank_rank`` (their 1-based position in its output)
+    and ``rerank_score`` (its ``relevance_score`` metadata when it writes one, else None); the
+    candidates' fusion scores stay. A per-call ``top_n`` is applied through the compressor's own
+    ``top_n`` field when it has one, and by keeping the first ``top_n`` of its output otherwise.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     retriever: BaseRetriever
     """The retriever that finds the candidates."""
-    reranker: BaseLLMReranker
-    """The reranker (:class:`LLMReranker` or :class:`LLMListwiseReranker`)."""
+    reranker: BaseDocumentCompressor
+    """The rerank step: any ``BaseDocumentCompressor`` (e.g. :class:`LLMReranker` or ``CrossEncoderReranker``)."""
 
     def _split(self, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         rest = dict(kwargs)
-        top_n = _check_top_n(rest.pop("top_n")) if "top_n" in rest else self.reranker.top_n
+        top_n = _check_top_n(rest.pop("top_n")) if "top_n" in rest else ...
         return top_n, rest
 
     def _get_relevant_documents(
@@ -560,11 +594,36 @@ class RerankRetriever(CheckedModel, BaseRetriever):
     ) -> list[Document]:
         top_n, rest = self._split(kwargs)
         candidates = self.retriever.invoke(query, config={"callbacks": run_manager.get_child()}, **rest)
-        return self.reranker.rerank(candidates, query, top_n=top_n, callbacks=run_manager.get_child())
+        if isinstance(self.reranker, BaseReranker):
+            return self.reranker.rerank(candidates, query, top_n=top_n, callbacks=run_manager.get_child())
+        if not candidates:
+            return []
+        compressor = self.reranker if top_n is ... else with_top_n(self.reranker, top_n)
+        kept = compressor.compress_documents(candidates, query, callbacks=run_manager.get_child())
+        return self._recorded(kept, top_n)
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
         top_n, rest = self._split(kwargs)
         candidates = await self.retriever.ainvoke(query, config={"callbacks": run_manager.get_child()}, **rest)
-        return await self.reranker.arerank(candidates, query, top_n=top_n, callbacks=run_manager.get_child())
+        if isinstance(self.reranker, BaseReranker):
+            return await self.reranker.arerank(candidates, query, top_n=top_n, callbacks=run_manager.get_child())
+        if not candidates:
+            return []
+        compressor = self.reranker if top_n is ... else with_top_n(self.reranker, top_n)
+        kept = await compressor.acompress_documents(candidates, query, callbacks=run_manager.get_child())
+        return self._recorded(kept, top_n)
+
+    @staticmethod
+    def _recorded(kept: Sequence[Document], top_n: Any) -> list[Document]:
+        """Copies of another compressor's output with the rerank keys, cut to a per-call ``top_n``."""
+        if top_n is not ... and top_n is not None:
+            kept = kept[:top_n]
+        results = []
+        for rank, doc in enumerate(kept, 1):
+            copied = doc.model_copy(deep=True)
+            copied.metadata[keys.RERANK_RANK] = rank
+            copied.metadata[keys.RERANK_SCORE] = _relevance(copied.metadata.get(keys.RELEVANCE_SCORE))
+            results.append(copied)
+        return results

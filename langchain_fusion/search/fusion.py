@@ -29,6 +29,7 @@ __all__ = [
     "min_max",
     "rank_of",
     "ranks",
+    "weighted_rrf",
     "z_score",
 ]
 
@@ -213,3 +214,18 @@ def fuse_top(
         vector_rank=vector_rank[top] if vector_rank is not None else rank_of(vector, top),
         bm25_rank=bm25_rank[top] if bm25_rank is not None else rank_of(bm25, top, matched),
     )
+
+
+def weighted_rrf(list_ranks: NDArray[np.integer], weights: NDArray[np.floating]) -> FloatArray:
+    """Weighted reciprocal rank fusion of several ranked lists over one set of candidates.
+
+    ``list_ranks[i, j]`` is candidate ``j``'s 1-based rank in list ``i`` (0: not in that list);
+    the fused score of ``j`` is ``sum_i weights[i] / (60 + list_ranks[i, j])`` over the lists
+    that hold it.
+    """
+    ranked = np.asarray(list_ranks, dtype=np.int64)
+    w = np.asarray(weights, dtype=np.float64)
+    if ranked.ndim != 2 or w.shape != (ranked.shape[0],):
+        raise ValueError(f"need one weight per list; got ranks of shape {ranked.shape} and weights {w.shape}")
+    terms = np.where(ranked > 0, w[:, None] / (RRF_RANK_CONSTANT + np.maximum(ranked, 1)), 0.0)
+    return np.asarray(terms.sum(axis=0), dtype=np.float64)
