@@ -9,7 +9,7 @@ INSTALL := $(PIP) install --quiet -c constraints.txt
 DEMO_INDEX ?= .demo-index
 DEMO_QUERY ?= Why did the batteries come through the flood without harm?
 
-.PHONY: demo test lint bench bench-quality bench-quick bench-startup bench-updates bench-milvus clean
+.PHONY: demo test lint bench bench-scale bench-quality bench-quick bench-startup bench-updates bench-milvus clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,9 @@ lint: $(VENV)/.installed-dev
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/latency.py
+
+bench-scale: $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/scale.py
 
 bench-quality: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/quality.py
