@@ -91,7 +91,7 @@ class TestLoadBeir:
 class TestLoadLabelled:
     def test_sample_queries_resolve_to_chunks(self, sample_index: FusionIndex) -> None:
         dataset = load_labelled(SAMPLE_QUERIES, sample_index.documents)
-        assert len(dataset.queries) == 24
+        assert len(dataset.queries) == 54
         for query_id, relevant in dataset.qrels.items():
             assert relevant, query_id
             for doc_id in relevant:
