@@ -24,8 +24,12 @@ from langchain_fusion import (
 from langchain_fusion.cli.app import main
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.evaluation import (
+    SIDES,
+    MethodResult,
+    Report,
     alpha_grid,
     evaluate_retrievers,
+    evaluate_sides,
     load_beir,
     load_labelled,
     plot_alpha_sweep,
@@ -101,14 +105,20 @@ class TestLoadBeir:
 class TestLoadLabelled:
     def test_sample_queries_resolve_to_chunks(self, sample_index: FusionIndex) -> None:
         dataset = load_labelled(SAMPLE_QUERIES, sample_index.documents)
-        assert len(dataset.queries) == 24
+        assert len(dataset.queries) == 54
+        assert dataset.kinds["q01"] == "keyword" and dataset.kinds["q09"] == "paraphrase"
+        assert set(dataset.kinds) == set(dataset.queries)
         for query_id, relevant in dataset.qrels.items():
             assert relevant, query_id
             for doc_id in relevant:
                 assert doc_id in sample_index
-        # q01 is labelled with page 4 of the report: exactly the chunks of that page.
-        page4 = {d.id for d in sample_index.documents if d.metadata.get("page") == 4}
-        assert set(dataset.qrels["q01"]) == page4
+        # q01 is labelled with page 4 of the report and one parts sheet: exactly the chunks of those.
+        places = {
+            d.id
+            for d in sample_index.documents
+            if d.metadata.get("page") == 4 or Path(d.metadata["source"]).name == "sp-1002.md"
+        }
+        assert set(dataset.qrels["q01"]) == places
 
     def test_answer_matching_and_chunk_ids(self, tmp_path: Path, sample_index: FusionIndex) -> None:
         target = sample_index.documents[5]
@@ -135,6 +145,26 @@ class TestLoadLabelled:
         pages = {doc.metadata.get("page") for doc in labelled}
         assert pages == {4, None}
 
+    def test_kinds_from_json_and_csv(self, tmp_path: Path, sample_index: FusionIndex) -> None:
+        labels = [
+            {"id": "a", "kind": " keyword ", "query": "KV-5500", "relevant": [{"source": "maintenance-handbook.md"}]},
+            {"id": "b", "query": "no kind", "relevant": [{"source": "maintenance-handbook.md"}]},
+            {"id": "c", "kind": "keyword", "query": "lost", "relevant": [{"source": "nowhere.md"}]},
+        ]
+        path = tmp_path / "labels.json"
+        path.write_text(json.dumps(labels))
+        with pytest.warns(UserWarning, match="1 queries match no indexed chunk"):
+            dataset = load_labelled(path, sample_index.documents)
+        assert dataset.kinds == {"a": "keyword"}  # trimmed; no kind, no entry; left-out queries dropped
+        csv_path = tmp_path / "labels.csv"
+        csv_path.write_text(
+            "id,kind,query,source,page\n"
+            "a,mixed,KV-5500 rating,arden-microgrids-report.pdf,4\n"
+            "a,mixed,KV-5500 rating,maintenance-handbook.md,\n"
+            "b,,torque,maintenance-handbook.md,\n"
+        )
+        assert load_labelled(csv_path, sample_index.documents).kinds == {"a": "mixed"}
+
     def test_unmatched_labels_warn_and_all_unmatched_fails(self, tmp_path: Path, sample_index: FusionIndex) -> None:
         path = tmp_path / "labels.json"
         path.write_text(
@@ -158,6 +188,9 @@ class TestLoadLabelled:
             ('{"a": 1}', "expected a JSON list"),
             ('[{"relevant": []}]', "has no 'query'"),
             ('[{"query": "x"}]', "neither 'relevant'"),
+            ('[{"query": "x", "kind": 1, "relevant": [{"id": "a"}]}]', "record 1 has 'kind' 1; expected a non-empty"),
+            ('[{"query": "x", "kind": true, "relevant": [{"id": "a"}]}]', "'kind' True; expected"),
+            ('[{"query": "x", "kind": " ", "relevant": [{"id": "a"}]}]', "'kind' ' '; expected"),
         ],
     )
     def test_invalid_files(self, tmp_path: Path, sample_index: FusionIndex, content: str, message: str) -> None:
@@ -185,6 +218,13 @@ class TestHarness:
             assert one.means == pytest.approx(many.means)
             assert many.ms_per_query is not None and many.ms_per_query > 0 and not many.latencies_ms
         assert batched.to_markdown().splitlines()[0] == "| method | ndcg@10 | hit_rate@5 | ms_per_query |"
+
+    def test_evaluate_sides(self, sample_index: FusionIndex) -> None:
+        dataset = load_labelled(SAMPLE_QUERIES, sample_index.documents)
+        report = evaluate_sides(sample_index, dataset, ["ndcg@10"], progress=False)
+        assert [r.name for r in report.results] == list(SIDES) == ["vector", "bm25", "fusion (defaults)"]
+        fused = evaluate_retrievers({"f": FusionRetriever(index=sample_index)}, dataset, ["ndcg@10"], progress=False)
+        assert report.result("fusion (defaults)").per_query == fused.result("f").per_query
 
     @pytest.mark.parametrize("batch_size", [0, True, 2.0])
     def test_bad_batch_size(self, sample_index: FusionIndex, batch_size: object) -> None:
@@ -361,6 +401,49 @@ class TestCachedEmbeddings:
         index = FusionIndex.from_documents(docs, CachedEmbeddings(HashingEmbeddings(), tmp_path / "cache"))
         loaded = FusionIndex.load(index.save(tmp_path / "index"), HashingEmbeddings())
         assert len(loaded) == 4
+
+
+TOY_PER_QUERY = {
+    "vector": {"q1": 1.0, "q2": 0.0, "q3": 0.5, "q4": 0.25},
+    "bm25": {"q1": 0.0, "q2": 1.0, "q3": 0.5, "q4": 0.75},
+}
+TOY_KINDS = {"q2": "paraphrase", "q1": "keyword", "q3": "keyword", "q9": "mixed"}  # q4 has none, q9 is not run
+
+
+class TestByKind:
+    """The per-kind breakdown, on a report written by hand so every mean can be checked."""
+
+    def report(self) -> Report:
+        results = [
+            MethodResult(name, {q: {"ndcg@10": v, "mrr@10": v / 2} for q, v in values.items()}, latencies_ms=[1.0] * 4)
+            for name, values in TOY_PER_QUERY.items()
+        ]
+        return Report("toy", ["ndcg@10", "mrr@10"], results)
+
+    def test_by_kind(self) -> None:
+        by_kind = self.report().by_kind(TOY_KINDS)
+        assert list(by_kind) == ["keyword", "paraphrase"]  # in query order; q4 (no kind) and q9 (not run) left out
+        keyword = by_kind["keyword"]
+        assert keyword.dataset == "toy (keyword)" and keyword.metrics == ["ndcg@10", "mrr@10"]
+        assert keyword.result("vector").means == {"ndcg@10": 0.75, "mrr@10": 0.375}
+        assert keyword.result("bm25").means == {"ndcg@10": 0.25, "mrr@10": 0.125}
+        assert by_kind["paraphrase"].result("bm25").per_query == {"q2": {"ndcg@10": 1.0, "mrr@10": 0.5}}
+        assert all(not r.latencies_ms for r in keyword.results)  # timings belong to all queries together
+        assert self.report().by_kind({}) == {}
+
+    def test_kind_table(self) -> None:
+        assert self.report().kind_table(TOY_KINDS, "ndcg@10").splitlines() == [
+            "| ndcg@10 | vector | bm25 |",
+            "| --- | --- | --- |",
+            "| keyword (2) | 0.7500 | 0.2500 |",
+            "| paraphrase (1) | 0.0000 | 1.0000 |",
+            "| all (4) | 0.4375 | 0.5625 |",
+        ]
+        assert self.report().kind_table({}, "mrr@10").splitlines()[2:] == ["| all (4) | 0.2188 | 0.2812 |"]
+
+    def test_kind_table_unknown_metric(self) -> None:
+        with pytest.raises(InvalidParameterError, match="metric 'recall@10' is not in this report; it has ndcg@10"):
+            self.report().kind_table(TOY_KINDS, "recall@10")
 
 
 @pytest.mark.local_model

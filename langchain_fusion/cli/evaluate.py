@@ -32,7 +32,8 @@ def add_eval_parser(commands: Any, fetch_k_type: Any) -> None:
         "eval",
         help="measure retrieval quality (nDCG, recall, MRR...) of vector, BM25 and fusion; sweep alpha",
         description="Evaluate vector-only, BM25-only and fused retrieval on labelled queries, sweep alpha for "
-        "each fusion method, and compare fusion with each single side query by query. Use a saved index with "
+        "each fusion method, and compare fusion with each single side query by query (and by kind of query, when "
+        "the labels give one). Use a saved index with "
         "a labelled set (--index with --labels), or a BEIR folder (--beir), which is indexed on the fly with "
         "an embedding cache so reruns are fast.",
     )
@@ -147,9 +148,8 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
 def run_eval(args: argparse.Namespace) -> int:
     """Evaluate and print the tables (or JSON)."""
     from langchain_fusion._checks import check_method
-    from langchain_fusion.evaluation.harness import alpha_grid, evaluate_retrievers, sweep_alpha
+    from langchain_fusion.evaluation.harness import SIDES, alpha_grid, evaluate_sides, sweep_alpha
     from langchain_fusion.evaluation.metrics import parse_metric
-    from langchain_fusion.retrievers.fusion import BM25Retriever, FusionRetriever, VectorRetriever
 
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
     for metric in metrics:
@@ -159,23 +159,21 @@ def run_eval(args: argparse.Namespace) -> int:
     pipeline = _pipeline_rows(args)  # a missing key or cross-encoder fails before any indexing
     index, dataset = _load(args)
     progress = not (args.quiet or args.json)
-    fusion = FusionRetriever(index=index, fetch_k=args.fetch_k)
-    baselines = evaluate_retrievers(
-        {
-            "vector": VectorRetriever(index=index),
-            "bm25": BM25Retriever(index=index),
-            "fusion (defaults)": fusion,
-            **{name: wrap(fusion) for name, wrap in pipeline.items()},
-        },
+    baselines = evaluate_sides(
+        index,
         dataset,
         metrics,
+        fetch_k=args.fetch_k,
         progress=progress,
         batch_size=args.batch_size,
+        wrapped=pipeline,
     )
     sweep = sweep_alpha(index, dataset, alphas, methods, metrics, fetch_k=args.fetch_k, progress=progress)
     main_metric = metrics[0]
-    comparisons = [baselines.compare("fusion (defaults)", side, main_metric) for side in ("vector", "bm25")]
-    comparisons += [baselines.compare(name, "fusion (defaults)", main_metric) for name in pipeline]
+    fused, sides = SIDES[2], SIDES[:2]
+    comparisons = [baselines.compare(fused, side, main_metric) for side in sides]
+    comparisons += [baselines.compare(name, fused, main_metric) for name in pipeline]
+    by_kind = baselines.by_kind(dataset.kinds)
     best = {}
     for method in methods:
         rows = [r for r in sweep.results if r.name.startswith(f"{method}@")]
@@ -191,6 +189,10 @@ def run_eval(args: argparse.Namespace) -> int:
             "dataset": dataset.name,
             "queries": len(dataset.queries),
             "retrievers": baselines.rows(),
+            "by_kind": {
+                kind: {"queries": len(report.results[0].per_query), "retrievers": report.rows()}
+                for kind, report in by_kind.items()
+            },
             "sweep": sweep.rows(),
             "best_alpha": best,
             "per_query": comparisons,
@@ -200,6 +202,9 @@ def run_eval(args: argparse.Namespace) -> int:
         return 0
     print(f"{dataset.name}: {len(dataset.queries)} queries, {len(index)} chunks\n")
     print(baselines.to_markdown())
+    if by_kind:
+        print(f"\nby kind of query ({main_metric}):\n")
+        print(baselines.kind_table(dataset.kinds, main_metric))
     print(f"\nalpha sweep ({main_metric}, fetch_k={args.fetch_k}):\n")
     print(_sweep_grid(sweep, methods, alphas, main_metric))
     print("\nbest alpha: " + ", ".join(f"{m} {b['alpha']:g} ({b[main_metric]:.4f})" for m, b in best.items()))

@@ -3,10 +3,12 @@
 from langchain_fusion.evaluation.datasets import EvalDataset, Qrels, load_beir, load_labelled
 from langchain_fusion.evaluation.harness import (
     DEFAULT_METRICS,
+    SIDES,
     MethodResult,
     Report,
     alpha_grid,
     evaluate_retrievers,
+    evaluate_sides,
     sweep_alpha,
 )
 from langchain_fusion.evaluation.metrics import METRICS, evaluate_run, mean_scores, parse_metric
@@ -19,9 +21,11 @@ __all__ = [
     "MethodResult",
     "Qrels",
     "Report",
+    "SIDES",
     "alpha_grid",
     "evaluate_retrievers",
     "evaluate_run",
+    "evaluate_sides",
     "load_beir",
     "load_labelled",
     "mean_scores",

@@ -38,6 +38,12 @@ class EvalDataset:
     """Relevance judgements per query id."""
     corpus: list[Document] = field(default_factory=list)
     """The documents to index (BEIR); empty for sets resolved against an existing index."""
+    kinds: dict[str, str] = field(default_factory=dict)
+    """Query id -> the kind of query its label gives (e.g. ``keyword``, ``paraphrase``, ``mixed``).
+
+    Only queries whose label has a ``kind`` appear; reports break results down by it
+    (:meth:`~langchain_fusion.evaluation.harness.Report.by_kind`).
+    """
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -116,7 +122,9 @@ def _read_labelled_records(path: Path) -> list[dict[str, Any]]:
             for row in csv.DictReader(handle):
                 if not row.get("query"):
                     raise FusionError(f"{path}: a CSV labelled set needs a non-empty 'query' column")
-                record = grouped.setdefault(row["query"], {"id": row.get("id") or None, "query": row["query"]})
+                record = grouped.setdefault(
+                    row["query"], {"id": row.get("id") or None, "query": row["query"], "kind": row.get("kind") or None}
+                )
                 record.setdefault("relevant", []).append(
                     {
                         "id": row.get("chunk_id") or None,
@@ -137,24 +145,32 @@ def _read_labelled_records(path: Path) -> list[dict[str, Any]]:
 def load_labelled(path: str | Path, documents: Sequence[Document]) -> EvalDataset:
     """Load a labelled query set (JSON or CSV) and resolve it against indexed ``documents``.
 
-    JSON: a list of records with ``query``, an optional ``id``, and ``relevant``: a list of
-    ``{"source": file name or path, "page": n}`` (page optional) or ``{"id": chunk id}``;
-    or ``"answer": text`` with ``"match_answer": true`` to count every chunk containing that
-    text as relevant. CSV: columns ``id, query, source, page, chunk_id``, one row per
-    relevant place. Every chunk at a relevant place is relevant (grade 1).
+    JSON: a list of records with ``query``, an optional ``id``, an optional ``kind`` (a short
+    label such as ``keyword`` or ``paraphrase`` that reports break results down by), and
+    ``relevant``: a list of ``{"source": file name or path, "page": n}`` (page optional) or
+    ``{"id": chunk id}``; or ``"answer": text`` with ``"match_answer": true`` to count every
+    chunk containing that text as relevant. Other keys (an ``answer`` kept for people) are
+    ignored. CSV: columns ``id, query, source, page, chunk_id`` and optionally ``kind``, one
+    row per relevant place. Every chunk at a relevant place is relevant (grade 1).
     """
     path = Path(path)
     if not path.is_file():
         raise FusionError(f"{path} is missing")
     queries: dict[str, str] = {}
     qrels: Qrels = {}
+    kinds: dict[str, str] = {}
     unmatched = []
     for number, record in enumerate(_read_labelled_records(path), 1):
         if not isinstance(record, dict) or not record.get("query"):
             raise FusionError(f"{path}: record {number} has no 'query'")
         if not record.get("relevant") and not (record.get("match_answer") and record.get("answer")):
             raise FusionError(f"{path}: record {number} has neither 'relevant' places nor an answer to match")
+        kind = record.get("kind")
+        if kind is not None and not (isinstance(kind, str) and kind.strip()):
+            raise FusionError(f"{path}: record {number} has 'kind' {kind!r:.40}; expected a non-empty string or none")
         query_id = str(record.get("id") or f"q{number}")
+        if kind is not None:
+            kinds[query_id] = kind.strip()
         relevant = {doc.id: 1 for doc in documents if doc.id is not None and _is_relevant(record, doc)}
         if not relevant:
             unmatched.append(query_id)
@@ -167,4 +183,6 @@ def load_labelled(path: str | Path, documents: Sequence[Document]) -> EvalDatase
             f"{path}: {len(unmatched)} queries match no indexed chunk and are left out: {', '.join(unmatched[:10])}",
             stacklevel=2,
         )
-    return EvalDataset(name=path.stem, queries=queries, qrels=qrels)
+    return EvalDataset(
+        name=path.stem, queries=queries, qrels=qrels, kinds={q: k for q, k in kinds.items() if q in queries}
+    )

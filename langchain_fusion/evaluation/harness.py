@@ -2,8 +2,10 @@
 
 ``evaluate_retrievers`` runs any LangChain retrievers, in batches (``retriever.batch``: one
 embedding call and one scoring pass per batch for ours) or query by query with each query
-timed. ``sweep_alpha`` scores a FusionIndex for many (method, alpha) pairs cheaply: the queries
-are embedded and scored on both sides once, a slice at a time
+timed; ``evaluate_sides`` runs it for vector only, BM25 only and fusion with its defaults.
+``Report.by_kind`` and ``Report.kind_table`` break a report down by the kind of query the
+labels give (keyword, paraphrase, ...). ``sweep_alpha`` scores a FusionIndex for many
+(method, alpha) pairs cheaply: the queries are embedded and scored on both sides once, a slice at a time
 (:func:`~langchain_fusion.search.pool.vector_scorers`), then fused for every setting.
 """
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,7 +27,9 @@ from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.evaluation.datasets import EvalDataset
 from langchain_fusion.evaluation.metrics import evaluate_run, mean_scores, parse_metric
 from langchain_fusion.index.fusion_index import FusionIndex
+from langchain_fusion.retrievers.fusion import BM25Retriever, FusionRetriever, VectorRetriever
 from langchain_fusion.retrievers.rerank import RerankRetriever, with_top_n
+from langchain_fusion.search.options import SEARCH_DEFAULTS
 from langchain_fusion.search.pool import QueryScorers, bm25_scorers, fused_search, queries_per_pass, vector_scorers
 
 DEFAULT_METRICS = ("ndcg@10", "recall@10", "mrr@10", "hit_rate@5")
@@ -33,6 +37,12 @@ DEFAULT_METRICS = ("ndcg@10", "recall@10", "mrr@10", "hit_rate@5")
 
 DEFAULT_BATCH_SIZE = 64
 """Queries per ``retriever.batch`` call in :func:`evaluate_retrievers`."""
+
+SIDES = ("vector", "bm25", "fusion (defaults)")
+"""Row names of :func:`evaluate_sides`: vector only, BM25 only, fusion with its default settings."""
+
+ALL_KINDS = "all"
+"""Label of the row for every query in :meth:`Report.kind_table`."""
 
 
 logger = logging.getLogger(__name__)
@@ -117,6 +127,47 @@ class Report:
                 return result
         raise KeyError(f"no method {name!r}; have {[r.name for r in self.results]}")
 
+    def by_kind(self, kinds: Mapping[str, str]) -> dict[str, Report]:
+        """One report per kind of query, restricted to its queries, kinds in the order they first appear.
+
+        ``kinds`` maps query ids to kinds (:attr:`EvalDataset.kinds`); queries without a kind,
+        and kinds of queries this report does not have, are left out. Each sub-report keeps the
+        metric values per query, not the timings (they were measured for all queries together).
+        """
+        query_ids = list(self.results[0].per_query) if self.results else []
+        groups: dict[str, list[str]] = {}
+        for query_id in query_ids:
+            if query_id in kinds:
+                groups.setdefault(kinds[query_id], []).append(query_id)
+        return {
+            kind: Report(
+                f"{self.dataset} ({kind})",
+                list(self.metrics),
+                [MethodResult(r.name, {q: r.per_query[q] for q in ids}) for r in self.results],
+            )
+            for kind, ids in groups.items()
+        }
+
+    def kind_table(self, kinds: Mapping[str, str], metric: str) -> str:
+        """One metric as GitHub markdown: a row per kind of query and one for all, a column per method.
+
+        Row labels carry the number of queries (``keyword (18)``, ``all (54)``); values have 4
+        decimals, as in :meth:`to_markdown`.
+        """
+        if metric not in self.metrics:
+            raise InvalidParameterError(f"metric {metric!r} is not in this report; it has {', '.join(self.metrics)}")
+        names = [r.name for r in self.results]
+        rows = [(f"{kind} ({len(sub.results[0].per_query)})", sub) for kind, sub in self.by_kind(kinds).items()]
+        count = len(self.results[0].per_query) if self.results else 0
+        rows.append((f"{ALL_KINDS} ({count})", self))
+        header = [metric, *names]
+        lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+        for label, report in rows:
+            values = [r.means.get(metric) for r in report.results]  # none when there are no queries
+            cells = ["" if value is None else f"{value:.4f}" for value in values]
+            lines.append("| " + " | ".join([label, *cells]) + " |")
+        return "\n".join(lines)
+
     def compare(self, method: str, baseline: str, metric: str) -> dict[str, object]:
         """Per-query wins, losses and ties of ``method`` against ``baseline`` on ``metric``.
 
@@ -199,6 +250,32 @@ def evaluate_retrievers(
         per_query = elapsed_ms / len(texts) if texts and batch_size > 1 else None
         results.append(MethodResult(name, evaluate_run(run, dataset.qrels, metrics), latencies, per_query))
     return Report(dataset.name, list(metrics), results)
+
+
+def evaluate_sides(
+    index: FusionIndex,
+    dataset: EvalDataset,
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    *,
+    fetch_k: int | None = SEARCH_DEFAULTS.fetch_k,
+    progress: bool = True,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    wrapped: Mapping[str, Callable[[BaseRetriever], BaseRetriever]] | None = None,
+) -> Report:
+    """Vector only, BM25 only and fusion with its default settings on ``dataset``: what ``eval`` prints first.
+
+    Rows are named as in :data:`SIDES`; the fused retriever is a ``FusionRetriever`` with its
+    defaults except ``fetch_k``. ``wrapped`` adds a row per name that wraps that fused retriever
+    (e.g. in a rerank step). Other arguments as for :func:`evaluate_retrievers`.
+    """
+    fusion = FusionRetriever(index=index, fetch_k=fetch_k)
+    retrievers: dict[str, BaseRetriever] = {
+        SIDES[0]: VectorRetriever(index=index),
+        SIDES[1]: BM25Retriever(index=index),
+        SIDES[2]: fusion,
+        **{name: wrap(fusion) for name, wrap in (wrapped or {}).items()},
+    }
+    return evaluate_retrievers(retrievers, dataset, metrics, progress=progress, batch_size=batch_size)
 
 
 def _at_depth(retriever: BaseRetriever, depth: int) -> BaseRetriever:
