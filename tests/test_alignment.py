@@ -310,3 +310,28 @@ class TestApproximateIndexKeepsOneCopy:
             assert [
                 (d.id, d.metadata["fusion_score"]) for d in FusionRetriever(index=loaded, k=5).invoke(query)
             ] == want
+
+
+class TestHnswSearchDefaults:
+    """An HNSW graph searches with an efSearch chosen by its size unless the user sets one."""
+
+    @pytest.mark.usefixtures("ann_on_small_segments")
+    def test_default_by_size_and_user_override(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        from langchain_fusion.stores.local import vectors as vectors_module
+
+        docs = random_corpus(14)
+        embeddings = HashingEmbeddings(size=32)
+
+        def ef_of(index: FusionIndex) -> int:
+            segment = index.store.snapshot.segments[0]  # type: ignore[attr-defined]
+            return int(segment.ann._index.hnsw.efSearch)
+
+        small = FusionIndex.from_documents(docs, embeddings, vector_index="HNSW16")
+        assert ef_of(small) == vectors_module.EF_SEARCH_SMALL
+        assert ef_of(FusionIndex.load(small.save(tmp_path / "small"), embeddings)) == vectors_module.EF_SEARCH_SMALL
+        chosen = FusionIndex.from_documents(docs, embeddings, vector_index="HNSW16", vector_search_params="efSearch=40")
+        assert ef_of(chosen) == 40
+        assert ef_of(FusionIndex.load(chosen.save(tmp_path / "chosen"), embeddings)) == 40
+        monkeypatch.setattr(vectors_module, "EF_SEARCH_LARGE_ROWS", 10)
+        large = FusionIndex.from_documents(docs, embeddings, vector_index="HNSW16")
+        assert ef_of(large) == vectors_module.EF_SEARCH_LARGE
