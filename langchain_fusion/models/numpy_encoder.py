@@ -193,13 +193,14 @@ class NumpySentenceEncoder:
     def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
         """Embed ``texts`` (float32, one row each), padding texts of similar length together.
 
-        A few texts (a query) are embedded on one BLAS thread when other queries are being
-        embedded at the same time or the machine has at most two cores: their matrices are
-        small, and a second BLAS thread waits for a core that other work holds (2 cores, one
-        busy: p50 19 ms instead of 30, p95 21 ms instead of 128; on an idle 2-core machine one
-        thread costs about 3 ms of 8). Larger batches use all of BLAS's threads.
+        On a machine with at most two cores every call runs on one BLAS thread, and elsewhere a
+        few texts (a query) do while other queries are being embedded at the same time. BLAS's
+        own threads wait for cores that other work holds: on 2 cores with both busy, 24 queries
+        took 1.2-17 s with BLAS's default threads and 0.6-0.8 s on one; one query, with one core
+        busy, p95 21 ms instead of 128. On an idle 2-core machine one thread costs about 20%
+        (one query 12 ms instead of 8). Larger batches on larger machines use BLAS's threads.
         """
-        if len(texts) > _FEW_TEXTS:
+        if len(texts) > _FEW_TEXTS and not _ONE_BLAS_THREAD.small_machine:
             return self._encode(texts, batch_size)
         with _ONE_BLAS_THREAD:
             return self._encode(texts, batch_size)
@@ -226,7 +227,7 @@ class NumpySentenceEncoder:
 
 
 _FEW_TEXTS = 4
-"""Up to this many texts are embedded on one BLAS thread."""
+"""Up to this many texts are embedded on one BLAS thread while other queries embed (on any machine)."""
 
 
 class _OneBlasThread:
@@ -238,7 +239,8 @@ class _OneBlasThread:
     """
 
     def __init__(self, small_machine: bool) -> None:
-        self._small_machine = small_machine
+        self.small_machine = small_machine
+        """Whether every use limits BLAS to one thread (else only overlapping uses do)."""
         self._lock = threading.Lock()
         self._inside = 0
         self._limit: Any = None
@@ -247,7 +249,7 @@ class _OneBlasThread:
     def __enter__(self) -> None:
         with self._lock:
             self._inside += 1
-            if self._limit is None and (self._small_machine or self._inside > 1):
+            if self._limit is None and (self.small_machine or self._inside > 1):
                 self._limit = self._one_thread()
 
     def __exit__(self, *exc: object) -> None:
