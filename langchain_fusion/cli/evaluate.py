@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from langchain_fusion.cli.arguments import positive_int
+from langchain_fusion.cli.arguments import max_per_source, positive_int
 from langchain_fusion.cli.errors import UserError
 from langchain_fusion.search.fusion import FUSION_METHODS
 from langchain_fusion.search.options import SEARCH_DEFAULTS
@@ -76,6 +76,34 @@ def add_eval_parser(commands: Any, fetch_k_type: Any) -> None:
         help="queries per retriever batch (one embedding call and one scoring pass each); the table reports "
         "ms_per_query. 1 runs the queries one by one and reports latency p50/p95 instead (default: %(default)s)",
     )
+    floors = parser.add_argument_group("relevance floors and diversity (optional)")
+    floors.add_argument(
+        "--no-answer",
+        metavar="FILE",
+        help="queries the corpus does not answer (one per line, or a JSON list), for the floor sweep's "
+        'no_answer_empty column; a labelled set may also hold records with "no_answer": true',
+    )
+    floors.add_argument(
+        "--vector-floors",
+        metavar="GRID",
+        help="min_vector_score values to sweep (START:STOP:STEP or a comma list), at the default alpha and method",
+    )
+    floors.add_argument(
+        "--bm25-floors",
+        metavar="GRID",
+        help="min_bm25_score values to sweep; with --vector-floors, every pair is a row too (kept: clears either)",
+    )
+    floors.add_argument(
+        "--mmr",
+        metavar="LAMBDAS",
+        help="add a fusion row re-ranked by maximal marginal relevance for each lambda_mult (comma list)",
+    )
+    floors.add_argument(
+        "--max-per-source",
+        type=max_per_source,
+        metavar="N",
+        help="add a fusion row with at most N results per source",
+    )
     parser.add_argument("--plot", metavar="PNG", help="save a plot of the first metric against alpha")
     parser.add_argument("--json", action="store_true", help="print all results as JSON")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
@@ -105,10 +133,33 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     return index, load_labelled(args.labels, index.documents)
 
 
+def _selection_rows(args: argparse.Namespace, lambdas: Sequence[float], index: Any) -> dict[str, Any]:
+    """The extra fusion rows asked for by --mmr (``lambdas``, checked) and --max-per-source."""
+    from langchain_fusion.retrievers.fusion import FusionRetriever
+
+    rows: dict[str, Any] = {}
+    for lambda_mult in lambdas:
+        rows[f"fusion, mmr lambda={lambda_mult:g}"] = FusionRetriever(
+            index=index, fetch_k=args.fetch_k, lambda_mult=lambda_mult
+        )
+    if args.max_per_source is not None:
+        rows[f"fusion, max {args.max_per_source} per source"] = FusionRetriever(
+            index=index, fetch_k=args.fetch_k, max_per_source=args.max_per_source
+        )
+    return rows
+
+
 def run_eval(args: argparse.Namespace) -> int:
     """Evaluate and print the tables (or JSON)."""
-    from langchain_fusion._checks import check_method
-    from langchain_fusion.evaluation.harness import alpha_grid, evaluate_retrievers, sweep_alpha
+    from langchain_fusion._checks import check_lambda_mult, check_method, check_min_bm25_score, check_min_vector_score
+    from langchain_fusion.evaluation.datasets import load_queries
+    from langchain_fusion.evaluation.harness import (
+        alpha_grid,
+        evaluate_retrievers,
+        sweep_alpha,
+        sweep_floors,
+        value_grid,
+    )
     from langchain_fusion.evaluation.metrics import parse_metric
     from langchain_fusion.retrievers.fusion import BM25Retriever, FusionRetriever, VectorRetriever
 
@@ -117,13 +168,27 @@ def run_eval(args: argparse.Namespace) -> int:
         parse_metric(metric)
     methods = [check_method(m.strip()) for m in args.methods.split(",") if m.strip()]
     alphas = alpha_grid(args.alpha)
+    vector_floors = value_grid(args.vector_floors, "--vector-floors") if args.vector_floors else []
+    bm25_floors = value_grid(args.bm25_floors, "--bm25-floors") if args.bm25_floors else []
+    for value in vector_floors:  # checked before the index is loaded
+        check_min_vector_score(value)
+    for value in bm25_floors:
+        check_min_bm25_score(value)
+    lambdas = value_grid(args.mmr, "--mmr") if args.mmr else []
+    for value in lambdas:
+        check_lambda_mult(value, optional=False)
+    if args.no_answer and not (vector_floors or bm25_floors):
+        raise UserError("--no-answer queries are scored by the floor sweep: add --vector-floors or --bm25-floors")
+    no_answer = load_queries(args.no_answer) if args.no_answer else {}
     index, dataset = _load(args)
+    dataset.no_answer.update(no_answer)
     progress = not (args.quiet or args.json)
     baselines = evaluate_retrievers(
         {
             "vector": VectorRetriever(index=index),
             "bm25": BM25Retriever(index=index),
             "fusion (defaults)": FusionRetriever(index=index, fetch_k=args.fetch_k),
+            **_selection_rows(args, lambdas, index),
         },
         dataset,
         metrics,
@@ -131,6 +196,11 @@ def run_eval(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
     )
     sweep = sweep_alpha(index, dataset, alphas, methods, metrics, fetch_k=args.fetch_k, progress=progress)
+    floors = (
+        sweep_floors(index, dataset, vector_floors, bm25_floors, metrics, fetch_k=args.fetch_k, progress=progress)
+        if vector_floors or bm25_floors
+        else None
+    )
     main_metric = metrics[0]
     comparisons = [baselines.compare("fusion (defaults)", side, main_metric) for side in ("vector", "bm25")]
     best = {}
@@ -151,6 +221,7 @@ def run_eval(args: argparse.Namespace) -> int:
             "sweep": sweep.rows(),
             "best_alpha": best,
             "per_query": comparisons,
+            "floors": floors.rows() if floors is not None else None,
             "plot": plot_path,
         }
         print(json.dumps(payload, indent=2))
@@ -165,6 +236,12 @@ def run_eval(args: argparse.Namespace) -> int:
             f"fusion vs {comparison['baseline']} on {main_metric}: {comparison['wins']} queries better, "
             f"{comparison['losses']} worse, {comparison['ties']} tied"
         )
+    if floors is not None:
+        print(
+            f"\nrelevance floors ({SEARCH_DEFAULTS.method}, alpha={SEARCH_DEFAULTS.alpha:g}, fetch_k={args.fetch_k}; "
+            f"{len(dataset.queries)} answerable and {len(dataset.no_answer)} no-answer queries):\n"
+        )
+        print(floors.to_markdown())
     if plot_path:
         print(f"plot saved to {plot_path}")
     return 0

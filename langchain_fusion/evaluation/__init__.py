@@ -1,6 +1,6 @@
 """Measuring retrieval quality: metrics, datasets, a harness, alpha sweeps and plots."""
 
-from langchain_fusion.evaluation.datasets import EvalDataset, Qrels, load_beir, load_labelled
+from langchain_fusion.evaluation.datasets import EvalDataset, Qrels, load_beir, load_labelled, load_queries
 from langchain_fusion.evaluation.harness import (
     DEFAULT_METRICS,
     MethodResult,
@@ -8,6 +8,7 @@ from langchain_fusion.evaluation.harness import (
     alpha_grid,
     evaluate_retrievers,
     sweep_alpha,
+    sweep_floors,
 )
 from langchain_fusion.evaluation.metrics import METRICS, evaluate_run, mean_scores, parse_metric
 from langchain_fusion.evaluation.plots import plot_alpha_sweep
@@ -24,8 +25,10 @@ __all__ = [
     "evaluate_run",
     "load_beir",
     "load_labelled",
+    "load_queries",
     "mean_scores",
     "parse_metric",
     "plot_alpha_sweep",
     "sweep_alpha",
+    "sweep_floors",
 ]

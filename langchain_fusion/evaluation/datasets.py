@@ -38,6 +38,11 @@ class EvalDataset:
     """Relevance judgements per query id."""
     corpus: list[Document] = field(default_factory=list)
     """The documents to index (BEIR); empty for sets resolved against an existing index."""
+    no_answer: dict[str, str] = field(default_factory=dict)
+    """Query id -> text of queries the corpus does not answer (a good retriever returns nothing for them).
+
+    They are not in ``queries`` and take no part in the metrics; see
+    :func:`~langchain_fusion.evaluation.harness.sweep_floors`."""
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -140,18 +145,25 @@ def load_labelled(path: str | Path, documents: Sequence[Document]) -> EvalDatase
     JSON: a list of records with ``query``, an optional ``id``, and ``relevant``: a list of
     ``{"source": file name or path, "page": n}`` (page optional) or ``{"id": chunk id}``;
     or ``"answer": text`` with ``"match_answer": true`` to count every chunk containing that
-    text as relevant. CSV: columns ``id, query, source, page, chunk_id``, one row per
-    relevant place. Every chunk at a relevant place is relevant (grade 1).
+    text as relevant; or ``"no_answer": true`` for a query the corpus does not answer (kept in
+    :attr:`EvalDataset.no_answer`). CSV: columns ``id, query, source, page, chunk_id``, one row
+    per relevant place. Every chunk at a relevant place is relevant (grade 1).
     """
     path = Path(path)
     if not path.is_file():
         raise FusionError(f"{path} is missing")
     queries: dict[str, str] = {}
     qrels: Qrels = {}
+    no_answer: dict[str, str] = {}
     unmatched = []
     for number, record in enumerate(_read_labelled_records(path), 1):
         if not isinstance(record, dict) or not record.get("query"):
             raise FusionError(f"{path}: record {number} has no 'query'")
+        if record.get("no_answer") is True:
+            if record.get("relevant") or record.get("answer"):
+                raise FusionError(f"{path}: record {number} is marked no_answer but names relevant places or an answer")
+            no_answer[str(record.get("id") or f"q{number}")] = record["query"]
+            continue
         if not record.get("relevant") and not (record.get("match_answer") and record.get("answer")):
             raise FusionError(f"{path}: record {number} has neither 'relevant' places nor an answer to match")
         query_id = str(record.get("id") or f"q{number}")
@@ -167,4 +179,35 @@ def load_labelled(path: str | Path, documents: Sequence[Document]) -> EvalDatase
             f"{path}: {len(unmatched)} queries match no indexed chunk and are left out: {', '.join(unmatched[:10])}",
             stacklevel=2,
         )
-    return EvalDataset(name=path.stem, queries=queries, qrels=qrels)
+    return EvalDataset(name=path.stem, queries=queries, qrels=qrels, no_answer=no_answer)
+
+
+def load_queries(path: str | Path) -> dict[str, str]:
+    """Queries from a file, id -> text: a JSON list of strings or of ``{"id", "query"}`` records, or text lines.
+
+    For queries with no answer in a corpus (:attr:`EvalDataset.no_answer`). Lines of a text
+    file are queries (blank lines and lines starting with ``#`` are skipped); ids are ``n1``,
+    ``n2``... unless a record gives one.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FusionError(f"{path} is missing")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix.lower() != ".json":
+        lines = [line.strip() for line in text.splitlines()]
+        return {f"n{i}": line for i, line in enumerate((x for x in lines if x and not x.startswith("#")), 1)}
+    try:
+        records = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FusionError(f"{path}: not valid JSON ({exc.msg})") from None
+    if not isinstance(records, list):
+        raise FusionError(f"{path}: expected a JSON list of queries (strings, or {{'id': ..., 'query': ...}})")
+    queries: dict[str, str] = {}
+    for number, record in enumerate(records, 1):
+        if isinstance(record, str) and record.strip():
+            queries[f"n{number}"] = record
+        elif isinstance(record, dict) and isinstance(record.get("query"), str) and record["query"].strip():
+            queries[str(record.get("id") or f"n{number}")] = record["query"]
+        else:
+            raise FusionError(f"{path}: record {number} is neither a query string nor a record with a 'query'")
+    return queries
