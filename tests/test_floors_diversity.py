@@ -92,6 +92,8 @@ class TestRelevanceFloors:
             assert retriever.invoke(query) == []
         assert retriever.batch(QUERIES) == [[] for _ in QUERIES]
         assert index.as_retriever(min_bm25_score=0.0, alpha=0.5).invoke("zebra giraffe") == []  # no query term
+        diverse = index.as_retriever(min_vector_score=1.0, lambda_mult=0.5, max_per_source=1, fetch_k=None)
+        assert diverse.invoke("cat") == [] and diverse.invoke("cat", lambda_mult=None) == []
 
     def test_one_strong_side_is_enough(self, index: FusionIndex) -> None:
         query = "parrot speech"
