@@ -69,6 +69,51 @@ def check_alpha(alpha: Any) -> float:
     return float(alpha)
 
 
+def check_min_vector_score(value: Any) -> float | None:
+    """A floor on the raw cosine similarity: a number in [-1, 1], or None for no floor."""
+    if value is None:
+        return None
+    if not is_real_number(value) or not -1.0 <= float(value) <= 1.0:
+        raise InvalidParameterError(
+            f"min_vector_score must be a cosine similarity between -1 and 1, or None for no floor; got {value!r}"
+        )
+    return float(value)
+
+
+def check_min_bm25_score(value: Any) -> float | None:
+    """A floor on the raw BM25 score: a number >= 0, or None for no floor."""
+    if value is None:
+        return None
+    if not is_real_number(value) or float(value) < 0.0:
+        raise InvalidParameterError(
+            f"min_bm25_score must be a BM25 score of 0 or more, or None for no floor; got {value!r}"
+        )
+    return float(value)
+
+
+def check_lambda_mult(value: Any, *, optional: bool = True) -> float | None:
+    """The relevance weight of maximal marginal relevance: a number in [0, 1] (None: no MMR, where allowed)."""
+    if value is None and optional:
+        return None
+    if not is_real_number(value) or not 0.0 <= float(value) <= 1.0:
+        off = ", or None for no MMR" if optional else ""
+        raise InvalidParameterError(
+            f"lambda_mult must be a number between 0 (most diverse) and 1 (most relevant){off}; got {value!r}"
+        )
+    return float(value)
+
+
+def check_max_per_source(value: Any) -> int | None:
+    """The most results from one source: a whole number >= 1, or None for no cap."""
+    if value is None:
+        return None
+    if not is_whole_number(value) or value < 1:
+        raise InvalidParameterError(
+            f"max_per_source must be a positive whole number (results per source), or None for no cap; got {value!r}"
+        )
+    return int(value)
+
+
 def check_method(method: Any) -> FusionMethod:
     """A known fusion method."""
     if not isinstance(method, str) or method not in FUSION_METHODS:

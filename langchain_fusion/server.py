@@ -54,7 +54,17 @@ from langchain_core.runnables.utils import AnyConfigurableField
 from pydantic import Field, StringConstraints, TypeAdapter, ValidationError
 
 from langchain_fusion import sockets
-from langchain_fusion._checks import FusionMethod, check_alpha, check_method, check_positive_int, check_rewrites
+from langchain_fusion._checks import (
+    FusionMethod,
+    check_alpha,
+    check_lambda_mult,
+    check_max_per_source,
+    check_method,
+    check_min_bm25_score,
+    check_min_vector_score,
+    check_positive_int,
+    check_rewrites,
+)
 from langchain_fusion.errors import (
     InvalidParameterError,
     MissingCredentialsError,
@@ -653,6 +663,10 @@ def create_app(
     alpha: float = SEARCH_DEFAULTS.alpha,
     method: FusionMethod = SEARCH_DEFAULTS.method,
     fetch_k: int | None = SEARCH_DEFAULTS.fetch_k,
+    min_vector_score: float | None = SEARCH_DEFAULTS.min_vector_score,
+    min_bm25_score: float | None = SEARCH_DEFAULTS.min_bm25_score,
+    lambda_mult: float | None = SEARCH_DEFAULTS.lambda_mult,
+    max_per_source: int | None = SEARCH_DEFAULTS.max_per_source,
     k_summaries: int = SEARCH_DEFAULTS.k_summaries,
     max_query_chars: int = DEFAULT_MAX_QUERY_CHARS,
     max_k: int = DEFAULT_MAX_K,
@@ -683,6 +697,11 @@ def create_app(
         method: the default fusion method.
         fetch_k: candidates per side before fusion (None: the whole corpus); not configurable
             per request.
+        min_vector_score: relevance floor on the raw cosine similarity (None: none); see
+            :mod:`~langchain_fusion.search.floors`. Not configurable per request, as are the next three.
+        min_bm25_score: relevance floor on the raw BM25 score (None: none).
+        lambda_mult: re-rank by maximal marginal relevance with this weight of relevance (None: no MMR).
+        max_per_source: the most results from one source (None: no cap).
         k_summaries: summaries selected per query on a hierarchical index (default of its
             configurable field).
         max_query_chars: longest query accepted (422 beyond).
@@ -714,6 +733,14 @@ def create_app(
             f"fetch_k must be a positive integer, or None for the whole corpus; got {fetch_k!r}"
         )
 
+    chosen = {
+        "min_vector_score": check_min_vector_score(min_vector_score),
+        "min_bm25_score": check_min_bm25_score(min_bm25_score),
+        "lambda_mult": check_lambda_mult(lambda_mult),
+        "max_per_source": check_max_per_source(max_per_source),
+    }
+    selection = {name: value for name, value in chosen.items() if value is not None}
+
     chat_model, no_rag_reason = _resolve_llm(llm)  # before loading: a bad model spec fails fast
     pipeline = _pipeline(reranker, rerank_candidates, multi_query, chat_model, no_rag_reason, llm_timeout)
     manifest: dict[str, Any] | None = None
@@ -724,6 +751,11 @@ def create_app(
     hierarchical = isinstance(served, HierarchicalIndex)
     if hierarchical:
         defaults["k_summaries"] = _check_k("k_summaries", k_summaries, limits)
+    if selection and hierarchical:
+        raise InvalidParameterError(
+            f"{', '.join(selection)} apply to fused search, not to a hierarchical index (saved with page summaries)"
+        )
+    defaults.update(selection)
 
     query = query_type(limits.max_query_chars)
     wrap = pipeline if pipeline.reranker is not None or pipeline.multi_query is not None else None

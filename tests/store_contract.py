@@ -178,6 +178,61 @@ class StoreContract:
                 # fetch_k >= corpus size: the bounded pool holds every candidate too.
                 assert_same(results(index, query, k=8, alpha=alpha, method=method, fetch_k=200), expected)
 
+    def test_floors_and_diversity_equal_the_reference(self) -> None:
+        """Relevance floors, maximal marginal relevance and the per-source cap, over the whole corpus."""
+        docs = corpus(13, 60)
+        index = self.new_index(docs)
+        reference = Reference(docs, HashingEmbeddings(), self.params)
+        row = {d.id: i for i, d in enumerate(docs)}
+        for query in QUERIES[:4]:
+            cosine, bm25 = reference.cosine(query), reference.bm25(query)
+            # Floors halfway between two observed scores, so float rounding cannot move a document across one.
+            vector_floor = float(np.mean(np.sort(cosine)[29:31]))
+            matched = np.sort(bm25[bm25 > 0])
+            bm25_floor = float(np.mean(matched[len(matched) // 2 - 1 : len(matched) // 2 + 1]))
+            for alpha in (0.0, 0.5, 1.0):
+                ranked = reference.search(query, k=len(docs), alpha=alpha, method="weighted")
+
+                passes = ((alpha > 0) & (cosine >= vector_floor)) | ((alpha < 1) & (bm25 > 0) & (bm25 >= bm25_floor))
+                got = results(
+                    index,
+                    query,
+                    k=6,
+                    alpha=alpha,
+                    fetch_k=self.whole_corpus,
+                    min_vector_score=vector_floor,
+                    min_bm25_score=bm25_floor,
+                )
+                assert_same(got, [(i, s) for i, s in ranked if passes[row[i]]][:6])
+                counts: Counter[str] = Counter()
+                capped = []
+                for doc_id, score in ranked:
+                    source = docs[row[doc_id]].metadata["source"]
+                    if counts[source] < 2:
+                        counts[source] += 1
+                        capped.append((doc_id, score))
+                assert_same(
+                    results(index, query, k=7, alpha=alpha, fetch_k=self.whole_corpus, max_per_source=2), capped[:7]
+                )
+            ranked = reference.search(query, k=len(docs), alpha=0.5, method="weighted")
+            lambda_one = results(index, query, k=6, fetch_k=self.whole_corpus, lambda_mult=1.0)
+            assert_same(lambda_one, ranked[:6])
+            fused = np.array([s for _, s in ranked])
+            relevance = (fused - fused.min()) / (fused.max() - fused.min())
+            vectors = reference.vectors[[row[i] for i, _ in ranked]]
+            picked = [0]
+            while len(picked) < 5:
+                closest = np.max(vectors @ vectors[picked].T, axis=1)
+                score = 0.5 * relevance - 0.5 * closest
+                score[picked] = -np.inf
+                picked.append(int(np.argmax(score)))
+            diverse = results(index, query, k=5, fetch_k=self.whole_corpus, lambda_mult=0.5)
+            assert [i for i, _ in diverse] == [ranked[p][0] for p in picked]
+            vector_side = index.as_retriever(search_type="mmr", alpha=1.0, k=4, fetch_k=10).invoke(query)
+            assert [d.id for d in index.max_marginal_relevance_search(query, k=4, fetch_k=10)] == [
+                d.id for d in vector_side
+            ]
+
     def test_bounded_pool_scores_every_candidate_on_both_sides(self) -> None:
         docs = corpus(2, 120)
         index = self.new_index(docs)

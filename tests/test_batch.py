@@ -116,6 +116,11 @@ OPTIONS = [
     {"alpha": 0.0},
     {"alpha": 1.0},
     {"filter": {"source": ["s1", "s3"]}, "k": 6},
+    {"min_vector_score": 0.3, "min_bm25_score": 1.5},
+    {"alpha": 1.0, "min_vector_score": 0.4, "k": 8},
+    {"lambda_mult": 0.5, "fetch_k": 30, "k": 6},
+    {"max_per_source": 1, "k": 6},
+    {"fetch_k": None, "min_bm25_score": 1.0, "lambda_mult": 0.3, "max_per_source": 2, "k": 8},
 ]
 
 

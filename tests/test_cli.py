@@ -420,10 +420,12 @@ class TestHelp:
                   "--llm-cache", "--llm-concurrency", "--llm-timeout", "--keep-missing", "--max-file-chars"),
         "query": ("INDEX", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
                   "--window", "--max-chars", "--rerank", "--top-n", "--llm", "--llm-timeout", "--hierarchical",
-                  "--k-summaries", "--summary-weight", "--multi-query"),
+                  "--k-summaries", "--summary-weight", "--multi-query", "--min-vector-score", "--min-bm25-score",
+                  "--mmr", "--lambda-mult", "--max-per-source"),
         "ask": ("INDEX", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
                 "--window", "--max-chars", "--rerank", "--top-n", "--llm", "--llm-timeout", "--hierarchical",
-                "--k-summaries", "--summary-weight", "--multi-query"),
+                "--k-summaries", "--summary-weight", "--multi-query", "--min-vector-score", "--min-bm25-score",
+                "--mmr", "--lambda-mult", "--max-per-source"),
     }  # fmt: skip
 
     def test_console_script_help(self) -> None:

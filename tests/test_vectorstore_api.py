@@ -116,7 +116,8 @@ class TestAsRetriever:
         [
             ({"search_kwargs": {"top_k": 2}}, r"unknown retriever option\(s\) \['top_k'\]; the options are \['alpha'"),
             ({"kk": 2}, r"unknown retriever option"),
-            ({"search_type": "mmr"}, r"search_type must be one of \['fusion', 'similarity'\]"),
+            ({"search_type": "diverse"}, r"search_type must be one of \['fusion', 'similarity', 'mmr'\]"),
+            ({"search_type": "mmr", "lambda_mult": None}, r"search_type='mmr' needs a lambda_mult"),
             ({"search_type": "similarity", "alpha": 0.5}, r"alpha=1"),
         ],
     )

@@ -24,6 +24,7 @@ from langchain_fusion.cli.arguments import (
     DEFAULT_FETCH_K,
     DEFAULT_K,
     DEFAULT_K_SUMMARIES,
+    DEFAULT_LAMBDA_MULT,
     DEFAULT_LLM_CONCURRENCY,
     DEFAULT_LLM_TIMEOUT,
     DEFAULT_METHOD,
@@ -40,6 +41,10 @@ from langchain_fusion.cli.arguments import (
 )
 from langchain_fusion.cli.arguments import alpha as _alpha
 from langchain_fusion.cli.arguments import fetch_k as _fetch_k
+from langchain_fusion.cli.arguments import lambda_mult as _lambda_mult
+from langchain_fusion.cli.arguments import max_per_source as _max_per_source
+from langchain_fusion.cli.arguments import min_bm25_score as _min_bm25_score
+from langchain_fusion.cli.arguments import min_vector_score as _min_vector_score
 from langchain_fusion.cli.arguments import non_negative_int as _non_negative_int
 from langchain_fusion.cli.arguments import port as _port
 from langchain_fusion.cli.arguments import positive_int as _positive_int
@@ -269,6 +274,7 @@ def _add_serve_parser(commands: Any) -> None:
         metavar="N",
         help="candidates per side before fusion, or 'all' (default: %(default)s; not settable per request)",
     )
+    _add_selection_options(serve, "not settable per request")
     serve.add_argument(
         "--max-k",
         type=_positive_int,
@@ -332,6 +338,62 @@ def _add_serve_parser(commands: Any) -> None:
     )
 
 
+def _add_selection_options(sub: argparse.ArgumentParser, note: str = "") -> None:
+    """Relevance floors and diversity: which fused candidates are returned (query, ask and serve)."""
+    also = f"; {note}" if note else ""
+    sub.add_argument(
+        "--min-vector-score",
+        type=_min_vector_score,
+        default=None,
+        metavar="S",
+        help="relevance floor on the raw cosine similarity (-1 to 1): a result must clear this floor or "
+        f"--min-bm25-score's, so a query with no good answer returns nothing (default: no floor{also})",
+    )
+    sub.add_argument(
+        "--min-bm25-score",
+        type=_min_bm25_score,
+        default=None,
+        metavar="S",
+        help="relevance floor on the raw BM25 score (0 or more; 0 means 'contains a query term'); a result "
+        f"must clear this floor or --min-vector-score's (default: no floor{also})",
+    )
+    sub.add_argument(
+        "--mmr",
+        action="store_true",
+        help="re-rank the best --fetch-k fused candidates by maximal marginal relevance, so that near-copies "
+        "of one passage do not fill the results",
+    )
+    sub.add_argument(
+        "--lambda-mult",
+        type=_lambda_mult,
+        default=None,
+        metavar="L",
+        help=f"with --mmr, the weight of relevance against diversity, 0 to 1 (1: the fused order; default: "
+        f"{DEFAULT_LAMBDA_MULT})",
+    )
+    sub.add_argument(
+        "--max-per-source",
+        type=_max_per_source,
+        default=None,
+        metavar="N",
+        help="at most N results from one source file, the next candidates taking the place of the others "
+        f"(default: no cap{also})",
+    )
+
+
+def selection_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The retriever options of the floor and diversity flags that were given."""
+    if args.lambda_mult is not None and not args.mmr:
+        raise UserError("--lambda-mult is the weight of maximal marginal relevance: add --mmr")
+    options = {
+        "min_vector_score": args.min_vector_score,
+        "min_bm25_score": args.min_bm25_score,
+        "lambda_mult": (DEFAULT_LAMBDA_MULT if args.lambda_mult is None else args.lambda_mult) if args.mmr else None,
+        "max_per_source": args.max_per_source,
+    }
+    return {name: value for name, value in options.items() if value is not None}
+
+
 def _add_search_options(sub: argparse.ArgumentParser, results: str) -> None:
     """The retrieval options shared by ``query`` and ``ask``."""
     from langchain_fusion.models.chat import OPENAI_DEFAULT_CHAT_MODEL
@@ -359,6 +421,7 @@ def _add_search_options(sub: argparse.ArgumentParser, results: str) -> None:
         metavar="N",
         help="candidates per side before fusion, or 'all' to score the whole corpus (default: %(default)s)",
     )
+    _add_selection_options(sub)
     sub.add_argument(
         "--embeddings",
         metavar="SPEC",
@@ -713,8 +776,14 @@ def _retriever(args: argparse.Namespace, chat_model: Any) -> Any:
     embeddings = resolve_embeddings(args.embeddings) if args.embeddings else None
     k = args.k if args.k is not None else DEFAULT_RERANK_CANDIDATES if reranker is not None else DEFAULT_K
     options = {"k": k, "alpha": args.alpha, "method": args.method, "fetch_k": args.fetch_k}
+    selection = selection_options(args)
     retriever: Any
     if args.hierarchical:
+        if selection:
+            raise UserError(
+                "--min-vector-score, --min-bm25-score, --mmr and --max-per-source apply to fused search, "
+                "not to --hierarchical: drop them or --hierarchical"
+            )
         if is_store_location(args.index_dir):
             raise UserError(
                 "--hierarchical needs page summaries, which are kept in index folders only "
@@ -731,7 +800,7 @@ def _retriever(args: argparse.Namespace, chat_model: Any) -> Any:
         opened = open_index(args.index_dir, embeddings)
         # A hierarchical folder also answers plain searches: its chunk index.
         index = opened.chunks if isinstance(opened, HierarchicalIndex) else opened
-        retriever = index.as_retriever(**options)
+        retriever = index.as_retriever(**options, **selection)
     if args.multi_query is not None:
         retriever = MultiQueryFusionRetriever(
             retriever=retriever,
@@ -774,7 +843,8 @@ def run_query(args: argparse.Namespace) -> int:
         rewrites = docs[0].metadata.get(keys.MULTI_QUERY_REWRITES) or []
         print("also searched: " + ("; ".join(rewrites) if rewrites else "nothing (no usable rewrites)"))
     if not docs:
-        print("no results")
+        floors = args.min_vector_score is not None or args.min_bm25_score is not None
+        print("no results above the relevance floor" if floors else "no results")
         return 0
     rated_by_llm = args.rerank is not None and args.rerank.uses_chat_model
     cross_encoded = args.rerank is not None and not rated_by_llm
@@ -856,6 +926,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     if args.k > args.max_k:
         raise UserError(f"-k {args.k} is more than --max-k {args.max_k}: raise --max-k or lower -k")
+    selection = selection_options(args)
     try:  # the port first: a busy one fails in a second, not after loading the index
         sock = server.bind_socket(args.host, args.port)
     except OSError as exc:
@@ -871,6 +942,7 @@ def run_serve(args: argparse.Namespace) -> int:
                 alpha=args.alpha,
                 method=args.method,
                 fetch_k=args.fetch_k,
+                **selection,
                 k_summaries=min(DEFAULT_K_SUMMARIES, args.max_k),  # used by hierarchical folders
                 max_k=args.max_k,
                 max_query_chars=args.max_query_chars,

@@ -11,7 +11,14 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from langchain_fusion._checks import MAX_REWRITES, check_rewrites
+from langchain_fusion._checks import (
+    MAX_REWRITES,
+    check_lambda_mult,
+    check_max_per_source,
+    check_min_bm25_score,
+    check_min_vector_score,
+    check_rewrites,
+)
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.retrievers.rerank_spec import RerankSpec, parse_rerank_spec
 from langchain_fusion.search.options import SEARCH_DEFAULTS
@@ -22,6 +29,7 @@ DEFAULT_K: int = SEARCH_DEFAULTS.k
 DEFAULT_ALPHA: float = SEARCH_DEFAULTS.alpha
 DEFAULT_METHOD: str = SEARCH_DEFAULTS.method
 DEFAULT_FETCH_K: int | None = SEARCH_DEFAULTS.fetch_k
+DEFAULT_LAMBDA_MULT: float = SEARCH_DEFAULTS.mmr_lambda_mult
 DEFAULT_RERANK_CANDIDATES = 20
 DEFAULT_K_SUMMARIES = SEARCH_DEFAULTS.k_summaries
 DEFAULT_SUMMARY_WEIGHT = SEARCH_DEFAULTS.summary_weight
@@ -105,3 +113,31 @@ def rerank_spec(value: str) -> RerankSpec:
         return parse_rerank_spec(value)
     except InvalidParameterError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def checked(check: Callable[[Any], Any], convert: Callable[[str], Any], expected: str) -> Callable[[str], Any]:
+    """An argument type: ``convert`` the string, then the library's own ``check`` (its message on failure)."""
+
+    def parse(value: str) -> Any:
+        try:
+            number = convert(value)
+        except ValueError:
+            shown = value if len(value) <= 40 else value[:20] + "..." + value[-10:]
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {shown!r}") from None
+        try:
+            return check(number)
+        except InvalidParameterError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = check.__name__.removeprefix("check_")  # argparse names the type in some errors
+    return parse
+
+
+min_vector_score = checked(check_min_vector_score, float, "a cosine similarity between -1 and 1")
+"""A relevance floor on the vector side (the library's check)."""
+min_bm25_score = checked(check_min_bm25_score, float, "a BM25 score of 0 or more")
+"""A relevance floor on the BM25 side."""
+lambda_mult = checked(check_lambda_mult, float, "a number between 0 and 1")
+"""The relevance weight of maximal marginal relevance."""
+max_per_source = checked(check_max_per_source, int, "a positive integer")
+"""The most results from one source."""

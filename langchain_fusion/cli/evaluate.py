@@ -12,6 +12,7 @@ from typing import Any
 from langchain_fusion.cli.arguments import (
     DEFAULT_LLM_TIMEOUT,
     DEFAULT_RERANK_CANDIDATES,
+    max_per_source,
     positive_int,
     rerank_spec,
     rewrites,
@@ -116,6 +117,34 @@ def add_eval_parser(commands: Any, fetch_k_type: Any) -> None:
         metavar="SECONDS",
         help="seconds to wait for each chat model answer before it counts as failed (default: %(default)g)",
     )
+    floors = parser.add_argument_group("relevance floors and diversity (optional)")
+    floors.add_argument(
+        "--no-answer",
+        metavar="FILE",
+        help="queries the corpus does not answer (one per line, or a JSON list), for the floor sweep's "
+        'no_answer_empty column; a labelled set may also hold records with "no_answer": true',
+    )
+    floors.add_argument(
+        "--vector-floors",
+        metavar="GRID",
+        help="min_vector_score values to sweep (START:STOP:STEP or a comma list), at the default alpha and method",
+    )
+    floors.add_argument(
+        "--bm25-floors",
+        metavar="GRID",
+        help="min_bm25_score values to sweep; with --vector-floors, every pair is a row too (kept: clears either)",
+    )
+    floors.add_argument(
+        "--mmr",
+        metavar="LAMBDAS",
+        help="add a fusion row re-ranked by maximal marginal relevance for each lambda_mult (comma list)",
+    )
+    floors.add_argument(
+        "--max-per-source",
+        type=max_per_source,
+        metavar="N",
+        help="add a fusion row with at most N results per source",
+    )
     parser.add_argument("--plot", metavar="PNG", help="save a plot of the first metric against alpha")
     parser.add_argument("--json", action="store_true", help="print all results as JSON")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
@@ -145,10 +174,33 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     return index, load_labelled(args.labels, index.documents)
 
 
+def _selection_rows(args: argparse.Namespace, lambdas: Sequence[float]) -> dict[str, Callable[[Any], Any]]:
+    """The extra fusion rows asked for by --mmr (``lambdas``, checked) and --max-per-source: row name -> wrapper."""
+
+    def with_options(**options: Any) -> Callable[[Any], Any]:
+        # A new retriever rather than model_copy, so the options go through its validation.
+        return lambda fusion: type(fusion)(**{n: getattr(fusion, n) for n in fusion.model_fields_set} | options)
+
+    rows: dict[str, Callable[[Any], Any]] = {}
+    for lambda_mult in lambdas:
+        rows[f"fusion, mmr lambda={lambda_mult:g}"] = with_options(lambda_mult=lambda_mult)
+    if args.max_per_source is not None:
+        rows[f"fusion, max {args.max_per_source} per source"] = with_options(max_per_source=args.max_per_source)
+    return rows
+
+
 def run_eval(args: argparse.Namespace) -> int:
     """Evaluate and print the tables (or JSON)."""
-    from langchain_fusion._checks import check_method
-    from langchain_fusion.evaluation.harness import SIDES, alpha_grid, evaluate_sides, sweep_alpha
+    from langchain_fusion._checks import check_lambda_mult, check_method, check_min_bm25_score, check_min_vector_score
+    from langchain_fusion.evaluation.datasets import load_queries
+    from langchain_fusion.evaluation.harness import (
+        SIDES,
+        alpha_grid,
+        evaluate_sides,
+        sweep_alpha,
+        sweep_floors,
+        value_grid,
+    )
     from langchain_fusion.evaluation.metrics import parse_metric
 
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
@@ -157,7 +209,20 @@ def run_eval(args: argparse.Namespace) -> int:
     methods = [check_method(m.strip()) for m in args.methods.split(",") if m.strip()]
     alphas = alpha_grid(args.alpha)
     pipeline = _pipeline_rows(args)  # a missing key or cross-encoder fails before any indexing
+    vector_floors = value_grid(args.vector_floors, "--vector-floors") if args.vector_floors else []
+    bm25_floors = value_grid(args.bm25_floors, "--bm25-floors") if args.bm25_floors else []
+    for value in vector_floors:  # checked before the index is loaded
+        check_min_vector_score(value)
+    for value in bm25_floors:
+        check_min_bm25_score(value)
+    lambdas = value_grid(args.mmr, "--mmr") if args.mmr else []
+    for value in lambdas:
+        check_lambda_mult(value, optional=False)
+    if args.no_answer and not (vector_floors or bm25_floors):
+        raise UserError("--no-answer queries are scored by the floor sweep: add --vector-floors or --bm25-floors")
+    no_answer = load_queries(args.no_answer) if args.no_answer else {}
     index, dataset = _load(args)
+    dataset.no_answer.update(no_answer)
     progress = not (args.quiet or args.json)
     baselines = evaluate_sides(
         index,
@@ -166,9 +231,14 @@ def run_eval(args: argparse.Namespace) -> int:
         fetch_k=args.fetch_k,
         progress=progress,
         batch_size=args.batch_size,
-        wrapped=pipeline,
+        wrapped={**pipeline, **_selection_rows(args, lambdas)},
     )
     sweep = sweep_alpha(index, dataset, alphas, methods, metrics, fetch_k=args.fetch_k, progress=progress)
+    floors = (
+        sweep_floors(index, dataset, vector_floors, bm25_floors, metrics, fetch_k=args.fetch_k, progress=progress)
+        if vector_floors or bm25_floors
+        else None
+    )
     main_metric = metrics[0]
     fused, sides = SIDES[2], SIDES[:2]
     comparisons = [baselines.compare(fused, side, main_metric) for side in sides]
@@ -196,6 +266,7 @@ def run_eval(args: argparse.Namespace) -> int:
             "sweep": sweep.rows(),
             "best_alpha": best,
             "per_query": comparisons,
+            "floors": floors.rows() if floors is not None else None,
             "plot": plot_path,
         }
         print(json.dumps(payload, indent=2))
@@ -214,6 +285,12 @@ def run_eval(args: argparse.Namespace) -> int:
             f"{label} vs {comparison['baseline']} on {main_metric}: {comparison['wins']} queries better, "
             f"{comparison['losses']} worse, {comparison['ties']} tied"
         )
+    if floors is not None:
+        print(
+            f"\nrelevance floors ({SEARCH_DEFAULTS.method}, alpha={SEARCH_DEFAULTS.alpha:g}, fetch_k={args.fetch_k}; "
+            f"{len(dataset.queries)} answerable and {len(dataset.no_answer)} no-answer queries):\n"
+        )
+        print(floors.to_markdown())
     if plot_path:
         print(f"plot saved to {plot_path}")
     return 0

@@ -44,6 +44,11 @@ class EvalDataset:
     Only queries whose label has a ``kind`` appear; reports break results down by it
     (:meth:`~langchain_fusion.evaluation.harness.Report.by_kind`).
     """
+    no_answer: dict[str, str] = field(default_factory=dict)
+    """Query id -> text of queries the corpus does not answer (a good retriever returns nothing for them).
+
+    They are not in ``queries`` and take no part in the metrics; see
+    :func:`~langchain_fusion.evaluation.harness.sweep_floors`."""
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -149,9 +154,10 @@ def load_labelled(path: str | Path, documents: Sequence[Document]) -> EvalDatase
     label such as ``keyword`` or ``paraphrase`` that reports break results down by), and
     ``relevant``: a list of ``{"source": file name or path, "page": n}`` (page optional) or
     ``{"id": chunk id}``; or ``"answer": text`` with ``"match_answer": true`` to count every
-    chunk containing that text as relevant. Other keys (an ``answer`` kept for people) are
-    ignored. CSV: columns ``id, query, source, page, chunk_id`` and optionally ``kind``, one
-    row per relevant place. Every chunk at a relevant place is relevant (grade 1).
+    chunk containing that text as relevant; or ``"no_answer": true`` for a query the corpus
+    does not answer (kept in :attr:`EvalDataset.no_answer`). Other keys (an ``answer`` kept for
+    people) are ignored. CSV: columns ``id, query, source, page, chunk_id`` and optionally
+    ``kind``, one row per relevant place. Every chunk at a relevant place is relevant (grade 1).
     """
     path = Path(path)
     if not path.is_file():
@@ -159,10 +165,16 @@ def load_labelled(path: str | Path, documents: Sequence[Document]) -> EvalDatase
     queries: dict[str, str] = {}
     qrels: Qrels = {}
     kinds: dict[str, str] = {}
+    no_answer: dict[str, str] = {}
     unmatched = []
     for number, record in enumerate(_read_labelled_records(path), 1):
         if not isinstance(record, dict) or not record.get("query"):
             raise FusionError(f"{path}: record {number} has no 'query'")
+        if record.get("no_answer") is True:
+            if record.get("relevant") or record.get("answer"):
+                raise FusionError(f"{path}: record {number} is marked no_answer but names relevant places or an answer")
+            no_answer[str(record.get("id") or f"q{number}")] = record["query"]
+            continue
         if not record.get("relevant") and not (record.get("match_answer") and record.get("answer")):
             raise FusionError(f"{path}: record {number} has neither 'relevant' places nor an answer to match")
         kind = record.get("kind")
@@ -184,5 +196,40 @@ def load_labelled(path: str | Path, documents: Sequence[Document]) -> EvalDatase
             stacklevel=2,
         )
     return EvalDataset(
-        name=path.stem, queries=queries, qrels=qrels, kinds={q: k for q, k in kinds.items() if q in queries}
+        name=path.stem,
+        queries=queries,
+        qrels=qrels,
+        kinds={q: k for q, k in kinds.items() if q in queries},
+        no_answer=no_answer,
     )
+
+
+def load_queries(path: str | Path) -> dict[str, str]:
+    """Queries from a file, id -> text: a JSON list of strings or of ``{"id", "query"}`` records, or text lines.
+
+    For queries with no answer in a corpus (:attr:`EvalDataset.no_answer`). Lines of a text
+    file are queries (blank lines and lines starting with ``#`` are skipped); ids are ``n1``,
+    ``n2``... unless a record gives one.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FusionError(f"{path} is missing")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix.lower() != ".json":
+        lines = [line.strip() for line in text.splitlines()]
+        return {f"n{i}": line for i, line in enumerate((x for x in lines if x and not x.startswith("#")), 1)}
+    try:
+        records = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FusionError(f"{path}: not valid JSON ({exc.msg})") from None
+    if not isinstance(records, list):
+        raise FusionError(f"{path}: expected a JSON list of queries (strings, or {{'id': ..., 'query': ...}})")
+    queries: dict[str, str] = {}
+    for number, record in enumerate(records, 1):
+        if isinstance(record, str) and record.strip():
+            queries[f"n{number}"] = record
+        elif isinstance(record, dict) and isinstance(record.get("query"), str) and record["query"].strip():
+            queries[str(record.get("id") or f"n{number}")] = record["query"]
+        else:
+            raise FusionError(f"{path}: record {number} is neither a query string nor a record with a 'query'")
+    return queries

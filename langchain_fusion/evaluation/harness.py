@@ -22,13 +22,22 @@ from langchain_core.retrievers import BaseRetriever
 from tqdm import tqdm
 
 from langchain_fusion import metadata as keys
-from langchain_fusion._checks import FusionMethod, check_alpha, check_method, check_positive_int
+from langchain_fusion._checks import (
+    FusionMethod,
+    check_alpha,
+    check_fetch_k,
+    check_method,
+    check_min_bm25_score,
+    check_min_vector_score,
+    check_positive_int,
+)
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.evaluation.datasets import EvalDataset
 from langchain_fusion.evaluation.metrics import evaluate_run, mean_scores, parse_metric
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.retrievers.fusion import BM25Retriever, FusionRetriever, VectorRetriever
 from langchain_fusion.retrievers.rerank import RerankRetriever, with_top_n
+from langchain_fusion.search.floors import Floors
 from langchain_fusion.search.options import SEARCH_DEFAULTS
 from langchain_fusion.search.pool import QueryScorers, bm25_scorers, fused_search, queries_per_pass, vector_scorers
 
@@ -65,6 +74,8 @@ class MethodResult:
     """Wall-clock time of each query, when queries ran one by one."""
     ms_per_query: float | None = None
     """Wall-clock time of all queries divided by their number, when they ran in batches."""
+    extra: dict[str, float] = field(default_factory=dict)
+    """Other columns, e.g. the share of no-answer queries answered with nothing (:func:`sweep_floors`)."""
 
     @property
     def means(self) -> dict[str, float]:
@@ -95,7 +106,7 @@ class Report:
         """
         rows: list[dict[str, object]] = []
         for result in self.results:
-            row: dict[str, object] = {"method": result.name, **result.means}
+            row: dict[str, object] = {"method": result.name, **result.means, **result.extra}
             if result.latencies_ms:
                 row["p50_ms"], row["p95_ms"] = result.latency(0.5), result.latency(0.95)
             if result.ms_per_query is not None:
@@ -107,7 +118,8 @@ class Report:
         """The table as GitHub markdown, metrics with 4 decimals and times with 1."""
         rows = self.rows()
         timings = [c for c in ("p50_ms", "p95_ms", "ms_per_query") if any(c in r for r in rows)]
-        columns = ["method", *self.metrics, *timings]
+        extras = list(dict.fromkeys(c for r in self.results for c in r.extra))
+        columns = ["method", *self.metrics, *extras, *timings]
         lines = ["| " + " | ".join(columns) + " |", "|" + "|".join(" --- " for _ in columns) + "|"]
         for row in rows:
             cells = []
@@ -320,6 +332,11 @@ class _LabelMatcher:
 
 def alpha_grid(spec: str) -> list[float]:
     """Parse ``START:STOP:STEP`` (inclusive, e.g. ``0:1:0.1``) or a comma list into alphas."""
+    return [check_alpha(v) for v in value_grid(spec, "alpha")]
+
+
+def value_grid(spec: str, name: str) -> list[float]:
+    """Parse ``START:STOP:STEP`` (inclusive) or a comma list into numbers (``name`` is for the error message)."""
     try:
         if ":" in spec:
             start, stop, step = (float(part) for part in spec.split(":"))
@@ -331,11 +348,11 @@ def alpha_grid(spec: str) -> list[float]:
             values = [float(part) for part in spec.split(",") if part.strip()]
     except ValueError:
         raise InvalidParameterError(
-            f"alpha grid {spec!r}: use START:STOP:STEP (e.g. 0:1:0.1) or a list (0.3,0.5,0.7)"
+            f"{name} grid {spec!r}: use START:STOP:STEP (e.g. 0:1:0.1) or a list (0.3,0.5,0.7)"
         ) from None
     if not values:
-        raise InvalidParameterError(f"alpha grid {spec!r} is empty")
-    return [check_alpha(v) for v in values]
+        raise InvalidParameterError(f"{name} grid {spec!r} is empty")
+    return values
 
 
 def sweep_alpha(
@@ -387,4 +404,89 @@ def sweep_alpha(
         MethodResult(f"{method}@{alpha:g}", evaluate_run(runs[(method, alpha)], dataset.qrels, metrics))
         for method, alpha in settings
     ]
+    return Report(dataset.name, list(metrics), results)
+
+
+ANSWERED = "answered"
+"""Column of :func:`sweep_floors`: the share of answerable queries that get at least one result."""
+NO_ANSWER_EMPTY = "no_answer_empty"
+"""Column of :func:`sweep_floors`: the share of no-answer queries that get no result at all."""
+
+
+def floor_name(vector: float | None, bm25: float | None) -> str:
+    """The row label of a floor setting: ``no floor``, ``vector>=0.4``, ``bm25>=3`` or ``vector>=0.4|bm25>=3``."""
+    parts = [f"{side}>={value:g}" for side, value in (("vector", vector), ("bm25", bm25)) if value is not None]
+    return "|".join(parts) or "no floor"
+
+
+def sweep_floors(
+    index: FusionIndex,
+    dataset: EvalDataset,
+    vector_floors: Iterable[float] = (),
+    bm25_floors: Iterable[float] = (),
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    *,
+    alpha: float = SEARCH_DEFAULTS.alpha,
+    method: FusionMethod = SEARCH_DEFAULTS.method,
+    fetch_k: int | None = SEARCH_DEFAULTS.fetch_k,
+    progress: bool = True,
+) -> Report:
+    """Score relevance floors on the dataset: what they cost on answerable queries, what they buy on the others.
+
+    One row per setting: no floor, each vector floor alone, each BM25 floor alone and, when both
+    lists are given, every pair (a candidate is kept when it clears either floor; see
+    :mod:`~langchain_fusion.search.floors`). Each row has the metrics over the answerable
+    queries (a query answered with nothing scores 0), :data:`ANSWERED` (the share of them that
+    get any result) and, when the dataset has :attr:`~EvalDataset.no_answer` queries,
+    :data:`NO_ANSWER_EMPTY` (the share of those that get nothing, which is what a floor is for).
+    Choose the floor where ``no_answer_empty`` is high while the metrics and ``answered`` hold.
+    The queries are embedded and scored once; every setting reuses the scores.
+    """
+    on_vector = [check_min_vector_score(v) for v in vector_floors]
+    on_bm25 = [check_min_bm25_score(b) for b in bm25_floors]
+    alpha, method, fetch_k = check_alpha(alpha), check_method(method), check_fetch_k(fetch_k)
+    settings: list[tuple[float | None, float | None]] = [(None, None)]
+    for vector_floor in [None, *on_vector]:
+        for bm25_floor in [None, *on_bm25]:
+            if (vector_floor, bm25_floor) not in settings:
+                settings.append((vector_floor, bm25_floor))
+    depth = deepest_cutoff(metrics)
+    answerable, no_answer = list(dataset.queries.items()), list(dataset.no_answer.items())
+    everything = answerable + no_answer
+    runs: dict[tuple[float | None, float | None], dict[str, list[str]]] = {s: {} for s in settings}
+    view = index.view()
+    step = queries_per_pass(len(view))
+    with tqdm(total=len(everything), desc="floor sweep", disable=not progress, leave=False) as bar:
+        for lo in range(0, len(everything), step):
+            chunk = everything[lo : lo + step]
+            texts = [text for _, text in chunk]
+            vectors = index.embed_queries(texts)
+            sides = zip(vector_scorers(view, vectors), bm25_scorers(view, texts), strict=True)
+            for position, (vector, bm25) in enumerate(sides):
+                scorers = QueryScorers(vector=vector, bm25=bm25)
+                for setting in settings:
+                    hits = fused_search(
+                        view,
+                        texts[position],
+                        vectors[position : position + 1],
+                        k=depth,
+                        alpha=alpha,
+                        fetch_k=fetch_k,
+                        method=method,
+                        where=None,
+                        scorers=scorers,
+                        floors=Floors(vector=setting[0], bm25=setting[1]),
+                    )
+                    documents = view.documents(np.fromiter((h.key for h in hits), dtype=np.int64, count=len(hits)))
+                    runs[setting][chunk[position][0]] = [doc.id or "" for doc in documents]
+            bar.update(len(chunk))
+    results = []
+    for setting in settings:
+        run = runs[setting]
+        scored = {query_id: run[query_id] for query_id, _ in answerable}
+        extra = {ANSWERED: float(np.mean([bool(ids) for ids in scored.values()])) if scored else 0.0}
+        if no_answer:
+            extra[NO_ANSWER_EMPTY] = float(np.mean([not run[query_id] for query_id, _ in no_answer]))
+        result = MethodResult(floor_name(*setting), evaluate_run(scored, dataset.qrels, metrics), extra=extra)
+        results.append(result)
     return Report(dataset.name, list(metrics), results)

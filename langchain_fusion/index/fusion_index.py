@@ -18,9 +18,8 @@ import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
-from langchain_core.vectorstores.utils import maximal_marginal_relevance
 
-from langchain_fusion._checks import check_k, check_positive_int, is_real_number
+from langchain_fusion._checks import check_k, check_lambda_mult, check_positive_int
 from langchain_fusion.errors import (
     EmbeddingsMismatchError,
     FusionError,
@@ -44,6 +43,7 @@ from langchain_fusion.models.embeddings import (
     embeddings_from_id,
     embeddings_id,
 )
+from langchain_fusion.search.options import SEARCH_DEFAULTS
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.base import FloatMatrix, FusionStore, StoreView, Where
 from langchain_fusion.stores.filters import check_filter
@@ -59,7 +59,7 @@ ProgressCallback = Callable[[int], None]
 
 DEFAULT_EMBEDDING_BATCH_SIZE = 256
 
-SEARCH_TYPES = ("fusion", "similarity")
+SEARCH_TYPES = ("fusion", "similarity", "mmr")
 """The ``search_type`` values of :meth:`FusionIndex.as_retriever`."""
 
 
@@ -417,7 +417,12 @@ class FusionIndex(VectorStore):
     def max_marginal_relevance_search(
         self, query: str, k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5, **kwargs: Any
     ) -> list[Document]:
-        """Maximal marginal relevance over the ``fetch_k`` most similar documents (diverse results)."""
+        """Maximal marginal relevance over the ``fetch_k`` most similar documents (diverse results).
+
+        The vector side of ``as_retriever(search_type="mmr", alpha=1)``: the same MMR (see
+        :mod:`~langchain_fusion.search.diversity`), with relevance the candidates' cosine
+        similarity min-max scaled over them; returns plain copies (no score metadata).
+        """
         return self.max_marginal_relevance_search_by_vector(
             self.embeddings.embed_query(query), k, fetch_k, lambda_mult, **kwargs
         )
@@ -433,19 +438,29 @@ class FusionIndex(VectorStore):
         **kwargs: Any,
     ) -> list[Document]:
         """MMR for an embedding: relevance to the query traded against similarity to what was picked."""
+        from langchain_fusion.search.diversity import Diversity
+        from langchain_fusion.search.pool import fused_search
+
         _no_extra_options("max_marginal_relevance_search", kwargs)
         k, fetch_k = check_k(k), check_positive_int(fetch_k, "fetch_k")
-        if not is_real_number(lambda_mult) or not 0 <= lambda_mult <= 1:
-            raise InvalidParameterError(f"lambda_mult must be a number between 0 and 1; got {lambda_mult!r}")
+        weight = check_lambda_mult(lambda_mult, optional=False)
         view = self.store.view()
         if len(view) == 0:
             return []
-        query = self._query_matrix(embedding)
         where = None if filter is None else Where(metadata=check_filter(filter))
-        keys, _ = view.vector(query).top(max(fetch_k, k), where)
-        candidates: Any = view.vectors(keys)  # LangChain's helper takes any 2-D array
-        picked = maximal_marginal_relevance(query[0], candidates, lambda_mult=float(lambda_mult), k=k)
-        return [_plain_copy(doc) for doc in view.documents(keys[np.asarray(picked, dtype=np.int64)])]
+        hits = fused_search(
+            view,
+            "",  # the vector side alone: BM25 has no weight (and no text to score)
+            self._query_matrix(embedding),
+            k=k,
+            alpha=1.0,
+            fetch_k=fetch_k,
+            method=SEARCH_DEFAULTS.method,
+            where=where,
+            diversity=Diversity(lambda_mult=weight),
+        )
+        keys = np.fromiter((hit.key for hit in hits), dtype=np.int64, count=len(hits))
+        return [_plain_copy(doc) for doc in view.documents(keys)]
 
     # --- embedding --------------------------------------------------------------------------
 
@@ -609,9 +624,12 @@ class FusionIndex(VectorStore):
         """A :class:`~langchain_fusion.retrievers.fusion.FusionRetriever` over this index.
 
         Keyword arguments (or LangChain's ``search_kwargs``) are its fields: ``k``, ``alpha``,
-        ``fetch_k``, ``method``, ``filter`` (and ``tags``, ``metadata``). ``search_type`` is
-        ``"fusion"`` (the default) or ``"similarity"`` (the vector side alone: ``alpha=1``).
-        An unknown option or search type is an error that lists the valid ones.
+        ``fetch_k``, ``method``, ``filter``, the relevance floors ``min_vector_score`` and
+        ``min_bm25_score``, ``lambda_mult``, ``max_per_source`` (and ``tags``, ``metadata``).
+        ``search_type`` is ``"fusion"`` (the default), ``"similarity"`` (the vector side alone:
+        ``alpha=1``) or ``"mmr"`` (the fused candidates re-ranked by maximal marginal relevance;
+        ``lambda_mult`` defaults to 0.5, and MMR chooses among the best ``fetch_k`` fused
+        candidates). An unknown option or search type is an error that lists the valid ones.
         """
         from langchain_fusion.retrievers.fusion import FusionRetriever
 
@@ -624,6 +642,12 @@ class FusionIndex(VectorStore):
             if options.get("alpha", 1.0) != 1.0:
                 raise InvalidParameterError("search_type='similarity' is the vector side alone (alpha=1); drop alpha")
             options["alpha"] = 1.0
+        elif search_type == "mmr":
+            if options.get("lambda_mult", SEARCH_DEFAULTS.mmr_lambda_mult) is None:
+                raise InvalidParameterError(
+                    "search_type='mmr' needs a lambda_mult between 0 and 1; drop lambda_mult=None"
+                )
+            options.setdefault("lambda_mult", SEARCH_DEFAULTS.mmr_lambda_mult)
         elif search_type not in SEARCH_TYPES:
             raise InvalidParameterError(f"search_type must be one of {list(SEARCH_TYPES)}; got {search_type!r}")
         return FusionRetriever(index=self, **options)

@@ -22,9 +22,22 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import get_config_list, run_in_executor
 from pydantic import ConfigDict, ValidationInfo, field_validator
 
-from langchain_fusion._checks import CheckedModel, FusionMethod, check_alpha, check_fetch_k, check_k, check_method
+from langchain_fusion._checks import (
+    CheckedModel,
+    FusionMethod,
+    check_alpha,
+    check_fetch_k,
+    check_k,
+    check_lambda_mult,
+    check_max_per_source,
+    check_method,
+    check_min_bm25_score,
+    check_min_vector_score,
+)
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.index.fusion_index import FusionIndex
+from langchain_fusion.search.diversity import Diversity
+from langchain_fusion.search.floors import Floors
 from langchain_fusion.search.options import SEARCH_DEFAULTS
 from langchain_fusion.search.pool import (
     QueryScorers,
@@ -48,6 +61,10 @@ OPTION_CHECKS: dict[str, Callable[[Any], Any]] = {
     "fetch_k": check_fetch_k,
     "method": check_method,
     "filter": check_filter,
+    "min_vector_score": check_min_vector_score,
+    "min_bm25_score": check_min_bm25_score,
+    "lambda_mult": check_lambda_mult,
+    "max_per_source": check_max_per_source,
 }
 """The validator of each search option, shared by fields, per-call overrides, the CLI and the server."""
 
@@ -382,8 +399,11 @@ class FusionRetriever(_IndexRetriever):
 
     For every candidate found by either side, the other side's real score is looked up by
     row. ``alpha`` is the weight of the vector side (1 = pure vector, 0 = pure BM25).
-    Every option can be set here, per call (``invoke(q, k=3, alpha=0.7)``) or through
-    ``configurable_fields``. Returned documents carry the full score provenance.
+    Relevance floors (``min_vector_score``, ``min_bm25_score``) leave out candidates no side
+    finds relevant, so a query may get fewer than ``k`` results, or none; ``lambda_mult``
+    (maximal marginal relevance) and ``max_per_source`` spread the results. Every option can
+    be set here, per call (``invoke(q, k=3, alpha=0.7)``) or through ``configurable_fields``.
+    Returned documents carry the full score provenance.
     """
 
     alpha: float = SEARCH_DEFAULTS.alpha
@@ -392,8 +412,28 @@ class FusionRetriever(_IndexRetriever):
     """Candidates taken from each side before fusion; None scores the whole corpus (exact)."""
     method: FusionMethod = SEARCH_DEFAULTS.method
     """``weighted`` (min-max, the default), ``zscore`` or ``rrf``."""
+    min_vector_score: float | None = SEARCH_DEFAULTS.min_vector_score
+    """Relevance floor on the raw cosine similarity, in [-1, 1]; None: no floor. A candidate is kept when it
+    clears at least one floor of a side with weight (see :mod:`~langchain_fusion.search.floors`)."""
+    min_bm25_score: float | None = SEARCH_DEFAULTS.min_bm25_score
+    """Relevance floor on the raw BM25 score, >= 0 (a candidate must also contain a query term); None: no floor."""
+    lambda_mult: float | None = SEARCH_DEFAULTS.lambda_mult
+    """Maximal marginal relevance among the best ``fetch_k`` fused candidates: the weight of relevance against
+    diversity, in [0, 1] (1: the fused order); None: no MMR (see :mod:`~langchain_fusion.search.diversity`)."""
+    max_per_source: int | None = SEARCH_DEFAULTS.max_per_source
+    """The most results from one ``source``, the next candidates filling ``k``; None: no cap."""
 
-    _per_call_options = ("k", "alpha", "fetch_k", "method", "filter")
+    _per_call_options = (
+        "k",
+        "alpha",
+        "fetch_k",
+        "method",
+        "filter",
+        "min_vector_score",
+        "min_bm25_score",
+        "lambda_mult",
+        "max_per_source",
+    )
 
     def _search(
         self,
@@ -416,5 +456,7 @@ class FusionRetriever(_IndexRetriever):
             method=options["method"],
             where=self._where(options),
             scorers=scorers,
+            floors=Floors(vector=options["min_vector_score"], bm25=options["min_bm25_score"]),
+            diversity=Diversity(lambda_mult=options["lambda_mult"], max_per_source=options["max_per_source"]),
         )
         return hits_to_documents(view, hits, options["method"])

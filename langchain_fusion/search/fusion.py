@@ -22,9 +22,11 @@ __all__ = [
     "FUSION_METHODS",
     "RRF_RANK_CONSTANT",
     "FusedScores",
+    "FusedPool",
     "FusedTop",
     "FusionMethod",
     "fuse",
+    "fuse_pool",
     "fuse_top",
     "min_max",
     "rank_of",
@@ -175,6 +177,101 @@ class FusedTop:
     """1-based BM25 rank within the pool; 0 where the BM25 score is not positive."""
 
 
+@dataclass(frozen=True)
+class FusedPool:
+    """A fused candidate pool, from which any ranking prefix or set of positions is read cheaply.
+
+    Build it with :func:`fuse_pool`. :meth:`order` selects winners with a partition and sorts
+    only them; :meth:`at` reads the scores and ranks of given positions.
+    """
+
+    vector: FloatArray
+    """Raw vector scores, aligned with the pool."""
+    bm25: FloatArray
+    """Raw BM25 scores, aligned with the pool."""
+    fused: FloatArray
+    """Fused score of every candidate."""
+    vector_normalized: FloatArray
+    """Normalised vector score of every candidate."""
+    bm25_normalized: FloatArray
+    """Normalised BM25 score of every candidate."""
+    matched: NDArray[np.bool_]
+    """Candidates with a positive BM25 score (a query term matched)."""
+    heavier: FloatArray
+    """Raw scores of the side with the larger weight (the first tie-break)."""
+    tie_break: NDArray[np.int64]
+    """The last tie-break, ascending is better (default: position)."""
+    vector_rank: NDArray[np.int64] | None
+    """Every candidate's vector rank, when the method computed them all (RRF)."""
+    bm25_rank: NDArray[np.int64] | None
+    """Every candidate's BM25 rank, when the method computed them all (RRF)."""
+
+    @property
+    def size(self) -> int:
+        """Number of candidates."""
+        return int(self.fused.size)
+
+    def order(self, k: int | None, eligible: NDArray[np.bool_] | None = None) -> NDArray[np.int64]:
+        """Positions of the best ``k`` candidates (None: all), best first, among the ``eligible`` ones.
+
+        Order: fused score, then the heavier side's raw score, then ``tie_break``. Candidates
+        that are not eligible are never returned but keep their part in the normalisation.
+        """
+        fused = self.fused
+        candidates = np.arange(self.size, dtype=np.int64) if eligible is None else np.flatnonzero(eligible)
+        wanted = candidates.size if k is None else max(k, 0)
+        if 0 < wanted < candidates.size:
+            values = fused[candidates]
+            kth = np.partition(values, values.size - wanted)[values.size - wanted]
+            candidates = candidates[values >= kth]  # ties at the k-th score are all kept for the sort
+        keys_ = (self.tie_break[candidates], -self.heavier[candidates], -fused[candidates])
+        return candidates[np.lexsort(keys_)][:wanted].astype(np.int64)
+
+    def at(self, positions: NDArray[np.int64]) -> FusedTop:
+        """The scores and ranks of the candidates at ``positions``, in that order."""
+        return FusedTop(
+            positions=positions,
+            fused=self.fused[positions],
+            vector_normalized=self.vector_normalized[positions],
+            bm25_normalized=self.bm25_normalized[positions],
+            vector_rank=self.vector_rank[positions]
+            if self.vector_rank is not None
+            else rank_of(self.vector, positions),
+            bm25_rank=(
+                self.bm25_rank[positions] if self.bm25_rank is not None else rank_of(self.bm25, positions, self.matched)
+            ),
+        )
+
+
+def fuse_pool(
+    vector_scores: NDArray[np.floating],
+    bm25_scores: NDArray[np.floating],
+    alpha: float,
+    method: FusionMethod,
+    tie_break: NDArray[np.int64] | None = None,
+) -> FusedPool:
+    """Normalise and fuse one pool as :func:`fuse` does, ready to be ranked (:class:`FusedPool`)."""
+    check_alpha(alpha)
+    check_method(method)
+    vector, bm25 = _aligned(vector_scores, bm25_scores)
+    matched = bm25 > 0
+    v_norm, b_norm, vector_rank, bm25_rank = _normalised(vector, bm25, method, matched)
+    fused = alpha * v_norm + (1.0 - alpha) * b_norm
+    order = np.arange(fused.size, dtype=np.int64) if tie_break is None else tie_break
+    return FusedPool(
+        vector=vector,
+        bm25=bm25,
+        fused=fused,
+        vector_normalized=v_norm,
+        bm25_normalized=b_norm,
+        matched=matched,
+        heavier=vector if alpha >= 0.5 else bm25,
+        tie_break=order,
+        vector_rank=vector_rank,
+        bm25_rank=bm25_rank,
+    )
+
+
 def fuse_top(
     vector_scores: NDArray[np.floating],
     bm25_scores: NDArray[np.floating],
@@ -182,6 +279,7 @@ def fuse_top(
     method: FusionMethod,
     k: int,
     tie_break: NDArray[np.int64] | None = None,
+    eligible: NDArray[np.bool_] | None = None,
 ) -> FusedTop:
     """The top ``k`` of :func:`fuse` for one pool, without sorting the pool.
 
@@ -189,31 +287,11 @@ def fuse_top(
     ``tie_break`` (default: position), all as :func:`fuse` ranks them. The winners are
     selected with a partition and only they are sorted and ranked, so a pool of a whole
     corpus costs a few passes over its scores (RRF, whose scores are ranks, sorts each side once).
+    ``eligible`` (optional) marks the candidates that may be returned; the others still take
+    part in the normalisation, so the returned scores do not depend on it.
     """
-    check_alpha(alpha)
-    check_method(method)
-    vector, bm25 = _aligned(vector_scores, bm25_scores)
-    matched = bm25 > 0
-    v_norm, b_norm, vector_rank, bm25_rank = _normalised(vector, bm25, method, matched)
-    fused = alpha * v_norm + (1.0 - alpha) * b_norm
-    heavier = vector if alpha >= 0.5 else bm25
-    order = np.arange(fused.size, dtype=np.int64) if tie_break is None else tie_break
-    size = fused.size
-    if 0 < k < size:
-        kth = np.partition(fused, size - k)[size - k]
-        candidates = np.flatnonzero(fused >= kth)  # ties at the k-th score are all kept for the sort
-    else:
-        candidates = np.arange(size, dtype=np.int64)
-    top = candidates[np.lexsort((order[candidates], -heavier[candidates], -fused[candidates]))][: max(k, 0)]
-    top = top.astype(np.int64)
-    return FusedTop(
-        positions=top,
-        fused=fused[top],
-        vector_normalized=v_norm[top],
-        bm25_normalized=b_norm[top],
-        vector_rank=vector_rank[top] if vector_rank is not None else rank_of(vector, top),
-        bm25_rank=bm25_rank[top] if bm25_rank is not None else rank_of(bm25, top, matched),
-    )
+    pool = fuse_pool(vector_scores, bm25_scores, alpha, method, tie_break)
+    return pool.at(pool.order(k, eligible))
 
 
 def weighted_rrf(list_ranks: NDArray[np.integer], weights: NDArray[np.floating]) -> FloatArray:

@@ -19,6 +19,16 @@ class SearchDefaults:
     """Candidates per side before fusion (None: the whole corpus)."""
     method: FusionMethod = "weighted"
     """Fusion method: weighted (min-max), zscore or rrf."""
+    min_vector_score: float | None = None
+    """Relevance floor on the raw cosine similarity (None: no floor); see :mod:`~langchain_fusion.search.floors`."""
+    min_bm25_score: float | None = None
+    """Relevance floor on the raw BM25 score (None: no floor)."""
+    lambda_mult: float | None = None
+    """Maximal marginal relevance weight of relevance (None: no MMR); see :mod:`~langchain_fusion.search.diversity`."""
+    mmr_lambda_mult: float = 0.5
+    """``lambda_mult`` of ``search_type="mmr"`` when none is given (LangChain's default)."""
+    max_per_source: int | None = None
+    """The most results from one source (None: no cap)."""
     k_summaries: int = 3
     """Hierarchical retrieval: summaries (pages or sections) selected."""
     summary_weight: float = 0.5

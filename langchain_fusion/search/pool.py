@@ -17,7 +17,9 @@ from langchain_core.documents import Document
 from numpy.typing import NDArray
 
 from langchain_fusion import metadata as keys
-from langchain_fusion.search.fusion import FusionMethod, fuse_top
+from langchain_fusion.search.diversity import Diversity, capped, maximal_marginal_relevance, source_groups
+from langchain_fusion.search.floors import Floors
+from langchain_fusion.search.fusion import FusedPool, FusionMethod, fuse_pool
 from langchain_fusion.stores.base import (
     BatchScorer,
     FloatMatrix,
@@ -132,6 +134,8 @@ def fused_search(
     method: FusionMethod,
     where: Where | None,
     scorers: QueryScorers | None = None,
+    floors: Floors | None = None,
+    diversity: Diversity | None = None,
 ) -> list[Hit]:
     """Top ``k`` rows by fused score; see the module docstring for the candidate pool.
 
@@ -139,6 +143,12 @@ def fused_search(
     exactly the single-side rankings. Ties are broken by the raw score of the side with the
     larger weight, then by key. ``scorers`` (from :func:`query_scorers` for the same query and
     view) lets several settings share one scoring of the query.
+
+    ``floors`` leave out the candidates below a relevance floor
+    (:mod:`~langchain_fusion.search.floors`); ``diversity`` chooses the ``k`` results by
+    maximal marginal relevance among the best ``fetch_k`` fused candidates (all of them when
+    ``fetch_k`` is None) and/or caps the results per source
+    (:mod:`~langchain_fusion.search.diversity`). Neither changes a returned candidate's scores.
     """
     if len(view) == 0:
         return []
@@ -162,7 +172,43 @@ def fused_search(
         bm25_pool = _complete(pool, scorers.bm25, found[-1] if alpha < 1 else None)
     if pool.size == 0:
         return []
-    return rank_pool(pool, vector_pool, bm25_pool, alpha=alpha, method=method, k=k)
+    fused = fuse_pool(vector_pool, bm25_pool, alpha, method, tie_break=pool)
+    eligible = floors.passing(vector_pool, bm25_pool, alpha) if floors is not None else None
+    if diversity is None or not diversity.active:
+        positions = fused.order(k, eligible)
+    else:
+        positions = _diverse(view, pool, fused, eligible, diversity, k=k, candidates=pool_size)
+    return _hits(pool, fused, positions)
+
+
+def _diverse(
+    view: StoreView,
+    pool: Keys,
+    fused: FusedPool,
+    eligible: NDArray[np.bool_] | None,
+    diversity: Diversity,
+    *,
+    k: int,
+    candidates: int | None,
+) -> NDArray[np.int64]:
+    """Positions of the ``k`` results chosen by :mod:`~langchain_fusion.search.diversity`, in result order."""
+    cap = diversity.max_per_source
+    if diversity.lambda_mult is not None:
+        ranked = fused.order(candidates, eligible)
+        keys_ = pool[ranked]
+        groups = source_groups(view.documents(keys_)) if cap is not None else None
+        picked = maximal_marginal_relevance(
+            fused.fused[ranked], view.vectors(keys_), k, diversity.lambda_mult, groups, cap
+        )
+        return ranked[picked]
+    assert cap is not None
+    depth = 4 * k
+    while True:  # the fused ranking, read deeper until k results fit under the cap or the pool runs out
+        ranked = fused.order(depth, eligible)
+        chosen = ranked[capped(source_groups(view.documents(pool[ranked])), k, cap)]
+        if chosen.size == k or ranked.size < depth:
+            return chosen
+        depth *= 4
 
 
 def _whole_corpus_pool(
@@ -222,7 +268,16 @@ def rank_pool(
     candidates whose vector score was actually observed; the others are reported with no
     vector score or rank (their placeholder score still takes part in normalisation).
     """
-    top = fuse_top(vector_scores, bm25_scores, alpha, method, k, tie_break=keys_)
+    fused = fuse_pool(vector_scores, bm25_scores, alpha, method, tie_break=keys_)
+    return _hits(keys_, fused, fused.order(k), vector_known)
+
+
+def _hits(
+    keys_: Keys, fused: FusedPool, positions: NDArray[np.int64], vector_known: NDArray[np.bool_] | None = None
+) -> list[Hit]:
+    """The hits at ``positions`` (in that order) of a fused pool whose keys are ``keys_``."""
+    top = fused.at(positions)
+    vector_scores, bm25_scores = fused.vector, fused.bm25
     hits = []
     for i, position in enumerate(top.positions.tolist()):
         known = vector_known is None or bool(vector_known[position])
