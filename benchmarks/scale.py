@@ -475,11 +475,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     sizes = [int(s) for s in args.sizes.split(",")]
     t0 = time.perf_counter()
+    args.k, args.threads = K, None
+    header = machine_header(args, argv)  # before the runs: it records the load average at start
+    header[0] = header[0].replace("benchmarks/latency.py", "benchmarks/scale.py")
     with tempfile.TemporaryDirectory(prefix="lf-scale-") as tmp:
         results = [run_size(args, n, Path(tmp)) for n in sizes]
-    args.k, args.threads = K, None
-    header = machine_header(args, argv)
-    header[0] = header[0].replace("benchmarks/latency.py", "benchmarks/scale.py")
     lines = ["## Speed and memory at scale", "", *header, ""]
     for result in results:
         lines += report(result)
