@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from langchain_core.documents import Document
@@ -355,6 +356,40 @@ def value_grid(spec: str, name: str) -> list[float]:
     return values
 
 
+def _sweep_runs(
+    index: FusionIndex,
+    queries: Sequence[tuple[str, str]],
+    searches: Sequence[Mapping[str, Any]],
+    depth: int,
+    desc: str,
+    progress: bool,
+) -> list[dict[str, list[str]]]:
+    """For each of ``searches`` (``fused_search`` options), query id -> the ids of its top ``depth``.
+
+    The queries are embedded and scored once per batch; every search reuses those scores.
+    """
+    runs: list[dict[str, list[str]]] = [{} for _ in searches]
+    view = index.view()
+    step = queries_per_pass(len(view))  # bounds the score arrays held at once
+    with tqdm(total=len(queries), desc=desc, disable=not progress, leave=False) as bar:
+        for lo in range(0, len(queries), step):
+            chunk = queries[lo : lo + step]
+            texts = [text for _, text in chunk]
+            vectors = index.embed_queries(texts)
+            sides = zip(vector_scorers(view, vectors), bm25_scorers(view, texts), strict=True)
+            for position, (vector, bm25) in enumerate(sides):
+                scorers = QueryScorers(vector=vector, bm25=bm25)
+                for run, options in zip(runs, searches, strict=True):
+                    hits = fused_search(
+                        view, texts[position], vectors[position : position + 1], k=depth, where=None, scorers=scorers,
+                        **options,
+                    )  # fmt: skip
+                    documents = view.documents(np.fromiter((h.key for h in hits), dtype=np.int64, count=len(hits)))
+                    run[chunk[position][0]] = [doc.id or "" for doc in documents]
+            bar.update(len(chunk))
+    return runs
+
+
 def sweep_alpha(
     index: FusionIndex,
     dataset: EvalDataset,
@@ -374,32 +409,9 @@ def sweep_alpha(
     methods = [check_method(m) for m in methods]
     depth = deepest_cutoff(metrics)
     settings = [(m, a) for m in methods for a in alphas]
-    runs: dict[tuple[str, float], dict[str, list[str]]] = {setting: {} for setting in settings}
-    query_ids, texts = list(dataset.queries), list(dataset.queries.values())
-    view = index.view()
-    step = queries_per_pass(len(view))  # bounds the score arrays held at once
-    with tqdm(total=len(texts), desc="alpha sweep", disable=not progress, leave=False) as bar:
-        for lo in range(0, len(texts), step):
-            chunk_ids, chunk = query_ids[lo : lo + step], texts[lo : lo + step]
-            vectors = index.embed_queries(chunk)
-            sides = zip(vector_scorers(view, vectors), bm25_scorers(view, chunk), strict=True)
-            for position, (vector, bm25) in enumerate(sides):
-                scorers = QueryScorers(vector=vector, bm25=bm25)
-                for method, alpha in settings:
-                    hits = fused_search(
-                        view,
-                        chunk[position],
-                        vectors[position : position + 1],
-                        k=depth,
-                        alpha=alpha,
-                        fetch_k=fetch_k,
-                        method=method,
-                        where=None,
-                        scorers=scorers,
-                    )
-                    documents = view.documents(np.fromiter((h.key for h in hits), dtype=np.int64, count=len(hits)))
-                    runs[(method, alpha)][chunk_ids[position]] = [doc.id or "" for doc in documents]
-            bar.update(len(chunk))
+    searches = [{"alpha": alpha, "method": method, "fetch_k": fetch_k} for method, alpha in settings]
+    found = _sweep_runs(index, list(dataset.queries.items()), searches, depth, "alpha sweep", progress)
+    runs = dict(zip(settings, found, strict=True))
     results = [
         MethodResult(f"{method}@{alpha:g}", evaluate_run(runs[(method, alpha)], dataset.qrels, metrics))
         for method, alpha in settings
@@ -453,33 +465,10 @@ def sweep_floors(
     depth = deepest_cutoff(metrics)
     answerable, no_answer = list(dataset.queries.items()), list(dataset.no_answer.items())
     everything = answerable + no_answer
-    runs: dict[tuple[float | None, float | None], dict[str, list[str]]] = {s: {} for s in settings}
-    view = index.view()
-    step = queries_per_pass(len(view))
-    with tqdm(total=len(everything), desc="floor sweep", disable=not progress, leave=False) as bar:
-        for lo in range(0, len(everything), step):
-            chunk = everything[lo : lo + step]
-            texts = [text for _, text in chunk]
-            vectors = index.embed_queries(texts)
-            sides = zip(vector_scorers(view, vectors), bm25_scorers(view, texts), strict=True)
-            for position, (vector, bm25) in enumerate(sides):
-                scorers = QueryScorers(vector=vector, bm25=bm25)
-                for setting in settings:
-                    hits = fused_search(
-                        view,
-                        texts[position],
-                        vectors[position : position + 1],
-                        k=depth,
-                        alpha=alpha,
-                        fetch_k=fetch_k,
-                        method=method,
-                        where=None,
-                        scorers=scorers,
-                        floors=Floors(vector=setting[0], bm25=setting[1]),
-                    )
-                    documents = view.documents(np.fromiter((h.key for h in hits), dtype=np.int64, count=len(hits)))
-                    runs[setting][chunk[position][0]] = [doc.id or "" for doc in documents]
-            bar.update(len(chunk))
+    searches = [
+        {"alpha": alpha, "method": method, "fetch_k": fetch_k, "floors": Floors(vector=v, bm25=b)} for v, b in settings
+    ]
+    runs = dict(zip(settings, _sweep_runs(index, everything, searches, depth, "floor sweep", progress), strict=True))
     results = []
     for setting in settings:
         run = runs[setting]
