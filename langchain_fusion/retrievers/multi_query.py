@@ -231,14 +231,19 @@ class MultiQueryFusionRetriever(CheckedModel, BaseRetriever):
             logger.warning("multi-query: the model wrote no new query; searching the query alone")
         return rewrites
 
+    def _rewrite_call(
+        self, query: str, count: int, callbacks: Callbacks
+    ) -> tuple[Runnable[dict[str, Any], Any], dict[str, Any], RunnableConfig]:
+        """The chain, inputs and config of one rewrite request, shared by the sync and async paths."""
+        config: RunnableConfig = {"callbacks": callbacks, "run_name": "rewrite_query"}
+        return self.prompt | self.llm, {"question": query, "n": count}, config
+
     def rewrite(self, query: str, n: int | None = None, callbacks: Callbacks = None) -> list[str]:
         """The model's rewrites of ``query`` (at most ``n``, default the field); ``[]`` if it failed (logged)."""
         count = self.n if n is None else check_rewrites(n)
         if not query.strip():
             return []
-        chain = self.prompt | self.llm
-        inputs = {"question": query, "n": count}
-        config: RunnableConfig = {"callbacks": callbacks, "run_name": "rewrite_query"}
+        chain, inputs, config = self._rewrite_call(query, count, callbacks)
         timeout = self.timeout
 
         def attempt() -> Any:
@@ -254,9 +259,7 @@ class MultiQueryFusionRetriever(CheckedModel, BaseRetriever):
         count = self.n if n is None else check_rewrites(n)
         if not query.strip():
             return []
-        chain = self.prompt | self.llm
-        inputs = {"question": query, "n": count}
-        config: RunnableConfig = {"callbacks": callbacks, "run_name": "rewrite_query"}
+        chain, inputs, config = self._rewrite_call(query, count, callbacks)
         answer, error, _ = await acall_model(
             lambda: await_with_timeout(chain.ainvoke(inputs, config), self.timeout),
             self.retry,
