@@ -417,6 +417,7 @@ def build_mcp_server(
         named = [option for option, value in given.items() if value is not None]
         named += ["fetch_k"] if fetch_k != SEARCH_DEFAULTS.fetch_k else []
         named += ["rerank_candidates"] if rerank_candidates != DEFAULT_RERANK_CANDIDATES else []
+        named += ["llm_timeout"] if llm_timeout != DEFAULT_LLM_TIMEOUT else []
         if named:
             raise InvalidParameterError(
                 f"{', '.join(named)}: options of the retriever built from an index; "

@@ -139,6 +139,8 @@ class TestServerDefaults:
             build_mcp_server(index.as_retriever(), min_bm25_score=1.0, max_per_source=2)
         with pytest.raises(InvalidParameterError, match=r"^reranker, multi_query, rerank_candidates: options of"):
             build_mcp_server(index.as_retriever(), reranker="llm", multi_query=2, rerank_candidates=5)
+        with pytest.raises(InvalidParameterError, match=r"^llm, llm_timeout: options of the retriever"):
+            build_mcp_server(index.as_retriever(), llm="openai", llm_timeout=5.0)
 
 
 class TestPerCall:
