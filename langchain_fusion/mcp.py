@@ -11,13 +11,21 @@ through ``langchain-mcp-adapters``) can then search the index::
 
 ``langchain-fusion mcp INDEX`` does the same from the command line.
 
-The ``search`` tool takes ``query`` (required), and optionally ``k``, ``alpha`` and ``filter``
-(metadata equality, as the retrievers' ``filter=``). Its arguments are checked as sent, by the
-same validators as every retriever option (:data:`~langchain_fusion.retrievers.fusion.OPTION_CHECKS`):
-``true`` is not a number, ``"0.5"`` is not a float, NaN is refused. A bad argument is a tool
-error (``isError``) with a one-line message, and the server keeps serving. A result is a
-readable text block for the model and structured content (:class:`SearchResults`) for programs.
-The resource ``langchain-fusion://index`` describes the served index.
+The ``search`` tool takes ``query`` (required), and optionally ``k``, ``alpha``, ``filter``
+(metadata equality, as the retrievers' ``filter=``) and, when the served retriever takes them per
+call (fused search; not a hierarchical index), the relevance floors ``min_vector_score`` and
+``min_bm25_score``, ``lambda_mult`` (maximal marginal relevance) and ``max_per_source``. Its
+arguments are checked as sent, by the same validators as every retriever option
+(:data:`~langchain_fusion.retrievers.fusion.OPTION_CHECKS`): ``true`` is not a number, ``"0.5"``
+is not a float, NaN is refused. A bad argument is a tool error (``isError``) with a one-line
+message, and the server keeps serving. A result is a readable text block for the model and
+structured content (:class:`SearchResults`) for programs. The resource ``langchain-fusion://index``
+describes the served index, the server's defaults and its pipeline.
+
+The server-side options are those of the LangServe app (:func:`langchain_fusion.server.create_app`)
+and are built by the same code (:mod:`langchain_fusion.chains`): floor and diversity defaults, a
+rerank step (``reranker="llm"`` or ``"cross-encoder:MODEL"``) and multi-query fusion
+(``multi_query=N``), the last two around every search.
 
 Safety: the server serves the one index it was built with; nothing in a request names a file.
 There is no authentication: over HTTP, :func:`run_mcp` binds to 127.0.0.1 unless told otherwise.
@@ -27,18 +35,20 @@ There is no authentication: over HTTP, :func:`run_mcp` binds to 127.0.0.1 unless
 # time, and they carry each server's own limits (the tool is defined inside build_mcp_server).
 
 import contextlib
+import inspect
 import io
 import json
 import os
 import socket
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import IO, Annotated, Any, Literal, get_args
 
-from langchain_core.documents import Document
+from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import Runnable
 from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_fusion import metadata as keys
@@ -51,10 +61,21 @@ from langchain_fusion._checks import (
     check_method,
     check_positive_int,
 )
+from langchain_fusion.chains import (
+    DEFAULT_LLM_TIMEOUT,
+    DEFAULT_RERANK_CANDIDATES,
+    SELECTION_OPTIONS,
+    RetrieverPipeline,
+    build_retriever_pipeline,
+    check_selection,
+    refuse_selection_on_hierarchical,
+    uses_chat_model,
+)
 from langchain_fusion.errors import InvalidParameterError, MissingDependencyError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex
 from langchain_fusion.index.opening import open_index
+from langchain_fusion.models.chat import chat_model_or_reason
 from langchain_fusion.retrievers.fusion import OPTION_CHECKS
 from langchain_fusion.search.options import SEARCH_DEFAULTS
 from langchain_fusion.sockets import is_loopback
@@ -83,8 +104,8 @@ MCP_PATH = "/mcp"
 """Where the streamable HTTP transport serves the protocol."""
 SEARCH_TOOL = "search"
 """The name of the search tool."""
-SEARCH_ARGUMENTS = ("query", "k", "alpha", "filter")
-"""The arguments the search tool takes."""
+SEARCH_ARGUMENTS = ("query", "k", "alpha", "filter", *SELECTION_OPTIONS)
+"""The arguments the search tool takes (the last four only when the served retriever takes them per call)."""
 INDEX_RESOURCE = "langchain-fusion://index"
 """The URI of the resource describing the served index."""
 
@@ -154,18 +175,21 @@ class SearchResults(BaseModel):
     """The retrieved chunks, best first."""
 
 
-def check_search_arguments(arguments: Mapping[str, Any], limits: SearchLimits = SearchLimits()) -> dict[str, Any]:
+def check_search_arguments(
+    arguments: Mapping[str, Any],
+    limits: SearchLimits = SearchLimits(),
+    accepted: Sequence[str] = SEARCH_ARGUMENTS,
+) -> dict[str, Any]:
     """The search tool's arguments as sent, checked; an InvalidParameterError names the first bad one.
 
-    ``k``, ``alpha`` and ``filter`` go through the retrievers' own per-call checks
+    Every option goes through the retrievers' own per-call checks
     (:data:`~langchain_fusion.retrievers.fusion.OPTION_CHECKS`); ``null`` means the server's
     default. A ``filter`` sent as a JSON object in a string (some clients do) is read as that object.
+    ``accepted``: the arguments this server's tool takes (a subset of :data:`SEARCH_ARGUMENTS`).
     """
-    unknown = sorted(set(arguments) - set(SEARCH_ARGUMENTS))
+    unknown = sorted(set(arguments) - set(accepted))
     if unknown:
-        raise InvalidParameterError(
-            f"unknown argument(s) {unknown}; the search tool takes {', '.join(SEARCH_ARGUMENTS)}"
-        )
+        raise InvalidParameterError(f"unknown argument(s) {unknown}; the search tool takes {', '.join(accepted)}")
     query = arguments.get("query")
     if query is None:
         raise InvalidParameterError("query is required: the words or question to search for")
@@ -176,7 +200,9 @@ def check_search_arguments(arguments: Mapping[str, Any], limits: SearchLimits = 
     if len(query) > limits.max_query_chars:
         raise InvalidParameterError(f"query is {len(query)} characters long; the limit is {limits.max_query_chars}")
     checked: dict[str, Any] = {"query": query}
-    for name in ("k", "alpha", "filter"):
+    for name in accepted:
+        if name == "query":
+            continue
         value = arguments.get(name)
         if name == "filter" and isinstance(value, str):
             with contextlib.suppress(ValueError):
@@ -258,15 +284,42 @@ class _CheckedArgumentsServer(FastMCP):
     reports problems on several lines; checking the raw arguments first gives one-line tool errors.
     """
 
-    def __init__(self, limits: SearchLimits, **settings: Any) -> None:
+    def __init__(self, limits: SearchLimits, accepted: Sequence[str], info: dict[str, Any], **settings: Any) -> None:
         super().__init__(**settings)
         self.limits = limits
+        self.accepted = tuple(accepted)
+        self.info = info
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         """Run a tool; a refused search argument is raised, and the SDK answers it with a tool error."""
         if name == SEARCH_TOOL:
-            arguments = check_search_arguments(arguments, self.limits)
+            arguments = check_search_arguments(arguments, self.limits, self.accepted)
         return await super().call_tool(name, arguments)
+
+
+def describe_server(server: FastMCP) -> dict[str, Any]:
+    """What the ``langchain-fusion://index`` resource of a server from :func:`build_mcp_server` says.
+
+    The library version, what is served (see :func:`describe_index`), the limits and, for an
+    index, the defaults and the pipeline (rerank step and multi-query rewrites, None if none).
+    """
+    if not isinstance(server, _CheckedArgumentsServer):
+        raise InvalidParameterError(f"not a server built by build_mcp_server: {type(server).__name__}")
+    return dict(server.info)
+
+
+def per_call_selection(retriever: BaseRetriever) -> tuple[str, ...]:
+    """The relevance floor and diversity options ``retriever`` takes per call (through wrappers it passes them to).
+
+    A wrapper (context windows, rerank, multi-query) passes them to its ``retriever``; the
+    innermost one says which it takes: all of them for a fused retriever, none for a
+    hierarchical one or a retriever from elsewhere.
+    """
+    inner: Any = retriever
+    while isinstance(getattr(inner, "retriever", None), BaseRetriever):
+        inner = inner.retriever
+    takes = set(getattr(type(inner), "_per_call_options", ()))
+    return tuple(name for name in SELECTION_OPTIONS if name in takes)
 
 
 def build_mcp_server(
@@ -277,6 +330,15 @@ def build_mcp_server(
     alpha: float | None = None,
     method: FusionMethod | None = None,
     fetch_k: int | None = SEARCH_DEFAULTS.fetch_k,
+    min_vector_score: float | None = SEARCH_DEFAULTS.min_vector_score,
+    min_bm25_score: float | None = SEARCH_DEFAULTS.min_bm25_score,
+    lambda_mult: float | None = SEARCH_DEFAULTS.lambda_mult,
+    max_per_source: int | None = SEARCH_DEFAULTS.max_per_source,
+    reranker: BaseDocumentCompressor | str | None = None,
+    rerank_candidates: int = DEFAULT_RERANK_CANDIDATES,
+    multi_query: int | None = None,
+    llm: Runnable[Any, Any] | str | None = None,
+    llm_timeout: float | None = DEFAULT_LLM_TIMEOUT,
     max_k: int = DEFAULT_MAX_K,
     max_query_chars: int = DEFAULT_MAX_QUERY_CHARS,
     host: str = DEFAULT_HOST,
@@ -286,17 +348,40 @@ def build_mcp_server(
 ) -> FastMCP:
     """An MCP server (FastMCP) whose ``search`` tool is the fused retriever over ``index``.
 
+    The options from ``k`` to ``llm_timeout`` mean what they mean for
+    :func:`langchain_fusion.server.create_app`, and are checked and built by the same code.
+
     Args:
         index: a saved index folder (plain or hierarchical) or a Milvus location, opened and
             verified now, once; a loaded :class:`~langchain_fusion.index.fusion_index.FusionIndex`
             or :class:`~langchain_fusion.index.hierarchical.HierarchicalIndex`; or a retriever
             that takes ``k``, ``alpha`` and ``filter`` per call (e.g. a ``FusionRetriever``, or a
-            ``ContextWindowRetriever`` around one).
+            ``ContextWindowRetriever`` around one). A retriever brings its own options: none of
+            those below up to ``llm_timeout`` may be given with one.
         embeddings: the embeddings to open a folder or location with; default: the model it records.
-        k: documents per search unless the call sets ``k`` (default 4); not with a retriever.
-        alpha: weight of the vector side unless the call sets ``alpha`` (default 0.5); not with a retriever.
-        method: fusion method (default ``weighted``); not with a retriever.
-        fetch_k: candidates per side before fusion (None: the whole corpus); not with a retriever.
+        k: documents per search unless the call sets ``k`` (default 4).
+        alpha: weight of the vector side unless the call sets ``alpha`` (default 0.5).
+        method: fusion method (default ``weighted``).
+        fetch_k: candidates per side before fusion (None: the whole corpus).
+        min_vector_score: relevance floor on the raw cosine similarity unless the call sets one
+            (None: none); see :mod:`~langchain_fusion.search.floors`. Fused search only, as are
+            the next three (not a hierarchical index).
+        min_bm25_score: relevance floor on the raw BM25 score unless the call sets one (None: none).
+        lambda_mult: re-rank by maximal marginal relevance with this weight of relevance unless
+            the call sets one (None: no MMR).
+        max_per_source: the most results from one source unless the call sets it (None: no cap).
+        reranker: a rerank step around every search: ``"llm"`` (the chat model rates each
+            candidate), ``"cross-encoder:MODEL"`` (a local cross-encoder, loaded now), or any
+            ``BaseDocumentCompressor``. Each search then fetches ``max(rerank_candidates, k)``
+            candidates and the step keeps the call's ``k``.
+        rerank_candidates: candidates retrieved per search for ``reranker``.
+        multi_query: if given, the chat model writes this many rewrites of each query (1 to 10),
+            each is searched too and the lists are fused.
+        llm: the chat model of an ``"llm"`` rerank and of ``multi_query``: a chat model (or any
+            Runnable from a prompt) or a spec such as ``"openai:gpt-4o-mini"``. Default: OpenAI
+            ``gpt-4o-mini`` when ``OPENAI_API_KEY`` is set, else an error naming what is missing.
+            An error when neither needs it.
+        llm_timeout: seconds to wait for each chat model answer per try (None: the client's own limit).
         max_k: the largest ``k`` a call may ask for.
         max_query_chars: the longest query a call may send.
         host: the address the streamable HTTP transport listens on (see :func:`run_mcp`). On a
@@ -306,32 +391,68 @@ def build_mcp_server(
         log_level: the server's log level (its log lines go to stderr).
 
     Raises:
-        FusionError: the folder is not a valid index, or a parameter is out of range.
+        FusionError: the folder is not a valid index, a parameter is out of range, or the chat
+            model or cross-encoder asked for cannot be built.
     """
     limits = SearchLimits(max_k=max_k, max_query_chars=max_query_chars)
     served: Served
     retriever: BaseRetriever
+    selection_given = {
+        "min_vector_score": min_vector_score,
+        "min_bm25_score": min_bm25_score,
+        "lambda_mult": lambda_mult,
+        "max_per_source": max_per_source,
+    }
     if isinstance(index, BaseRetriever):
-        given = {"embeddings": embeddings, "k": k, "alpha": alpha, "method": method}
+        given = {
+            "embeddings": embeddings,
+            "k": k,
+            "alpha": alpha,
+            "method": method,
+            **selection_given,
+            "reranker": reranker,
+            "multi_query": multi_query,
+            "llm": llm,
+        }
         named = [option for option, value in given.items() if value is not None]
         named += ["fetch_k"] if fetch_k != SEARCH_DEFAULTS.fetch_k else []
+        named += ["rerank_candidates"] if rerank_candidates != DEFAULT_RERANK_CANDIDATES else []
+        named += ["llm_timeout"] if llm_timeout != DEFAULT_LLM_TIMEOUT else []
         if named:
             raise InvalidParameterError(
                 f"{', '.join(named)}: options of the retriever built from an index; "
                 "a retriever given brings its own, so set them on it"
             )
         served = retriever = index
+        defaults: dict[str, Any] | None = None
+        pipeline = RetrieverPipeline()
     else:
         # Checked before the index is opened: a bad option fails at once.
         default_k = check_k(SEARCH_DEFAULTS.k if k is None else k)
         if default_k > limits.max_k:
             raise InvalidParameterError(f"k ({default_k}) must be at most max_k ({limits.max_k})")
-        options: dict[str, Any] = {
+        defaults = {
             "k": default_k,
             "alpha": check_alpha(SEARCH_DEFAULTS.alpha if alpha is None else alpha),
             "method": check_method(SEARCH_DEFAULTS.method if method is None else method),
             "fetch_k": check_fetch_k(fetch_k),
         }
+        selection = check_selection(selection_given)
+        chat_model, no_chat_reason = None, None
+        if uses_chat_model(reranker, multi_query):
+            chat_model, no_chat_reason = chat_model_or_reason(llm)
+        elif llm is not None:
+            raise InvalidParameterError(
+                "llm rates candidates (reranker='llm') and writes rewrites (multi_query=N) only: add one, or drop llm"
+            )
+        pipeline = build_retriever_pipeline(
+            reranker,
+            rerank_candidates=rerank_candidates,
+            multi_query=multi_query,
+            chat_model=chat_model,
+            no_chat_reason=no_chat_reason,
+            llm_timeout=llm_timeout,
+        )
         if isinstance(index, (FusionIndex, HierarchicalIndex)):
             if embeddings is not None:
                 raise InvalidParameterError(
@@ -340,8 +461,13 @@ def build_mcp_server(
             served = index
         else:
             served = open_index(index, embeddings)
-        retriever = served.as_retriever(**options)
+        refuse_selection_on_hierarchical(selection, isinstance(served, HierarchicalIndex))
+        defaults.update(selection)
+        retriever = served.as_retriever(**defaults)
+    accepted = ("query", "k", "alpha", "filter", *per_call_selection(retriever))
     info = {"library_version": library_version(), **describe_index(served), "limits": asdict(limits)}
+    if defaults is not None:
+        info.update(defaults=defaults, pipeline=pipeline.describe())
     what = (
         f"{info['documents']} chunks of documents"
         if "documents" in info
@@ -349,6 +475,8 @@ def build_mcp_server(
     )
     server = _CheckedArgumentsServer(
         limits,
+        accepted,
+        info,
         name=name,
         instructions=f"Hybrid (vector + BM25 keyword) search over {what}. Call {SEARCH_TOOL} with a question "
         "or keywords; each result has its source, page, chunk id, text and scores. Cite the sources you use.",
@@ -390,22 +518,86 @@ def build_mcp_server(
                 '"page": [3, 4]} (a list means any of its values).'
             ),
         ] = None,
+        min_vector_score: Annotated[
+            float | None,
+            Field(
+                description="Relevance floor on the vector (cosine) similarity, -1 to 1: a chunk is returned only "
+                "if it clears this floor or min_bm25_score's, so a search with no good answer returns fewer "
+                "chunks, or none. Default: the server's.",
+                ge=-1.0,
+                le=1.0,
+            ),
+        ] = None,
+        min_bm25_score: Annotated[
+            float | None,
+            Field(
+                description="Relevance floor on the keyword (BM25) score, 0 or more (0: the chunk contains a "
+                "query word); see min_vector_score. Default: the server's.",
+                ge=0.0,
+            ),
+        ] = None,
+        lambda_mult: Annotated[
+            float | None,
+            Field(
+                description="Diversity (maximal marginal relevance): the weight of relevance against variety, 0 to "
+                "1 (1: the plain relevance order); lower it when the results repeat one another. Default: the "
+                "server's.",
+                ge=0.0,
+                le=1.0,
+            ),
+        ] = None,
+        max_per_source: Annotated[
+            int | None,
+            Field(
+                description="At most this many chunks from one source (file), the next best filling their place. "
+                "Default: the server's.",
+                ge=1,
+            ),
+        ] = None,
     ) -> Annotated[CallToolResult, SearchResults]:
-        given: dict[str, Any] = {"k": k, "alpha": alpha, "filter": filter}
+        given: dict[str, Any] = {
+            "k": k,
+            "alpha": alpha,
+            "filter": filter,
+            "min_vector_score": min_vector_score,
+            "min_bm25_score": min_bm25_score,
+            "lambda_mult": lambda_mult,
+            "max_per_source": max_per_source,
+        }
         overrides = {option: value for option, value in given.items() if value is not None}
-        docs = await retriever.ainvoke(query, **overrides)
+        searcher: Runnable[str, list[Document]] = retriever
+        if pipeline.active:  # the call's k is what the pipeline keeps; its other options reach every search
+            call_k = overrides.pop("k", None)
+            searcher = pipeline(retriever if call_k is None else retriever.model_copy(update={"k": call_k}))
+        docs = await searcher.ainvoke(query, **overrides)
         results = SearchResults(query=query, results=[_hit(rank, doc) for rank, doc in enumerate(docs, 1)])
         return CallToolResult(
             content=[TextContent(type="text", text=format_results(results))],
             structuredContent=results.model_dump(mode="json"),
         )
 
+    # The tool's input schema lists only what this server's retriever takes (FastMCP reads the signature).
+    signature = inspect.signature(search)
+    trimmed = [parameter for parameter in signature.parameters.values() if parameter.name in accepted]
+    setattr(search, "__signature__", signature.replace(parameters=trimmed))  # noqa: B010 - mypy: no such attribute
+    options_text = ""
+    if len(accepted) > len(SEARCH_ARGUMENTS) - len(SELECTION_OPTIONS):
+        options_text = (
+            " Optional relevance floors (min_vector_score, min_bm25_score) leave out weak matches; lambda_mult and "
+            "max_per_source make the results more varied."
+        )
+    steps = []
+    if pipeline.multi_query is not None:
+        steps.append(f"also searches {pipeline.multi_query.n} rewrites of the query")
+    if pipeline.reranker is not None:
+        steps.append("reranks the candidates")
+    pipeline_text = f" The server {' and '.join(steps)}." if steps else ""
     server.add_tool(
         search,
         name=SEARCH_TOOL,
         title="Search the documents",
         description=f"Hybrid search over {what}: meaning (vector) and keywords (BM25), fused. Returns the best "
-        "chunks, best first, each with its source, page, chunk id, text and scores.",
+        "chunks, best first, each with its source, page, chunk id, text and scores." + options_text + pipeline_text,
         annotations=ToolAnnotations(readOnlyHint=True, idempotentHint=True, openWorldHint=False),
     )
 
@@ -416,7 +608,8 @@ def build_mcp_server(
         INDEX_RESOURCE,
         name="index",
         title="The served index",
-        description="What the search tool searches: kind, number of chunks, embedding model, limits.",
+        description="What the search tool searches: kind, number of chunks, embedding model, defaults, pipeline, "
+        "limits.",
         mime_type="application/json",
     )(index_info)
     return server
@@ -512,8 +705,10 @@ __all__ = [
     "build_mcp_server",
     "check_search_arguments",
     "describe_index",
+    "describe_server",
     "format_results",
     "is_loopback",
+    "per_call_selection",
     "run_mcp",
     "url_of",
 ]

@@ -54,26 +54,19 @@ from langchain_core.runnables.utils import AnyConfigurableField
 from pydantic import Field, StringConstraints, TypeAdapter, ValidationError
 
 from langchain_fusion import sockets
-from langchain_fusion._checks import (
-    FusionMethod,
-    check_alpha,
-    check_lambda_mult,
-    check_max_per_source,
-    check_method,
-    check_min_bm25_score,
-    check_min_vector_score,
-    check_positive_int,
-    check_rewrites,
+from langchain_fusion._checks import FusionMethod, check_alpha, check_method
+from langchain_fusion.chains import (
+    DEFAULT_LLM_TIMEOUT,
+    DEFAULT_RERANK_CANDIDATES,
+    build_retriever_pipeline,
+    check_selection,
+    refuse_selection_on_hierarchical,
 )
-from langchain_fusion.errors import (
-    InvalidParameterError,
-    MissingCredentialsError,
-    MissingDependencyError,
-    ProviderError,
-)
+from langchain_fusion.errors import InvalidParameterError, MissingDependencyError, ProviderError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex
 from langchain_fusion.index.opening import open_index
+from langchain_fusion.models.chat import chat_model_or_reason
 from langchain_fusion.search.options import SEARCH_DEFAULTS
 from langchain_fusion.sockets import is_loopback
 from langchain_fusion.stores.local.folder import MANIFEST, library_version
@@ -106,10 +99,6 @@ DEFAULT_MAX_BATCH_SIZE = 32
 """Most inputs in one ``/batch`` request."""
 DEFAULT_MAX_REQUEST_BYTES = 1_000_000
 """Largest request body, in bytes (413 above it)."""
-DEFAULT_LLM_TIMEOUT = 60.0
-"""Seconds ``/rag`` waits for the chat model's answer (per try; for streams, per chunk)."""
-DEFAULT_RERANK_CANDIDATES = 20
-"""Candidates retrieved per query for the rerank step (at least the request's ``k``)."""
 
 RETRIEVER_PATH = "/retriever"
 """Where the retriever is served."""
@@ -537,20 +526,6 @@ def _json_problem(body: bytes) -> str | None:
     return None
 
 
-def _resolve_llm(llm: Runnable[Any, Any] | str | None) -> tuple[Runnable[Any, Any] | None, str | None]:
-    """The chat model for ``/rag``, or None and the reason there is none."""
-    from langchain_fusion.models.chat import default_chat_model, resolve_chat_model
-
-    if isinstance(llm, str):
-        return resolve_chat_model(llm), None  # asked for explicitly: any failure is the caller's error
-    if llm is not None:
-        return llm, None
-    try:
-        return default_chat_model(), None
-    except MissingCredentialsError as exc:
-        return None, str(exc)
-
-
 def load_served_index(
     location: str | os.PathLike[str], embeddings: Embeddings | None = None
 ) -> tuple[ServedIndex, dict[str, Any]]:
@@ -568,84 +543,6 @@ def load_served_index(
         }
     manifest = json.loads((Path(location).expanduser() / MANIFEST).read_text(encoding="utf-8"))
     return served, manifest
-
-
-@dataclass(frozen=True)
-class _Pipeline:
-    """What the served retriever adds around the fused search: multi-query fusion, then a rerank step."""
-
-    multi_query: Any = None
-    """A MultiQueryFusionRetriever template (its ``retriever`` and ``k`` are set per request), or None."""
-    reranker: BaseDocumentCompressor | None = None
-    """The rerank step, or None."""
-    candidates: int = DEFAULT_RERANK_CANDIDATES
-    """Candidates reranked per query (at least the request's ``k``)."""
-
-    def __call__(self, base: BaseRetriever) -> Runnable[str, list[Document]]:
-        """The pipeline around ``base``, a configured fusion or hierarchical retriever; the result keeps its ``k``."""
-        from langchain_fusion.retrievers.rerank import RerankRetriever
-
-        k = int(getattr(base, "k"))  # noqa: B009 - every served retriever has one, mypy does not know it
-        depth = max(self.candidates, k) if self.reranker is not None else k
-        retriever: BaseRetriever = base
-        if self.multi_query is not None:
-            per_query = max(depth, self.multi_query.k_per_query)
-            retriever = self.multi_query.model_copy(update={"retriever": base, "k": depth, "k_per_query": per_query})
-        elif depth != k:
-            retriever = base.model_copy(update={"k": depth})
-        if self.reranker is None:
-            return retriever
-        return RerankRetriever(retriever=retriever, reranker=self.reranker).bind(top_n=k)
-
-    def describe(self) -> dict[str, Any]:
-        """For ``/health``."""
-        rerank = None
-        if self.reranker is not None:
-            model = getattr(self.reranker, "model_id", None)
-            rerank = {"step": type(self.reranker).__name__, "model": model, "candidates": self.candidates}
-        rewrites = None if self.multi_query is None else self.multi_query.n
-        return {"rerank": rerank, "multi_query": rewrites}
-
-
-def _pipeline(
-    reranker: BaseDocumentCompressor | str | None,
-    rerank_candidates: int,
-    multi_query: int | None,
-    chat_model: Runnable[Any, Any] | None,
-    no_chat_reason: str | None,
-    llm_timeout: float | None,
-) -> _Pipeline:
-    """The served pipeline from ``create_app``'s options, checked (a cross-encoder is loaded now)."""
-    from langchain_fusion.retrievers.cross_encoder import CrossEncoderReranker
-    from langchain_fusion.retrievers.multi_query import MultiQueryFusionRetriever
-    from langchain_fusion.retrievers.rerank_spec import build_reranker, parse_rerank_spec
-
-    candidates = check_positive_int(rerank_candidates, "rerank_candidates", "candidates reranked per query")
-    why = f": {no_chat_reason}" if no_chat_reason else ""
-    step: BaseDocumentCompressor | None
-    if reranker is None or isinstance(reranker, BaseDocumentCompressor):
-        step = reranker
-    else:
-        spec = parse_rerank_spec(reranker)
-        if spec.uses_chat_model and chat_model is None:
-            raise InvalidParameterError(f"rerank 'llm' needs a chat model (llm=...){why}")
-        step = build_reranker(spec, llm=chat_model, top_n=None, timeout=llm_timeout)
-    if isinstance(step, CrossEncoderReranker):
-        step.load_model()  # a missing model fails at start-up, not on the first request
-    template = None
-    if multi_query is not None:
-        n = check_rewrites(multi_query)
-        if chat_model is None:
-            raise InvalidParameterError(f"multi_query needs a chat model to write the rewrites (llm=...){why}")
-        template = MultiQueryFusionRetriever(retriever=_NoRetriever(), llm=chat_model, n=n, timeout=llm_timeout)
-    return _Pipeline(template, step, candidates)
-
-
-class _NoRetriever(BaseRetriever):
-    """The placeholder in the multi-query template; each request sets the configured retriever."""
-
-    def _get_relevant_documents(self, query: str, *, run_manager: Any) -> list[Document]:
-        raise RuntimeError("the multi-query template is never searched")
 
 
 def _check_k(name: str, value: Any, limits: Limits) -> int:
@@ -733,16 +630,24 @@ def create_app(
             f"fetch_k must be a positive integer, or None for the whole corpus; got {fetch_k!r}"
         )
 
-    chosen = {
-        "min_vector_score": check_min_vector_score(min_vector_score),
-        "min_bm25_score": check_min_bm25_score(min_bm25_score),
-        "lambda_mult": check_lambda_mult(lambda_mult),
-        "max_per_source": check_max_per_source(max_per_source),
-    }
-    selection = {name: value for name, value in chosen.items() if value is not None}
+    selection = check_selection(
+        {
+            "min_vector_score": min_vector_score,
+            "min_bm25_score": min_bm25_score,
+            "lambda_mult": lambda_mult,
+            "max_per_source": max_per_source,
+        }
+    )
 
-    chat_model, no_rag_reason = _resolve_llm(llm)  # before loading: a bad model spec fails fast
-    pipeline = _pipeline(reranker, rerank_candidates, multi_query, chat_model, no_rag_reason, llm_timeout)
+    chat_model, no_rag_reason = chat_model_or_reason(llm)  # before loading: a bad model spec fails fast
+    pipeline = build_retriever_pipeline(
+        reranker,
+        rerank_candidates=rerank_candidates,
+        multi_query=multi_query,
+        chat_model=chat_model,
+        no_chat_reason=no_rag_reason,
+        llm_timeout=llm_timeout,
+    )
     manifest: dict[str, Any] | None = None
     if isinstance(index, (FusionIndex, HierarchicalIndex)):
         served: ServedIndex = index
@@ -751,14 +656,11 @@ def create_app(
     hierarchical = isinstance(served, HierarchicalIndex)
     if hierarchical:
         defaults["k_summaries"] = _check_k("k_summaries", k_summaries, limits)
-    if selection and hierarchical:
-        raise InvalidParameterError(
-            f"{', '.join(selection)} apply to fused search, not to a hierarchical index (saved with page summaries)"
-        )
+    refuse_selection_on_hierarchical(selection, hierarchical)
     defaults.update(selection)
 
     query = query_type(limits.max_query_chars)
-    wrap = pipeline if pipeline.reranker is not None or pipeline.multi_query is not None else None
+    wrap = pipeline if pipeline.active else None
     retriever = _configurable_retriever(served, limits, defaults, wrap)
     guard = _RequestGuard(limits, hierarchical)
     app = FastAPI(

@@ -50,6 +50,7 @@ from langchain_fusion.mcp import (
 from tests.conftest import ANIMALS, DATA, HashingEmbeddings
 
 REPO = Path(__file__).resolve().parent.parent
+SELECTION = ("min_vector_score", "min_bm25_score", "lambda_mult", "max_per_source")
 ERROR_PREFIX = "langchain-fusion: error: "
 TIMEOUT = timedelta(seconds=60)
 
@@ -111,14 +112,22 @@ class TestSearchTool:
         schema = tool.inputSchema
         assert schema["type"] == "object"
         assert schema["required"] == ["query"]
-        assert set(schema["properties"]) == {"query", "k", "alpha", "filter"}
+        assert set(schema["properties"]) == {"query", "k", "alpha", "filter", *SELECTION}
         assert schema["properties"]["query"]["type"] == "string"
         k = schema["properties"]["k"]["anyOf"][0]
         assert (k["type"], k["minimum"], k["maximum"]) == ("integer", 1, DEFAULT_MAX_K)
         alpha = schema["properties"]["alpha"]["anyOf"][0]
         assert (alpha["type"], alpha["minimum"], alpha["maximum"]) == ("number", 0.0, 1.0)
         assert schema["properties"]["filter"]["anyOf"][0]["type"] == "object"
-        assert all(schema["properties"][name]["description"] for name in ("query", "k", "alpha", "filter"))
+        for name, kind, low, high in (
+            ("min_vector_score", "number", -1.0, 1.0),
+            ("min_bm25_score", "number", 0.0, None),
+            ("lambda_mult", "number", 0.0, 1.0),
+            ("max_per_source", "integer", 1, None),
+        ):
+            bounds = schema["properties"][name]["anyOf"][0]
+            assert (bounds["type"], bounds["minimum"], bounds.get("maximum")) == (kind, low, high)
+        assert all(schema["properties"][name]["description"] for name in schema["properties"])
         assert tool.outputSchema is not None
         assert set(tool.outputSchema["properties"]) == {"query", "results"}
         assert tool.annotations is not None and tool.annotations.readOnlyHint is True

@@ -24,7 +24,6 @@ from langchain_fusion.cli.arguments import (
     DEFAULT_FETCH_K,
     DEFAULT_K,
     DEFAULT_K_SUMMARIES,
-    DEFAULT_LAMBDA_MULT,
     DEFAULT_LLM_CONCURRENCY,
     DEFAULT_LLM_TIMEOUT,
     DEFAULT_METHOD,
@@ -38,13 +37,12 @@ from langchain_fusion.cli.arguments import (
     SERVE_MAX_K,
     SERVE_MAX_QUERY_CHARS,
     SERVE_PORT,
+    add_pipeline_options,
+    add_selection_options,
+    selection_options,
 )
 from langchain_fusion.cli.arguments import alpha as _alpha
 from langchain_fusion.cli.arguments import fetch_k as _fetch_k
-from langchain_fusion.cli.arguments import lambda_mult as _lambda_mult
-from langchain_fusion.cli.arguments import max_per_source as _max_per_source
-from langchain_fusion.cli.arguments import min_bm25_score as _min_bm25_score
-from langchain_fusion.cli.arguments import min_vector_score as _min_vector_score
 from langchain_fusion.cli.arguments import non_negative_int as _non_negative_int
 from langchain_fusion.cli.arguments import port as _port
 from langchain_fusion.cli.arguments import positive_int as _positive_int
@@ -274,7 +272,7 @@ def _add_serve_parser(commands: Any) -> None:
         metavar="N",
         help="candidates per side before fusion, or 'all' (default: %(default)s; not settable per request)",
     )
-    _add_selection_options(serve, "not settable per request")
+    add_selection_options(serve, "not settable per request")
     serve.add_argument(
         "--max-k",
         type=_positive_int,
@@ -304,94 +302,13 @@ def _add_serve_parser(commands: Any) -> None:
         help="seconds /rag waits for each chat model answer before it counts as failed and is retried "
         "(default: %(default)g); a model that keeps failing answers 502",
     )
-    serve.add_argument(
-        "--rerank",
-        nargs="?",
-        const="llm",
-        default=None,
-        type=_rerank_spec,
-        metavar="SPEC",
-        help="rerank the candidates of every query and keep the request's k: 'llm' (the default when SPEC is left "
-        "out: the chat model of --llm rates each) or 'cross-encoder:MODEL' (a local cross-encoder, MODEL a Hugging "
-        "Face name or a folder, loaded at start-up; needs the local extra)",
-    )
-    serve.add_argument(
-        "--rerank-candidates",
-        type=_positive_int,
-        default=DEFAULT_RERANK_CANDIDATES,
-        metavar="N",
-        help="with --rerank, candidates retrieved per query, at least the request's k (default: %(default)s)",
-    )
-    serve.add_argument(
-        "--multi-query",
-        type=_rewrites,
-        default=None,
-        metavar="N",
-        help="multi-query fusion: the chat model writes N rewrites of every query (1-10), each is searched too and "
-        "the lists are fused (needs a chat model)",
-    )
+    add_pipeline_options(serve)
     serve.add_argument(
         "--log-level",
         choices=("critical", "error", "warning", "info", "debug"),
         default="info",
         help="uvicorn's log level (default: %(default)s)",
     )
-
-
-def _add_selection_options(sub: argparse.ArgumentParser, note: str = "") -> None:
-    """Relevance floors and diversity: which fused candidates are returned (query, ask and serve)."""
-    also = f"; {note}" if note else ""
-    sub.add_argument(
-        "--min-vector-score",
-        type=_min_vector_score,
-        default=None,
-        metavar="S",
-        help="relevance floor on the raw cosine similarity (-1 to 1): a result must clear this floor or "
-        f"--min-bm25-score's, so a query with no good answer returns nothing (default: no floor{also})",
-    )
-    sub.add_argument(
-        "--min-bm25-score",
-        type=_min_bm25_score,
-        default=None,
-        metavar="S",
-        help="relevance floor on the raw BM25 score (0 or more; 0 means 'contains a query term'); a result "
-        f"must clear this floor or --min-vector-score's (default: no floor{also})",
-    )
-    sub.add_argument(
-        "--mmr",
-        action="store_true",
-        help="re-rank the best --fetch-k fused candidates by maximal marginal relevance, so that near-copies "
-        "of one passage do not fill the results",
-    )
-    sub.add_argument(
-        "--lambda-mult",
-        type=_lambda_mult,
-        default=None,
-        metavar="L",
-        help=f"with --mmr, the weight of relevance against diversity, 0 to 1 (1: the fused order; default: "
-        f"{DEFAULT_LAMBDA_MULT})",
-    )
-    sub.add_argument(
-        "--max-per-source",
-        type=_max_per_source,
-        default=None,
-        metavar="N",
-        help="at most N results from one source file, the next candidates taking the place of the others "
-        f"(default: no cap{also})",
-    )
-
-
-def selection_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The retriever options of the floor and diversity flags that were given."""
-    if args.lambda_mult is not None and not args.mmr:
-        raise UserError("--lambda-mult is the weight of maximal marginal relevance: add --mmr")
-    options = {
-        "min_vector_score": args.min_vector_score,
-        "min_bm25_score": args.min_bm25_score,
-        "lambda_mult": (DEFAULT_LAMBDA_MULT if args.lambda_mult is None else args.lambda_mult) if args.mmr else None,
-        "max_per_source": args.max_per_source,
-    }
-    return {name: value for name, value in options.items() if value is not None}
 
 
 def _add_search_options(sub: argparse.ArgumentParser, results: str) -> None:
@@ -421,7 +338,7 @@ def _add_search_options(sub: argparse.ArgumentParser, results: str) -> None:
         metavar="N",
         help="candidates per side before fusion, or 'all' to score the whole corpus (default: %(default)s)",
     )
-    _add_selection_options(sub)
+    add_selection_options(sub)
     sub.add_argument(
         "--embeddings",
         metavar="SPEC",

@@ -1,4 +1,4 @@
-"""The command line's defaults and argument types, shared by every subcommand module.
+"""The command line's defaults, argument types and option groups, shared by every subcommand module.
 
 Argument types turn a string into a value or raise ``argparse.ArgumentTypeError`` with a
 one-line reason, so argparse exits with status 2 and ``error: argument -k: expected ...``.
@@ -19,6 +19,7 @@ from langchain_fusion._checks import (
     check_min_vector_score,
     check_rewrites,
 )
+from langchain_fusion.cli.errors import UserError
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.retrievers.rerank_spec import RerankSpec, parse_rerank_spec
 from langchain_fusion.search.options import SEARCH_DEFAULTS
@@ -141,3 +142,89 @@ lambda_mult = checked(check_lambda_mult, float, "a number between 0 and 1")
 """The relevance weight of maximal marginal relevance."""
 max_per_source = checked(check_max_per_source, int, "a positive integer")
 """The most results from one source."""
+
+
+def add_selection_options(sub: argparse.ArgumentParser, note: str = "") -> None:
+    """Relevance floors and diversity: which fused candidates are returned (query, ask, serve and mcp)."""
+    also = f"; {note}" if note else ""
+    sub.add_argument(
+        "--min-vector-score",
+        type=min_vector_score,
+        default=None,
+        metavar="S",
+        help="relevance floor on the raw cosine similarity (-1 to 1): a result must clear this floor or "
+        f"--min-bm25-score's, so a query with no good answer returns nothing (default: no floor{also})",
+    )
+    sub.add_argument(
+        "--min-bm25-score",
+        type=min_bm25_score,
+        default=None,
+        metavar="S",
+        help="relevance floor on the raw BM25 score (0 or more; 0 means 'contains a query term'); a result "
+        f"must clear this floor or --min-vector-score's (default: no floor{also})",
+    )
+    sub.add_argument(
+        "--mmr",
+        action="store_true",
+        help="re-rank the best --fetch-k fused candidates by maximal marginal relevance, so that near-copies "
+        "of one passage do not fill the results",
+    )
+    sub.add_argument(
+        "--lambda-mult",
+        type=lambda_mult,
+        default=None,
+        metavar="L",
+        help=f"with --mmr, the weight of relevance against diversity, 0 to 1 (1: the fused order; default: "
+        f"{DEFAULT_LAMBDA_MULT})",
+    )
+    sub.add_argument(
+        "--max-per-source",
+        type=max_per_source,
+        default=None,
+        metavar="N",
+        help="at most N results from one source file, the next candidates taking the place of the others "
+        f"(default: no cap{also})",
+    )
+
+
+def selection_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The retriever options of the floor and diversity flags that were given."""
+    if args.lambda_mult is not None and not args.mmr:
+        raise UserError("--lambda-mult is the weight of maximal marginal relevance: add --mmr")
+    options = {
+        "min_vector_score": args.min_vector_score,
+        "min_bm25_score": args.min_bm25_score,
+        "lambda_mult": (DEFAULT_LAMBDA_MULT if args.lambda_mult is None else args.lambda_mult) if args.mmr else None,
+        "max_per_source": args.max_per_source,
+    }
+    return {name: value for name, value in options.items() if value is not None}
+
+
+def add_pipeline_options(sub: argparse.ArgumentParser) -> None:
+    """A rerank step and multi-query fusion around every served search (serve and mcp)."""
+    sub.add_argument(
+        "--rerank",
+        nargs="?",
+        const="llm",
+        default=None,
+        type=rerank_spec,
+        metavar="SPEC",
+        help="rerank the candidates of every query and keep the request's k: 'llm' (the default when SPEC is left "
+        "out: the chat model of --llm rates each) or 'cross-encoder:MODEL' (a local cross-encoder, MODEL a Hugging "
+        "Face name or a folder, loaded at start-up; needs the local extra)",
+    )
+    sub.add_argument(
+        "--rerank-candidates",
+        type=positive_int,
+        default=DEFAULT_RERANK_CANDIDATES,
+        metavar="N",
+        help="with --rerank, candidates retrieved per query, at least the request's k (default: %(default)s)",
+    )
+    sub.add_argument(
+        "--multi-query",
+        type=rewrites,
+        default=None,
+        metavar="N",
+        help="multi-query fusion: the chat model writes N rewrites of every query (1-10), each is searched too and "
+        "the lists are fused (needs a chat model)",
+    )

@@ -12,11 +12,22 @@ import socket
 import sys
 from typing import Any
 
-from langchain_fusion.cli.arguments import DEFAULT_ALPHA, DEFAULT_FETCH_K, DEFAULT_K, DEFAULT_METHOD, INDEX_HELP
+from langchain_fusion.cli.arguments import (
+    DEFAULT_ALPHA,
+    DEFAULT_FETCH_K,
+    DEFAULT_K,
+    DEFAULT_LLM_TIMEOUT,
+    DEFAULT_METHOD,
+    INDEX_HELP,
+    add_pipeline_options,
+    add_selection_options,
+    selection_options,
+)
 from langchain_fusion.cli.arguments import alpha as alpha_type
 from langchain_fusion.cli.arguments import fetch_k as fetch_k_type
 from langchain_fusion.cli.arguments import port as port_type
 from langchain_fusion.cli.arguments import positive_int as positive_int_type
+from langchain_fusion.cli.arguments import seconds as seconds_type
 from langchain_fusion.cli.errors import UserError
 from langchain_fusion.search.fusion import FUSION_METHODS
 
@@ -30,12 +41,17 @@ MCP_PATH = "/mcp"
 
 def add_mcp_parser(commands: Any) -> None:
     """Register the ``mcp`` subcommand on the CLI's subparsers."""
+    from langchain_fusion.models.chat import OPENAI_DEFAULT_CHAT_MODEL
+
     parser = commands.add_parser(
         "mcp",
         help="serve a saved index to agents over MCP (Model Context Protocol): a 'search' tool",
         description="Load a saved index once and serve it as an MCP server whose 'search' tool is the fused "
-        "retriever: arguments query, and optionally k, alpha and filter (metadata equality); results are the "
-        "chunks' text, source, page, id and scores, as text and as structured content. By default the server "
+        "retriever: arguments query, and optionally k, alpha, filter (metadata equality), the relevance floors "
+        "min_vector_score and min_bm25_score, lambda_mult (maximal marginal relevance) and max_per_source "
+        "(the last four not on a hierarchical index); results are the chunks' text, source, page, id and "
+        "scores, as text and as structured content. The flags below set the server's defaults, and a rerank "
+        "step or multi-query fusion around every search. By default the server "
         "speaks over stdin/stdout, for a client that starts it (Claude Desktop, IDEs, LangChain's MCP "
         "adapters); nothing but the protocol is written to stdout, logs go to stderr. With --transport "
         f"streamable-http it listens on --host/--port and clients connect to http://HOST:PORT{MCP_PATH}. "
@@ -85,6 +101,23 @@ def add_mcp_parser(commands: Any) -> None:
         metavar="N",
         help="candidates per side before fusion, or 'all' (default: %(default)s)",
     )
+    add_selection_options(parser, "a call may set its own")
+    add_pipeline_options(parser)
+    parser.add_argument(
+        "--llm",
+        metavar="PROVIDER:MODEL",
+        help="chat model of --rerank llm and --multi-query: 'openai' or 'openai:MODEL' (needs OPENAI_API_KEY), or "
+        "any 'PROVIDER:MODEL' that LangChain's init_chat_model knows (default: "
+        f"openai:{OPENAI_DEFAULT_CHAT_MODEL} when OPENAI_API_KEY is set)",
+    )
+    parser.add_argument(
+        "--llm-timeout",
+        type=seconds_type,
+        default=DEFAULT_LLM_TIMEOUT,
+        metavar="SECONDS",
+        help="seconds to wait for each chat model answer (rerank ratings, rewrites) before it counts as failed "
+        "and is retried (default: %(default)g)",
+    )
     parser.add_argument(
         "--max-k",
         type=positive_int_type,
@@ -110,11 +143,11 @@ def add_mcp_parser(commands: Any) -> None:
 def run_mcp_command(args: argparse.Namespace) -> int:
     """Serve a saved index over MCP until the client disconnects (stdio) or Ctrl-C."""
     from langchain_fusion import mcp  # MissingDependencyError without the mcp extra
-    from langchain_fusion.index.opening import open_index
     from langchain_fusion.models.embeddings import resolve_embeddings
 
     if args.k > args.max_k:
         raise UserError(f"-k {args.k} is more than --max-k {args.max_k}: raise --max-k or lower -k")
+    selection = selection_options(args)
     http = args.transport == "streamable-http"
     sock: socket.socket | None = None
     if http:
@@ -126,27 +159,39 @@ def run_mcp_command(args: argparse.Namespace) -> int:
         # stdout is the protocol channel over stdio: whatever loading the index prints goes to stderr.
         with contextlib.redirect_stdout(sys.stderr):
             embeddings = resolve_embeddings(args.embeddings) if args.embeddings else None
-            served = open_index(args.index_dir, embeddings)
+            # It checks the options, the chat model and the cross-encoder before opening the index.
             server = mcp.build_mcp_server(
-                served,
+                args.index_dir,
+                embeddings=embeddings,
                 k=args.k,
                 alpha=args.alpha,
                 method=args.method,
                 fetch_k=args.fetch_k,
+                **selection,
+                reranker=None if args.rerank is None else str(args.rerank),
+                rerank_candidates=args.rerank_candidates,
+                multi_query=args.multi_query,
+                llm=args.llm,
+                llm_timeout=args.llm_timeout,
                 max_k=args.max_k,
                 max_query_chars=args.max_query_chars,
                 host=args.host,
                 log_level=args.log_level.upper(),
             )
-        info = mcp.describe_index(served)
+        info = mcp.describe_server(server)
         what = f"{info['documents']} chunks" + (
             f" and {info['summaries']} summaries" if info["kind"] == "hierarchical" else ""
         )
         where = f"at {mcp.url_of(sock)}" if sock is not None else "over stdio"
         lines = [
             f"MCP tool {mcp.SEARCH_TOOL!r} searches {args.index_dir} ({what}, {info['embeddings']})",
-            f"serving MCP clients {where}",
         ]
+        pipeline = info["pipeline"]
+        if pipeline["multi_query"]:
+            lines.append(f"multi-query fusion: {pipeline['multi_query']} rewrites per query")
+        if pipeline["rerank"]:
+            lines.append(f"rerank: {args.rerank} ({pipeline['rerank']['candidates']} candidates per query)")
+        lines.append(f"serving MCP clients {where}")
         if http and not mcp.is_loopback(args.host):
             lines.append(
                 f"warning: listening on {args.host} makes the server reachable from other machines; "

@@ -9,8 +9,10 @@ provider's integration package.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import Runnable
 
 from langchain_fusion.errors import FusionError, MissingCredentialsError, MissingDependencyError
 from langchain_fusion.models.embeddings import OPENAI_EXTRA_HINT, load_env
@@ -81,6 +83,22 @@ def resolve_chat_model(spec: str | None) -> BaseChatModel:
     except Exception as exc:  # an unknown provider, or the provider's own checks (e.g. a missing API key)
         raise FusionError(f"chat model {spec!r} could not be created: {_one_line(exc)}") from None
     return chat_model
+
+
+def chat_model_or_reason(llm: Runnable[Any, Any] | str | None) -> tuple[Runnable[Any, Any] | None, str | None]:
+    """The chat model ``llm`` names, or (None, the reason there is none) for the default without credentials.
+
+    A model or a spec (see :func:`resolve_chat_model`) is asked for explicitly: any failure to
+    build it is raised. None means :func:`default_chat_model` when its credentials are set.
+    """
+    if isinstance(llm, str):
+        return resolve_chat_model(llm), None
+    if llm is not None:
+        return llm, None
+    try:
+        return default_chat_model(), None
+    except MissingCredentialsError as exc:
+        return None, str(exc)
 
 
 def _package_hint(provider: str) -> str:
