@@ -151,7 +151,8 @@ class CheckedModel(BaseModel):
     """Base of the public option classes: strict types, and a refused argument is an InvalidParameterError.
 
     Strict, as the per-call checks are: ``True`` is not a number and ``"3"`` is not 3 (an int is
-    still a float). A constructor refusal is raised as one
+    still a float), and an unknown argument (a misspelt ``alhpa=0.3``) is refused rather than
+    ignored, as it is per call. A constructor refusal is raised as one
     :class:`~langchain_fusion.errors.InvalidParameterError` line (a ``FusionError`` and a
     ``ValueError``) naming the class, the field and what was wrong, instead of pydantic's
     multi-line ``ValidationError``.
@@ -160,6 +161,15 @@ class CheckedModel(BaseModel):
     model_config = ConfigDict(strict=True)
 
     def __init__(self, **data: Any) -> None:
+        # Checked here, not with extra="forbid": LangChain's bases set extra="ignore", and the last base wins.
+        fields = type(self).model_fields
+        known = set(fields) | {field.alias for field in fields.values() if field.alias}
+        unknown = [name for name in data if name not in known]
+        if unknown:
+            owner = type(self).__name__
+            raise InvalidParameterError(
+                f"{owner}: {unknown[0]}: not an option of {owner}; the options are {sorted(fields)}"
+            )
         try:
             super().__init__(**data)
         except ValidationError as exc:

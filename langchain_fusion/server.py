@@ -423,10 +423,16 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
+async def _not_found(scope: Scope, receive: Receive, send: Send) -> None:
+    await JSONResponse({"detail": "Not Found"}, status_code=404)(scope, receive, send)
+
+
 class _RequestBody:
     """ASGI middleware: 413 for a body above ``max_bytes`` (before parsing), 422 for bad JSON, 404 for a NUL in a path.
 
-    Bad JSON is what Python's parser accepts but would fail later (see :func:`_json_problem`).
+    Bad JSON is what Python's parser accepts but would fail later (see :func:`_json_problem`). A
+    playground path that names no file LangServe can open (a folder, a name too long for the file
+    system, a file used as a folder) is a 404 too: LangServe only turns a missing file into one.
     """
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
@@ -438,7 +444,7 @@ class _RequestBody:
             await self.app(scope, receive, send)
             return
         if "\x00" in scope.get("path", ""):  # e.g. /playground/assets/%00: no file has a NUL in its name
-            await JSONResponse({"detail": "Not Found"}, status_code=404)(scope, receive, send)
+            await _not_found(scope, receive, send)
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
@@ -469,7 +475,26 @@ class _RequestBody:
                 return {"type": "http.request", "body": bytes(body), "more_body": False}
             return await receive()  # e.g. a streaming response waiting for the client to disconnect
 
-        await self.app(scope, replay, send)
+        if "/playground/" in scope.get("path", ""):
+            await self._playground(scope, replay, send)
+        else:
+            await self.app(scope, replay, send)
+
+    async def _playground(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve a playground file; a path the file system refuses (not only a missing file) is a 404."""
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except OSError:  # IsADirectoryError, NotADirectoryError, ENAMETOOLONG from LangServe's open()
+            if started:
+                raise
+            await _not_found(scope, receive, send)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = JSONResponse(

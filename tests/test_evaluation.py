@@ -191,6 +191,12 @@ class TestLoadLabelled:
             ('[{"query": "x", "kind": 1, "relevant": [{"id": "a"}]}]', "record 1 has 'kind' 1; expected a non-empty"),
             ('[{"query": "x", "kind": true, "relevant": [{"id": "a"}]}]', "'kind' True; expected"),
             ('[{"query": "x", "kind": " ", "relevant": [{"id": "a"}]}]', "'kind' ' '; expected"),
+            # the shapes a hand-written file gets wrong: one line naming the record, never an AttributeError
+            ('[{"query": "x", "relevant": ["report.pdf"]}]', "record 1 has the relevant place 'report.pdf'"),
+            ('[{"query": "x", "relevant": {"id": "a"}}]', "'relevant' {'id': 'a'}; expected a list of places"),
+            ('[{"query": "x", "relevant": [{"source": "a.pdf", "page": 2.0}]}]', "'page' is 2.0; expected a whole"),
+            ('[{"query": ["x"], "relevant": [{"id": "a"}]}]', "record 1 has no 'query'"),
+            ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
         ],
     )
     def test_invalid_files(self, tmp_path: Path, sample_index: FusionIndex, content: str, message: str) -> None:

@@ -541,6 +541,21 @@ class TestSummaries:
         docs = hierarchical.as_retriever(k=2, k_summaries=1).invoke("guarantee storage cells claims")
         assert {d.metadata[keys.SOURCE] for d in docs} == {"target.pdf"}
 
+    def test_an_oversized_summary_fails_only_its_page(self) -> None:
+        """A summary answer longer than max_answer_chars is refused: the page's own text stands in."""
+        chunks = restriction_corpus(distractor_pages=3)
+
+        def rule(prompt: str) -> Any:
+            return "y" * 1_000_000 if "guarantee" in prompt else OTHER_SUMMARY
+
+        documents, report = summarizer(model(rule)).summarize(chunks)
+        [failure] = report.failed
+        assert failure.label == "target.pdf p. 1"
+        assert failure.error.startswith("AnswerTooLongError: the answer has 1,000,000 characters, more than")
+        target = next(d for d in documents if d.metadata[keys.SOURCE] == "target.pdf")
+        assert target.metadata[keys.SUMMARY_FALLBACK] is True and target.page_content == "\n\n".join(TARGET)
+        assert max(len(d.page_content) for d in documents) < 8_000
+
     def test_a_failed_piece_fails_its_page_only(self) -> None:
         paragraphs = [f"Part {i} of the long page: sentence about topic {i}." for i in range(12)]
         chunks = make_chunks({**MIXED_PAGES, ("long.pdf", 1): paragraphs})

@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 from langchain_core.embeddings import Embeddings
 
-from langchain_fusion import BM25Retriever, FusionError, FusionIndex, InvalidParameterError
+from langchain_fusion import (
+    BM25Retriever,
+    FusionError,
+    FusionIndex,
+    FusionRetriever,
+    InvalidParameterError,
+    VectorRetriever,
+)
 from langchain_fusion.errors import ProviderError
 from tests.conftest import HashingEmbeddings
 
@@ -69,23 +76,55 @@ class TestWrongTypes:
             index.as_retriever().invoke(query)
 
     @pytest.mark.parametrize(
-        "search_filter", [{"s": [[1]]}, {"s": {"$gt": 1}}, {"s": object()}, {5: 1}, {"s": [1, [2]]}, "s=1"]
+        "search_filter",
+        [{"s": [[1]]}, {"source": [["s1"]]}, {"s": {"$gt": 1}}, {"s": object()}, {5: 1}, {"s": [1, [2]]}, "s=1"],
     )
     def test_filters_that_cannot_be_applied(self, index: FusionIndex, search_filter: Any) -> None:
-        with pytest.raises(InvalidParameterError):
+        with pytest.raises(InvalidParameterError, match="filter"):
             index.as_retriever().invoke("alpha", filter=search_filter)
-        # Retrievers are pydantic models: a constructor refusal is a ValidationError carrying our message.
-        with pytest.raises(ValueError, match="filter"):
+        with pytest.raises(InvalidParameterError, match=r"^FusionRetriever: filter: ") as caught:
             index.as_retriever(filter=search_filter)
+        assert "\n" not in str(caught.value)
 
     @pytest.mark.parametrize(
-        "options", [{"alpha": True}, {"k": "3"}, {"k": 2.0}, {"alpha": "0.5"}, {"fetch_k": False}, {"method": 1}]
+        "options",
+        [
+            {"alpha": True},
+            {"k": "3"},
+            {"k": 2.0},
+            {"alpha": "0.5"},
+            {"fetch_k": False},
+            {"method": 1},
+            {"k": 0},
+            {"k": -1},
+            {"fetch_k": 0},
+            {"alpha": float("nan")},
+            {"alpha": -0.0001},
+        ],
     )
     def test_constructor_and_per_call_options_are_equally_strict(self, index: FusionIndex, options: Any) -> None:
-        with pytest.raises((InvalidParameterError, ValueError)):
+        field = next(iter(options))
+        with pytest.raises(InvalidParameterError, match=rf"^FusionRetriever: {field}: ") as caught:
             index.as_retriever(**options)
-        with pytest.raises(InvalidParameterError):
+        assert "\n" not in str(caught.value)  # one line naming the class and field, not a ValidationError
+        with pytest.raises(InvalidParameterError, match=field):
             index.as_retriever().invoke("alpha", **options)
+
+    @pytest.mark.parametrize("cls", [FusionRetriever, VectorRetriever, BM25Retriever])
+    def test_a_misspelt_constructor_option_is_refused_not_ignored(self, index: FusionIndex, cls: type) -> None:
+        with pytest.raises(InvalidParameterError, match=rf"^{cls.__name__}: alhpa: not an option of {cls.__name__}"):
+            cls(index=index, alhpa=0.3)
+        with pytest.raises(InvalidParameterError, match="alhpa"):
+            cls(index=index).invoke("alpha", alhpa=0.3)  # as per call
+
+    def test_fetch_k_below_k_still_gives_k_results(self) -> None:
+        """The candidate pool is never smaller than ``k``: a small ``fetch_k`` cannot starve the results."""
+        from tests.conftest import ANIMALS
+
+        index = FusionIndex.from_texts(ANIMALS, HashingEmbeddings())
+        docs = index.as_retriever(k=6, fetch_k=1).invoke("cat dog")
+        assert len(docs) == 6
+        assert docs == index.as_retriever(k=6, fetch_k=6).invoke("cat dog")
 
 
 class Failing(Embeddings):

@@ -40,9 +40,19 @@ from tests.fake_chat_models import RateLimitError
 CALL_THREADS = ("langchain-fusion-call", "langchain-fusion-stream")
 
 
+_EARLIER: set[threading.Thread] = set()
+
+
+@pytest.fixture(autouse=True)
+def earlier_call_threads() -> None:
+    """Remember the call threads other tests left behind (some abandon a hung call on purpose)."""
+    _EARLIER.clear()
+    _EARLIER.update(t for t in threading.enumerate() if t.name in CALL_THREADS)
+
+
 def call_threads() -> int:
-    """Live threads started for timed model calls."""
-    return sum(1 for t in threading.enumerate() if t.name in CALL_THREADS)
+    """Live threads started for timed model calls since this test began."""
+    return sum(1 for t in threading.enumerate() if t.name in CALL_THREADS and t not in _EARLIER)
 
 
 async def _no_wait(seconds: float) -> None:

@@ -332,6 +332,7 @@ class TestBadRequests:
         ("configurable", "error_type"),
         [
             ({"k": 0}, "greater_than_equal"),
+            ({"k": -1}, "greater_than_equal"),
             ({"k": DEFAULT_MAX_K + 1}, "less_than_equal"),
             ({"k": 10**9}, "less_than_equal"),
             ({"k": "many"}, "int_parsing"),  # LangServe's own check, before ours
@@ -385,6 +386,20 @@ class TestBadRequests:
         for path in ("/retriever/playground/assets/%00", "/retriever/playground/%00x", "/health%00"):
             assert client.get(path).status_code == 404
         assert client.get("/health").status_code == 200  # the keep-alive connection still works
+
+    @pytest.mark.parametrize(
+        "path",
+        [
+            "/retriever/playground/assets/",  # a folder
+            "/retriever/playground/assets",
+            "/retriever/playground/index.html/x",  # a file used as a folder
+            "/retriever/playground/assets/" + "a" * 300,  # longer than any file name
+            "/retriever/playground/" + "a/" * 3000,
+        ],
+    )
+    def test_playground_paths_that_name_no_file_are_not_found(self, client: TestClient, path: str) -> None:
+        assert client.get(path).status_code == 404  # the test client raises what would have been a 500
+        assert client.get("/retriever/playground/index.html").status_code == 200
 
     def test_bound_applies_to_each_config_of_a_batch(self, client: TestClient) -> None:
         body = {"inputs": ["cat", "dog"], "config": [{"configurable": {"k": 1}}, {"configurable": {"k": 1000}}]}
@@ -842,6 +857,40 @@ class TestRoundTrip:
 
             health = httpx.get(f"{url}/health").json()
             assert health["index"]["manifest"]["counts"]["documents"] == len(ANIMALS)
+
+    def test_refusals_keep_the_connection_alive(self, index: FusionIndex) -> None:
+        """Each refusal is a 4xx on the same keep-alive connection (an unhandled error would be a 500)."""
+        import http.client
+
+        config_hash = LZString.compressToEncodedURIComponent(json.dumps({"configurable": {"alpha": "-Infinity"}}))
+        requests = [
+            ("POST", "/retriever/invoke", b'{"input": "cat", "config": {"configurable": {"alpha": "NaN"}}}', 422),
+            ("POST", "/retriever/stream", b'{"input": "cat", "config": {"configurable": {"alpha": "inf"}}}', 422),
+            ("POST", f"/retriever/c/{config_hash}/invoke", b'{"input": "cat"}', 422),
+            ("POST", f"/retriever/c/{config_hash}/stream", b'{"input": "cat"}', 422),
+            ("POST", "/retriever/invoke", b'{"input": "cat", "config": {"configurable": {"alpha": NaN}}}', 422),
+            ("POST", "/retriever/invoke", b'{"input": "cat", "x": ' + b"9" * 5000 + b"}", 422),
+            ("POST", "/retriever/invoke", b'{"input": "cat", "config": {"configurable": {"k": true}}}', 422),
+            ("POST", "/retriever/invoke", b'{"input": "cat", "config": {"configurable": {"foo": 1}}}', 422),
+            ("GET", "/retriever/playground/assets/%00", None, 404),
+            ("GET", "/retriever/playground/assets/" + "a" * 300, None, 404),
+            ("GET", "/health", None, 200),
+        ]
+        with running(create_app(index, llm=fake_llm())) as url:
+            host, port = url.removeprefix("http://").rsplit(":", 1)
+            connection = http.client.HTTPConnection(host, int(port), timeout=30)
+            try:
+                connection.connect()
+                first = connection.sock
+                for method, path, body, status in requests:
+                    headers = {} if body is None else {"content-type": "application/json"}
+                    connection.request(method, path, body=body, headers=headers)
+                    response = connection.getresponse()
+                    response.read()
+                    assert (path[:60], response.status) == (path[:60], status)
+                    assert not response.will_close and connection.sock is first
+            finally:
+                connection.close()
 
     async def test_async_client(self, index: FusionIndex) -> None:
         with running(create_app(index, llm=fake_llm())) as url:

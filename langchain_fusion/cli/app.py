@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import logging
 import sys
@@ -921,7 +922,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "mcp": run_mcp_command,
     }[args.command]
     try:
-        return handler(args)
+        with _printable_output():
+            return handler(args)
     except (UserError, FusionError, ValidationError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"langchain-fusion: error: {message}", file=sys.stderr)
@@ -929,6 +931,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("langchain-fusion: interrupted", file=sys.stderr)
         return 130
+
+
+@contextlib.contextmanager
+def _printable_output() -> Iterator[None]:
+    """Print what the terminal's encoding cannot (a path that is not UTF-8) as a backslash escape.
+
+    On Linux such a path arrives in ``argv`` with lone surrogates; a strict UTF-8 stdout would turn
+    the summary of a finished run into a traceback. Streams are restored afterwards.
+    """
+    changed = []
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            stream.reconfigure(errors="backslashreplace")
+            changed.append(stream)
+    try:
+        yield
+    finally:
+        for stream in changed:
+            stream.reconfigure(errors="strict")
 
 
 def _vector_index(index: Any) -> str:

@@ -55,13 +55,25 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise FusionError(f"{path} is missing; a BEIR folder has corpus.jsonl, queries.jsonl and qrels/<split>.tsv")
     records = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise FusionError(f"{path}, line {number}: not valid JSON ({exc.msg})") from None
+    try:
+        with path.open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                if line.strip():
+                    try:
+                        record = json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise FusionError(f"{path}, line {number}: not valid JSON ({exc.msg})") from None
+                    except RecursionError:
+                        raise FusionError(f"{path}, line {number}: not valid JSON (nested too deeply)") from None
+                    if not (
+                        isinstance(record, dict)
+                        and isinstance(record.get("_id"), str | int)
+                        and isinstance(record.get("text"), str | None)
+                    ):
+                        raise FusionError(f"{path}, line {number}: expected an object with an '_id' and a 'text'")
+                    records.append(record)
+    except UnicodeDecodeError:
+        raise FusionError(f"{path}: not UTF-8 text") from None
     return records
 
 
@@ -90,7 +102,9 @@ def load_beir(folder: str | Path, split: str = "test", *, include_title: bool = 
             except (KeyError, ValueError, TypeError):
                 raise FusionError(f"{qrels_path}: expected columns query-id, corpus-id, score") from None
     queries = {
-        str(rec["_id"]): rec["text"] for rec in _read_jsonl(folder / "queries.jsonl") if str(rec["_id"]) in qrels
+        str(rec["_id"]): rec.get("text") or ""
+        for rec in _read_jsonl(folder / "queries.jsonl")
+        if str(rec["_id"]) in qrels
     }
     corpus = []
     for rec in _read_jsonl(folder / "corpus.jsonl"):
@@ -120,31 +134,82 @@ def _is_relevant(record: dict[str, Any], doc: Document) -> bool:
     return False
 
 
+def _read_json(path: Path) -> Any:
+    """The JSON value in ``path``; a one-line FusionError for text that is not UTF-8 or not JSON."""
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise FusionError(f"{path}: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise FusionError(f"{path}: not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise FusionError(f"{path}: not valid JSON (nested too deeply)") from None
+
+
+def _csv_page(path: Path, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise FusionError(f"{path}: 'page' {value!r:.40} is not a whole number") from None
+
+
 def _read_labelled_records(path: Path) -> list[dict[str, Any]]:
     if path.suffix.lower() == ".csv":
         grouped: dict[str, dict[str, Any]] = {}
-        with path.open(encoding="utf-8", newline="") as handle:
-            for row in csv.DictReader(handle):
-                if not row.get("query"):
-                    raise FusionError(f"{path}: a CSV labelled set needs a non-empty 'query' column")
-                record = grouped.setdefault(
-                    row["query"], {"id": row.get("id") or None, "query": row["query"], "kind": row.get("kind") or None}
-                )
-                record.setdefault("relevant", []).append(
-                    {
-                        "id": row.get("chunk_id") or None,
-                        "source": row.get("source") or None,
-                        "page": int(row["page"]) if row.get("page") else None,
-                    }
-                )
+        try:
+            with path.open(encoding="utf-8", newline="") as handle:
+                for row in csv.DictReader(handle):
+                    if not row.get("query"):
+                        raise FusionError(f"{path}: a CSV labelled set needs a non-empty 'query' column")
+                    record = grouped.setdefault(
+                        row["query"],
+                        {"id": row.get("id") or None, "query": row["query"], "kind": row.get("kind") or None},
+                    )
+                    record.setdefault("relevant", []).append(
+                        {
+                            "id": row.get("chunk_id") or None,
+                            "source": row.get("source") or None,
+                            "page": _csv_page(path, row["page"]) if row.get("page") else None,
+                        }
+                    )
+        except UnicodeDecodeError:
+            raise FusionError(f"{path}: not UTF-8 text") from None
+        except csv.Error as exc:
+            raise FusionError(f"{path}: not a readable CSV file ({exc})") from None
         return list(grouped.values())
-    try:
-        records = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise FusionError(f"{path}: not valid JSON ({exc.msg})") from None
+    records = _read_json(path)
     if not isinstance(records, list):
         raise FusionError(f"{path}: expected a JSON list of {{'query': ..., 'relevant': [...]}} records")
     return records
+
+
+def _check_record(path: Path, number: int, record: Any) -> None:
+    """A one-line FusionError unless ``record`` has the documented shape (see :func:`load_labelled`)."""
+    if not isinstance(record, dict) or not isinstance(record.get("query"), str) or not record["query"].strip():
+        raise FusionError(f"{path}: record {number} has no 'query' (a non-empty string)")
+    where = f"{path}: record {number}"
+    record_id = record.get("id")
+    if record_id is not None and (isinstance(record_id, bool) or not isinstance(record_id, str | int)):
+        raise FusionError(f"{where} has 'id' {record_id!r:.40}; expected a string or a whole number")
+    answer = record.get("answer")
+    if answer is not None and not isinstance(answer, str):
+        raise FusionError(f"{where} has 'answer' {answer!r:.40}; expected text")
+    relevant = record.get("relevant")
+    if relevant is None:
+        return
+    if not isinstance(relevant, list):
+        raise FusionError(f"{where} has 'relevant' {relevant!r:.40}; expected a list of places")
+    for place in relevant:
+        if not isinstance(place, dict) or not any(place.get(name) is not None for name in ("id", "source")):
+            raise FusionError(
+                f"{where} has the relevant place {place!r:.40}; expected {{'source': FILE, 'page': N}} or {{'id': ID}}"
+            )
+        for name in ("id", "source"):
+            if place.get(name) is not None and not isinstance(place[name], str):
+                raise FusionError(f"{where} has a relevant place whose {name!r} is {place[name]!r:.40}; expected text")
+        page = place.get("page")
+        if page is not None and (isinstance(page, bool) or not isinstance(page, int)):
+            raise FusionError(f"{where} has a relevant place whose 'page' is {page!r:.40}; expected a whole number")
 
 
 def load_labelled(path: str | Path, documents: Sequence[Document]) -> EvalDataset:
@@ -168,8 +233,7 @@ def load_labelled(path: str | Path, documents: Sequence[Document]) -> EvalDatase
     no_answer: dict[str, str] = {}
     unmatched = []
     for number, record in enumerate(_read_labelled_records(path), 1):
-        if not isinstance(record, dict) or not record.get("query"):
-            raise FusionError(f"{path}: record {number} has no 'query'")
+        _check_record(path, number, record)
         if record.get("no_answer") is True:
             if record.get("relevant") or record.get("answer"):
                 raise FusionError(f"{path}: record {number} is marked no_answer but names relevant places or an answer")
@@ -214,14 +278,14 @@ def load_queries(path: str | Path) -> dict[str, str]:
     path = Path(path)
     if not path.is_file():
         raise FusionError(f"{path} is missing")
-    text = path.read_text(encoding="utf-8")
     if path.suffix.lower() != ".json":
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            raise FusionError(f"{path}: not UTF-8 text") from None
         lines = [line.strip() for line in text.splitlines()]
         return {f"n{i}": line for i, line in enumerate((x for x in lines if x and not x.startswith("#")), 1)}
-    try:
-        records = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FusionError(f"{path}: not valid JSON ({exc.msg})") from None
+    records = _read_json(path)
     if not isinstance(records, list):
         raise FusionError(f"{path}: expected a JSON list of queries (strings, or {{'id': ..., 'query': ...}})")
     queries: dict[str, str] = {}
