@@ -20,7 +20,7 @@ from langchain_fusion import ContextWindowRetriever, FusionIndex, HierarchicalIn
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.mcp import INDEX_RESOURCE, build_mcp_server, describe_server, per_call_selection
-from tests.conftest import ANIMALS, HashingEmbeddings
+from tests.conftest import ANIMALS, BAD_SELECTION_OPTIONS, HashingEmbeddings
 from tests.test_mcp import _one_line_error, _results, _run, _search, _text, connected
 
 QUERIES = ("cat and dog", "stock market", "cats purr")
@@ -112,14 +112,7 @@ class TestServerDefaults:
 
     @pytest.mark.parametrize(
         ("options", "message"),
-        [
-            ({"min_vector_score": 2.0}, "min_vector_score must be a cosine similarity between -1 and 1"),
-            ({"min_vector_score": True}, "min_vector_score must be"),
-            ({"min_bm25_score": -0.5}, "min_bm25_score must be a BM25 score of 0 or more"),
-            ({"lambda_mult": float("nan")}, "lambda_mult must be a number between 0"),
-            ({"max_per_source": 0}, "max_per_source must be a positive whole number"),
-            ({"max_per_source": False}, "max_per_source must be"),
-        ],
+        BAD_SELECTION_OPTIONS,
     )
     def test_bad_defaults(self, index: FusionIndex, options: dict[str, Any], message: str) -> None:
         with pytest.raises(InvalidParameterError, match=re.escape(message)) as raised:

@@ -16,7 +16,7 @@ from langchain_fusion import FusionIndex, HierarchicalIndex
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.server import create_app
-from tests.conftest import ANIMALS, HashingEmbeddings
+from tests.conftest import ANIMALS, BAD_SELECTION_OPTIONS, HashingEmbeddings
 
 OPTIONS = {"min_vector_score": 0.2, "min_bm25_score": 1.0, "lambda_mult": 0.6, "max_per_source": 1}
 
@@ -68,14 +68,7 @@ def test_unset_options_are_not_in_the_defaults(index: FusionIndex) -> None:
 
 @pytest.mark.parametrize(
     ("options", "message"),
-    [
-        ({"min_vector_score": 2.0}, "min_vector_score must be a cosine similarity between -1 and 1"),
-        ({"min_vector_score": True}, "min_vector_score must be"),
-        ({"min_bm25_score": -0.5}, "min_bm25_score must be a BM25 score of 0 or more"),
-        ({"lambda_mult": float("nan")}, "lambda_mult must be a number between 0"),
-        ({"max_per_source": 0}, "max_per_source must be a positive whole number"),
-        ({"max_per_source": False}, "max_per_source must be"),
-    ],
+    BAD_SELECTION_OPTIONS,
 )
 def test_invalid_values(index: FusionIndex, options: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidParameterError, match=message) as raised:
