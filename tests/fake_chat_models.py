@@ -13,8 +13,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
+from uuid import UUID
 
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, BaseCallbackHandler, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -194,3 +195,32 @@ def flaky(
         return rule(prompt)
 
     return flaky_rule
+
+
+class RunRecorder(BaseCallbackHandler):
+    """Records the kind and parent of every retriever, chat model and chain run, to check the run tree."""
+
+    def __init__(self) -> None:
+        self.parents: dict[UUID, UUID | None] = {}
+        self.kinds: dict[UUID, str] = {}
+
+    def on_retriever_start(
+        self, serialized: Any, query: str, *, run_id: UUID, parent_run_id: Any = None, **_: Any
+    ) -> None:
+        self.parents[run_id], self.kinds[run_id] = parent_run_id, "retriever"
+
+    def on_chat_model_start(
+        self, serialized: Any, messages: Any, *, run_id: UUID, parent_run_id: Any = None, **_: Any
+    ) -> None:
+        self.parents[run_id], self.kinds[run_id] = parent_run_id, "chat_model"
+
+    def on_chain_start(
+        self, serialized: Any, inputs: Any, *, run_id: UUID, parent_run_id: Any = None, **_: Any
+    ) -> None:
+        self.parents[run_id], self.kinds[run_id] = parent_run_id, "chain"
+
+    def root_of(self, run_id: UUID) -> UUID:
+        """The outermost run above ``run_id``."""
+        while (parent := self.parents.get(run_id)) is not None:
+            run_id = parent
+        return run_id  # fmt: skip

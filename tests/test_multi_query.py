@@ -6,11 +6,10 @@ import logging
 import threading
 import time
 from typing import Any
-from uuid import UUID
 
 import numpy as np
 import pytest
-from langchain_core.callbacks import BaseCallbackHandler, CallbackManagerForRetrieverRun
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.messages import AIMessage
 from langchain_core.retrievers import BaseRetriever
@@ -22,7 +21,7 @@ from langchain_fusion._checks import MAX_REWRITES, check_rewrites
 from langchain_fusion.retrievers.multi_query import parse_rewrites
 from langchain_fusion.search.fusion import weighted_rrf
 from tests.conftest import ANIMALS, HashingEmbeddings
-from tests.fake_chat_models import RatingModel
+from tests.fake_chat_models import RatingModel, RunRecorder
 
 NO_RETRY = RetryPolicy(max_attempts=1)
 
@@ -292,29 +291,8 @@ class TestFailures:
         assert active["max"] <= 2
 
 
-class _Runs(BaseCallbackHandler):
-    def __init__(self) -> None:
-        self.parents: dict[UUID, UUID | None] = {}
-        self.kinds: dict[UUID, str] = {}
-
-    def on_retriever_start(
-        self, serialized: Any, query: str, *, run_id: UUID, parent_run_id: Any = None, **_: Any
-    ) -> None:
-        self.parents[run_id], self.kinds[run_id] = parent_run_id, "retriever"
-
-    def on_chat_model_start(
-        self, serialized: Any, messages: Any, *, run_id: UUID, parent_run_id: Any = None, **_: Any
-    ) -> None:
-        self.parents[run_id], self.kinds[run_id] = parent_run_id, "chat_model"
-
-    def on_chain_start(
-        self, serialized: Any, inputs: Any, *, run_id: UUID, parent_run_id: Any = None, **_: Any
-    ) -> None:
-        self.parents[run_id], self.kinds[run_id] = parent_run_id, "chain"
-
-
 def test_the_model_and_the_searches_are_child_runs(animal_index: FusionIndex) -> None:
-    runs = _Runs()
+    runs = RunRecorder()
     retriever = MultiQueryFusionRetriever(retriever=animal_index.as_retriever(), llm=writer("dogs\nparrots"), n=2)
     retriever.invoke("cat", config={"callbacks": [runs]})
     roots = [run for run, parent in runs.parents.items() if parent is None]

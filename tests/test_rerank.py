@@ -10,10 +10,9 @@ import re
 import time
 from collections.abc import Sequence
 from typing import Any
-from uuid import UUID
 
 import pytest
-from langchain_core.callbacks import BaseCallbackHandler, Callbacks
+from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
@@ -33,7 +32,7 @@ from langchain_fusion import (
 from langchain_fusion import metadata as keys
 from langchain_fusion.retrievers.rerank import RatingError, RelevanceRating, parse_ranking, parse_rating
 from tests.conftest import HashingEmbeddings
-from tests.fake_chat_models import RatingModel, keyword_rule
+from tests.fake_chat_models import RatingModel, RunRecorder, keyword_rule
 
 
 def candidates(*words: str, scores: list[float] | None = None) -> list[Document]:
@@ -358,32 +357,6 @@ class TestLLMListwiseReranker:
         assert words_of(result) == ["alpha", "beta"]
 
 
-class _Runs(BaseCallbackHandler):
-    def __init__(self) -> None:
-        self.parents: dict[UUID, UUID | None] = {}
-        self.kinds: dict[UUID, str] = {}
-
-    def on_retriever_start(
-        self, serialized: Any, query: str, *, run_id: UUID, parent_run_id: Any = None, **_: Any
-    ) -> None:
-        self.parents[run_id], self.kinds[run_id] = parent_run_id, "retriever"
-
-    def on_chat_model_start(
-        self, serialized: Any, messages: Any, *, run_id: UUID, parent_run_id: Any = None, **_: Any
-    ) -> None:
-        self.parents[run_id], self.kinds[run_id] = parent_run_id, "chat_model"
-
-    def on_chain_start(
-        self, serialized: Any, inputs: Any, *, run_id: UUID, parent_run_id: Any = None, **_: Any
-    ) -> None:
-        self.parents[run_id], self.kinds[run_id] = parent_run_id, "chain"
-
-    def root_of(self, run_id: UUID) -> UUID:
-        while (parent := self.parents.get(run_id)) is not None:
-            run_id = parent
-        return run_id  # fmt: skip
-
-
 class TestRerankRetriever:
     def test_per_call_top_n_and_forwarding(self, animal_index: FusionIndex) -> None:
         model = RatingModel(rule=keyword_rule({"purr": 10, "friends": 9}))
@@ -401,7 +374,7 @@ class TestRerankRetriever:
         assert model.async_calls == model.sync_calls
 
     def test_one_trace(self, animal_index: FusionIndex) -> None:
-        runs = _Runs()
+        runs = RunRecorder()
         model = RatingModel(rule=lambda d: 5, structured=False)  # a plain chat model run per candidate
         retriever = RerankRetriever(retriever=animal_index.as_retriever(k=3), reranker=LLMReranker(llm=model, top_n=2))
         retriever.invoke("cat", config={"callbacks": [runs]})
