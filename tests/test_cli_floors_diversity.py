@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -12,6 +10,7 @@ import pytest
 
 from langchain_fusion import FusionIndex
 from langchain_fusion.cli.app import main
+from tests.test_cli import _assert_one_line_error, _run
 
 ERROR_PREFIX = "langchain-fusion: error: "
 
@@ -30,21 +29,6 @@ TEXTS = {
         "A breaker trips when the mill motor starts under load.",
     ],
 }
-
-
-def _run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = main(argv)
-    return status, out.getvalue(), err.getvalue()
-
-
-def _one_line_error(status: int, out: str, err: str, *fragments: str) -> None:
-    assert status == 2 and out == ""
-    lines = err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith(ERROR_PREFIX), lines
-    for fragment in fragments:
-        assert fragment in lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +115,7 @@ def test_bad_values_exit_2(command: str, argv: list[str], message: str, capsys: 
 )
 def test_option_mistakes(argv: list[str], fragment: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("langchain_fusion.models.chat.resolve_chat_model", lambda spec: object())
-    _one_line_error(*_run(argv), fragment)
+    _assert_one_line_error(*_run(argv), fragment)
 
 
 def test_serve_passes_them_to_the_app(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -147,7 +131,7 @@ def test_serve_passes_them_to_the_app(monkeypatch: pytest.MonkeyPatch, tmp_path:
 
     monkeypatch.setattr(server, "create_app", create_app)
     argv = ["serve", str(tmp_path), "--port", "0", "--min-vector-score", "0.4", "--min-bm25-score", "2"]
-    _one_line_error(*_run([*argv, "--mmr", "--max-per-source", "2"]), "stopped by the test")
+    _assert_one_line_error(*_run([*argv, "--mmr", "--max-per-source", "2"]), "stopped by the test")
     assert {k: seen[k] for k in ("min_vector_score", "min_bm25_score", "lambda_mult", "max_per_source")} == {
         "min_vector_score": 0.4,
         "min_bm25_score": 2.0,
@@ -155,5 +139,5 @@ def test_serve_passes_them_to_the_app(monkeypatch: pytest.MonkeyPatch, tmp_path:
         "max_per_source": 2,
     }
     seen.clear()
-    _one_line_error(*_run(["serve", str(tmp_path), "--port", "0"]), "stopped by the test")
+    _assert_one_line_error(*_run(["serve", str(tmp_path), "--port", "0"]), "stopped by the test")
     assert not {"min_vector_score", "min_bm25_score", "lambda_mult", "max_per_source"} & set(seen)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import io
 import json
 import os
 import queue
@@ -48,6 +47,7 @@ from langchain_fusion.mcp import (
     format_results,
 )
 from tests.conftest import ANIMALS, DATA, HashingEmbeddings
+from tests.test_cli import _assert_one_line_error, _run
 
 REPO = Path(__file__).resolve().parent.parent
 SELECTION = ("min_vector_score", "min_bm25_score", "lambda_mult", "max_per_source")
@@ -374,23 +374,6 @@ class TestBuild:
 # --- the mcp command ----------------------------------------------------------------------------
 
 
-def _run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = main(argv)
-    return status, out.getvalue(), err.getvalue()
-
-
-def _one_line_error(status: int, out: str, err: str, *fragments: str) -> None:
-    assert status == 2
-    assert out == ""
-    lines = err.splitlines()
-    assert len(lines) == 1, lines
-    assert lines[0].startswith(ERROR_PREFIX)
-    for fragment in fragments:
-        assert fragment in lines[0]
-
-
 @pytest.fixture(scope="module")
 def saved(index: FusionIndex, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return index.save(tmp_path_factory.mktemp("mcp") / "animals-index")
@@ -408,16 +391,16 @@ class TestMcpCommand:
             assert flag in text
 
     def test_missing_folder(self, tmp_path: Path) -> None:
-        _one_line_error(*_run(["mcp", str(tmp_path / "ghost")]), "is not a folder")
+        _assert_one_line_error(*_run(["mcp", str(tmp_path / "ghost")]), "is not a folder")
 
     def test_missing_folder_over_http(self, tmp_path: Path) -> None:
-        _one_line_error(*_run(["mcp", str(tmp_path / "ghost"), "--transport", "streamable-http", "--port", "0"]))
+        _assert_one_line_error(*_run(["mcp", str(tmp_path / "ghost"), "--transport", "streamable-http", "--port", "0"]))
 
     def test_index_that_cannot_be_reopened_by_name(self, saved: Path) -> None:
-        _one_line_error(*_run(["mcp", str(saved)]), "cannot be recreated by name")
+        _assert_one_line_error(*_run(["mcp", str(saved)]), "cannot be recreated by name")
 
     def test_k_above_max_k(self, saved: Path) -> None:
-        _one_line_error(*_run(["mcp", str(saved), "-k", "20", "--max-k", "10"]), "-k 20 is more than --max-k 10")
+        _assert_one_line_error(*_run(["mcp", str(saved), "-k", "20", "--max-k", "10"]), "-k 20 is more than --max-k 10")
 
     def test_bad_transport(self, saved: Path, capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit) as exit_info:
@@ -433,7 +416,7 @@ class TestMcpCommand:
             status, out, err = _run(
                 ["mcp", str(tmp_path / "ghost"), "--transport", "streamable-http", "--port", str(port)]
             )
-        _one_line_error(status, out, err, f"cannot listen on 127.0.0.1:{port}")
+        _assert_one_line_error(status, out, err, f"cannot listen on 127.0.0.1:{port}")
 
     def test_without_the_mcp_extra(self, saved: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         for name in [name for name in sys.modules if name == "mcp" or name.startswith("mcp.")]:
@@ -441,7 +424,7 @@ class TestMcpCommand:
         monkeypatch.delitem(sys.modules, "langchain_fusion.mcp")
         monkeypatch.delattr("langchain_fusion.mcp")
         status, out, err = _run(["mcp", str(saved)])
-        _one_line_error(status, out, err, "serving over MCP needs the 'mcp' extra (mcp", "langchain-fusion[mcp]")
+        _assert_one_line_error(status, out, err, "serving over MCP needs the 'mcp' extra (mcp", "langchain-fusion[mcp]")
 
     def test_defaults_match_the_mcp_module(self) -> None:
         from langchain_fusion import mcp

@@ -21,7 +21,8 @@ from langchain_fusion import metadata as keys
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.mcp import INDEX_RESOURCE, build_mcp_server, describe_server, per_call_selection
 from tests.conftest import ANIMALS, BAD_SELECTION_OPTIONS, HashingEmbeddings
-from tests.test_mcp import _one_line_error, _results, _run, _search, _text, connected
+from tests.test_cli import _assert_one_line_error, _run
+from tests.test_mcp import _results, _search, _text, connected
 
 QUERIES = ("cat and dog", "stock market", "cats purr")
 ONE_AT_A_TIME = [
@@ -344,7 +345,7 @@ class TestMcpCommand:
         self, saved: Path, no_openai_key: None, flags: list[str], message: str
     ) -> None:
         # The index was built with test embeddings the command cannot recreate by name: reaching it would fail.
-        _one_line_error(*_run(["mcp", str(saved), *flags]), message)
+        _assert_one_line_error(*_run(["mcp", str(saved), *flags]), message)
 
     def test_bad_flag_values(self, saved: Path, capsys: pytest.CaptureFixture[str]) -> None:
         from langchain_fusion.cli.app import main
@@ -367,7 +368,7 @@ class TestMcpCommand:
         monkeypatch.setattr(mcp, "build_mcp_server", stop)
         flags = ["--min-vector-score", "0.2", "--min-bm25-score", "1", "--mmr", "--max-per-source", "2"]
         flags += ["--rerank", "cross-encoder:m", "--rerank-candidates", "7", "--multi-query", "3", "--llm", "x:y"]
-        _one_line_error(*_run(["mcp", str(saved), *flags, "--llm-timeout", "5"]), "stopped here")
+        _assert_one_line_error(*_run(["mcp", str(saved), *flags, "--llm-timeout", "5"]), "stopped here")
         assert received["index"] == str(saved)
         assert {name: received[name] for name in SELECTION} == {
             "min_vector_score": 0.2,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import io
 import json
 import os
 import queue
@@ -44,6 +43,7 @@ from langchain_fusion.server import (
 )
 from langchain_fusion.stores.local.store import LocalStore
 from tests.conftest import ANIMALS, DATA, HashingEmbeddings
+from tests.test_cli import _assert_one_line_error, _run
 
 ANSWER = "Cats purr when they are content [1]."
 ERROR_PREFIX = "langchain-fusion: error: "
@@ -742,9 +742,9 @@ class TestPipeline:
 
     def test_serve_command_errors(self, saved: Path, no_openai_key: None) -> None:
         status, out, err = _run(["serve", str(saved), "--port", "0", "--rerank", "cross-encoder:./no-such-model"])
-        _one_line_error(status, out, err, "cross-encoder folder './no-such-model' does not exist")
+        _assert_one_line_error(status, out, err, "cross-encoder folder './no-such-model' does not exist")
         status, out, err = _run(["serve", str(saved), "--port", "0", "--multi-query", "2"])
-        _one_line_error(status, out, err, "multi_query needs a chat model")
+        _assert_one_line_error(status, out, err, "multi_query needs a chat model")
 
 
 class TestHierarchicalFolder:
@@ -903,23 +903,6 @@ class TestRoundTrip:
 # --- the serve command ------------------------------------------------------------------------------
 
 
-def _run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = main(argv)
-    return status, out.getvalue(), err.getvalue()
-
-
-def _one_line_error(status: int, out: str, err: str, *fragments: str) -> None:
-    assert status == 2
-    assert out == ""
-    lines = err.splitlines()
-    assert len(lines) == 1, lines
-    assert lines[0].startswith(ERROR_PREFIX)
-    for fragment in fragments:
-        assert fragment in lines[0]
-
-
 class TestServeCommand:
     def test_help_explains_every_flag(self, capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit) as exit_info:
@@ -932,7 +915,7 @@ class TestServeCommand:
             assert flag in text
 
     def test_missing_folder(self, tmp_path: Path) -> None:
-        _one_line_error(*_run(["serve", str(tmp_path / "ghost"), "--port", "0"]), "is not a folder")
+        _assert_one_line_error(*_run(["serve", str(tmp_path / "ghost"), "--port", "0"]), "is not a folder")
 
     def test_bad_port(self, capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit) as exit_info:
@@ -941,7 +924,9 @@ class TestServeCommand:
         assert "expected a TCP port from 0 to 65535" in capsys.readouterr().err
 
     def test_k_above_max_k(self, saved: Path) -> None:
-        _one_line_error(*_run(["serve", str(saved), "-k", "20", "--max-k", "10"]), "-k 20 is more than --max-k 10")
+        _assert_one_line_error(
+            *_run(["serve", str(saved), "-k", "20", "--max-k", "10"]), "-k 20 is more than --max-k 10"
+        )
 
     def test_port_in_use_fails_before_loading(self, tmp_path: Path) -> None:
         with socket.socket() as taken:
@@ -949,22 +934,24 @@ class TestServeCommand:
             taken.listen()
             port = taken.getsockname()[1]
             status, out, err = _run(["serve", str(tmp_path / "ghost"), "--port", str(port)])
-        _one_line_error(status, out, err, f"cannot listen on 127.0.0.1:{port}")
+        _assert_one_line_error(status, out, err, f"cannot listen on 127.0.0.1:{port}")
 
     def test_explicit_chat_model_that_cannot_be_built(self, saved: Path, no_openai_key: None) -> None:
         status, out, err = _run(["serve", str(saved), "--port", "0", "--llm", "openai:gpt-4.1"])
-        _one_line_error(status, out, err, "OPENAI_API_KEY is not set")
+        _assert_one_line_error(status, out, err, "OPENAI_API_KEY is not set")
 
     def test_index_that_cannot_be_reopened_by_name(self, saved: Path) -> None:
         # The hashing embeddings of the tests cannot be recreated from the manifest.
-        _one_line_error(*_run(["serve", str(saved), "--port", "0"]), "cannot be recreated by name")
+        _assert_one_line_error(*_run(["serve", str(saved), "--port", "0"]), "cannot be recreated by name")
 
     def test_without_the_server_extra(self, saved: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(sys.modules, "langserve", None)  # as if LangServe were not installed
         monkeypatch.delitem(sys.modules, "langchain_fusion.server")
         monkeypatch.delattr("langchain_fusion.server")
         status, out, err = _run(["serve", str(saved)])
-        _one_line_error(status, out, err, "needs the 'server' extra (langserve is missing)", "langchain-fusion[server]")
+        _assert_one_line_error(
+            status, out, err, "needs the 'server' extra (langserve is missing)", "langchain-fusion[server]"
+        )
 
     def test_defaults_match_the_server_module(self) -> None:
         from langchain_fusion import server
