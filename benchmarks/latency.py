@@ -558,7 +558,8 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def machine_header(args: argparse.Namespace, argv: Sequence[str]) -> list[str]:
+def machine_header(args: argparse.Namespace, argv: Sequence[str], script: str = "benchmarks/latency.py") -> list[str]:
+    """The report's header lines: the command (``script`` and ``argv``), machine, versions, settings and load."""
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     memory = ""
     if hasattr(os, "sysconf") and "SC_PHYS_PAGES" in os.sysconf_names:
@@ -568,7 +569,7 @@ def machine_header(args: argparse.Namespace, argv: Sequence[str]) -> list[str]:
         for name in ("numpy", "faiss-cpu", "bm25s", "rank-bm25", "langchain-core", "langchain-community")
     )
     return [
-        f"- command: `{' '.join(['python benchmarks/latency.py', *argv])}`",
+        f"- command: `{' '.join(['python ' + script, *argv])}`",
         f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- machine: {_cpu_model()}, {os.cpu_count()} CPUs ({usable} usable){memory}, "
         f"{platform.system()} {platform.release()}",
