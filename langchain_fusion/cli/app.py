@@ -679,12 +679,18 @@ def _retriever(args: argparse.Namespace, chat_model: Any) -> Any:
     from langchain_fusion.index.opening import open_index
     from langchain_fusion.models.embeddings import resolve_embeddings
     from langchain_fusion.retrievers.cross_encoder import CrossEncoderReranker
-    from langchain_fusion.retrievers.multi_query import DEFAULT_K_PER_QUERY, MultiQueryFusionRetriever
+    from langchain_fusion.retrievers.multi_query import MultiQueryFusionRetriever
     from langchain_fusion.retrievers.rerank import RerankRetriever
     from langchain_fusion.retrievers.rerank_spec import build_reranker
     from langchain_fusion.retrievers.windows import DEFAULT_WINDOW_MAX_CHARS, ContextWindowRetriever
     from langchain_fusion.stores.locations import is_store_location
 
+    selection = selection_options(args)
+    if args.hierarchical and selection:  # checked before anything loads
+        raise UserError(
+            "--min-vector-score, --min-bm25-score, --mmr and --max-per-source apply to fused search, "
+            "not to --hierarchical: drop them or --hierarchical"
+        )
     reranker = None
     if args.rerank is not None:  # a cross-encoder loads before the search: a missing model fails first
         top_n = args.top_n if args.top_n is not None else DEFAULT_K
@@ -694,14 +700,8 @@ def _retriever(args: argparse.Namespace, chat_model: Any) -> Any:
     embeddings = resolve_embeddings(args.embeddings) if args.embeddings else None
     k = args.k if args.k is not None else DEFAULT_RERANK_CANDIDATES if reranker is not None else DEFAULT_K
     options = {"k": k, "alpha": args.alpha, "method": args.method, "fetch_k": args.fetch_k}
-    selection = selection_options(args)
     retriever: Any
     if args.hierarchical:
-        if selection:
-            raise UserError(
-                "--min-vector-score, --min-bm25-score, --mmr and --max-per-source apply to fused search, "
-                "not to --hierarchical: drop them or --hierarchical"
-            )
         if is_store_location(args.index_dir):
             raise UserError(
                 "--hierarchical needs page summaries, which are kept in index folders only "
@@ -725,7 +725,6 @@ def _retriever(args: argparse.Namespace, chat_model: Any) -> Any:
             llm=chat_model,
             n=args.multi_query,
             k=k,
-            k_per_query=max(k, DEFAULT_K_PER_QUERY),
             timeout=args.llm_timeout,
         )
     if args.window:
