@@ -197,15 +197,15 @@ def parse_ranking(output: Any, count: int) -> tuple[list[int], list[str]]:
     return valid, problems
 
 
+def _finite_number(value: Any) -> float | None:
+    """``value`` as a float if it is a finite int or float (not a bool), else None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
 def _fusion_scores(documents: Sequence[Document]) -> list[float | None]:
-    scores: list[float | None] = []
-    for doc in documents:
-        value = doc.metadata.get(keys.FUSION_SCORE)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            scores.append(float(value))
-        else:
-            scores.append(None)
-    return scores
+    return [_finite_number(doc.metadata.get(keys.FUSION_SCORE)) for doc in documents]
 
 
 def _descending(value: float | None) -> float:
@@ -554,12 +554,6 @@ def with_top_n(compressor: BaseDocumentCompressor, top_n: int | None) -> BaseDoc
     return compressor
 
 
-def _relevance(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
-
-
 class RerankRetriever(CheckedModel, BaseRetriever):
     """Wraps a retriever with a rerank step: retrieve candidates, rerank them, keep ``top_n``.
 
@@ -624,6 +618,6 @@ class RerankRetriever(CheckedModel, BaseRetriever):
         for rank, doc in enumerate(kept, 1):
             copied = doc.model_copy(deep=True)
             copied.metadata[keys.RERANK_RANK] = rank
-            copied.metadata[keys.RERANK_SCORE] = _relevance(copied.metadata.get(keys.RELEVANCE_SCORE))
+            copied.metadata[keys.RERANK_SCORE] = _finite_number(copied.metadata.get(keys.RELEVANCE_SCORE))
             results.append(copied)
         return results
