@@ -279,7 +279,6 @@ def fuse_top(
     method: FusionMethod,
     k: int,
     tie_break: NDArray[np.int64] | None = None,
-    eligible: NDArray[np.bool_] | None = None,
 ) -> FusedTop:
     """The top ``k`` of :func:`fuse` for one pool, without sorting the pool.
 
@@ -287,11 +286,9 @@ def fuse_top(
     ``tie_break`` (default: position), all as :func:`fuse` ranks them. The winners are
     selected with a partition and only they are sorted and ranked, so a pool of a whole
     corpus costs a few passes over its scores (RRF, whose scores are ranks, sorts each side once).
-    ``eligible`` (optional) marks the candidates that may be returned; the others still take
-    part in the normalisation, so the returned scores do not depend on it.
     """
     pool = fuse_pool(vector_scores, bm25_scores, alpha, method, tie_break)
-    return pool.at(pool.order(k, eligible))
+    return pool.at(pool.order(k))
 
 
 def weighted_rrf(list_ranks: NDArray[np.integer], weights: NDArray[np.floating]) -> FloatArray:
