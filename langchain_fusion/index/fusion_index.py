@@ -643,11 +643,10 @@ class FusionIndex(VectorStore):
                 raise InvalidParameterError("search_type='similarity' is the vector side alone (alpha=1); drop alpha")
             options["alpha"] = 1.0
         elif search_type == "mmr":
-            if options.get("lambda_mult", SEARCH_DEFAULTS.mmr_lambda_mult) is None:
+            if options.setdefault("lambda_mult", SEARCH_DEFAULTS.mmr_lambda_mult) is None:
                 raise InvalidParameterError(
                     "search_type='mmr' needs a lambda_mult between 0 and 1; drop lambda_mult=None"
                 )
-            options.setdefault("lambda_mult", SEARCH_DEFAULTS.mmr_lambda_mult)
         elif search_type not in SEARCH_TYPES:
             raise InvalidParameterError(f"search_type must be one of {list(SEARCH_TYPES)}; got {search_type!r}")
         return FusionRetriever(index=self, **options)
