@@ -245,6 +245,7 @@ class _OneBlasThread:
         self._inside = 0
         self._limit: Any = None
         self._controller: Any = None
+        self._unavailable = False  # threadpoolctl is not installed: looked up once, not per query
 
     def __enter__(self) -> None:
         with self._lock:
@@ -261,10 +262,13 @@ class _OneBlasThread:
 
     def _one_thread(self) -> Any:
         """Limit the loaded BLAS libraries to one thread; the limiter (to restore), or None without threadpoolctl."""
+        if self._unavailable:
+            return None
         if self._controller is None:
             try:
                 from threadpoolctl import ThreadpoolController
             except ImportError:
+                self._unavailable = True
                 return None
             self._controller = ThreadpoolController()  # finds the libraries once (numpy's BLAS is loaded by now)
         return self._controller.limit(limits=1, user_api="blas")
