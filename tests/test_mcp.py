@@ -561,7 +561,7 @@ def _lines_of(process: subprocess.Popen[str]) -> Iterator[queue.Queue[str]]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
-        reader.join(timeout=10)
+        reader.join(timeout=60)  # the pipe closes when the process exits; a loaded machine may take a while to drain it
 
 
 @pytest.mark.local_model
