@@ -896,10 +896,10 @@ def run_serve(args: argparse.Namespace) -> int:
             )
         for line in lines:
             print(f"langchain-fusion: {line}", file=sys.stderr, flush=True)
-        try:
+        # After a Ctrl-C uvicorn shuts down cleanly and re-raises it, or returns (see mcp_command).
+        with contextlib.suppress(KeyboardInterrupt):
             server.serve(app, sock=sock, log_level=args.log_level)
-        except KeyboardInterrupt:  # uvicorn shut down cleanly, then re-raised the Ctrl-C
-            print("langchain-fusion: stopped", file=sys.stderr)
+        print("langchain-fusion: stopped", file=sys.stderr)
     finally:
         sock.close()
     return 0

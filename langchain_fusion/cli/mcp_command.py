@@ -199,10 +199,12 @@ def run_mcp_command(args: argparse.Namespace) -> int:
             )
         for line in lines:
             print(f"langchain-fusion: {line}", file=sys.stderr, flush=True)
-        try:
+        # uvicorn shuts down cleanly on Ctrl-C and then re-raises it, unless asyncio's own handler
+        # took the re-raised signal as a cancellation of a task that was already finishing: then
+        # it returns. Either way, and when a stdio client disconnects, the server has stopped.
+        with contextlib.suppress(KeyboardInterrupt):
             mcp.run_mcp(server, args.transport, sock=sock)
-        except KeyboardInterrupt:  # the server shut down cleanly, then re-raised the Ctrl-C
-            print("langchain-fusion: stopped", file=sys.stderr)
+        print("langchain-fusion: stopped", file=sys.stderr)
     finally:
         if sock is not None:
             sock.close()
