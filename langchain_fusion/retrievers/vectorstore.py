@@ -157,7 +157,7 @@ class VectorStoreFusionRetriever(CheckedModel, BaseRetriever):
         parts = [np.fromiter(observed, dtype=np.int64)] if alpha > 0 else []
         if alpha < 1:
             pool_size = int(np.count_nonzero(bm25_all)) if fetch_k is None else max(fetch_k, k)
-            parts.append(top_rows(bm25_all, pool_size, bm25_all > 0))
+            parts.append(top_rows(bm25_all, pool_size, above=0.0))
         pool = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
         if pool.size == 0:
             return []

@@ -2,21 +2,75 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.typing import NDArray
 
+SAMPLED_THRESHOLD_MIN_ROWS = 1 << 16
+"""From this many scores, :func:`top_rows` first narrows them with a threshold taken from a sample."""
 
-def top_rows(scores: NDArray[np.floating], k: int, valid: NDArray[np.bool_] | None = None) -> NDArray[np.int64]:
-    """Positions of the ``k`` highest scores (among ``valid`` ones), best first, ties by position."""
+_SAMPLE_SIZE = 4096
+"""Scores in the strided sample whose high end gives that threshold."""
+
+
+def top_rows(
+    scores: NDArray[np.floating],
+    k: int,
+    valid: NDArray[np.bool_] | None = None,
+    *,
+    above: float | None = None,
+) -> NDArray[np.int64]:
+    """Positions of the ``k`` highest scores, best first, ties by position.
+
+    Only ``valid`` positions (all if None) whose score is greater than ``above`` (if given) are
+    ranked; fewer than ``k`` come back when fewer qualify.
+    """
     candidates = np.flatnonzero(valid) if valid is not None else None
     values = scores[candidates] if candidates is not None else scores
     if k <= 0 or values.size == 0:
         return np.zeros(0, dtype=np.int64)
-    if k < values.size:
-        kth = np.partition(values, values.size - k)[values.size - k]
-        picked = np.flatnonzero(values >= kth)  # may hold more than k when scores tie at kth
-    else:
-        picked = np.arange(values.size)
+    picked = _at_least_kth(values, k, above)
     picked = picked[np.lexsort((picked, -values[picked]))][:k]
     rows = candidates[picked] if candidates is not None else picked
     return rows.astype(np.int64)
+
+
+def _at_least_kth(values: NDArray[np.floating], k: int, above: float | None) -> NDArray[np.int64]:
+    """Positions of the values greater than ``above`` that are at least the ``k``-th highest of those.
+
+    More than ``k`` come back when values tie at the ``k``-th. A partition of every value costs
+    about a millisecond per million; on large arrays a threshold from a strided sample's high end
+    first keeps the few values at or above it. When at least ``k`` are, the ``k``-th highest is
+    among them, so the result is exact; otherwise (an unlucky sample, or values that barely
+    differ) every value is ranked as before.
+    """
+    lowest = None if above is None else np.nextafter(values.dtype.type(above), values.dtype.type(np.inf))
+    threshold = lowest
+    if values.size >= SAMPLED_THRESHOLD_MIN_ROWS and k * 64 <= values.size:
+        step = values.size // _SAMPLE_SIZE
+        sample = values[::step]
+        # Each sampled value stands for about `step` values: aim for about 4k values above it.
+        rank = min(sample.size, 4 * math.ceil(k / step) + 8)
+        sampled = np.partition(sample, sample.size - rank)[sample.size - rank]
+        threshold = sampled if lowest is None else max(sampled, lowest)
+    if threshold is not None:
+        picked = np.flatnonzero(values >= threshold)
+        if picked.size >= k or threshold == lowest:  # enough, or every value above `above`
+            return _kth_and_better(values, picked, k)
+    if above is not None:
+        return _kth_and_better(values, np.flatnonzero(values > above), k)
+    if values.size <= k:
+        return np.arange(values.size)
+    kth = np.partition(values, values.size - k)[values.size - k]
+    return np.flatnonzero(values >= kth)
+
+
+def _kth_and_better(values: NDArray[np.floating], picked: NDArray[np.int64], k: int) -> NDArray[np.int64]:
+    """The positions among ``picked`` whose value is at least the ``k``-th highest of theirs."""
+    if picked.size <= k:
+        return picked
+    narrowed = values[picked]
+    kth = np.partition(narrowed, narrowed.size - k)[narrowed.size - k]
+    better: NDArray[np.int64] = picked[narrowed >= kth]
+    return better

@@ -679,8 +679,8 @@ class LocalBM25Scorer(_LocalScorer):
     def top(self, k: int | None, where: Where | None = None) -> tuple[Keys, Scores]:
         """The ``k`` best allowed rows among those that match a query term."""
         scores = self.all_scores()
-        matched = scores > 0
         allowed = self.snapshot.allowed(where)
-        if allowed is not None:
-            matched &= allowed
-        return self._top_of(scores, k, matched)
+        if k is None:
+            return self._top_of(scores, None, scores > 0 if allowed is None else allowed & (scores > 0))
+        rows = top_rows(scores, k, allowed, above=0.0)
+        return rows, scores[rows].astype(np.float64)
