@@ -21,7 +21,6 @@ each list is diversified among its own candidates, and the fused list is not re-
 from __future__ import annotations
 
 import logging
-import random
 import re
 import threading
 from collections.abc import Sequence
@@ -52,13 +51,12 @@ from langchain_fusion.errors import InvalidParameterError, describe_error
 from langchain_fusion.models.llm_calls import (
     Prompt,
     RetryPolicy,
-    acall_model,
+    ainvoke_bounded,
     answer_text,
-    await_with_timeout,
-    call_model,
-    call_with_timeout,
     check_prompt,
+    invoke_bounded,
 )
+from langchain_fusion.retrievers.rerank import RERANK_RETRY
 from langchain_fusion.search.diversity import capped, source_groups
 from langchain_fusion.search.fusion import weighted_rrf
 
@@ -72,8 +70,8 @@ DEFAULT_REWRITE_WEIGHT = 0.5
 """Weight of each rewrite's list in the fusion; the original query's is 1."""
 DEFAULT_REWRITE_TIMEOUT = 30.0
 """Seconds to wait for the rewrites (per try) before searching the query alone."""
-REWRITE_RETRY = RetryPolicy(max_attempts=2, initial_delay=0.25, max_delay=2.0)
-"""One more try after at most a quarter second: a query is waiting (the rerankers' policy)."""
+REWRITE_RETRY = RERANK_RETRY
+"""The rerankers' policy: one more try after at most a quarter second (a query is waiting)."""
 
 DEFAULT_REWRITE_PROMPT = ChatPromptTemplate.from_messages(
     [
@@ -278,14 +276,9 @@ class MultiQueryFusionRetriever(CheckedModel, BaseRetriever):
         if not query.strip():
             return []
         chain, inputs, config = self._rewrite_call(query, count, callbacks)
-        timeout = self.timeout
-
-        def attempt() -> Any:
-            if timeout is None:
-                return chain.invoke(inputs, config)
-            return call_with_timeout(lambda: chain.invoke(inputs, config), timeout, self._slots)
-
-        answer, error, _ = call_model(attempt, self.retry, random.Random(self.retry.seed), "multi-query rewrite")
+        answer, error, _ = invoke_bounded(
+            chain, inputs, config, timeout=self.timeout, slots=self._slots, retry=self.retry, task="multi-query rewrite"
+        )
         return self._rewrites_from(answer, error, query, count)
 
     async def arewrite(self, query: str, n: int | None = None, callbacks: Callbacks = None) -> list[str]:
@@ -294,11 +287,8 @@ class MultiQueryFusionRetriever(CheckedModel, BaseRetriever):
         if not query.strip():
             return []
         chain, inputs, config = self._rewrite_call(query, count, callbacks)
-        answer, error, _ = await acall_model(
-            lambda: await_with_timeout(chain.ainvoke(inputs, config), self.timeout),
-            self.retry,
-            random.Random(self.retry.seed),
-            "multi-query rewrite",
+        answer, error, _ = await ainvoke_bounded(
+            chain, inputs, config, timeout=self.timeout, retry=self.retry, task="multi-query rewrite"
         )
         return self._rewrites_from(answer, error, query, count)
 
