@@ -215,6 +215,8 @@ class TestPerCall:
     def test_per_call_selection(self, index: FusionIndex) -> None:
         assert per_call_selection(index.as_retriever()) == SELECTION
         assert per_call_selection(_hierarchical(index).as_retriever()) == ()
+        assert set(SELECTION) <= set(index.as_retriever().per_call_option_names())
+        assert not set(SELECTION) & set(_hierarchical(index).as_retriever().per_call_option_names())
 
 
 class TestPipeline:
