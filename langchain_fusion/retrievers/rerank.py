@@ -600,8 +600,6 @@ class RerankRetriever(CheckedModel, BaseRetriever):
             kept = kept[:top_n]
         results = []
         for rank, doc in enumerate(kept, 1):
-            copied = doc.model_copy(deep=True)
-            copied.metadata[keys.RERANK_RANK] = rank
-            copied.metadata[keys.RERANK_SCORE] = _finite_number(copied.metadata.get(keys.RELEVANCE_SCORE))
-            results.append(copied)
+            score = _finite_number(doc.metadata.get(keys.RELEVANCE_SCORE))
+            results.append(BaseReranker._copy(doc, {keys.RERANK_RANK: rank, keys.RERANK_SCORE: score}))
         return results
