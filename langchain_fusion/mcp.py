@@ -76,7 +76,7 @@ from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex
 from langchain_fusion.index.opening import open_index
 from langchain_fusion.models.chat import chat_model_or_reason
-from langchain_fusion.retrievers.fusion import OPTION_CHECKS
+from langchain_fusion.retrievers.fusion import OPTION_CHECKS, SearchRetriever
 from langchain_fusion.search.options import SEARCH_DEFAULTS
 from langchain_fusion.sockets import is_loopback
 from langchain_fusion.stores.local.folder import library_version
@@ -312,13 +312,13 @@ def per_call_selection(retriever: BaseRetriever) -> tuple[str, ...]:
     """The relevance floor and diversity options ``retriever`` takes per call (through wrappers it passes them to).
 
     A wrapper (context windows, rerank, multi-query) passes them to its ``retriever``; the
-    innermost one says which it takes: all of them for a fused retriever, none for a
-    hierarchical one or a retriever from elsewhere.
+    innermost one says which it takes (its ``per_call_option_names()``): all of them for a fused
+    retriever, none for a hierarchical one or a retriever from elsewhere.
     """
     inner: Any = retriever
     while isinstance(getattr(inner, "retriever", None), BaseRetriever):
         inner = inner.retriever
-    takes = set(getattr(type(inner), "_per_call_options", ()))
+    takes = inner.per_call_option_names() if isinstance(inner, SearchRetriever) else ()
     return tuple(name for name in SELECTION_OPTIONS if name in takes)
 
 
@@ -464,7 +464,8 @@ def build_mcp_server(
         refuse_selection_on_hierarchical(selection, isinstance(served, HierarchicalIndex))
         defaults.update(selection)
         retriever = served.as_retriever(**defaults)
-    accepted = ("query", "k", "alpha", "filter", *per_call_selection(retriever))
+    selection_per_call = per_call_selection(retriever)
+    accepted = ("query", "k", "alpha", "filter", *selection_per_call)
     info = {"library_version": library_version(), **describe_index(served), "limits": asdict(limits)}
     if defaults is not None:
         info.update(defaults=defaults, pipeline=pipeline.describe())
@@ -581,7 +582,7 @@ def build_mcp_server(
     trimmed = [parameter for parameter in signature.parameters.values() if parameter.name in accepted]
     setattr(search, "__signature__", signature.replace(parameters=trimmed))  # noqa: B010 - mypy: no such attribute
     options_text = ""
-    if len(accepted) > len(SEARCH_ARGUMENTS) - len(SELECTION_OPTIONS):
+    if selection_per_call:
         options_text = (
             " Optional relevance floors (min_vector_score, min_bm25_score) leave out weak matches; lambda_mult and "
             "max_per_source make the results more varied."

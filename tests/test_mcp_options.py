@@ -32,6 +32,8 @@ ONE_AT_A_TIME = [
     {"max_per_source": 1},
 ]
 SELECTION = ("min_vector_score", "min_bm25_score", "lambda_mult", "max_per_source")
+REWRITES = "photosynthesis\nsunlight energy\nchemical energy from sunlight"
+"""Three rewrites of "cats" that all find the same chunk of doc1 (not the one "cats" finds there)."""
 
 
 @pytest.fixture(scope="module")
@@ -213,6 +215,8 @@ class TestPerCall:
     def test_per_call_selection(self, index: FusionIndex) -> None:
         assert per_call_selection(index.as_retriever()) == SELECTION
         assert per_call_selection(_hierarchical(index).as_retriever()) == ()
+        assert set(SELECTION) <= set(index.as_retriever().per_call_option_names())
+        assert not set(SELECTION) & set(_hierarchical(index).as_retriever().per_call_option_names())
 
 
 class TestPipeline:
@@ -260,23 +264,43 @@ class TestPipeline:
         server = build_mcp_server(index, llm=model, reranker="llm", multi_query=2, log_level="WARNING")
         async with connected(server) as session:
             results = _results(await _search(session, query="cats", k=3))
-            capped = _results(await _search(session, query="cats", k=3, max_per_source=1))
+            capped = _results(await _search(session, query="cats", k=4, max_per_source=1))
         hits = results.results
         assert len(hits) == 3
         assert hits[0].metadata[keys.RERANK_RATING] == 9 and "purr" in hits[0].text
         assert all(h.metadata[keys.MULTI_QUERY_REWRITES] == ["kitten", "parrots talking"] for h in hits)
-        # The equivalent retriever: 20 candidates from the query and its rewrites (each search capped), rated.
+        # The equivalent retriever: 20 candidates from the query and its rewrites (each search and the fused list
+        # capped), rated.
         rewrites = MultiQueryFusionRetriever.from_llm(
             index.as_retriever(), model, n=2, k=20, k_per_query=max(20, DEFAULT_K_PER_QUERY)
         )
         reference = RerankRetriever(retriever=rewrites, reranker=LLMReranker(llm=model, top_n=None))
         assert [h.id for h in hits] == _ids(reference.invoke("cats", top_n=3))
-        assert [h.id for h in capped.results] == _ids(reference.invoke("cats", top_n=3, max_per_source=1))
-        assert [h.id for h in capped.results] != [h.id for h in hits]
+        assert [h.id for h in capped.results] == _ids(reference.invoke("cats", top_n=4, max_per_source=1))
+        assert len(capped.results) == 3  # three sources, one candidate each: the cap held for the fused list
+        assert len(reference.invoke("cats", top_n=4)) == 4
         assert describe_server(server)["pipeline"] == {
             "rerank": {"step": "LLMReranker", "model": None, "candidates": 20},
             "multi_query": 2,
         }
+
+    async def test_multi_query_caps_the_fused_results(self, index: FusionIndex) -> None:
+        from langchain_fusion import MultiQueryFusionRetriever
+        from tests.fake_chat_models import RatingModel
+
+        # Each search capped at one chunk per source, the rewrites' best chunk of doc1 ("Photosynthesis...")
+        # outranks the query's third one; the fused list must still hold one chunk per source.
+        model = RatingModel(rule=lambda prompt: REWRITES, structured=False)
+        by_default = build_mcp_server(index, llm=model, multi_query=3, k=3, max_per_source=1, log_level="WARNING")
+        per_call = build_mcp_server(index, llm=model, multi_query=3, k=3, log_level="WARNING")
+        async with connected(by_default) as session:
+            default = _results(await _search(session, query="cats"))
+        async with connected(per_call) as session:
+            called = _results(await _search(session, query="cats", max_per_source=1))
+        expected = MultiQueryFusionRetriever.from_llm(index.as_retriever(max_per_source=1), model, n=3, k=3)
+        for results in (default, called):
+            assert [h.id for h in results.results] == _ids(expected.invoke("cats"))
+            assert sorted(h.source or "" for h in results.results) == ["doc0.txt", "doc1.txt", "doc2.txt"]
 
     @pytest.mark.parametrize(
         ("options", "message"),

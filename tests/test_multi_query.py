@@ -5,15 +5,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from typing import Any
 
 import numpy as np
 import pytest
-from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.messages import AIMessage
 from langchain_core.retrievers import BaseRetriever
 from langchain_tests.integration_tests import RetrieversIntegrationTests
+from pydantic import Field
 
 from langchain_fusion import FusionIndex, InvalidParameterError, MultiQueryFusionRetriever, RetryPolicy
 from langchain_fusion import metadata as keys
@@ -186,6 +188,79 @@ class TestFusion:
         llm = writer("dogs")
         assert MultiQueryFusionRetriever(retriever=animal_index.as_retriever(), llm=llm).invoke("  ") == []
         assert llm.calls == []
+
+
+RANKINGS = {"q": ["a1", "a2", "a3", "b1", "a4", "c1", "b2"], "again": ["a3", "a4", "a1", "a2"]}
+"""Each query's ranking; a document's source is its first letter."""
+
+
+class Ranked(BaseRetriever):
+    """Returns each query's ranking ``k`` deep, capped per source as our retrievers do; records the options."""
+
+    max_per_source: int | None = None
+    options: list[dict[str, Any]] = Field(default_factory=list)
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        self.options.append(kwargs)
+        cap = kwargs.get("max_per_source", self.max_per_source)
+        counts: Counter[str] = Counter()
+        found = []
+        for name in RANKINGS.get(query, []):
+            if cap is None or counts[name[0]] < cap:
+                counts[name[0]] += 1
+                found.append(Document(id=name, page_content=name, metadata={keys.SOURCE: name[0]}))
+        return found[: kwargs.get("k", 4)]
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        return self._get_relevant_documents(query, run_manager=run_manager.get_sync(), **kwargs)
+
+
+class TestMaxPerSource:
+    """The cap holds for the fused list, not only for each query's search.
+
+    Capped at 2, the query's search gives a1 a2 b1 c1 b2 and the rewrite's a3 a4; with equal
+    weights a3 and a4 tie a1 and a2, so the fused top four would all come from source a.
+    """
+
+    def multi(self, **options: Any) -> MultiQueryFusionRetriever:
+        return MultiQueryFusionRetriever(retriever=Ranked(**options), llm=writer("again"), n=1, k=4, rewrite_weight=1.0)
+
+    def test_uncapped_the_top_is_one_source(self) -> None:
+        assert [d.id for d in self.multi().invoke("q")] == ["a1", "a3", "a2", "a4"]
+
+    def test_a_cap_per_call_caps_the_fused_list(self) -> None:
+        retriever = self.multi()
+        docs = retriever.invoke("q", max_per_source=2)
+        assert [d.id for d in docs] == ["a1", "a3", "b1", "c1"]  # a2 and a4 skipped, k filled from further down
+        assert [o["max_per_source"] for o in retriever.retriever.options] == [2, 2]  # and each search is capped
+
+    def test_the_wrapped_retrievers_cap_caps_the_fused_list(self) -> None:
+        assert [d.id for d in self.multi(max_per_source=2).invoke("q")] == ["a1", "a3", "b1", "c1"]
+        assert [d.id for d in self.multi(max_per_source=1).invoke("q", max_per_source=2)] == ["a1", "a3", "b1", "c1"]
+        capped_at_one = self.multi(max_per_source=1).invoke("q")
+        assert [d.id for d in capped_at_one] == ["a1", "b1", "c1"]  # three sources: fewer than k
+        assert capped_at_one[0].metadata[keys.MULTI_QUERY_RANKS] == [1, None]
+
+    async def test_async_twin(self) -> None:
+        retriever = self.multi(max_per_source=2)
+        assert await retriever.ainvoke("q") == retriever.invoke("q")
+        assert [d.id for d in await self.multi().ainvoke("q", max_per_source=2)] == ["a1", "a3", "b1", "c1"]
+
+    def test_over_an_index(self, animal_docs: list[Document], embeddings: HashingEmbeddings) -> None:
+        docs = [d.model_copy(update={"metadata": {keys.SOURCE: f"doc{i % 2}.txt"}}) for i, d in enumerate(animal_docs)]
+        index = FusionIndex.from_documents(docs, embeddings)
+        llm = writer("cats purring\ndogs and cats as friends")
+        found = MultiQueryFusionRetriever.from_llm(index.as_retriever(max_per_source=2), llm, n=2, k=4).invoke("cat")
+        assert Counter(d.metadata[keys.SOURCE] for d in found) == {"doc0.txt": 2, "doc1.txt": 2}
+
+    def test_lambda_mult_reaches_each_search(self) -> None:
+        retriever = self.multi()
+        retriever.invoke("q", lambda_mult=0.5)
+        assert [o["lambda_mult"] for o in retriever.retriever.options] == [0.5, 0.5]
 
 
 def original_only(index: FusionIndex, query: str, k: int = 4) -> list[str | None]:

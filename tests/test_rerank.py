@@ -7,6 +7,7 @@ import copy
 import logging
 import os
 import re
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -33,6 +34,9 @@ from langchain_fusion import metadata as keys
 from langchain_fusion.retrievers.rerank import RatingError, RelevanceRating, parse_ranking, parse_rating
 from tests.conftest import HashingEmbeddings
 from tests.fake_chat_models import RatingModel, RunRecorder, keyword_rule
+
+HANG_GUARD = 60.0
+"""Seconds a model blocked by a test waits at most, so that a broken timeout fails the test instead of hanging it."""
 
 
 def candidates(*words: str, scores: list[float] | None = None) -> list[Document]:
@@ -350,11 +354,23 @@ class TestLLMListwiseReranker:
         assert model.async_calls == 1
 
     def test_timeout(self) -> None:
-        model = RatingModel(rule=lambda prompt: [2, 1], delay=2.0)
-        started = time.perf_counter()
-        result = LLMListwiseReranker(llm=model, timeout=0.2).rerank(candidates("alpha", "beta"), "q")
-        assert time.perf_counter() - started < 1.5
-        assert words_of(result) == ["alpha", "beta"]
+        called, release, answered = threading.Event(), threading.Event(), threading.Event()
+
+        def hang(prompt: str) -> Any:  # blocks until the test releases it (the bound only guards against a hang)
+            called.set()
+            release.wait(HANG_GUARD)
+            answered.set()
+            return [2, 1]
+
+        try:
+            result = LLMListwiseReranker(llm=RatingModel(rule=hang), timeout=0.2).rerank(
+                candidates("alpha", "beta"), "q"
+            )
+            still_blocked = not answered.is_set()
+        finally:
+            release.set()
+        assert called.is_set() and still_blocked  # rerank returned while the model had not answered
+        assert words_of(result) == ["alpha", "beta"]  # given up on: the fusion order
 
 
 class TestRerankRetriever:

@@ -66,6 +66,19 @@ def test_unset_options_are_not_in_the_defaults(index: FusionIndex) -> None:
     }
 
 
+def test_multi_query_caps_the_fused_results(index: FusionIndex) -> None:
+    from langchain_fusion import MultiQueryFusionRetriever
+    from tests.fake_chat_models import RatingModel
+
+    rewrites = "photosynthesis\nsunlight energy\nchemical energy from sunlight"  # doc1's other chunk, thrice
+    model = RatingModel(rule=lambda prompt: rewrites, structured=False)
+    expected = MultiQueryFusionRetriever.from_llm(index.as_retriever(k=3, max_per_source=1), model, n=3, k=3)
+    with TestClient(create_app(index, llm=model, k=3, max_per_source=1, multi_query=3)) as client:
+        docs = client.post("/retriever/invoke", json={"input": "cats"}).json()["output"]
+    assert [d["id"] for d in docs] == [d.id for d in expected.invoke("cats")]
+    assert sorted(d["metadata"][keys.SOURCE] for d in docs) == ["doc0.txt", "doc1.txt", "doc2.txt"]
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     BAD_SELECTION_OPTIONS,

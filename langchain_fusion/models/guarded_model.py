@@ -2,7 +2,7 @@
 
 :class:`GuardedModel` wraps any Runnable (usually a chat model) for a step whose caller waits for
 the answer, as the RAG chain's does. Calls go through the library's one retry loop
-(:func:`~langchain_fusion.models.llm_calls.call_model`); sync timeouts hold a bounded set of
+(:func:`~langchain_fusion.models.llm_calls.invoke_bounded`); sync timeouts hold a bounded set of
 threads (:func:`~langchain_fusion.models.llm_calls.call_with_timeout`), so a hung provider never
 makes threads pile up.
 """
@@ -22,10 +22,9 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_fusion.errors import FusionError, InvalidParameterError, ProviderError, describe_error
 from langchain_fusion.models.llm_calls import (
     RetryPolicy,
-    acall_model,
+    ainvoke_bounded,
     await_with_timeout,
-    call_model,
-    call_with_timeout,
+    invoke_bounded,
     is_transient,
     take_call_slot,
 )
@@ -94,25 +93,32 @@ class GuardedModel(Runnable[Any, Any]):
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """The model's answer, retried per ``retry``; each try given up on after ``timeout``."""
-        timeout = self.timeout
-
-        def attempt() -> Any:
-            if timeout is None:
-                return self.model.invoke(input, config, **kwargs)
-            return call_with_timeout(lambda: self.model.invoke(input, config, **kwargs), timeout, self._slots)
-
-        answer, error, attempts = call_model(attempt, self.retry, self._rng, self.step)
+        answer, error, attempts = invoke_bounded(
+            self.model,
+            input,
+            config,
+            timeout=self.timeout,
+            slots=self._slots,
+            retry=self.retry,
+            rng=self._rng,
+            task=self.step,
+            kwargs=kwargs,
+        )
         if error is not None:
             raise self._failure(error, attempts) from error
         return answer
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """Async twin of :meth:`invoke` (a timed-out call is cancelled)."""
-        answer, error, attempts = await acall_model(
-            lambda: await_with_timeout(self.model.ainvoke(input, config, **kwargs), self.timeout),
-            self.retry,
-            self._rng,
-            self.step,
+        answer, error, attempts = await ainvoke_bounded(
+            self.model,
+            input,
+            config,
+            timeout=self.timeout,
+            retry=self.retry,
+            rng=self._rng,
+            task=self.step,
+            kwargs=kwargs,
         )
         if error is not None:
             raise self._failure(error, attempts) from error

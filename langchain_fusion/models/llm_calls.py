@@ -28,7 +28,7 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -264,6 +264,56 @@ async def acall_model(
             wait = policy.delay(attempt, rng, exc)
             logger.debug("%s: %s; retry %d in %.2f s", task, describe_error(exc), attempt, wait)
             await policy.asleep(wait)
+
+
+def invoke_bounded(
+    runnable: Runnable[Any, T],
+    input: Any,
+    config: RunnableConfig | None,
+    *,
+    timeout: float | None,
+    slots: threading.Semaphore,
+    retry: RetryPolicy,
+    task: str,
+    rng: random.Random | None = None,
+    kwargs: Mapping[str, Any] | None = None,
+) -> tuple[T | None, Exception | None, int]:
+    """``runnable.invoke(input, config, **kwargs)`` as every model call here is made: bounded and retried.
+
+    Each try is given up on after ``timeout`` seconds (:func:`call_with_timeout`, holding one of
+    ``slots``; None: no limit of ours), and transient errors are retried per ``retry`` with the
+    jitter of ``rng`` (default: a fresh one seeded with ``retry.seed``). The result is that of
+    :func:`call_model`: ``(answer, None, attempts)`` or ``(None, error, attempts)``.
+    """
+    extra = dict(kwargs or {})
+
+    def attempt() -> T:
+        if timeout is None:
+            return runnable.invoke(input, config, **extra)
+        return call_with_timeout(lambda: runnable.invoke(input, config, **extra), timeout, slots)
+
+    return call_model(attempt, retry, random.Random(retry.seed) if rng is None else rng, task)
+
+
+async def ainvoke_bounded(
+    runnable: Runnable[Any, T],
+    input: Any,
+    config: RunnableConfig | None,
+    *,
+    timeout: float | None,
+    retry: RetryPolicy,
+    task: str,
+    rng: random.Random | None = None,
+    kwargs: Mapping[str, Any] | None = None,
+) -> tuple[T | None, Exception | None, int]:
+    """Async twin of :func:`invoke_bounded`: a try still running after ``timeout`` is cancelled (no slots needed)."""
+    extra = dict(kwargs or {})
+    return await acall_model(
+        lambda: await_with_timeout(runnable.ainvoke(input, config, **extra), timeout),
+        retry,
+        random.Random(retry.seed) if rng is None else rng,
+        task,
+    )
 
 
 # --- the on-disk cache ------------------------------------------------------------------------
@@ -663,8 +713,9 @@ class _Runner:
         return outcome
 
     def _attempts(self, inputs: dict[str, str], config: RunnableConfig) -> CallOutcome:
-        answer, error, attempts = call_model(
-            lambda: self._call(inputs, config), self.settings.retry, self.rng, self.task
+        timeout, retry = self.settings.timeout, self.settings.retry
+        answer, error, attempts = invoke_bounded(
+            self.chain, inputs, config, timeout=timeout, slots=self.slots, retry=retry, rng=self.rng, task=self.task
         )
         return self._outcome(answer, error, attempts)
 
@@ -683,17 +734,9 @@ class _Runner:
             return CallOutcome(error=too_long, attempts=attempts)
         return CallOutcome(text=text, attempts=attempts)
 
-    def _call(self, inputs: dict[str, str], config: RunnableConfig) -> Any:
-        timeout = self.settings.timeout
-        if timeout is None:
-            return self.chain.invoke(inputs, config)
-        return call_with_timeout(lambda: self.chain.invoke(inputs, config), timeout, self.slots)
-
     async def _aattempts(self, inputs: dict[str, str], config: RunnableConfig) -> CallOutcome:
-        answer, error, attempts = await acall_model(
-            lambda: self._acall(inputs, config), self.settings.retry, self.rng, self.task
+        timeout, retry = self.settings.timeout, self.settings.retry
+        answer, error, attempts = await ainvoke_bounded(
+            self.chain, inputs, config, timeout=timeout, retry=retry, rng=self.rng, task=self.task
         )
         return self._outcome(answer, error, attempts)
-
-    async def _acall(self, inputs: dict[str, str], config: RunnableConfig) -> Any:
-        return await await_with_timeout(self.chain.ainvoke(inputs, config), self.settings.timeout)

@@ -120,7 +120,7 @@ class CrossEncoderReranker(BaseReranker):
         fusion = _fusion_scores(documents)
         order = sorted(
             range(len(documents)),
-            key=lambda p: (scores[p] is None, _descending(scores[p]), _descending(fusion[p]), p),
+            key=lambda p: (_descending(scores[p]), _descending(fusion[p]), p),  # no score (None) last
         )
         kept = order if top_n is None else order[:top_n]
         return [self._copy(documents[p], {keys.RERANK_SCORE: scores[p]}) for p in kept]

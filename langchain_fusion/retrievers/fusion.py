@@ -131,6 +131,11 @@ class SearchRetriever(CheckedModel, BaseRetriever):
         check = cls._option_checks.get(info.field_name or "")
         return value if check is None else check(value)
 
+    @classmethod
+    def per_call_option_names(cls) -> tuple[str, ...]:
+        """The options ``invoke`` takes per call (``invoke(query, k=3)``); any other keyword is refused."""
+        return cls._per_call_options
+
     def _options(self, overrides: dict[str, Any]) -> dict[str, Any]:
         return per_call_options(self, self._per_call_options, overrides, self._option_checks)
 

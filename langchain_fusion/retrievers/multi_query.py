@@ -8,12 +8,19 @@ weighted highest. The model call is bounded like every query-time model call her
 ``timeout``, light retries); a model that fails, hangs or writes nothing usable leaves the
 original query's search, and a rewrite whose search fails is left out, each with a logged
 warning: a failed rewrite never fails the query.
+
+Diversity: ``max_per_source`` (given per call, else the wrapped retriever's own) caps every search
+*and* the fused list, which is read in order past the candidates over the cap (see
+:mod:`~langchain_fusion.search.diversity`). Each search holds ``k_per_query`` results (at least
+``k``) within the cap, so the fused list fills ``k`` whenever the query's own search would.
+``lambda_mult`` (maximal marginal relevance) is passed on to every search like any other option:
+each list is diversified among its own candidates, and the fused list is not re-ranked by MMR
+(the wrapped retriever's results carry no vectors to compare).
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import re
 import threading
 from collections.abc import Sequence
@@ -32,18 +39,25 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
 from langchain_fusion import metadata as keys
-from langchain_fusion._checks import CheckedModel, check_k, check_positive_int, check_rewrites, is_real_number
+from langchain_fusion._checks import (
+    CheckedModel,
+    check_k,
+    check_max_per_source,
+    check_positive_int,
+    check_rewrites,
+    is_real_number,
+)
 from langchain_fusion.errors import InvalidParameterError, describe_error
 from langchain_fusion.models.llm_calls import (
     Prompt,
     RetryPolicy,
-    acall_model,
+    ainvoke_bounded,
     answer_text,
-    await_with_timeout,
-    call_model,
-    call_with_timeout,
     check_prompt,
+    invoke_bounded,
 )
+from langchain_fusion.retrievers.rerank import RERANK_RETRY
+from langchain_fusion.search.diversity import capped, source_groups
 from langchain_fusion.search.fusion import weighted_rrf
 
 logger = logging.getLogger(__name__)
@@ -56,8 +70,8 @@ DEFAULT_REWRITE_WEIGHT = 0.5
 """Weight of each rewrite's list in the fusion; the original query's is 1."""
 DEFAULT_REWRITE_TIMEOUT = 30.0
 """Seconds to wait for the rewrites (per try) before searching the query alone."""
-REWRITE_RETRY = RetryPolicy(max_attempts=2, initial_delay=0.25, max_delay=2.0)
-"""One more try after at most a quarter second: a query is waiting (the rerankers' policy)."""
+REWRITE_RETRY = RERANK_RETRY
+"""The rerankers' policy: one more try after at most a quarter second (a query is waiting)."""
 
 DEFAULT_REWRITE_PROMPT = ChatPromptTemplate.from_messages(
     [
@@ -115,6 +129,16 @@ def parse_rewrites(answer: Any, question: str, n: int) -> list[str]:
     return rewrites
 
 
+def _own_cap(retriever: BaseRetriever) -> int | None:
+    """The ``max_per_source`` field of ``retriever``, or of the retriever it wraps (and so on); None if none has one."""
+    inner: Any = retriever
+    while "max_per_source" not in type(inner).model_fields:
+        inner = getattr(inner, "retriever", None)
+        if not isinstance(inner, BaseRetriever):
+            return None
+    return check_max_per_source(inner.max_per_source)
+
+
 def _doc_key(doc: Document) -> Any:
     """The identity of a result across lists: its id, or its text and place when it has none."""
     if doc.id is not None:
@@ -133,8 +157,10 @@ class MultiQueryFusionRetriever(CheckedModel, BaseRetriever):
     list. Ties go to the better rank for the original query, then to first appearance.
 
     ``invoke(query, k=5, n=2)`` overrides ``k`` and ``n`` per call; any other keyword goes to
-    every search of the wrapped retriever (``invoke(query, alpha=0.3)``). The rewrite call and
-    the searches are child runs of this retriever's run.
+    every search of the wrapped retriever (``invoke(query, alpha=0.3)``). ``max_per_source``
+    (per call, else the wrapped retriever's field) also caps the fused list; ``lambda_mult``
+    diversifies each search only (see the module docstring). The rewrite call and the searches
+    are child runs of this retriever's run.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -213,6 +239,12 @@ class MultiQueryFusionRetriever(CheckedModel, BaseRetriever):
         n = check_rewrites(rest.pop("n")) if "n" in rest else self.n
         return k, n, rest
 
+    def _cap(self, rest: dict[str, Any]) -> int | None:
+        """The cap per source of the fused list: the call's ``max_per_source`` (passed on too), else the searches'."""
+        if "max_per_source" in rest:
+            return check_max_per_source(rest["max_per_source"])
+        return _own_cap(self.retriever)
+
     def _search_config(self, callbacks: Callbacks) -> RunnableConfig:
         return {"callbacks": callbacks, "max_concurrency": self.max_concurrency}
 
@@ -244,14 +276,9 @@ class MultiQueryFusionRetriever(CheckedModel, BaseRetriever):
         if not query.strip():
             return []
         chain, inputs, config = self._rewrite_call(query, count, callbacks)
-        timeout = self.timeout
-
-        def attempt() -> Any:
-            if timeout is None:
-                return chain.invoke(inputs, config)
-            return call_with_timeout(lambda: chain.invoke(inputs, config), timeout, self._slots)
-
-        answer, error, _ = call_model(attempt, self.retry, random.Random(self.retry.seed), "multi-query rewrite")
+        answer, error, _ = invoke_bounded(
+            chain, inputs, config, timeout=self.timeout, slots=self._slots, retry=self.retry, task="multi-query rewrite"
+        )
         return self._rewrites_from(answer, error, query, count)
 
     async def arewrite(self, query: str, n: int | None = None, callbacks: Callbacks = None) -> list[str]:
@@ -260,11 +287,8 @@ class MultiQueryFusionRetriever(CheckedModel, BaseRetriever):
         if not query.strip():
             return []
         chain, inputs, config = self._rewrite_call(query, count, callbacks)
-        answer, error, _ = await acall_model(
-            lambda: await_with_timeout(chain.ainvoke(inputs, config), self.timeout),
-            self.retry,
-            random.Random(self.retry.seed),
-            "multi-query rewrite",
+        answer, error, _ = await ainvoke_bounded(
+            chain, inputs, config, timeout=self.timeout, retry=self.retry, task="multi-query rewrite"
         )
         return self._rewrites_from(answer, error, query, count)
 
@@ -274,28 +298,33 @@ class MultiQueryFusionRetriever(CheckedModel, BaseRetriever):
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
         k, n, rest = self._options(kwargs)
+        cap = self._cap(rest)
         rewrites = self.rewrite(query, n, run_manager.get_child())
         queries = [query, *rewrites]
         depth = max(self.k_per_query, k)
         lists = self.retriever.batch(
             queries, self._search_config(run_manager.get_child()), return_exceptions=True, k=depth, **rest
         )
-        return self._fuse(queries, lists, k)
+        return self._fuse(queries, lists, k, cap)
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
         k, n, rest = self._options(kwargs)
+        cap = self._cap(rest)
         rewrites = await self.arewrite(query, n, run_manager.get_child())
         queries = [query, *rewrites]
         depth = max(self.k_per_query, k)
         lists = await self.retriever.abatch(
             queries, self._search_config(run_manager.get_child()), return_exceptions=True, k=depth, **rest
         )
-        return self._fuse(queries, lists, k)
+        return self._fuse(queries, lists, k, cap)
 
-    def _fuse(self, queries: list[str], lists: Sequence[Any], k: int) -> list[Document]:
-        """Weighted RRF of the lists that came back; the original query's failure is the query's."""
+    def _fuse(self, queries: list[str], lists: Sequence[Any], k: int, cap: int | None) -> list[Document]:
+        """Weighted RRF of the lists that came back, the best ``k`` within ``cap`` per source (None: no cap).
+
+        The original query's failure is the query's.
+        """
         if isinstance(lists[0], BaseException):
             raise lists[0]
         searched: list[list[Document]] = [list(lists[0])]
@@ -323,7 +352,11 @@ class MultiQueryFusionRetriever(CheckedModel, BaseRetriever):
         weights = np.array([1.0] + [self.rewrite_weight] * len(rewrites))
         fused = weighted_rrf(ranks, weights)
         original = np.where(ranks[0] > 0, ranks[0], np.iinfo(np.int64).max)
-        best = np.lexsort((np.arange(len(order)), original, -fused))[:k]
+        ranking = np.lexsort((np.arange(len(order)), original, -fused))
+        if cap is None:
+            best = ranking[:k]
+        else:
+            best = ranking[capped(source_groups([first[order[j]] for j in ranking.tolist()]), k, cap)]
         results = []
         for j in best.tolist():
             doc = first[order[j]].model_copy(deep=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import re
 import threading
 from abc import abstractmethod
@@ -43,14 +42,7 @@ from langchain_fusion import metadata as keys
 from langchain_fusion._checks import CheckedModel
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.models.llm_calls import Prompt as Prompt  # re-exported: chains imports it from here
-from langchain_fusion.models.llm_calls import (
-    RetryPolicy,
-    acall_model,
-    await_with_timeout,
-    call_model,
-    call_with_timeout,
-    check_prompt,
-)
+from langchain_fusion.models.llm_calls import RetryPolicy, ainvoke_bounded, check_prompt, invoke_bounded
 
 logger = logging.getLogger(__name__)
 
@@ -352,25 +344,17 @@ class BaseLLMReranker(BaseReranker):
         inputs: dict[str, Any],
         config: RunnableConfig,
     ) -> Any:
-        """One model call through :func:`call_model`: retried per ``retry``, each try given up on after ``timeout``."""
-        timeout = self.timeout
-
-        def attempt() -> Any:
-            if timeout is None:
-                return chain.invoke(inputs, config)
-            return call_with_timeout(lambda: chain.invoke(inputs, config), timeout, self._slots)
-
-        answer, error, _ = call_model(attempt, self.retry, random.Random(self.retry.seed), "rerank")
+        """One model call (:func:`invoke_bounded`): retried per ``retry``, each try given up on after ``timeout``."""
+        answer, error, _ = invoke_bounded(
+            chain, inputs, config, timeout=self.timeout, slots=self._slots, retry=self.retry, task="rerank"
+        )
         if error is not None:
             raise error
         return answer
 
     async def _aask(self, chain: Runnable[dict[str, Any], Any], inputs: dict[str, Any], config: RunnableConfig) -> Any:
-        answer, error, _ = await acall_model(
-            lambda: await_with_timeout(chain.ainvoke(inputs, config), self.timeout),
-            self.retry,
-            random.Random(self.retry.seed),
-            "rerank",
+        answer, error, _ = await ainvoke_bounded(
+            chain, inputs, config, timeout=self.timeout, retry=self.retry, task="rerank"
         )
         if error is not None:
             raise error
@@ -616,8 +600,6 @@ class RerankRetriever(CheckedModel, BaseRetriever):
             kept = kept[:top_n]
         results = []
         for rank, doc in enumerate(kept, 1):
-            copied = doc.model_copy(deep=True)
-            copied.metadata[keys.RERANK_RANK] = rank
-            copied.metadata[keys.RERANK_SCORE] = _finite_number(copied.metadata.get(keys.RELEVANCE_SCORE))
-            results.append(copied)
+            score = _finite_number(doc.metadata.get(keys.RELEVANCE_SCORE))
+            results.append(BaseReranker._copy(doc, {keys.RERANK_RANK: rank, keys.RERANK_SCORE: score}))
         return results

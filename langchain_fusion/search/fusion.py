@@ -148,15 +148,11 @@ def fuse(
     whose BM25 score is not positive matched no query term: it has no BM25 rank and gets no
     RRF credit from that side. Input order is the tie-break order of the ranks.
     """
-    check_alpha(alpha)
-    check_method(method)
-    vector, bm25 = _aligned(vector_scores, bm25_scores)
-    matched = bm25 > 0
-    v_norm, b_norm, vector_rank, bm25_rank = _normalised(vector, bm25, method, matched)
-    if vector_rank is None or bm25_rank is None:
-        vector_rank, bm25_rank = ranks(vector), ranks(bm25, valid=matched)
-    fused = alpha * v_norm + (1.0 - alpha) * b_norm
-    return FusedScores(fused, v_norm, b_norm, vector_rank, bm25_rank)
+    pool = fuse_pool(vector_scores, bm25_scores, alpha, method)
+    vector_rank, bm25_rank = pool.vector_rank, pool.bm25_rank
+    if vector_rank is None or bm25_rank is None:  # only RRF ranks every candidate: rank them here
+        vector_rank, bm25_rank = ranks(pool.vector), ranks(pool.bm25, valid=pool.matched)
+    return FusedScores(pool.fused, pool.vector_normalized, pool.bm25_normalized, vector_rank, bm25_rank)
 
 
 @dataclass(frozen=True)
@@ -250,7 +246,7 @@ def fuse_pool(
     method: FusionMethod,
     tie_break: NDArray[np.int64] | None = None,
 ) -> FusedPool:
-    """Normalise and fuse one pool as :func:`fuse` does, ready to be ranked (:class:`FusedPool`)."""
+    """Normalise and fuse one pool (the scores of :func:`fuse`), ready to be ranked (:class:`FusedPool`)."""
     check_alpha(alpha)
     check_method(method)
     vector, bm25 = _aligned(vector_scores, bm25_scores)
