@@ -335,3 +335,105 @@ class TestHnswSearchDefaults:
         monkeypatch.setattr(vectors_module, "EF_SEARCH_LARGE_ROWS", 10)
         large = FusionIndex.from_documents(docs, embeddings, vector_index="HNSW16")
         assert ef_of(large) == vectors_module.EF_SEARCH_LARGE
+
+    @pytest.mark.usefixtures("ann_on_small_segments")
+    def test_graph_build_breadth_default_and_override(self, tmp_path: Path) -> None:
+        """efConstruction: ours unless search_params set it; the setting is saved and reloaded with the index."""
+        from langchain_fusion.stores.local import vectors as vectors_module
+
+        docs = random_corpus(15)
+        embeddings = HashingEmbeddings(size=32)
+
+        def graph_of(index: FusionIndex) -> object:
+            return index.store.snapshot.segments[0].ann._index.hnsw  # type: ignore[attr-defined]
+
+        default = FusionIndex.from_documents(docs, embeddings, vector_index="HNSW16")
+        assert graph_of(default).efConstruction == vectors_module.EF_CONSTRUCTION != 40  # type: ignore[attr-defined]
+        chosen = FusionIndex.from_documents(
+            docs, embeddings, vector_index="HNSW16", vector_search_params="efConstruction=24, efSearch=48"
+        )
+        assert graph_of(chosen).efConstruction == 24  # type: ignore[attr-defined]
+        assert graph_of(chosen).efSearch == 48  # type: ignore[attr-defined]
+        loaded = FusionIndex.load(chosen.save(tmp_path / "chosen"), embeddings)
+        assert graph_of(loaded).efSearch == 48  # type: ignore[attr-defined]
+        loaded.add_documents(random_corpus(16))  # graphs built after a load use the saved setting
+        graphs = [s.ann._index.hnsw for s in loaded.store.snapshot.segments if s.ann is not None]  # type: ignore[attr-defined]
+        assert graphs and {g.efConstruction for g in graphs} == {24}
+        exact = FusionIndex.from_documents(docs, embeddings)
+        for query in queries(15):
+            want = [d.id for d in FusionRetriever(index=exact, k=5).invoke(query)]
+            assert [d.id for d in FusionRetriever(index=chosen, k=5).invoke(query)] == want
+
+    @pytest.mark.parametrize(
+        "factory,params,reason",
+        [
+            ("Flat", "efConstruction=64", "efConstruction applies to HNSW graphs only"),
+            ("IVF4,Flat", "nprobe=2,efConstruction=64", "efConstruction applies to HNSW graphs only"),
+            ("HNSW16", "efConstruction=0", "efConstruction must be a whole number from 1 to 100000; got '0'"),
+            ("HNSW16", "efConstruction=-3", "got '-3'"),
+            ("HNSW16", "efConstruction=ten", "got 'ten'"),
+            ("HNSW16", "efConstruction=", "got ''"),
+            ("HNSW16", "efConstruction=99999999999999999999", "got '99999999999999999999'"),
+            ("HNSW16", "efConstruction=1.5", "got '1.5'"),
+        ],
+    )
+    def test_bad_graph_build_breadth_is_refused_up_front(self, factory: str, params: str, reason: str) -> None:
+        from langchain_fusion import LocalStore
+        from langchain_fusion.errors import FusionError
+
+        with pytest.raises(FusionError, match="invalid FAISS search parameters") as caught:
+            LocalStore(vector_index=factory, vector_search_params=params)
+        assert reason in str(caught.value)
+
+
+class TestSidesInParallel:
+    """A large local index searches its vector and BM25 sides in two threads: same results as one after the other."""
+
+    @pytest.mark.parametrize("vector_index", ["Flat", "HNSW16"])
+    def test_parallel_sides_equal_sequential(self, monkeypatch: pytest.MonkeyPatch, vector_index: str) -> None:
+        import threading
+
+        from langchain_fusion.search import pool as pool_module
+        from langchain_fusion.stores.local import snapshot as snapshot_module
+
+        monkeypatch.setattr(snapshot_module, "ANN_MIN_ROWS", 1)
+        docs = random_corpus(17)
+        index = FusionIndex.from_documents(docs, HashingEmbeddings(size=32), vector_index=vector_index)
+        where = {"source": docs[3].metadata["source"]} if "source" in docs[3].metadata else None
+        settings = [
+            {"k": 5},
+            {"k": 7, "alpha": 0.3, "fetch_k": 30},
+            {"k": 5, "fetch_k": None},
+            {"k": 4, "alpha": 1.0},
+            {"k": 4, "alpha": 0.0},
+            {"k": 5, "filter": where},
+        ]
+
+        def run() -> list[list[tuple[str | None, float]]]:
+            results = []
+            for options in settings:
+                retriever = FusionRetriever(index=index, **options)
+                for query in queries(17):
+                    results.append([(d.id, d.metadata["fusion_score"]) for d in retriever.invoke(query)])
+            return results
+
+        monkeypatch.setattr(snapshot_module, "PARALLEL_SIDES_MIN_ROWS", 10**9)
+        sequential = run()
+        vector_threads: set[str] = set()
+        real_side_tops = pool_module._side_tops
+
+        def recording(view, scorers, pool_size, where, alpha):  # type: ignore[no-untyped-def]
+            real_top = scorers.vector.top
+
+            def top(*args):  # type: ignore[no-untyped-def]
+                vector_threads.add(threading.current_thread().name)
+                return real_top(*args)
+
+            scorers.vector.top = top
+            return real_side_tops(view, scorers, pool_size, where, alpha)
+
+        monkeypatch.setattr(pool_module, "_side_tops", recording)
+        monkeypatch.setattr(snapshot_module, "PARALLEL_SIDES_MIN_ROWS", 1)
+        monkeypatch.setattr(snapshot_module, "_MANY_CORES", True)
+        assert run() == sequential
+        assert any(name.startswith("langchain-fusion-side") for name in vector_threads)

@@ -9,7 +9,10 @@ Nothing is ever combined by list position, and the same code runs on every store
 from __future__ import annotations
 
 import copy
+import os
+import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +25,7 @@ from langchain_fusion.search.floors import Floors
 from langchain_fusion.search.fusion import FusedPool, FusionMethod, fuse_pool
 from langchain_fusion.stores.base import (
     BatchScorer,
+    ConcurrentSides,
     FloatMatrix,
     Keys,
     SideScorer,
@@ -162,11 +166,7 @@ def fused_search(
     ):
         pool, vector_pool, bm25_pool = _whole_corpus_pool(view, scorers, alpha, where)
     else:
-        found: list[tuple[Keys, NDArray[np.float64]]] = []
-        if alpha > 0:
-            found.append(scorers.vector.top(pool_size, where))
-        if alpha < 1:
-            found.append(scorers.bm25.top(pool_size, where))
+        found = _side_tops(view, scorers, pool_size, where, alpha)
         pool = _sorted_union([keys_ for keys_, _ in found])
         vector_pool = _complete(pool, scorers.vector, found[0] if alpha > 0 else None)
         bm25_pool = _complete(pool, scorers.bm25, found[-1] if alpha < 1 else None)
@@ -225,6 +225,39 @@ def _whole_corpus_pool(
     if pool.size == vector_all.size:  # every key: no gather needed
         return pool, vector_all, bm25_all
     return pool, vector_all[pool], bm25_all[pool]
+
+
+_side_pool: ThreadPoolExecutor | None = None
+_side_pool_lock = threading.Lock()
+
+
+def _side_tops(
+    view: StoreView, scorers: QueryScorers, pool_size: int | None, where: Where | None, alpha: float
+) -> list[tuple[Keys, NDArray[np.float64]]]:
+    """The candidates of each side with a weight (vector first), the two searched at once where the view allows.
+
+    On a large local index each side takes milliseconds (a graph search or a scan; postings and
+    a top-k over every row) and both release the GIL, so the vector side runs in a worker thread
+    while the BM25 side runs in this one.
+    """
+    if not (0 < alpha < 1 and isinstance(view, ConcurrentSides) and view.sides_in_parallel()):
+        found: list[tuple[Keys, NDArray[np.float64]]] = []
+        if alpha > 0:
+            found.append(scorers.vector.top(pool_size, where))
+        if alpha < 1:
+            found.append(scorers.bm25.top(pool_size, where))
+        return found
+    global _side_pool
+    with _side_pool_lock:
+        if _side_pool is None:
+            workers = os.cpu_count() or 1
+            _side_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="langchain-fusion-side")
+    vector = _side_pool.submit(scorers.vector.top, pool_size, where)
+    try:
+        bm25 = scorers.bm25.top(pool_size, where)
+    finally:
+        wait([vector])
+    return [vector.result(), bm25]
 
 
 def _sorted_union(parts: list[Keys]) -> Keys:

@@ -94,6 +94,15 @@ class BatchScorer(Protocol):
         ...
 
 
+@runtime_checkable
+class ConcurrentSides(Protocol):
+    """Optional capability of a view: its two sides may search at the same time, from two threads."""
+
+    def sides_in_parallel(self) -> bool:
+        """Whether searching the sides side by side pays for handing one to another thread."""
+        ...
+
+
 class StoreView(ABC):
     """A consistent read view of a store: what one query (or one batch) sees."""
 

@@ -15,6 +15,7 @@ fresh build over the live documents.
 from __future__ import annotations
 
 import json
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -44,6 +45,11 @@ MERGE_FACTOR = 4
 
 COMPACT_DEAD_RATIO = 0.25
 """Segments are rewritten without dead rows once this share of all rows is dead."""
+
+PARALLEL_SIDES_MIN_ROWS = 1 << 16
+"""From this many rows a fused query searches its vector and BM25 sides in two threads."""
+
+_MANY_CORES = (os.cpu_count() or 1) > 1
 
 ANN_MIN_ROWS = 4096
 """Segments smaller than this are scanned exactly even when an approximate index is configured."""
@@ -522,6 +528,10 @@ class LocalView(StoreView):
     def bm25(self, query: str) -> LocalBM25Scorer:
         """The BM25 side for one query."""
         return LocalBM25Scorer(self.snapshot, query)
+
+    def sides_in_parallel(self) -> bool:
+        """True for a large snapshot on a machine with a second core (each side then takes milliseconds)."""
+        return _MANY_CORES and self.snapshot.size >= PARALLEL_SIDES_MIN_ROWS
 
     def vector_many(self, query_vectors: FloatMatrix) -> list[LocalVectorScorer]:
         """The vector side for each query vector (a row), scored in one pass over the vectors when exact."""

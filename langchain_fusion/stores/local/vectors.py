@@ -56,6 +56,21 @@ EF_SEARCH_LARGE_ROWS = 500_000
 """Graph size from which :data:`EF_SEARCH_LARGE` applies."""
 
 
+EF_CONSTRUCTION = 128
+"""efConstruction of a new HNSW graph unless ``search_params`` set it (FAISS's own default is 40).
+
+The breadth of the search that links each new vector into the graph. At 40, a 1M-row graph of
+the benchmark corpus finds only 0.86 of the exact top-100 even at efSearch 512, however long it
+searches; at 120 it finds 0.98 at efSearch 128, for about 2.7x the build time.
+"""
+
+_MAX_BUILD_BREADTH = 100_000
+"""Largest efConstruction accepted (FAISS stores it in a C int; beyond a few thousand it only slows the build)."""
+
+_BUILD_PARAMETERS = ("efConstruction",)
+"""Parameters of ``search_params`` applied when a graph is built rather than by FAISS's ParameterSpace."""
+
+
 def default_ef_search(rows: int) -> int:
     """The efSearch an HNSW graph of ``rows`` rows searches with unless told otherwise.
 
@@ -98,6 +113,8 @@ class AnnIndex:
     def build(cls, vectors: FloatMatrix, factory: str, search_params: str | None) -> AnnIndex:
         """Train (if needed) and fill a new index with ``vectors``."""
         index = new_faiss_index(vectors.shape[1], factory)
+        if isinstance(index, faiss.IndexHNSW):
+            index.hnsw.efConstruction = _build_parameters(factory, search_params).get("efConstruction", EF_CONSTRUCTION)
         if not index.is_trained:
             index.train(vectors)
         index.add(vectors)
@@ -202,13 +219,39 @@ def new_faiss_index(dimension: int, factory: str) -> Any:
 
 
 def _apply_search_params(index: Any, factory: str, search_params: str | None) -> None:
-    if search_params:
+    build = _build_parameters(factory, search_params)
+    if build and not isinstance(index, faiss.IndexHNSW):
+        raise FusionError(
+            f"invalid FAISS search parameters {search_params!r} for {factory!r}: "
+            f"{', '.join(build)} applies to HNSW graphs only"
+        )
+    searching = ",".join(p for p in _parameters(search_params) if p.partition("=")[0].strip() not in _BUILD_PARAMETERS)
+    if searching:
         try:
-            faiss.ParameterSpace().set_index_parameters(index, search_params)
+            faiss.ParameterSpace().set_index_parameters(index, searching)
         except RuntimeError as exc:
             raise FusionError(
                 f"invalid FAISS search parameters {search_params!r} for {factory!r}: {faiss_reason(exc)}"
             ) from None
+
+
+def _parameters(search_params: str | None) -> list[str]:
+    return [p for p in (search_params or "").split(",") if p.strip()]
+
+
+def _build_parameters(factory: str, search_params: str | None) -> dict[str, int]:
+    """The graph-building entries of ``search_params`` (``efConstruction=N``), checked."""
+    found: dict[str, int] = {}
+    for entry in _parameters(search_params):
+        name, _, value = (part.strip() for part in entry.partition("="))
+        if name in _BUILD_PARAMETERS:
+            if not (value.isascii() and value.isdecimal() and 1 <= int(value) <= _MAX_BUILD_BREADTH):
+                raise FusionError(
+                    f"invalid FAISS search parameters {search_params!r} for {factory!r}: "
+                    f"{name} must be a whole number from 1 to {_MAX_BUILD_BREADTH}; got {value!r}"
+                )
+            found[name] = int(value)
+    return found
 
 
 def check_vector_index(factory: str, search_params: str | None) -> int:
