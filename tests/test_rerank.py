@@ -33,10 +33,7 @@ from langchain_fusion import (
 from langchain_fusion import metadata as keys
 from langchain_fusion.retrievers.rerank import RatingError, RelevanceRating, parse_ranking, parse_rating
 from tests.conftest import HashingEmbeddings
-from tests.fake_chat_models import RatingModel, RunRecorder, keyword_rule
-
-HANG_GUARD = 60.0
-"""Seconds a model blocked by a test waits at most, so that a broken timeout fails the test instead of hanging it."""
+from tests.fake_chat_models import HANG_GUARD, Gate, RatingModel, RunRecorder, keyword_rule
 
 
 def candidates(*words: str, scores: list[float] | None = None) -> list[Document]:
@@ -165,23 +162,34 @@ class TestLLMReranker:
         assert words_of(result) == ["alpha", "beta"]
 
     def test_timeout(self, caplog: pytest.LogCaptureFixture) -> None:
-        model = RatingModel(rule=keyword_rule({"alpha": 2, "beta": 9}, default=6), slow={"beta": 3.0})
+        held = Gate()  # beta's calls get no answer until rerank has returned
+        model = RatingModel(rule=keyword_rule({"alpha": 2, "beta": 9}, default=6), gates={"beta": held})
         reranker = LLMReranker(llm=model, top_n=None, timeout=0.3)
-        started = time.perf_counter()
-        with caplog.at_level(logging.WARNING, logger="langchain_fusion.retrievers.rerank"):
-            result = reranker.rerank(candidates("alpha", "beta", "gamma"), "q")
-        assert time.perf_counter() - started < 2.0
+        try:
+            with caplog.at_level(logging.WARNING, logger="langchain_fusion.retrievers.rerank"):
+                result = reranker.rerank(candidates("alpha", "beta", "gamma"), "q")
+            answered = held.passed
+            called = held.wait_for_arrivals(1)  # its thread may reach the model only after rerank returned
+        finally:
+            held.open()
+        assert called and answered == 0  # rerank returned while beta's model call had not answered
         assert words_of(result) == ["gamma", "beta", "alpha"]
         assert result[1].metadata[keys.RERANK_RATING] is None
         assert "TimeoutError: no answer within 0.3 s" in caplog.text
 
     async def test_timeout_async(self) -> None:
-        model = RatingModel(rule=keyword_rule({"alpha": 2, "beta": 9}, default=6), slow={"beta": 3.0})
+        held = Gate()
+        model = RatingModel(rule=keyword_rule({"alpha": 2, "beta": 9}, default=6), gates={"beta": held})
         reranker = LLMReranker(llm=model, top_n=None, timeout=0.3)
-        started = time.perf_counter()
-        result = await reranker.arerank(candidates("alpha", "beta", "gamma"), "q")
-        assert time.perf_counter() - started < 2.0
+        try:
+            result = await reranker.arerank(candidates("alpha", "beta", "gamma"), "q")
+            arrived, passed, cancelled = held.arrived, held.passed, held.cancelled
+        finally:
+            held.open()
+        assert arrived >= 1 and passed == 0  # rerank returned while beta's model call had not answered
+        assert cancelled == arrived  # each of beta's tries was cancelled, not left running
         assert words_of(result) == ["gamma", "beta", "alpha"]
+        assert result[1].metadata[keys.RERANK_RATING] is None
 
     @pytest.mark.parametrize("bound", [2, 4])
     def test_concurrency_is_bounded_and_real(self, bound: int) -> None:
