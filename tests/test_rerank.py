@@ -8,7 +8,6 @@ import logging
 import os
 import re
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -210,11 +209,20 @@ class TestLLMReranker:
         assert model.sync_calls == 0  # real async: the model's async API, not a thread per call
 
     def test_timeouts_count_toward_the_bound(self) -> None:
-        model = RatingModel(rule=lambda d: 5, slow={"w": 0.4})
+        # Every call hangs until rerank has returned, so each call given up on still holds its slot.
+        held = Gate()
+        model = RatingModel(rule=lambda d: 5, gates={"passage": held})
         docs = candidates(*[f"w{i}" for i in range(6)])
-        LLMReranker(llm=model, max_concurrency=2, top_n=None, timeout=0.1).rerank(docs, "q")
-        time.sleep(0.9)  # let the abandoned calls finish
-        assert model.max_active <= 2
+        before = set(threading.enumerate())
+        try:
+            result = LLMReranker(llm=model, max_concurrency=2, top_n=None, timeout=0.1).rerank(docs, "q")
+        finally:
+            held.open()
+        for thread in set(threading.enumerate()) - before:  # every call started has answered: the counts are final
+            if thread.name == "langchain-fusion-call":
+                thread.join(HANG_GUARD)
+        assert len(model.calls) == 2  # only two calls ever reached the model; the others found no free slot
+        assert all(d.metadata[keys.RERANK_RATING] is None for d in result)
 
     async def test_async_twin_gives_the_same_result(self) -> None:
         rule = keyword_rule({"alpha": 2, "beta": ValueError("x"), "gamma": 8, "delta": 8})
