@@ -7,7 +7,6 @@ of range and too-long contexts are also covered in test_rerank.py and test_enric
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -35,7 +34,7 @@ from langchain_fusion import metadata as keys
 from langchain_fusion.errors import ProviderError
 from langchain_fusion.models.guarded_model import GuardedModel
 from tests.conftest import HashingEmbeddings
-from tests.fake_chat_models import RateLimitError
+from tests.fake_chat_models import Gate, RateLimitError
 
 CALL_THREADS = ("langchain-fusion-call", "langchain-fusion-stream")
 
@@ -282,16 +281,22 @@ class TestRagChainProviderFailures:
         assert model.calls == 1
 
     async def test_async_timeout_cancels(self, index: FusionIndex) -> None:
-        class SlowAsync(ScriptedModel):
+        held = Gate()  # opened only once the chain has given up
+
+        class HeldAsync(ScriptedModel):
             async def _agenerate(self, *args: Any, **kwargs: Any) -> ChatResult:
-                await asyncio.sleep(30)
+                await held.await_open()
                 raise AssertionError("not cancelled")
 
-        chain = build_rag_chain(index.as_retriever(k=1), SlowAsync(script=["x"]), timeout=0.05, retry=quick_retry(2))
-        started = time.perf_counter()
-        with pytest.raises(ProviderError, match="after 2 tries: TimeoutError"):
-            await chain.ainvoke("alpha")
-        assert time.perf_counter() - started < 5
+        chain = build_rag_chain(index.as_retriever(k=1), HeldAsync(script=["x"]), timeout=0.05, retry=quick_retry(2))
+        try:
+            with pytest.raises(ProviderError, match="after 2 tries: TimeoutError"):
+                await chain.ainvoke("alpha")
+            arrived, passed, cancelled = held.arrived, held.passed, held.cancelled
+        finally:
+            held.open()
+        assert arrived >= 1 and passed == 0  # the chain gave up while the model had not answered
+        assert cancelled == arrived  # and cancelled each try (the model saw asyncio.CancelledError)
 
     @pytest.mark.parametrize(
         "options", [{"timeout": 0}, {"timeout": -1.0}, {"timeout": True}, {"timeout": "5"}, {"max_concurrency": 0}]
