@@ -8,7 +8,6 @@ of range and too-long contexts are also covered in test_rerank.py and test_enric
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -34,7 +33,7 @@ from langchain_fusion import metadata as keys
 from langchain_fusion.errors import ProviderError
 from langchain_fusion.models.guarded_model import GuardedModel
 from tests.conftest import HashingEmbeddings
-from tests.fake_chat_models import Gate, RateLimitError
+from tests.fake_chat_models import HANG_GUARD, Gate, RateLimitError
 
 CALL_THREADS = ("langchain-fusion-call", "langchain-fusion-stream")
 
@@ -52,6 +51,13 @@ def earlier_call_threads() -> None:
 def call_threads() -> int:
     """Live threads started for timed model calls since this test began."""
     return sum(1 for t in threading.enumerate() if t.name in CALL_THREADS and t not in _EARLIER)
+
+
+def join_call_threads() -> None:
+    """Wait for the timed-call threads started since this test began to end (each at most HANG_GUARD, a hang guard)."""
+    for thread in threading.enumerate():
+        if thread.name in CALL_THREADS and thread not in _EARLIER:
+            thread.join(HANG_GUARD)
 
 
 async def _no_wait(seconds: float) -> None:
@@ -178,9 +184,7 @@ def hanging() -> Iterator[HangingModel]:
     model = HangingModel()
     yield model
     model.release()
-    deadline = time.monotonic() + 5
-    while call_threads() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    join_call_threads()
 
 
 class TestHungModelsHoldBoundedThreads:
@@ -208,9 +212,7 @@ class TestHungModelsHoldBoundedThreads:
         reranker = LLMReranker(llm=hanging, top_n=None, timeout=0.02, max_concurrency=2, retry=quick_retry(1))
         reranker.rerank(candidates(3), "q")
         hanging.release()
-        deadline = time.monotonic() + 5
-        while call_threads() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        join_call_threads()
         assert call_threads() == 0
         result = reranker.rerank(candidates(3), "q")
         assert [d.metadata[keys.RERANK_RATING] for d in result] == [7, 7, 7]
