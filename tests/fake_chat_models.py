@@ -2,7 +2,8 @@
 
 ``RatingModel`` answers the rerank prompt by a rule applied to the document being rated (an int,
 text, an exception, or anything else), optionally through ``with_structured_output``, with an
-optional delay, and records every call and the most calls ever in flight at once. ``flaky`` wraps a
+optional delay or a :class:`Gate` holding it, and records every call and the most calls ever in
+flight at once. ``flaky`` wraps a
 rule so that each prompt first fails with a (transient) error a given number of times.
 """
 
@@ -23,6 +24,78 @@ from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel, Field, PrivateAttr
 
+HANG_GUARD = 60.0
+"""Seconds a call held by a :class:`Gate` waits at most, so that a broken timeout or bound fails its test
+instead of hanging it. Never reached when the behaviour under test works."""
+
+
+class Gate:
+    """Holds the model calls that reach it until the test opens it: a deterministic "slow" or "hung" model.
+
+    A test proves a timeout by asserting, once the call under test has returned, that a held call
+    had arrived and had not been let through (``passed == 0``), and opens the gate only then (in a
+    ``finally``). With ``crowd=n`` the gate opens by itself once ``n`` calls have reached it: as
+    none passes before, the first ``n`` calls are then all in flight together, which proves real
+    concurrency without timing. A held call waits at most ``guard`` seconds (after which the gate stays open), so a
+    broken timeout or bound fails the test instead of hanging it.
+
+    ``arrived`` counts the calls that reached the gate, ``passed`` those let through (they go on to
+    answer), ``cancelled`` the async calls cancelled while held (``asyncio.CancelledError``).
+    """
+
+    def __init__(self, crowd: int | None = None, guard: float = HANG_GUARD) -> None:
+        self._crowd, self._guard = crowd, guard
+        self._condition = threading.Condition()
+        self._open = False
+        self.arrived = self.passed = self.cancelled = 0
+
+    def open(self) -> None:
+        """Let every held call, and every later one, through."""
+        with self._condition:
+            self._open = True
+            self._condition.notify_all()
+
+    def wait_for_arrivals(self, count: int) -> bool:
+        """Wait (at most the guard) until ``count`` calls have reached the gate; False if they never did.
+
+        For a call given up on in its own thread, which may reach the model only after the caller returned.
+        """
+        with self._condition:
+            return self._condition.wait_for(lambda: self.arrived >= count, self._guard)
+
+    def _arrive(self) -> None:
+        with self._condition:
+            self.arrived += 1
+            if self._crowd is not None and self.arrived >= self._crowd:
+                self._open = True
+            self._condition.notify_all()
+
+    def _pass(self) -> None:
+        with self._condition:
+            self._open = True  # let through, if only by the guard: hold no one any more
+            self._condition.notify_all()
+            self.passed += 1
+
+    def wait(self) -> None:
+        """Hold a sync call (its thread) until the gate opens."""
+        self._arrive()
+        with self._condition:
+            self._condition.wait_for(lambda: self._open, self._guard)
+        self._pass()
+
+    async def await_open(self) -> None:
+        """Hold an async call until the gate opens; a cancellation while held is counted, then re-raised."""
+        self._arrive()
+        deadline = time.monotonic() + self._guard  # the guard only; the gate itself is polled
+        try:
+            while not self._open and time.monotonic() < deadline:
+                await asyncio.sleep(0.005)
+        except asyncio.CancelledError:
+            with self._condition:
+                self.cancelled += 1
+            raise
+        self._pass()
+
 
 def document_of(prompt: str) -> str:
     """The document part of the default rating prompt (the whole prompt for other prompts)."""
@@ -36,13 +109,15 @@ class RatingModel(BaseChatModel):
 
     The rule returns what the model "says": an int (a rating), a str (text), an Exception (raised),
     or anything else (returned as the structured output as is). ``delay`` sleeps per call, so
-    concurrent calls overlap; ``slow`` maps a document keyword to a longer sleep.
+    concurrent calls overlap; ``slow`` maps a document keyword to a longer sleep; ``gates`` maps a
+    document keyword to a :class:`Gate` that holds the call (after any sleep) until it opens.
     """
 
     rule: Callable[[str], Any]
     structured: bool = True
     delay: float = 0.0
     slow: dict[str, float] = Field(default_factory=dict)
+    gates: dict[str, Gate] = Field(default_factory=dict)
 
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _active: int = PrivateAttr(default=0)
@@ -83,6 +158,10 @@ class RatingModel(BaseChatModel):
         document = document_of(text)
         return max([self.delay] + [t for word, t in self.slow.items() if word in document])
 
+    def _gates(self, text: str) -> list[Gate]:
+        document = document_of(text)
+        return [gate for word, gate in self.gates.items() if word in document]
+
     def _leave(self) -> None:
         with self._lock:
             self._active -= 1
@@ -97,6 +176,8 @@ class RatingModel(BaseChatModel):
         pause = self._enter(text, is_async=False)
         try:
             time.sleep(pause)
+            for gate in self._gates(text):
+                gate.wait()
             return self._answer(text)
         finally:
             self._leave()
@@ -105,6 +186,8 @@ class RatingModel(BaseChatModel):
         pause = self._enter(text, is_async=True)
         try:
             await asyncio.sleep(pause)
+            for gate in self._gates(text):
+                await gate.await_open()
             return self._answer(text)
         finally:
             self._leave()

@@ -7,9 +7,7 @@ of range and too-long contexts are also covered in test_rerank.py and test_enric
 
 from __future__ import annotations
 
-import asyncio
 import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -35,7 +33,7 @@ from langchain_fusion import metadata as keys
 from langchain_fusion.errors import ProviderError
 from langchain_fusion.models.guarded_model import GuardedModel
 from tests.conftest import HashingEmbeddings
-from tests.fake_chat_models import RateLimitError
+from tests.fake_chat_models import HANG_GUARD, Gate, RateLimitError
 
 CALL_THREADS = ("langchain-fusion-call", "langchain-fusion-stream")
 
@@ -53,6 +51,13 @@ def earlier_call_threads() -> None:
 def call_threads() -> int:
     """Live threads started for timed model calls since this test began."""
     return sum(1 for t in threading.enumerate() if t.name in CALL_THREADS and t not in _EARLIER)
+
+
+def join_call_threads() -> None:
+    """Wait for the timed-call threads started since this test began to end (each at most HANG_GUARD, a hang guard)."""
+    for thread in threading.enumerate():
+        if thread.name in CALL_THREADS and thread not in _EARLIER:
+            thread.join(HANG_GUARD)
 
 
 async def _no_wait(seconds: float) -> None:
@@ -179,9 +184,7 @@ def hanging() -> Iterator[HangingModel]:
     model = HangingModel()
     yield model
     model.release()
-    deadline = time.monotonic() + 5
-    while call_threads() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    join_call_threads()
 
 
 class TestHungModelsHoldBoundedThreads:
@@ -209,9 +212,7 @@ class TestHungModelsHoldBoundedThreads:
         reranker = LLMReranker(llm=hanging, top_n=None, timeout=0.02, max_concurrency=2, retry=quick_retry(1))
         reranker.rerank(candidates(3), "q")
         hanging.release()
-        deadline = time.monotonic() + 5
-        while call_threads() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        join_call_threads()
         assert call_threads() == 0
         result = reranker.rerank(candidates(3), "q")
         assert [d.metadata[keys.RERANK_RATING] for d in result] == [7, 7, 7]
@@ -282,16 +283,22 @@ class TestRagChainProviderFailures:
         assert model.calls == 1
 
     async def test_async_timeout_cancels(self, index: FusionIndex) -> None:
-        class SlowAsync(ScriptedModel):
+        held = Gate()  # opened only once the chain has given up
+
+        class HeldAsync(ScriptedModel):
             async def _agenerate(self, *args: Any, **kwargs: Any) -> ChatResult:
-                await asyncio.sleep(30)
+                await held.await_open()
                 raise AssertionError("not cancelled")
 
-        chain = build_rag_chain(index.as_retriever(k=1), SlowAsync(script=["x"]), timeout=0.05, retry=quick_retry(2))
-        started = time.perf_counter()
-        with pytest.raises(ProviderError, match="after 2 tries: TimeoutError"):
-            await chain.ainvoke("alpha")
-        assert time.perf_counter() - started < 5
+        chain = build_rag_chain(index.as_retriever(k=1), HeldAsync(script=["x"]), timeout=0.05, retry=quick_retry(2))
+        try:
+            with pytest.raises(ProviderError, match="after 2 tries: TimeoutError"):
+                await chain.ainvoke("alpha")
+            arrived, passed, cancelled = held.arrived, held.passed, held.cancelled
+        finally:
+            held.open()
+        assert arrived >= 1 and passed == 0  # the chain gave up while the model had not answered
+        assert cancelled == arrived  # and cancelled each try (the model saw asyncio.CancelledError)
 
     @pytest.mark.parametrize(
         "options", [{"timeout": 0}, {"timeout": -1.0}, {"timeout": True}, {"timeout": "5"}, {"max_concurrency": 0}]

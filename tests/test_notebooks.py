@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import nbformat
@@ -22,8 +21,9 @@ from nbclient import NotebookClient
 NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 KERNEL_NAME = "langchain-fusion-tests"
-CELL_TIMEOUT = 300  # seconds; a notebook takes well under a minute
-NOTEBOOK_BUDGET = 120  # seconds per notebook, kernel start included
+HANG_GUARD = 300
+"""Seconds the kernel may take to start, and one cell to run: a hang guard only (how fast the notebooks
+run is for benchmarks, not for these tests)."""
 
 
 def test_the_five_tutorials_are_there() -> None:
@@ -79,12 +79,11 @@ def test_notebook_runs_offline(
     client = NotebookClient(
         notebook,
         km=manager,
-        timeout=CELL_TIMEOUT,
+        timeout=HANG_GUARD,
+        startup_timeout=HANG_GUARD,
         resources={"metadata": {"path": str(NOTEBOOKS_DIR)}},  # cwd: the notebooks use ../data
     )
-    start = time.monotonic()
     client.execute()  # raises CellExecutionError, with the cell and the traceback, if a cell fails
-    elapsed = time.monotonic() - start
     errors = [
         output
         for cell in notebook.cells
@@ -93,7 +92,6 @@ def test_notebook_runs_offline(
         if output.output_type == "error"
     ]
     assert errors == []
-    assert elapsed < NOTEBOOK_BUDGET, f"{path.name} took {elapsed:.0f} s"
     printed = "".join(output.get("text", "") for cell in notebook.cells for output in cell.get("outputs", []))
     if "tutorial_chat_model" in "".join(cell.source for cell in notebook.cells):
         assert "Chat model: FAKE" in printed  # clearly labelled

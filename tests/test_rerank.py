@@ -8,7 +8,6 @@ import logging
 import os
 import re
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,10 +32,7 @@ from langchain_fusion import (
 from langchain_fusion import metadata as keys
 from langchain_fusion.retrievers.rerank import RatingError, RelevanceRating, parse_ranking, parse_rating
 from tests.conftest import HashingEmbeddings
-from tests.fake_chat_models import RatingModel, RunRecorder, keyword_rule
-
-HANG_GUARD = 60.0
-"""Seconds a model blocked by a test waits at most, so that a broken timeout fails the test instead of hanging it."""
+from tests.fake_chat_models import HANG_GUARD, Gate, RatingModel, RunRecorder, keyword_rule
 
 
 def candidates(*words: str, scores: list[float] | None = None) -> list[Document]:
@@ -165,50 +161,68 @@ class TestLLMReranker:
         assert words_of(result) == ["alpha", "beta"]
 
     def test_timeout(self, caplog: pytest.LogCaptureFixture) -> None:
-        model = RatingModel(rule=keyword_rule({"alpha": 2, "beta": 9}, default=6), slow={"beta": 3.0})
+        held = Gate()  # beta's calls get no answer until rerank has returned
+        model = RatingModel(rule=keyword_rule({"alpha": 2, "beta": 9}, default=6), gates={"beta": held})
         reranker = LLMReranker(llm=model, top_n=None, timeout=0.3)
-        started = time.perf_counter()
-        with caplog.at_level(logging.WARNING, logger="langchain_fusion.retrievers.rerank"):
-            result = reranker.rerank(candidates("alpha", "beta", "gamma"), "q")
-        assert time.perf_counter() - started < 2.0
+        try:
+            with caplog.at_level(logging.WARNING, logger="langchain_fusion.retrievers.rerank"):
+                result = reranker.rerank(candidates("alpha", "beta", "gamma"), "q")
+            answered = held.passed
+            called = held.wait_for_arrivals(1)  # its thread may reach the model only after rerank returned
+        finally:
+            held.open()
+        assert called and answered == 0  # rerank returned while beta's model call had not answered
         assert words_of(result) == ["gamma", "beta", "alpha"]
         assert result[1].metadata[keys.RERANK_RATING] is None
         assert "TimeoutError: no answer within 0.3 s" in caplog.text
 
     async def test_timeout_async(self) -> None:
-        model = RatingModel(rule=keyword_rule({"alpha": 2, "beta": 9}, default=6), slow={"beta": 3.0})
+        held = Gate()
+        model = RatingModel(rule=keyword_rule({"alpha": 2, "beta": 9}, default=6), gates={"beta": held})
         reranker = LLMReranker(llm=model, top_n=None, timeout=0.3)
-        started = time.perf_counter()
-        result = await reranker.arerank(candidates("alpha", "beta", "gamma"), "q")
-        assert time.perf_counter() - started < 2.0
+        try:
+            result = await reranker.arerank(candidates("alpha", "beta", "gamma"), "q")
+            arrived, passed, cancelled = held.arrived, held.passed, held.cancelled
+        finally:
+            held.open()
+        assert arrived >= 1 and passed == 0  # rerank returned while beta's model call had not answered
+        assert cancelled == arrived  # each of beta's tries was cancelled, not left running
         assert words_of(result) == ["gamma", "beta", "alpha"]
+        assert result[1].metadata[keys.RERANK_RATING] is None
 
     @pytest.mark.parametrize("bound", [2, 4])
     def test_concurrency_is_bounded_and_real(self, bound: int) -> None:
-        model = RatingModel(rule=lambda d: 5, delay=0.05)
+        # No call answers before `bound` calls are in flight together, so this needs real concurrency.
+        model = RatingModel(rule=lambda d: 5, gates={"passage": Gate(crowd=bound)})
         docs = candidates(*[f"w{i}" for i in range(12)])
-        started = time.perf_counter()
         LLMReranker(llm=model, max_concurrency=bound, top_n=None).rerank(docs, "q")
-        elapsed = time.perf_counter() - started
-        assert 1 < model.max_active <= bound
+        assert model.max_active == bound
         assert len(model.calls) == 12
-        assert elapsed < 12 * 0.05  # not one after another
 
     @pytest.mark.parametrize("bound", [2, 4])
     async def test_concurrency_is_bounded_and_real_async(self, bound: int) -> None:
-        model = RatingModel(rule=lambda d: 5, delay=0.05)
+        model = RatingModel(rule=lambda d: 5, gates={"passage": Gate(crowd=bound)})
         docs = candidates(*[f"w{i}" for i in range(12)])
         await LLMReranker(llm=model, max_concurrency=bound, top_n=None).arerank(docs, "q")
-        assert 1 < model.max_active <= bound
+        assert model.max_active == bound
         assert model.async_calls == 12
         assert model.sync_calls == 0  # real async: the model's async API, not a thread per call
 
     def test_timeouts_count_toward_the_bound(self) -> None:
-        model = RatingModel(rule=lambda d: 5, slow={"w": 0.4})
+        # Every call hangs until rerank has returned, so each call given up on still holds its slot.
+        held = Gate()
+        model = RatingModel(rule=lambda d: 5, gates={"passage": held})
         docs = candidates(*[f"w{i}" for i in range(6)])
-        LLMReranker(llm=model, max_concurrency=2, top_n=None, timeout=0.1).rerank(docs, "q")
-        time.sleep(0.9)  # let the abandoned calls finish
-        assert model.max_active <= 2
+        before = set(threading.enumerate())
+        try:
+            result = LLMReranker(llm=model, max_concurrency=2, top_n=None, timeout=0.1).rerank(docs, "q")
+        finally:
+            held.open()
+        for thread in set(threading.enumerate()) - before:  # every call started has answered: the counts are final
+            if thread.name == "langchain-fusion-call":
+                thread.join(HANG_GUARD)
+        assert len(model.calls) == 2  # only two calls ever reached the model; the others found no free slot
+        assert all(d.metadata[keys.RERANK_RATING] is None for d in result)
 
     async def test_async_twin_gives_the_same_result(self) -> None:
         rule = keyword_rule({"alpha": 2, "beta": ValueError("x"), "gamma": 8, "delta": 8})
