@@ -247,6 +247,8 @@ def worker_ann(corpus: Corpus, args: argparse.Namespace, out: dict[str, Any]) ->
     queries = list(exact)
     # The benchmark sets efSearch on the built graphs directly, to sweep it without rebuilding.
     graphs = [s.ann._index for s in index.store._snapshot.segments if s.ann is not None]
+    if graphs:
+        out["ann_ef_construction"] = int(graphs[0].hnsw.efConstruction)
     sweep: dict[str, Any] = {}
     for ef in [None, *args.ef]:
         if ef is not None:
@@ -434,7 +436,8 @@ def report(r: dict[str, Any]) -> list[str]:
             ">= 0.95 within 10 ms at 1M",
         )
     if "ann_build_s" in r:
-        add("HNSW32 build time", f"{r['ann_build_s']:.1f} s", f"exact {r.get('build_s', 0):.1f} s", "", "")
+        built = f" (efConstruction {r['ann_ef_construction']})" if "ann_ef_construction" in r else ""
+        add(f"HNSW32 build time{built}", f"{r['ann_build_s']:.1f} s", f"exact {r.get('build_s', 0):.1f} s", "", "")
     lines = [
         f"### {_size(n)} chunks",
         "",

@@ -48,20 +48,19 @@ def normalize_rows(vectors: object, dimension: int) -> FloatMatrix:
     return matrix
 
 
-EF_SEARCH_SMALL = 256
+EF_SEARCH_SMALL = 128
 """efSearch of an HNSW graph of fewer than :data:`EF_SEARCH_LARGE_ROWS` rows (unless ``search_params`` set it)."""
-EF_SEARCH_LARGE = 1024
+EF_SEARCH_LARGE = 256
 """efSearch of a larger graph: recall falls as a graph grows (see the README's recall/latency table)."""
 EF_SEARCH_LARGE_ROWS = 500_000
 """Graph size from which :data:`EF_SEARCH_LARGE` applies."""
-
 
 EF_CONSTRUCTION = 128
 """efConstruction of a new HNSW graph unless ``search_params`` set it (FAISS's own default is 40).
 
 The breadth of the search that links each new vector into the graph. At 40, a 1M-row graph of
 the benchmark corpus finds only 0.86 of the exact top-100 even at efSearch 512, however long it
-searches; at 120 it finds 0.98 at efSearch 128, for about 2.7x the build time.
+searches; at 80, 0.97; at 120, 0.98 already at efSearch 128, for about 2.7x the build time of 40.
 """
 
 _MAX_BUILD_BREADTH = 100_000
@@ -74,9 +73,9 @@ _BUILD_PARAMETERS = ("efConstruction",)
 def default_ef_search(rows: int) -> int:
     """The efSearch an HNSW graph of ``rows`` rows searches with unless told otherwise.
 
-    Chosen on the benchmark corpus (``benchmarks/scale.py``) so that the fused top-10 agrees with
-    the exact one at least 0.95: 0.995 at 100k rows with 256, 0.956 at 1M with 1024 (FAISS's
-    own default, 16, gives 0.944 and 0.795).
+    Chosen on the benchmark corpus (``benchmarks/scale.py``) with graphs built at
+    :data:`EF_CONSTRUCTION`, so that the fused top-10 agrees with the exact one at least 0.99
+    (1M rows: 0.996 at efSearch 128, 0.9995 at 256), leaving room for harder data.
     """
     return EF_SEARCH_LARGE if rows >= EF_SEARCH_LARGE_ROWS else EF_SEARCH_SMALL
 
@@ -86,8 +85,9 @@ class AnnIndex:
 
     Built from a factory string (``"HNSW32"``, ``"IVF1024,Flat"``...) with inner product as
     the metric; ``search_params`` (a FAISS ParameterSpace string such as ``"efSearch=128"`` or
-    ``"nprobe=16"``) tunes its recall. It only proposes candidates: exact scores always come
-    from the stored vectors.
+    ``"nprobe=16"``) tunes its recall, and for a graph ``"efConstruction=N"`` the breadth it is
+    built with (:data:`EF_CONSTRUCTION` unless set). It only proposes candidates: exact scores
+    always come from the stored vectors.
 
     A graph index over full vectors (``HNSW32``, i.e. FAISS's ``IndexHNSWFlat``) keeps the
     vectors in its own storage: :attr:`shared_vectors` exposes them as a NumPy view, so the
