@@ -130,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument(
         "--vector-search-params",
         metavar="PARAMS",
-        help="FAISS search parameters for approximate indexes, e.g. 'efSearch=128' or 'nprobe=16'",
+        help="FAISS search parameters for approximate indexes, e.g. 'efSearch=128' or 'nprobe=16' "
+        "(an HNSW graph also takes 'efConstruction=N', how wide it is built; default 128)",
     )
     index.add_argument(
         "--contextual",

@@ -103,7 +103,8 @@ class FusionIndex(VectorStore):
             vector_index: FAISS factory string; ``"Flat"`` is exact, e.g. ``"HNSW32"`` is
                 approximate and faster on large corpora.
             vector_search_params: FAISS search parameters for approximate indexes, e.g.
-                ``"efSearch=128"`` or ``"nprobe=16"``.
+                ``"efSearch=128"`` or ``"nprobe=16"``; for a graph also ``"efConstruction=N"``,
+                the breadth it is built with (default 128).
             embedding_batch_size: texts per embedding call.
             embed_fields: what is embedded for each document (see
                 :func:`~langchain_fusion.metadata.indexed_text`): ``("context", "content")``

@@ -73,7 +73,8 @@ class LocalStore(FusionStore):
     ``vector_index`` is a FAISS factory string: ``"Flat"`` (the default) scans every vector
     exactly; e.g. ``"HNSW32"`` or ``"IVF1024,Flat"`` proposes candidates from an approximate
     index on segments of at least a few thousand rows (their exact scores still come from the
-    stored vectors). ``vector_search_params`` tunes it (``"efSearch=128"``, ``"nprobe=16"``).
+    stored vectors). ``vector_search_params`` tunes it (``"efSearch=128"``, ``"nprobe=16"``,
+    ``"efConstruction=200,efSearch=128"`` for a graph built wider).
     """
 
     def __init__(
