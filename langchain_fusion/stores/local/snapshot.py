@@ -653,7 +653,6 @@ class LocalVectorScorer(_LocalScorer):
         """Exact similarity of ``keys`` (float64 dot products of the stored vectors)."""
         return self._exact(keys)
 
-
     def top(self, k: int | None, where: Where | None = None) -> tuple[Keys, Scores]:
         """The ``k`` most similar allowed rows (exact unless a segment has an ANN index)."""
         allowed = self.snapshot.allowed(where)
