@@ -308,7 +308,10 @@ def run_size(args: argparse.Namespace, n: int, workdir: Path) -> dict[str, Any]:
     make_corpus(folder, n, args.dim, args.seed, WARMUP + args.queries)
     log(f"[{_size(n)}] corpus generated in {time.perf_counter() - t0:.1f}s")
     merged: dict[str, Any] = {"n": n}
-    parts = [w for w in WORKERS if not (w == "ensemble" and (args.skip_ensemble or n > args.ensemble_max))]
+    skipped = {"ensemble"} if args.skip_ensemble or n > args.ensemble_max else set()
+    if args.skip_ann:
+        skipped.add("ann")
+    parts = [w for w in WORKERS if w not in skipped]
     for part in parts:
         out = folder / f"{part}.json"
         command = [sys.executable, str(Path(__file__).resolve()), "--_worker", part, "--_data", str(folder)]
@@ -459,6 +462,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="corpus and query seed")
     parser.add_argument("--ef", default="64,128,256,512", help="HNSW efSearch values to sweep")
     parser.add_argument("--skip-ensemble", action="store_true", help="skip the EnsembleRetriever reference")
+    parser.add_argument("--skip-ann", action="store_true", help="skip the HNSW build and sweep (20 min at 1M)")
     parser.add_argument("--ensemble-max", type=int, default=100_000, help="largest size with EnsembleRetriever")
     parser.add_argument("--json", type=Path, help="also write every measurement to this JSON file")
     parser.add_argument("--_worker", help=argparse.SUPPRESS)
