@@ -91,18 +91,14 @@ class GuardedModel(Runnable[Any, Any]):
 
     # --- one answer -----------------------------------------------------------------------------
 
+    def _bounds(self) -> dict[str, Any]:
+        """How each call is bounded: per-try timeout, retries and the step named in errors."""
+        return {"timeout": self.timeout, "retry": self.retry, "rng": self._rng, "task": self.step}
+
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """The model's answer, retried per ``retry``; each try given up on after ``timeout``."""
         answer, error, attempts = invoke_bounded(
-            self.model,
-            input,
-            config,
-            timeout=self.timeout,
-            slots=self._slots,
-            retry=self.retry,
-            rng=self._rng,
-            task=self.step,
-            kwargs=kwargs,
+            self.model, input, config, slots=self._slots, kwargs=kwargs, **self._bounds()
         )
         if error is not None:
             raise self._failure(error, attempts) from error
@@ -110,16 +106,7 @@ class GuardedModel(Runnable[Any, Any]):
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """Async twin of :meth:`invoke` (a timed-out call is cancelled)."""
-        answer, error, attempts = await ainvoke_bounded(
-            self.model,
-            input,
-            config,
-            timeout=self.timeout,
-            retry=self.retry,
-            rng=self._rng,
-            task=self.step,
-            kwargs=kwargs,
-        )
+        answer, error, attempts = await ainvoke_bounded(self.model, input, config, kwargs=kwargs, **self._bounds())
         if error is not None:
             raise self._failure(error, attempts) from error
         return answer
