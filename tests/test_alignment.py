@@ -354,6 +354,13 @@ class TestHnswSearchDefaults:
         )
         assert graph_of(chosen).efConstruction == 24  # type: ignore[attr-defined]
         assert graph_of(chosen).efSearch == 48  # type: ignore[attr-defined]
+        # A graph built narrower than ours (as earlier versions saved them, at 40) searches wider by default.
+        narrow = FusionIndex.from_documents(
+            docs, embeddings, vector_index="HNSW16", vector_search_params="efConstruction=40"
+        )
+        assert graph_of(narrow).efSearch == vectors_module.EF_SEARCH_NARROW_SMALL  # type: ignore[attr-defined]
+        reloaded = FusionIndex.load(narrow.save(tmp_path / "narrow"), embeddings)
+        assert graph_of(reloaded).efSearch == vectors_module.EF_SEARCH_NARROW_SMALL  # type: ignore[attr-defined]
         loaded = FusionIndex.load(chosen.save(tmp_path / "chosen"), embeddings)
         assert graph_of(loaded).efSearch == 48  # type: ignore[attr-defined]
         loaded.add_documents(random_corpus(16))  # graphs built after a load use the saved setting
@@ -367,8 +374,8 @@ class TestHnswSearchDefaults:
     @pytest.mark.parametrize(
         "factory,params,reason",
         [
-            ("Flat", "efConstruction=64", "efConstruction applies to HNSW graphs only"),
-            ("IVF4,Flat", "nprobe=2,efConstruction=64", "efConstruction applies to HNSW graphs only"),
+            ("Flat", "efConstruction=64", "efConstruction applies only to an index that is an HNSW graph"),
+            ("IVF4,Flat", "nprobe=2,efConstruction=64", "applies only to an index that is an HNSW graph"),
             ("HNSW16", "efConstruction=0", "efConstruction must be a whole number from 1 to 100000; got '0'"),
             ("HNSW16", "efConstruction=-3", "got '-3'"),
             ("HNSW16", "efConstruction=ten", "got 'ten'"),
@@ -391,6 +398,7 @@ class TestSidesInParallel:
 
     @pytest.mark.parametrize("vector_index", ["Flat", "HNSW16"])
     def test_parallel_sides_equal_sequential(self, monkeypatch: pytest.MonkeyPatch, vector_index: str) -> None:
+        import contextvars
         import threading
 
         from langchain_fusion.search import pool as pool_module
@@ -399,14 +407,21 @@ class TestSidesInParallel:
         monkeypatch.setattr(snapshot_module, "ANN_MIN_ROWS", 1)
         docs = random_corpus(17)
         index = FusionIndex.from_documents(docs, HashingEmbeddings(size=32), vector_index=vector_index)
-        where = {"source": docs[3].metadata["source"]} if "source" in docs[3].metadata else None
+        tenant: contextvars.ContextVar[str | None] = contextvars.ContextVar("tenant", default=None)
+        filter_threads: set[str] = set()
+
+        def even_rows(metadata: dict) -> bool:  # type: ignore[type-arg]
+            filter_threads.add(threading.current_thread().name)
+            return bool(metadata["n"] % 2 == 0)
+
         settings = [
             {"k": 5},
             {"k": 7, "alpha": 0.3, "fetch_k": 30},
             {"k": 5, "fetch_k": None},
             {"k": 4, "alpha": 1.0},
             {"k": 4, "alpha": 0.0},
-            {"k": 5, "filter": where},
+            {"k": 5, "filter": {"n": list(range(0, 150, 3))}},
+            {"k": 5, "filter": even_rows},
         ]
 
         def run() -> list[list[tuple[str | None, float]]]:
@@ -419,14 +434,14 @@ class TestSidesInParallel:
 
         monkeypatch.setattr(snapshot_module, "PARALLEL_SIDES_MIN_ROWS", 10**9)
         sequential = run()
-        vector_threads: set[str] = set()
+        vector_calls: list[tuple[str, str | None]] = []
         real_side_tops = pool_module._side_tops
 
         def recording(view, scorers, pool_size, where, alpha):  # type: ignore[no-untyped-def]
             real_top = scorers.vector.top
 
             def top(*args):  # type: ignore[no-untyped-def]
-                vector_threads.add(threading.current_thread().name)
+                vector_calls.append((threading.current_thread().name, tenant.get()))
                 return real_top(*args)
 
             scorers.vector.top = top
@@ -435,7 +450,32 @@ class TestSidesInParallel:
         monkeypatch.setattr(pool_module, "_side_tops", recording)
         monkeypatch.setattr(snapshot_module, "PARALLEL_SIDES_MIN_ROWS", 1)
         monkeypatch.setattr(snapshot_module, "_MANY_CORES", True)
+        filter_threads.clear()
+        tenant.set("acme")
         assert run() == sequential
-        side_threads = {name for name in vector_threads if name.startswith("langchain-fusion-side")}
+        side_calls = [(name, seen) for name, seen in vector_calls if name.startswith("langchain-fusion-side")]
         # An exact scan already uses every core: only a graph search gets its own thread.
-        assert bool(side_threads) == (vector_index != "Flat")
+        assert bool(side_calls) == (vector_index != "Flat")
+        assert all(seen == "acme" for _, seen in side_calls)  # the caller's context came along
+        # A callable filter (user code) only ever runs in the caller's thread.
+        assert filter_threads == {threading.current_thread().name}
+
+
+def test_worker_pools_start_afresh_in_a_forked_child() -> None:
+    """A child forked after a pool's first use gets working threads (an inherited pool would hang)."""
+    import os
+
+    from langchain_fusion.threads import LazyPool
+
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork on this platform")
+    pool = LazyPool(2, "test-fork")
+    assert pool.get().submit(lambda: 1).result() == 1
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        try:
+            ok = pool.get().submit(lambda: 2).result(timeout=30) == 2
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

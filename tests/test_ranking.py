@@ -80,3 +80,15 @@ def test_top_rows_small_and_empty_inputs() -> None:
     assert top_rows(np.zeros(0, dtype=np.float32), 5).size == 0
     assert top_rows(scores, 3, np.zeros(4, dtype=bool)).size == 0
     assert top_rows(np.zeros(N, dtype=np.float32), 10, above=0.0).size == 0
+
+
+def test_above_is_compared_in_the_scores_precision() -> None:
+    scores = np.full(N, 0.1, dtype=np.float32)  # float32(0.1) is a little above the float64 0.1
+    scores[::7] = 0.05
+    for above in (0.1, np.float64(0.1)):
+        got = top_rows(scores, 50_000, above=above)
+        kept = reference(scores, 50_000, above=float(np.float32(above)))
+        np.testing.assert_array_equal(got, kept)
+        assert got.size == 0  # nothing is above 0.1 once both are float32
+    assert top_rows(scores, 10, above=np.inf).size == 0
+    assert top_rows(scores, 10, above=1e39).size == 0  # beyond float32: infinite

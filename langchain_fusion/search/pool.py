@@ -8,11 +8,10 @@ Nothing is ever combined by list position, and the same code runs on every store
 
 from __future__ import annotations
 
+import contextvars
 import copy
-import os
-import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import wait
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +32,7 @@ from langchain_fusion.stores.base import (
     Where,
     WholeCorpusScorer,
 )
+from langchain_fusion.threads import LazyPool, usable_cores
 
 BATCH_SCORES_BUDGET = 1 << 24
 """Scores per side held at once when many queries are scored together (64 MB of float32)."""
@@ -227,8 +227,7 @@ def _whole_corpus_pool(
     return pool, vector_all[pool], bm25_all[pool]
 
 
-_side_pool: ThreadPoolExecutor | None = None
-_side_pool_lock = threading.Lock()
+_side_pool = LazyPool(usable_cores(), "langchain-fusion-side")
 
 
 def _side_tops(
@@ -240,19 +239,15 @@ def _side_tops(
     a top-k over every row) and both release the GIL, so the vector side runs in a worker thread
     while the BM25 side runs in this one.
     """
-    if not (0 < alpha < 1 and isinstance(view, ConcurrentSides) and view.sides_in_parallel()):
+    if not (0 < alpha < 1 and isinstance(view, ConcurrentSides) and view.sides_in_parallel(where)):
         found: list[tuple[Keys, NDArray[np.float64]]] = []
         if alpha > 0:
             found.append(scorers.vector.top(pool_size, where))
         if alpha < 1:
             found.append(scorers.bm25.top(pool_size, where))
         return found
-    global _side_pool
-    with _side_pool_lock:
-        if _side_pool is None:
-            workers = os.cpu_count() or 1
-            _side_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="langchain-fusion-side")
-    vector = _side_pool.submit(scorers.vector.top, pool_size, where)
+    # In the caller's context, as if it ran in the caller's thread.
+    vector = _side_pool.get().submit(contextvars.copy_context().run, scorers.vector.top, pool_size, where)
     try:
         bm25 = scorers.bm25.top(pool_size, where)
     finally:

@@ -23,8 +23,8 @@ def top_rows(
 ) -> NDArray[np.int64]:
     """Positions of the ``k`` highest scores, best first, ties by position.
 
-    Only ``valid`` positions (all if None) whose score is greater than ``above`` (if given) are
-    ranked; fewer than ``k`` come back when fewer qualify.
+    Only ``valid`` positions (all if None) whose score is greater than ``above`` (if given,
+    compared in the scores' precision) are ranked; fewer than ``k`` come back when fewer qualify.
     """
     candidates = np.flatnonzero(valid) if valid is not None else None
     values = scores[candidates] if candidates is not None else scores
@@ -45,9 +45,13 @@ def _at_least_kth(values: NDArray[np.floating], k: int, above: float | None) -> 
     among them, so the result is exact; otherwise (an unlucky sample, or values that barely
     differ) every value is ranked as before.
     """
-    lowest = None if above is None else np.nextafter(values.dtype.type(above), values.dtype.type(np.inf))
+    with np.errstate(over="ignore"):  # a bound beyond the scores' range becomes infinite, as it should
+        bound = None if above is None else values.dtype.type(above)  # compared in the scores' own precision
+    if bound is not None and bound == np.inf:
+        return np.zeros(0, dtype=np.int64)
+    lowest = None if bound is None else np.nextafter(bound, values.dtype.type(np.inf))
     threshold = lowest
-    if values.size >= SAMPLED_THRESHOLD_MIN_ROWS and k * 64 <= values.size:
+    if values.size >= SAMPLED_THRESHOLD_MIN_ROWS and int(k) * 64 <= values.size:
         step = values.size // _SAMPLE_SIZE
         sample = values[::step]
         # Each sampled value stands for about `step` values: aim for about 4k values above it.
@@ -58,8 +62,8 @@ def _at_least_kth(values: NDArray[np.floating], k: int, above: float | None) -> 
         picked = np.flatnonzero(values >= threshold)
         if picked.size >= k or threshold == lowest:  # enough, or every value above `above`
             return _kth_and_better(values, picked, k)
-    if above is not None:
-        return _kth_and_better(values, np.flatnonzero(values > above), k)
+    if bound is not None:
+        return _kth_and_better(values, np.flatnonzero(values > bound), k)
     if values.size <= k:
         return np.arange(values.size)
     kth = np.partition(values, values.size - k)[values.size - k]

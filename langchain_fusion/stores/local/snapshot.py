@@ -15,7 +15,6 @@ fresh build over the live documents.
 from __future__ import annotations
 
 import json
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -39,6 +38,7 @@ from langchain_fusion.stores.local.tokens import query_term_counts
 from langchain_fusion.stores.local.vectors import AnnIndex, check_vector_index, inner_products
 from langchain_fusion.stores.ranking import top_rows
 from langchain_fusion.stores.settings import StoreSettings
+from langchain_fusion.threads import usable_cores
 
 MERGE_FACTOR = 4
 """A segment is merged into its predecessor once it holds at least 1/MERGE_FACTOR of its rows."""
@@ -49,7 +49,7 @@ COMPACT_DEAD_RATIO = 0.25
 PARALLEL_SIDES_MIN_ROWS = 1 << 16
 """From this many rows a fused query searches its vector and BM25 sides in two threads."""
 
-_MANY_CORES = (os.cpu_count() or 1) > 1
+_MANY_CORES = usable_cores() > 1
 
 ANN_MIN_ROWS = 4096
 """Segments smaller than this are scanned exactly even when an approximate index is configured."""
@@ -534,13 +534,17 @@ class LocalView(StoreView):
         """The BM25 side for one query."""
         return LocalBM25Scorer(self.snapshot, query)
 
-    def sides_in_parallel(self) -> bool:
+    def sides_in_parallel(self, where: Where | None) -> bool:
         """True for a large snapshot searched through ANN indexes, on a machine with a second core.
 
         A graph search runs on one core while BM25 takes milliseconds on another. An exact scan
         already spreads over every core (see :func:`inner_products`): a second thread for BM25
         only competes with it (measured at 100k rows: no gain for a query, 10-20% slower batches).
+        A callable metadata filter keeps both sides in the caller's thread: each side evaluates
+        it, and user code must not run twice at once, nor outside the caller's thread.
         """
+        if where is not None and where.metadata is not None and not isinstance(where.metadata, Mapping):
+            return False
         return _MANY_CORES and self.snapshot.size >= PARALLEL_SIDES_MIN_ROWS and self.snapshot.approximate
 
     def vector_many(self, query_vectors: FloatMatrix) -> list[LocalVectorScorer]:

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import itertools
-import os
 import re
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +12,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from langchain_fusion.errors import FusionError
+from langchain_fusion.threads import LazyPool, usable_cores
 
 # faiss's bundled type stubs miss much of its API (SearchParametersHNSW, DirectMap, get_xb...).
 faiss: Any = _faiss
@@ -70,14 +68,24 @@ _BUILD_PARAMETERS = ("efConstruction",)
 """Parameters of ``search_params`` applied when a graph is built rather than by FAISS's ParameterSpace."""
 
 
-def default_ef_search(rows: int) -> int:
-    """The efSearch an HNSW graph of ``rows`` rows searches with unless told otherwise.
+EF_SEARCH_NARROW_SMALL = 256
+"""efSearch of a small graph built narrower than :data:`EF_CONSTRUCTION` (e.g. saved by an earlier version at 40)."""
+EF_SEARCH_NARROW_LARGE = 1024
+"""efSearch of a large graph built narrower than :data:`EF_CONSTRUCTION` (0.956 agreement at 1M, built at 40)."""
+
+
+def default_ef_search(rows: int, ef_construction: int = EF_CONSTRUCTION) -> int:
+    """The efSearch an HNSW graph of ``rows`` rows, built at ``ef_construction``, searches with unless told otherwise.
 
     Chosen on the benchmark corpus (``benchmarks/scale.py``) with graphs built at
     :data:`EF_CONSTRUCTION`, so that the fused top-10 agrees with the exact one at least 0.99
-    (1M rows: 0.996 at efSearch 128, 0.9995 at 256), leaving room for harder data.
+    (1M rows: 0.991 at efSearch 128, 0.995 at 256), leaving room for harder data. A narrower
+    graph needs a wider search: it gets the defaults graphs had when they were built at 40.
     """
-    return EF_SEARCH_LARGE if rows >= EF_SEARCH_LARGE_ROWS else EF_SEARCH_SMALL
+    large = rows >= EF_SEARCH_LARGE_ROWS
+    if ef_construction < EF_CONSTRUCTION:
+        return EF_SEARCH_NARROW_LARGE if large else EF_SEARCH_NARROW_SMALL
+    return EF_SEARCH_LARGE if large else EF_SEARCH_SMALL
 
 
 class AnnIndex:
@@ -106,7 +114,8 @@ class AnnIndex:
         self.factory = factory
         self.search_params = search_params
         if isinstance(index, faiss.IndexHNSW):
-            index.hnsw.efSearch = default_ef_search(int(index.ntotal))  # search_params may override it
+            # search_params may override it
+            index.hnsw.efSearch = default_ef_search(int(index.ntotal), int(index.hnsw.efConstruction))
         _apply_search_params(index, factory, search_params)
 
     @classmethod
@@ -223,7 +232,8 @@ def _apply_search_params(index: Any, factory: str, search_params: str | None) ->
     if build and not isinstance(index, faiss.IndexHNSW):
         raise FusionError(
             f"invalid FAISS search parameters {search_params!r} for {factory!r}: "
-            f"{', '.join(build)} applies to HNSW graphs only"
+            f"{', '.join(build)} applies only to an index that is an HNSW graph at the top level "
+            "(e.g. 'HNSW32' or 'HNSW32,SQ8')"
         )
     searching = ",".join(p for p in _parameters(search_params) if p.partition("=")[0].strip() not in _BUILD_PARAMETERS)
     if searching:
@@ -267,11 +277,10 @@ def check_vector_index(factory: str, search_params: str | None) -> int:
 _PARALLEL_MIN_ROWS = 32_768
 """Below this many rows a scan is too short to gain from a second thread."""
 
-_SCAN_WORKERS = min(os.cpu_count() or 1, 4)
-"""Threads a large scan is split over (read once: ``os.cpu_count`` is not free)."""
+_SCAN_WORKERS = min(usable_cores(), 4)
+"""Threads a large scan is split over (read once: counting cores is not free)."""
 
-_scan_pool: ThreadPoolExecutor | None = None
-_scan_pool_lock = threading.Lock()
+_scan_pool = LazyPool(_SCAN_WORKERS - 1, "langchain-fusion-scan")
 
 
 def inner_products(matrix: FloatMatrix, vector: NDArray[np.float32]) -> NDArray[np.float32]:
@@ -281,7 +290,6 @@ def inner_products(matrix: FloatMatrix, vector: NDArray[np.float32]) -> NDArray[
     stall for milliseconds when another process holds a core, so the scan uses FAISS's
     single-threaded kernel (which releases the GIL) on contiguous row blocks instead.
     """
-    global _scan_pool
     rows, dimension = matrix.shape
     out = np.empty(rows, dtype=np.float32)
 
@@ -299,11 +307,9 @@ def inner_products(matrix: FloatMatrix, vector: NDArray[np.float32]) -> NDArray[
     if rows < _PARALLEL_MIN_ROWS or workers < 2:
         scan(0, rows)
         return out
-    with _scan_pool_lock:
-        if _scan_pool is None:
-            _scan_pool = ThreadPoolExecutor(max_workers=workers - 1, thread_name_prefix="langchain-fusion-scan")
+    pool = _scan_pool.get()
     blocks = list(itertools.pairwise(int(b) for b in np.linspace(0, rows, workers + 1)))
-    futures = [_scan_pool.submit(scan, start, stop) for start, stop in blocks[1:]]
+    futures = [pool.submit(scan, start, stop) for start, stop in blocks[1:]]
     scan(*blocks[0])
     for future in futures:
         future.result()
