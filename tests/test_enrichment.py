@@ -30,7 +30,7 @@ from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, indexed_text
 from langchain_fusion.models.llm_calls import ResultCache, cache_key, chat_model_id, is_transient
 from langchain_fusion.stores.local.store import LocalStore
 from tests.conftest import HashingEmbeddings
-from tests.fake_chat_models import HTTPStatusError, RateLimitError, RatingModel, flaky
+from tests.fake_chat_models import Gate, HTTPStatusError, RateLimitError, RatingModel, flaky
 
 PAGE_1 = (
     "Arden Valley Field Report, chapter one. The cooperative runs eleven village microgrids.\n\n"
@@ -600,10 +600,10 @@ class TestConcurrency:
         chunks = [
             Document(id=str(i), page_content=f"chunk number {i}", metadata={keys.SOURCE: f"{i}.txt"}) for i in range(12)
         ]
-        llm = model(delay=0.05)
+        llm = model(gates={"<chunk>": Gate(crowd=3)})  # opens only once three calls are in flight together
         enricher(llm, max_concurrency=3).enrich(chunks)
         assert llm.max_active == 3
-        llm = model(delay=0.02)
+        llm = model(delay=0.02)  # the pause gives a call past the bound the chance to overlap
         enricher(llm, max_concurrency=1).enrich(chunks)
         assert llm.max_active == 1
 
@@ -617,7 +617,7 @@ class TestConcurrency:
 
     async def test_async_twin(self) -> None:
         documents, chunks = corpus()
-        sync_model, async_model = model(), model(delay=0.02)
+        sync_model, async_model = model(), model(gates={"<chunk>": Gate(crowd=2)})
         expected, _ = enricher(sync_model).enrich(chunks, documents)
         ticks: list[int] = []
         got, report = await enricher(async_model, max_concurrency=2).aenrich(chunks, documents, progress=ticks.append)

@@ -29,7 +29,7 @@ from langchain_fusion.ingest.summaries import page_units, summary_id
 from langchain_fusion.search.fusion import min_max
 from langchain_fusion.stores.local.store import LocalStore
 from tests.conftest import HashingEmbeddings
-from tests.fake_chat_models import RateLimitError, RatingModel, flaky
+from tests.fake_chat_models import Gate, RateLimitError, RatingModel, flaky
 
 QUERY = "solar battery warranty"
 DISTRACTOR = [
@@ -575,7 +575,7 @@ class TestSummaries:
     def test_concurrency_bound_and_progress(self) -> None:
         pages = {("many.pdf", p): [f"Page {p} says something about item {p}."] for p in range(1, 13)}
         chunks = make_chunks(pages)
-        llm = model(delay=0.04)
+        llm = model(gates={"<text ": Gate(crowd=3)})  # opens only once three calls are in flight together
         ticks: list[int] = []
         summarizer(llm, max_concurrency=3).summarize(chunks, progress=ticks.append)
         assert llm.max_active == 3
@@ -595,7 +595,7 @@ class TestSummaries:
     async def test_async_twin(self) -> None:
         chunks = make_chunks(MIXED_PAGES)
         expected, _ = summarizer(model()).summarize(chunks)
-        llm = model(delay=0.02)
+        llm = model(gates={"<text ": Gate(crowd=2)})
         got, report = await summarizer(llm, max_concurrency=2).asummarize(chunks)
         assert got == expected
         assert llm.async_calls == 4 and llm.sync_calls == 0 and llm.max_active == 2
