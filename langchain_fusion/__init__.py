@@ -19,7 +19,14 @@ Multi-query fusion (RAG-Fusion): :class:`MultiQueryFusionRetriever`. Contextual 
 from __future__ import annotations
 
 import importlib
+from importlib import metadata as _metadata
 from typing import TYPE_CHECKING, Any
+
+try:
+    __version__: str = _metadata.version("langchain-fusion")
+    """The installed version (``0+unknown`` when run from a checkout that was not installed)."""
+except _metadata.PackageNotFoundError:  # pragma: no cover - the tests run an installed package
+    __version__ = "0+unknown"
 
 if TYPE_CHECKING:
     from langchain_fusion.chains import build_rag_chain, format_docs
@@ -41,6 +48,8 @@ if TYPE_CHECKING:
     from langchain_fusion.models.chat import default_chat_model, resolve_chat_model
     from langchain_fusion.models.embeddings import LocalEmbeddings, default_embeddings, resolve_embeddings
     from langchain_fusion.models.llm_calls import LLMReport, RetryPolicy
+    from langchain_fusion.pipeline.composer import build as build_pipeline
+    from langchain_fusion.pipeline.spec import PipelineSpec, ServeLimits
     from langchain_fusion.retrievers.cross_encoder import CrossEncoderReranker
     from langchain_fusion.retrievers.fusion import BM25Retriever, FusionRetriever, VectorRetriever
     from langchain_fusion.retrievers.hierarchical import HierarchicalRetriever
@@ -49,6 +58,7 @@ if TYPE_CHECKING:
     from langchain_fusion.retrievers.vectorstore import VectorStoreFusionRetriever
     from langchain_fusion.retrievers.windows import ContextWindow, ContextWindowRetriever, expand_windows
     from langchain_fusion.search.fusion import FusionMethod, fuse
+    from langchain_fusion.search.options import HierarchyOptions, SearchOptions
     from langchain_fusion.stores.analyzer import Analyzer
     from langchain_fusion.stores.base import FusionStore, StoreView, Where
     from langchain_fusion.stores.filters import MetadataFilter
@@ -98,6 +108,11 @@ _EXPORTS: dict[str, str] = {
     "ContextWindow": "langchain_fusion.retrievers.windows",
     "ContextWindowRetriever": "langchain_fusion.retrievers.windows",
     "expand_windows": "langchain_fusion.retrievers.windows",
+    "PipelineSpec": "langchain_fusion.pipeline.spec",
+    "ServeLimits": "langchain_fusion.pipeline.spec",
+    "build_pipeline": "langchain_fusion.pipeline.composer",
+    "SearchOptions": "langchain_fusion.search.options",
+    "HierarchyOptions": "langchain_fusion.search.options",
     "FusionMethod": "langchain_fusion.search.fusion",
     "fuse": "langchain_fusion.search.fusion",
     "Analyzer": "langchain_fusion.stores.analyzer",
@@ -110,8 +125,17 @@ _EXPORTS: dict[str, str] = {
     "StoreSettings": "langchain_fusion.stores.settings",
 }
 
+_ATTRIBUTE = {"build_pipeline": "build"}
+"""Public names bound to another name in their module."""
+
 __all__ = [
     "Analyzer",
+    "HierarchyOptions",
+    "PipelineSpec",
+    "SearchOptions",
+    "ServeLimits",
+    "__version__",
+    "build_pipeline",
     "BM25Params",
     "BM25Retriever",
     "ContextWindow",
@@ -169,7 +193,7 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'langchain_fusion' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), _ATTRIBUTE.get(name, name))
     globals()[name] = value  # later lookups skip this function
     return value
 

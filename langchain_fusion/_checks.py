@@ -8,20 +8,12 @@ parsed into numbers: a check either returns the value in its canonical type or r
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, cast, get_args
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from langchain_fusion.errors import InvalidParameterError
-
-FusionMethod = Literal["weighted", "zscore", "rrf"]
-"""``weighted``: min-max normalise each side, then ``alpha * v + (1 - alpha) * b``.
-``zscore``: the same convex combination of z-scores. ``rrf``: weighted reciprocal rank
-fusion, ``alpha / (60 + rank_v) + (1 - alpha) / (60 + rank_b)``."""
-
-FUSION_METHODS: tuple[str, ...] = get_args(FusionMethod)
-"""The accepted values of ``method``."""
 
 
 def is_whole_number(value: Any) -> bool:
@@ -60,67 +52,6 @@ def check_fetch_k(fetch_k: Any) -> int | None:
     return int(fetch_k)
 
 
-def check_alpha(alpha: Any) -> float:
-    """The weight of the vector side: a number in [0, 1]."""
-    if not is_real_number(alpha) or not 0.0 <= float(alpha) <= 1.0:
-        raise InvalidParameterError(
-            f"alpha must be a number between 0 and 1 (the weight of the vector side); got {alpha!r}"
-        )
-    return float(alpha)
-
-
-def check_min_vector_score(value: Any) -> float | None:
-    """A floor on the raw cosine similarity: a number in [-1, 1], or None for no floor."""
-    if value is None:
-        return None
-    if not is_real_number(value) or not -1.0 <= float(value) <= 1.0:
-        raise InvalidParameterError(
-            f"min_vector_score must be a cosine similarity between -1 and 1, or None for no floor; got {value!r}"
-        )
-    return float(value)
-
-
-def check_min_bm25_score(value: Any) -> float | None:
-    """A floor on the raw BM25 score: a number >= 0, or None for no floor."""
-    if value is None:
-        return None
-    if not is_real_number(value) or float(value) < 0.0:
-        raise InvalidParameterError(
-            f"min_bm25_score must be a BM25 score of 0 or more, or None for no floor; got {value!r}"
-        )
-    return float(value)
-
-
-def check_lambda_mult(value: Any, *, optional: bool = True) -> float | None:
-    """The relevance weight of maximal marginal relevance: a number in [0, 1] (None: no MMR, where allowed)."""
-    if value is None and optional:
-        return None
-    if not is_real_number(value) or not 0.0 <= float(value) <= 1.0:
-        off = ", or None for no MMR" if optional else ""
-        raise InvalidParameterError(
-            f"lambda_mult must be a number between 0 (most diverse) and 1 (most relevant){off}; got {value!r}"
-        )
-    return float(value)
-
-
-def check_max_per_source(value: Any) -> int | None:
-    """The most results from one source: a whole number >= 1, or None for no cap."""
-    if value is None:
-        return None
-    if not is_whole_number(value) or value < 1:
-        raise InvalidParameterError(
-            f"max_per_source must be a positive whole number (results per source), or None for no cap; got {value!r}"
-        )
-    return int(value)
-
-
-def check_method(method: Any) -> FusionMethod:
-    """A known fusion method."""
-    if not isinstance(method, str) or method not in FUSION_METHODS:
-        raise InvalidParameterError(f"method must be one of {', '.join(FUSION_METHODS)}; got {method!r}")
-    return cast(FusionMethod, method)
-
-
 MAX_REWRITES = 10
 """Most rewrites multi-query fusion may ask for (each is one more search)."""
 
@@ -139,11 +70,13 @@ def describe_validation(owner: str, error: ValidationError) -> str:
     """One line from a pydantic ``ValidationError``: ``Owner: field: what was wrong; ...``."""
     problems = []
     for item in error.errors(include_url=False):
-        where = ".".join(str(part) for part in item.get("loc", ())) or "arguments"
+        where = ".".join(str(part) for part in item.get("loc", ()))
         message = str(item.get("msg", "invalid value")).removeprefix("Value error, ")
         if item.get("type") not in ("value_error", "assertion_error") and "input" in item:
             message += f" (got {item['input']!r:.80})"
-        problems.append(f"{where}: {message}")
+        problems.append(f"{where}: {message}" if where else message)
+    if all(not item.get("loc") for item in error.errors(include_url=False)):
+        return "; ".join(problems)  # a check of the whole object says what it is about
     return f"{owner}: " + "; ".join(problems)
 
 

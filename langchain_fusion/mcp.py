@@ -11,28 +11,25 @@ through ``langchain-mcp-adapters``) can then search the index::
 
 ``langchain-fusion mcp INDEX`` does the same from the command line.
 
-The ``search`` tool takes ``query`` (required), and optionally ``k``, ``alpha``, ``filter``
-(metadata equality, as the retrievers' ``filter=``) and, when the served retriever takes them per
-call (fused search; not a hierarchical index), the relevance floors ``min_vector_score`` and
-``min_bm25_score``, ``lambda_mult`` (maximal marginal relevance) and ``max_per_source``. Its
-arguments are checked as sent, by the same validators as every retriever option
-(:data:`~langchain_fusion.retrievers.fusion.OPTION_CHECKS`): ``true`` is not a number, ``"0.5"``
-is not a float, NaN is refused. A bad argument is a tool error (``isError``) with a one-line
-message, and the server keeps serving. A result is a readable text block for the model and
-structured content (:class:`SearchResults`) for programs. The resource ``langchain-fusion://index``
-describes the served index, the server's defaults and its pipeline.
+The ``search`` tool takes ``query`` (required) and, optionally, every search option the served
+search takes per call except ``fetch_k`` (which bounds a call's cost): its input schema is derived
+from the option schema (:mod:`langchain_fusion.search.options`), with each option's bounds and
+description. Arguments are checked as sent, by the same checks as every retriever option:
+``true`` is not a number, ``"0.5"`` is not a float, NaN is refused. A bad argument is a tool error
+(``isError``) with a one-line message, and the server keeps serving. A result is a readable text
+block for the model and structured content (:class:`SearchResults`) for programs. The resource
+``langchain-fusion://index`` describes the served index, the server's defaults and its pipeline.
 
-The server-side options are those of the LangServe app (:func:`langchain_fusion.server.create_app`)
-and are built by the same code (:mod:`langchain_fusion.chains`): floor and diversity defaults, a
-rerank step (``reranker="llm"`` or ``"cross-encoder:MODEL"``) and multi-query fusion
-(``multi_query=N``), the last two around every search.
+The server's options are those of the LangServe app (:func:`langchain_fusion.server.create_app`),
+and it is built by the same code (:func:`~langchain_fusion.pipeline.composer.build`): defaults of
+every search option, and a rerank step, multi-query fusion or context windows around every search.
 
 Safety: the server serves the one index it was built with; nothing in a request names a file.
 There is no authentication: over HTTP, :func:`run_mcp` binds to 127.0.0.1 unless told otherwise.
 """
 
 # No ``from __future__ import annotations``: FastMCP reads the search tool's annotations at run
-# time, and they carry each server's own limits (the tool is defined inside build_mcp_server).
+# time, and they carry each server's own limits (the tool's signature is built per server).
 
 import contextlib
 import inspect
@@ -42,44 +39,28 @@ import os
 import socket
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
 from typing import IO, Annotated, Any, Literal, get_args
 
-from langchain_core.documents import BaseDocumentCompressor, Document
-from langchain_core.embeddings import Embeddings
+from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import Runnable
 from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_fusion import metadata as keys
 from langchain_fusion import sockets
-from langchain_fusion._checks import (
-    FusionMethod,
-    check_alpha,
-    check_fetch_k,
-    check_k,
-    check_method,
-    check_positive_int,
-)
-from langchain_fusion.chains import (
-    DEFAULT_LLM_TIMEOUT,
-    DEFAULT_RERANK_CANDIDATES,
-    SELECTION_OPTIONS,
-    RetrieverPipeline,
-    build_retriever_pipeline,
-    check_selection,
-    refuse_selection_on_hierarchical,
-    uses_chat_model,
-)
 from langchain_fusion.errors import InvalidParameterError, MissingDependencyError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex
-from langchain_fusion.index.opening import open_index
-from langchain_fusion.models.chat import chat_model_or_reason
-from langchain_fusion.retrievers.fusion import OPTION_CHECKS, SearchRetriever
-from langchain_fusion.search.options import SEARCH_DEFAULTS
+from langchain_fusion.pipeline import Pipeline, PipelineSpec, ServeLimits, build
+from langchain_fusion.pipeline.spec import serving_spec
+from langchain_fusion.retrievers.base import SearchRetriever
+from langchain_fusion.search.options import (
+    OPTION_CHECKS,
+    SELECTION_OPTIONS,
+    FusionOptions,
+    SearchOptions,
+    request_annotation,
+)
 from langchain_fusion.sockets import is_loopback
-from langchain_fusion.stores.local.folder import library_version
 
 try:
     import anyio
@@ -92,20 +73,24 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         f"serving over MCP needs the 'mcp' extra ({exc.name} is missing): pip install 'langchain-fusion[mcp]'"
     ) from None
 
-DEFAULT_HOST = "127.0.0.1"
+_DEFAULTS = ServeLimits()
+DEFAULT_HOST: str = _DEFAULTS.host
 """Where the streamable HTTP transport listens by default: this machine only."""
-DEFAULT_PORT = 8000
+DEFAULT_PORT: int = _DEFAULTS.port
 """The default TCP port of the streamable HTTP transport."""
-DEFAULT_MAX_K = 100
-"""Largest ``k`` a search may ask for."""
-DEFAULT_MAX_QUERY_CHARS = 2000
-"""Longest query accepted, in characters."""
+DEFAULT_MAX_K: int = _DEFAULTS.max_k
+"""Largest ``k`` a search may ask for by default."""
+DEFAULT_MAX_QUERY_CHARS: int = _DEFAULTS.max_query_chars
+"""Longest query accepted by default, in characters."""
 MCP_PATH = "/mcp"
 """Where the streamable HTTP transport serves the protocol."""
 SEARCH_TOOL = "search"
 """The name of the search tool."""
-SEARCH_ARGUMENTS = ("query", "k", "alpha", "filter", *SELECTION_OPTIONS)
-"""The arguments the search tool takes (the last four only when the served retriever takes them per call)."""
+SEARCH_ARGUMENTS: tuple[str, ...] = (
+    "query",
+    *(name for name in SearchOptions.model_fields if name not in FusionOptions.LOCAL_ONLY),
+)
+"""The arguments the search tool of a fused index takes (a hierarchical index's takes its own options)."""
 INDEX_RESOURCE = "langchain-fusion://index"
 """The URI of the resource describing the served index."""
 
@@ -120,22 +105,8 @@ LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 Served = FusionIndex | HierarchicalIndex | BaseRetriever
 
-FilterValue = str | int | float | bool | None | list[str | int | float | bool | None]
-"""A filter condition: a metadata value to equal, or a list of values (any of them)."""
-
-
-@dataclass(frozen=True)
-class SearchLimits:
-    """The bounds every search is checked against (a tool error beyond them)."""
-
-    max_k: int = DEFAULT_MAX_K
-    """Largest ``k`` a search may ask for."""
-    max_query_chars: int = DEFAULT_MAX_QUERY_CHARS
-    """Longest query, in characters."""
-
-    def __post_init__(self) -> None:
-        for name, value in asdict(self).items():
-            check_positive_int(value, name)
+SearchLimits = ServeLimits
+"""The bounds every search is checked against (an alias of :class:`~langchain_fusion.pipeline.spec.ServeLimits`)."""
 
 
 class SearchHit(BaseModel):
@@ -177,15 +148,14 @@ class SearchResults(BaseModel):
 
 def check_search_arguments(
     arguments: Mapping[str, Any],
-    limits: SearchLimits = SearchLimits(),
+    limits: ServeLimits = _DEFAULTS,
     accepted: Sequence[str] = SEARCH_ARGUMENTS,
 ) -> dict[str, Any]:
     """The search tool's arguments as sent, checked; an InvalidParameterError names the first bad one.
 
-    Every option goes through the retrievers' own per-call checks
-    (:data:`~langchain_fusion.retrievers.fusion.OPTION_CHECKS`); ``null`` means the server's
-    default. A ``filter`` sent as a JSON object in a string (some clients do) is read as that object.
-    ``accepted``: the arguments this server's tool takes (a subset of :data:`SEARCH_ARGUMENTS`).
+    Every option goes through its own check (:data:`~langchain_fusion.search.options.OPTION_CHECKS`);
+    ``null`` means the server's default. A ``filter`` sent as a JSON object in a string (some
+    clients do) is read as that object. ``accepted``: the arguments this server's tool takes.
     """
     unknown = sorted(set(arguments) - set(accepted))
     if unknown:
@@ -201,17 +171,18 @@ def check_search_arguments(
         raise InvalidParameterError(f"query is {len(query)} characters long; the limit is {limits.max_query_chars}")
     checked: dict[str, Any] = {"query": query}
     for name in accepted:
-        if name == "query":
-            continue
         value = arguments.get(name)
+        if name == "query" or value is None:
+            continue
         if name == "filter" and isinstance(value, str):
             with contextlib.suppress(ValueError):
                 parsed = json.loads(value)
                 value = parsed if isinstance(parsed, dict) else value
-        if value is not None:
-            checked[name] = OPTION_CHECKS[name](value)
-    if checked.get("k", 1) > limits.max_k:
-        raise InvalidParameterError(f"k must be at most {limits.max_k} (the server's max_k); got {checked['k']}")
+        checked[name] = OPTION_CHECKS[name](value)
+        if name in ("k", "k_summaries") and checked[name] > limits.max_k:
+            raise InvalidParameterError(
+                f"{name} must be at most {limits.max_k} (the server's max_k); got {checked[name]}"
+            )
     return checked
 
 
@@ -258,23 +229,11 @@ def format_results(results: SearchResults) -> str:
 
 def describe_index(served: Served) -> dict[str, Any]:
     """What the ``langchain-fusion://index`` resource says about what is served: kind, counts, model."""
-    if isinstance(served, HierarchicalIndex):
-        chunks = served.chunks
-        return {
-            "kind": "hierarchical",
-            "documents": len(chunks),
-            "summaries": len(served.summaries),
-            "embeddings": chunks.embeddings_id,
-            "dimension": chunks.dimension,
-        }
-    if isinstance(served, FusionIndex):
-        return {
-            "kind": "index",
-            "documents": len(served),
-            "embeddings": served.embeddings_id,
-            "dimension": served.dimension,
-        }
-    return {"kind": "retriever", "retriever": type(served).__name__}
+    from langchain_fusion.pipeline.composer import describe_served
+
+    described = describe_served(served)
+    described.pop("manifest", None)
+    return described
 
 
 class _CheckedArgumentsServer(FastMCP):
@@ -284,7 +243,7 @@ class _CheckedArgumentsServer(FastMCP):
     reports problems on several lines; checking the raw arguments first gives one-line tool errors.
     """
 
-    def __init__(self, limits: SearchLimits, accepted: Sequence[str], info: dict[str, Any], **settings: Any) -> None:
+    def __init__(self, limits: ServeLimits, accepted: Sequence[str], info: dict[str, Any], **settings: Any) -> None:
         super().__init__(**settings)
         self.limits = limits
         self.accepted = tuple(accepted)
@@ -301,7 +260,7 @@ def describe_server(server: FastMCP) -> dict[str, Any]:
     """What the ``langchain-fusion://index`` resource of a server from :func:`build_mcp_server` says.
 
     The library version, what is served (see :func:`describe_index`), the limits and, for an
-    index, the defaults and the pipeline (rerank step and multi-query rewrites, None if none).
+    index, the defaults and the pipeline (rerank step, multi-query rewrites and windows, None if none).
     """
     if not isinstance(server, _CheckedArgumentsServer):
         raise InvalidParameterError(f"not a server built by build_mcp_server: {type(server).__name__}")
@@ -309,166 +268,64 @@ def describe_server(server: FastMCP) -> dict[str, Any]:
 
 
 def per_call_selection(retriever: BaseRetriever) -> tuple[str, ...]:
-    """The relevance floor and diversity options ``retriever`` takes per call (through wrappers it passes them to).
-
-    A wrapper (context windows, rerank, multi-query) passes them to its ``retriever``; the
-    innermost one says which it takes (its ``per_call_option_names()``): all of them for a fused
-    retriever, none for a hierarchical one or a retriever from elsewhere.
-    """
+    """The relevance floor and diversity options ``retriever`` takes per call (through wrappers it passes them to)."""
     inner: Any = retriever
-    while isinstance(getattr(inner, "retriever", None), BaseRetriever):
+    while not isinstance(inner, SearchRetriever) and isinstance(getattr(inner, "retriever", None), BaseRetriever):
         inner = inner.retriever
     takes = inner.per_call_option_names() if isinstance(inner, SearchRetriever) else ()
     return tuple(name for name in SELECTION_OPTIONS if name in takes)
 
 
 def build_mcp_server(
-    index: str | os.PathLike[str] | Served,
+    index: str | os.PathLike[str] | Served | PipelineSpec,
     *,
-    embeddings: Embeddings | None = None,
-    k: int | None = None,
-    alpha: float | None = None,
-    method: FusionMethod | None = None,
-    fetch_k: int | None = SEARCH_DEFAULTS.fetch_k,
-    min_vector_score: float | None = SEARCH_DEFAULTS.min_vector_score,
-    min_bm25_score: float | None = SEARCH_DEFAULTS.min_bm25_score,
-    lambda_mult: float | None = SEARCH_DEFAULTS.lambda_mult,
-    max_per_source: int | None = SEARCH_DEFAULTS.max_per_source,
-    reranker: BaseDocumentCompressor | str | None = None,
-    rerank_candidates: int = DEFAULT_RERANK_CANDIDATES,
-    multi_query: int | None = None,
-    llm: Runnable[Any, Any] | str | None = None,
-    llm_timeout: float | None = DEFAULT_LLM_TIMEOUT,
-    max_k: int = DEFAULT_MAX_K,
-    max_query_chars: int = DEFAULT_MAX_QUERY_CHARS,
-    host: str = DEFAULT_HOST,
-    port: int = DEFAULT_PORT,
+    limits: ServeLimits | None = None,
     name: str = "langchain-fusion",
     log_level: LogLevel = "INFO",
+    **options: Any,
 ) -> FastMCP:
-    """An MCP server (FastMCP) whose ``search`` tool is the fused retriever over ``index``.
-
-    The options from ``k`` to ``llm_timeout`` mean what they mean for
-    :func:`langchain_fusion.server.create_app`, and are checked and built by the same code.
+    """An MCP server whose ``search`` tool searches ``index`` (see the module docstring).
 
     Args:
-        index: a saved index folder (plain or hierarchical) or a Milvus location, opened and
-            verified now, once; a loaded :class:`~langchain_fusion.index.fusion_index.FusionIndex`
-            or :class:`~langchain_fusion.index.hierarchical.HierarchicalIndex`; or a retriever
-            that takes ``k``, ``alpha`` and ``filter`` per call (e.g. a ``FusionRetriever``, or a
-            ``ContextWindowRetriever`` around one). A retriever brings its own options: none of
-            those below up to ``llm_timeout`` may be given with one.
-        embeddings: the embeddings to open a folder or location with; default: the model it records.
-        k: documents per search unless the call sets ``k`` (default 4).
-        alpha: weight of the vector side unless the call sets ``alpha`` (default 0.5).
-        method: fusion method (default ``weighted``).
-        fetch_k: candidates per side before fusion (None: the whole corpus).
-        min_vector_score: relevance floor on the raw cosine similarity unless the call sets one
-            (None: none); see :mod:`~langchain_fusion.search.floors`. Fused search only, as are
-            the next three (not a hierarchical index).
-        min_bm25_score: relevance floor on the raw BM25 score unless the call sets one (None: none).
-        lambda_mult: re-rank by maximal marginal relevance with this weight of relevance unless
-            the call sets one (None: no MMR).
-        max_per_source: the most results from one source unless the call sets it (None: no cap).
-        reranker: a rerank step around every search: ``"llm"`` (the chat model rates each
-            candidate), ``"cross-encoder:MODEL"`` (a local cross-encoder, loaded now), or any
-            ``BaseDocumentCompressor``. Each search then fetches ``max(rerank_candidates, k)``
-            candidates and the step keeps the call's ``k``.
-        rerank_candidates: candidates retrieved per search for ``reranker``.
-        multi_query: if given, the chat model writes this many rewrites of each query (1 to 10),
-            each is searched too and the lists are fused.
-        llm: the chat model of an ``"llm"`` rerank and of ``multi_query``: a chat model (or any
-            Runnable from a prompt) or a spec such as ``"openai:gpt-4o-mini"``. Default: OpenAI
-            ``gpt-4o-mini`` when ``OPENAI_API_KEY`` is set, else an error naming what is missing.
-            An error when neither needs it.
-        llm_timeout: seconds to wait for each chat model answer per try (None: the client's own limit).
-        max_k: the largest ``k`` a call may ask for.
-        max_query_chars: the longest query a call may send.
-        host: the address the streamable HTTP transport listens on (see :func:`run_mcp`). On a
-            loopback address, requests naming another host are refused (DNS rebinding protection).
-        port: its TCP port (0: any free port).
+        index: an index folder (plain or hierarchical) or a store location such as
+            ``"milvus://HOST:19530/docs"``, opened and verified now; a loaded
+            :class:`~langchain_fusion.index.fusion_index.FusionIndex` or
+            :class:`~langchain_fusion.index.hierarchical.HierarchicalIndex`; any LangChain retriever
+            (served as it is: it brings its own options); or a whole
+            :class:`~langchain_fusion.pipeline.spec.PipelineSpec` (then give no ``options``).
+        limits: ``host`` and ``port`` of the streamable HTTP transport (see :func:`run_mcp`; on a
+            loopback address, requests naming another host are refused: DNS rebinding protection),
+            ``max_k`` and ``max_query_chars`` (:class:`~langchain_fusion.pipeline.spec.ServeLimits`);
+            or name them among ``options`` (``max_k=50``).
         name: the server's name, as clients show it.
         log_level: the server's log level (its log lines go to stderr).
+        options: the pipeline, by name, as for :func:`langchain_fusion.server.create_app`: the
+            search options (the defaults of every call), ``embeddings``, ``reranker``,
+            ``rerank_candidates``, ``multi_query``, ``window``, ``window_max_chars``, and ``llm``
+            and ``llm_timeout`` for an ``"llm"`` rerank and the rewrites (default: OpenAI
+            ``gpt-4o-mini`` when ``OPENAI_API_KEY`` is set, else an error naming what is missing;
+            an error when neither needs it).
 
     Raises:
-        FusionError: the folder is not a valid index, a parameter is out of range, or the chat
-            model or cross-encoder asked for cannot be built.
+        FusionError: the folder is not a valid index, an option is unknown or out of range, or the
+            chat model or cross-encoder asked for cannot be built.
     """
-    limits = SearchLimits(max_k=max_k, max_query_chars=max_query_chars)
-    served: Served
-    retriever: BaseRetriever
-    selection_given = {
-        "min_vector_score": min_vector_score,
-        "min_bm25_score": min_bm25_score,
-        "lambda_mult": lambda_mult,
-        "max_per_source": max_per_source,
-    }
-    if isinstance(index, BaseRetriever):
-        given = {
-            "embeddings": embeddings,
-            "k": k,
-            "alpha": alpha,
-            "method": method,
-            **selection_given,
-            "reranker": reranker,
-            "multi_query": multi_query,
-            "llm": llm,
-        }
-        named = [option for option, value in given.items() if value is not None]
-        named += ["fetch_k"] if fetch_k != SEARCH_DEFAULTS.fetch_k else []
-        named += ["rerank_candidates"] if rerank_candidates != DEFAULT_RERANK_CANDIDATES else []
-        named += ["llm_timeout"] if llm_timeout != DEFAULT_LLM_TIMEOUT else []
-        if named:
-            raise InvalidParameterError(
-                f"{', '.join(named)}: options of the retriever built from an index; "
-                "a retriever given brings its own, so set them on it"
-            )
-        served = retriever = index
-        defaults: dict[str, Any] | None = None
-        pipeline = RetrieverPipeline()
-    else:
-        # Checked before the index is opened: a bad option fails at once.
-        default_k = check_k(SEARCH_DEFAULTS.k if k is None else k)
-        if default_k > limits.max_k:
-            raise InvalidParameterError(f"k ({default_k}) must be at most max_k ({limits.max_k})")
-        defaults = {
-            "k": default_k,
-            "alpha": check_alpha(SEARCH_DEFAULTS.alpha if alpha is None else alpha),
-            "method": check_method(SEARCH_DEFAULTS.method if method is None else method),
-            "fetch_k": check_fetch_k(fetch_k),
-        }
-        selection = check_selection(selection_given)
-        chat_model, no_chat_reason = None, None
-        if uses_chat_model(reranker, multi_query):
-            chat_model, no_chat_reason = chat_model_or_reason(llm)
-        elif llm is not None:
-            raise InvalidParameterError(
-                "llm rates candidates (reranker='llm') and writes rewrites (multi_query=N) only: add one, or drop llm"
-            )
-        pipeline = build_retriever_pipeline(
-            reranker,
-            rerank_candidates=rerank_candidates,
-            multi_query=multi_query,
-            chat_model=chat_model,
-            no_chat_reason=no_chat_reason,
-            llm_timeout=llm_timeout,
-        )
-        if isinstance(index, (FusionIndex, HierarchicalIndex)):
-            if embeddings is not None:
-                raise InvalidParameterError(
-                    "embeddings open an index folder or location; a loaded index brings its own: drop embeddings"
-                )
-            served = index
-        else:
-            served = open_index(index, embeddings)
-        refuse_selection_on_hierarchical(selection, isinstance(served, HierarchicalIndex))
-        defaults.update(selection)
-        retriever = served.as_retriever(**defaults)
-    selection_per_call = per_call_selection(retriever)
-    accepted = ("query", "k", "alpha", "filter", *selection_per_call)
-    info = {"library_version": library_version(), **describe_index(served), "limits": asdict(limits)}
-    if defaults is not None:
-        info.update(defaults=defaults, pipeline=pipeline.describe())
+    spec, limits = serving_spec(index, limits, options, answer="off")
+    return server_for(build(spec).within(limits), limits, name=name, log_level=log_level)
+
+
+def server_for(
+    pipeline: Pipeline, limits: ServeLimits, *, name: str = "langchain-fusion", log_level: LogLevel = "INFO"
+) -> FastMCP:
+    """The MCP server of a built pipeline within ``limits`` (what :func:`build_mcp_server` returns)."""
+    accepted = ("query", *(n for n in pipeline.per_call_options() if n not in FusionOptions.LOCAL_ONLY))
+    described = pipeline.describe()
+    index_info = dict(described["index"])
+    index_info.pop("manifest", None)
+    info: dict[str, Any] = {"library_version": described["library_version"], **index_info}
+    info["limits"] = {"max_k": limits.max_k, "max_query_chars": limits.max_query_chars}
+    if not isinstance(pipeline.served, BaseRetriever):
+        info.update(defaults=described["defaults"], pipeline=described["pipeline"])
     what = (
         f"{info['documents']} chunks of documents"
         if "documents" in info
@@ -481,128 +338,25 @@ def build_mcp_server(
         name=name,
         instructions=f"Hybrid (vector + BM25 keyword) search over {what}. Call {SEARCH_TOOL} with a question "
         "or keywords; each result has its source, page, chunk id, text and scores. Cite the sources you use.",
-        host=host,
-        port=port,
+        host=limits.host,
+        port=limits.port,
         streamable_http_path=MCP_PATH,
         # A search needs no session: every HTTP request stands alone and is answered with plain JSON.
         stateless_http=True,
         json_response=True,
         log_level=log_level,
     )
-
-    async def search(
-        query: Annotated[
-            str,
-            Field(
-                description="What to search for: a question or keywords.",
-                min_length=1,
-                max_length=limits.max_query_chars,
-            ),
-        ],
-        k: Annotated[
-            int | None,
-            Field(description=f"How many chunks to return (1 to {limits.max_k}).", ge=1, le=limits.max_k),
-        ] = None,
-        alpha: Annotated[
-            float | None,
-            Field(
-                description="Weight of meaning-based (vector) search, 0 to 1; 1 - alpha is the weight of exact "
-                "keyword (BM25) search. Higher for paraphrases, lower for names, codes and rare terms.",
-                ge=0.0,
-                le=1.0,
-            ),
-        ] = None,
-        filter: Annotated[
-            dict[str, FilterValue] | None,
-            Field(
-                description='Only chunks whose metadata equals these values, e.g. {"source": "report.pdf", '
-                '"page": [3, 4]} (a list means any of its values).'
-            ),
-        ] = None,
-        min_vector_score: Annotated[
-            float | None,
-            Field(
-                description="Relevance floor on the vector (cosine) similarity, -1 to 1: a chunk is returned only "
-                "if it clears this floor or min_bm25_score's, so a search with no good answer returns fewer "
-                "chunks, or none. Default: the server's.",
-                ge=-1.0,
-                le=1.0,
-            ),
-        ] = None,
-        min_bm25_score: Annotated[
-            float | None,
-            Field(
-                description="Relevance floor on the keyword (BM25) score, 0 or more (0: the chunk contains a "
-                "query word); see min_vector_score. Default: the server's.",
-                ge=0.0,
-            ),
-        ] = None,
-        lambda_mult: Annotated[
-            float | None,
-            Field(
-                description="Diversity (maximal marginal relevance): the weight of relevance against variety, 0 to "
-                "1 (1: the plain relevance order); lower it when the results repeat one another. Default: the "
-                "server's.",
-                ge=0.0,
-                le=1.0,
-            ),
-        ] = None,
-        max_per_source: Annotated[
-            int | None,
-            Field(
-                description="At most this many chunks from one source (file), the next best filling their place. "
-                "Default: the server's.",
-                ge=1,
-            ),
-        ] = None,
-    ) -> Annotated[CallToolResult, SearchResults]:
-        given: dict[str, Any] = {
-            "k": k,
-            "alpha": alpha,
-            "filter": filter,
-            "min_vector_score": min_vector_score,
-            "min_bm25_score": min_bm25_score,
-            "lambda_mult": lambda_mult,
-            "max_per_source": max_per_source,
-        }
-        overrides = {option: value for option, value in given.items() if value is not None}
-        searcher: Runnable[str, list[Document]] = retriever
-        if pipeline.active:  # the call's k is what the pipeline keeps; its other options reach every search
-            call_k = overrides.pop("k", None)
-            searcher = pipeline(retriever if call_k is None else retriever.model_copy(update={"k": call_k}))
-        docs = await searcher.ainvoke(query, **overrides)
-        results = SearchResults(query=query, results=[_hit(rank, doc) for rank, doc in enumerate(docs, 1)])
-        return CallToolResult(
-            content=[TextContent(type="text", text=format_results(results))],
-            structuredContent=results.model_dump(mode="json"),
-        )
-
-    # The tool's input schema lists only what this server's retriever takes (FastMCP reads the signature).
-    signature = inspect.signature(search)
-    trimmed = [parameter for parameter in signature.parameters.values() if parameter.name in accepted]
-    setattr(search, "__signature__", signature.replace(parameters=trimmed))  # noqa: B010 - mypy: no such attribute
-    options_text = ""
-    if selection_per_call:
-        options_text = (
-            " Optional relevance floors (min_vector_score, min_bm25_score) leave out weak matches; lambda_mult and "
-            "max_per_source make the results more varied."
-        )
-    steps = []
-    if pipeline.multi_query is not None:
-        steps.append(f"also searches {pipeline.multi_query.n} rewrites of the query")
-    if pipeline.reranker is not None:
-        steps.append("reranks the candidates")
-    pipeline_text = f" The server {' and '.join(steps)}." if steps else ""
     server.add_tool(
-        search,
+        _search_tool(pipeline, limits, accepted[1:]),
         name=SEARCH_TOOL,
         title="Search the documents",
         description=f"Hybrid search over {what}: meaning (vector) and keywords (BM25), fused. Returns the best "
-        "chunks, best first, each with its source, page, chunk id, text and scores." + options_text + pipeline_text,
+        "chunks, best first, each with its source, page, chunk id, text and scores."
+        + _options_text(pipeline, accepted),
         annotations=ToolAnnotations(readOnlyHint=True, idempotentHint=True, openWorldHint=False),
     )
 
-    def index_info() -> str:
+    def index_info_text() -> str:
         return json.dumps(info, indent=2)
 
     server.resource(
@@ -612,8 +366,69 @@ def build_mcp_server(
         description="What the search tool searches: kind, number of chunks, embedding model, defaults, pipeline, "
         "limits.",
         mime_type="application/json",
-    )(index_info)
+    )(index_info_text)
     return server
+
+
+def _search_tool(pipeline: Pipeline, limits: ServeLimits, options: Sequence[str]) -> Any:
+    """The search tool's function, its signature (what FastMCP reads as the input schema) built from the options."""
+
+    async def search(query: str, **given: Any) -> Any:
+        overrides = {option: value for option, value in given.items() if value is not None}
+        searcher: BaseRetriever = pipeline.search
+        if pipeline.steps.active:  # the call's k is what the pipeline keeps; its other options reach every search
+            call_k = overrides.pop("k", None)
+            searcher = pipeline.around(searcher if call_k is None else searcher.model_copy(update={"k": call_k}))
+        docs = await searcher.ainvoke(query, **overrides)
+        results = SearchResults(query=query, results=[_hit(rank, doc) for rank, doc in enumerate(docs, 1)])
+        return CallToolResult(
+            content=[TextContent(type="text", text=format_results(results))],
+            structuredContent=results.model_dump(mode="json"),
+        )
+
+    query = inspect.Parameter(
+        "query",
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        annotation=Annotated[
+            str,
+            Field(
+                description="What to search for: a question or keywords.",
+                min_length=1,
+                max_length=limits.max_query_chars,
+            ),
+        ],
+    )
+    parameters = [query] + [
+        inspect.Parameter(
+            name,
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=request_annotation(name, limits.max_k, nullable=True),
+            default=None,
+        )
+        for name in options
+    ]
+    signature = inspect.Signature(parameters, return_annotation=Annotated[CallToolResult, SearchResults])
+    setattr(search, "__signature__", signature)  # noqa: B010 - mypy: no such attribute
+    return search
+
+
+def _options_text(pipeline: Pipeline, accepted: Sequence[str]) -> str:
+    """What the tool description adds about its options and the server's steps."""
+    text = ""
+    selection = [name for name in SELECTION_OPTIONS if name in accepted]
+    if selection:
+        text += (
+            f" Optional relevance floors and diversity ({', '.join(selection)}) leave out weak matches and make the "
+            "results more varied."
+        )
+    steps = []
+    if pipeline.steps.multi_query is not None:
+        steps.append(f"also searches {pipeline.steps.multi_query.n} rewrites of the query")
+    if pipeline.steps.window:
+        steps.append(f"widens each hit to {pipeline.steps.window} neighbouring chunks on each side")
+    if pipeline.steps.reranker is not None:
+        steps.append("reranks the candidates")
+    return text + (f" The server {' and '.join(steps)}." if steps else "")
 
 
 # --- running it ---------------------------------------------------------------------------------
@@ -705,6 +520,7 @@ __all__ = [
     "bind_socket",
     "build_mcp_server",
     "check_search_arguments",
+    "server_for",
     "describe_index",
     "describe_server",
     "format_results",

@@ -8,26 +8,30 @@ only) but works with langchain-core 1.x::
 
     app = create_app("arden-index")     # run with `uvicorn module:app`, or `langchain-fusion serve arden-index`
 
-:func:`create_app` loads the index once and serves, with LangServe's ``add_routes``:
+:func:`create_app` builds the pipeline of a :class:`~langchain_fusion.pipeline.spec.PipelineSpec`
+once (the index, and a rerank step, multi-query fusion or context windows around every search)
+and serves, with LangServe's ``add_routes``:
 
 - ``/retriever/invoke``, ``/batch``, ``/stream``, ``/stream_log``, ``/playground/`` and the input,
-  output and config schemas: the fusion retriever (for a folder saved with page summaries, the
+  output and config schemas: the retriever (for a folder saved with page summaries, the
   hierarchical retriever). The input is the query string; the output is the documents with
   their score provenance.
 - ``/rag/...``: the RAG chain of :func:`~langchain_fusion.chains.build_rag_chain`, from a question
   to ``{"answer", "sources"}``, when a chat model is available.
 - ``GET /health``: the index (kind, counts, embeddings, the saved manifest), whether ``/rag`` is
-  served (and if not, why), the defaults and the limits.
+  served (and if not, why), the defaults, the pipeline and the limits.
 
-``k``, ``alpha`` and ``method`` (and ``k_summaries`` on a hierarchical index) can be set per request
-through LangServe's configurable fields: ``{"input": "...", "config": {"configurable": {"k": 8}}}``.
+The search options a request may set are LangServe configurable fields, derived from the option
+schema (:mod:`langchain_fusion.search.options`): every option the served search takes per call
+except those that bound its cost (``fetch_k``), e.g.
+``{"input": "...", "config": {"configurable": {"k": 8, "alpha": 0.3}}}``.
 
 Safety: the server serves the one index given at start-up and never opens a path taken from a
-request (nothing in a request can name a file: the configurable fields are numbers and a fusion
-method). Requests are bounded, with 4xx answers that say what was wrong: the query length
-(``max_query_chars``), ``k`` (``max_k``), the inputs of a batch (``max_batch_size``) and the
-body size (``max_request_bytes``, 413). There is no authentication: :func:`serve` and the
-``serve`` command bind to 127.0.0.1 unless told otherwise.
+request (nothing in a request can name a file). Requests are bounded
+(:class:`~langchain_fusion.pipeline.spec.ServeLimits`), with 4xx answers that say what was wrong:
+the query length (``max_query_chars``), ``k`` (``max_k``), the inputs of a batch
+(``max_batch_size``) and the body size (``max_request_bytes``, 413). There is no authentication:
+:func:`serve` and the ``serve`` command bind to 127.0.0.1 unless told otherwise.
 """
 
 from __future__ import annotations
@@ -40,37 +44,25 @@ import os
 import socket
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Annotated, Any
 
-from langchain_core.documents import BaseDocumentCompressor, Document
-from langchain_core.embeddings import Embeddings
+from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import ConfigurableField, Runnable, RunnableConfig
 from langchain_core.runnables.config import get_config_list
 from langchain_core.runnables.configurable import RunnableConfigurableFields
 from langchain_core.runnables.utils import AnyConfigurableField
-from pydantic import Field, StringConstraints, TypeAdapter, ValidationError
+from pydantic import StringConstraints, TypeAdapter, ValidationError
 
 from langchain_fusion import sockets
-from langchain_fusion._checks import FusionMethod, check_alpha, check_method
-from langchain_fusion.chains import (
-    DEFAULT_LLM_TIMEOUT,
-    DEFAULT_RERANK_CANDIDATES,
-    build_retriever_pipeline,
-    check_selection,
-    refuse_selection_on_hierarchical,
-)
 from langchain_fusion.errors import InvalidParameterError, MissingDependencyError, ProviderError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex
-from langchain_fusion.index.opening import open_index
-from langchain_fusion.models.chat import chat_model_or_reason
-from langchain_fusion.search.options import SEARCH_DEFAULTS
+from langchain_fusion.pipeline import Pipeline, PipelineSpec, ServeLimits, build
+from langchain_fusion.pipeline.spec import serving_spec
+from langchain_fusion.search.options import OPTION_CHECKS, FusionOptions, describe_option, request_annotation
 from langchain_fusion.sockets import is_loopback
-from langchain_fusion.stores.local.folder import MANIFEST, library_version
-from langchain_fusion.stores.locations import is_store_location
+from langchain_fusion.stores.local.folder import library_version
 
 try:
     import uvicorn
@@ -87,18 +79,22 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_HOST = "127.0.0.1"
+_DEFAULTS = ServeLimits()
+DEFAULT_HOST: str = _DEFAULTS.host
 """Where :func:`serve` and ``langchain-fusion serve`` listen by default: this machine only."""
-DEFAULT_PORT = 8000
+DEFAULT_PORT: int = _DEFAULTS.port
 """The default TCP port."""
-DEFAULT_MAX_QUERY_CHARS = 2000
-"""Longest query (or question) accepted, in characters."""
-DEFAULT_MAX_K = 100
-"""Largest ``k`` (and ``k_summaries``) a request may ask for."""
-DEFAULT_MAX_BATCH_SIZE = 32
-"""Most inputs in one ``/batch`` request."""
-DEFAULT_MAX_REQUEST_BYTES = 1_000_000
-"""Largest request body, in bytes (413 above it)."""
+DEFAULT_MAX_QUERY_CHARS: int = _DEFAULTS.max_query_chars
+"""Longest query (or question) accepted by default, in characters."""
+DEFAULT_MAX_K: int = _DEFAULTS.max_k
+"""Largest ``k`` (and ``k_summaries``) a request may ask for by default."""
+DEFAULT_MAX_BATCH_SIZE: int = _DEFAULTS.max_batch_size
+"""Most inputs in one ``/batch`` request by default."""
+DEFAULT_MAX_REQUEST_BYTES: int = _DEFAULTS.max_request_bytes
+"""Largest request body by default, in bytes (413 above it)."""
+
+Limits = ServeLimits
+"""The bounds every request is checked against (an alias of :class:`~langchain_fusion.pipeline.spec.ServeLimits`)."""
 
 RETRIEVER_PATH = "/retriever"
 """Where the retriever is served."""
@@ -123,49 +119,14 @@ ENDPOINTS: Sequence[EndpointName] = (
 ServedIndex = FusionIndex | HierarchicalIndex
 
 
-@dataclass(frozen=True)
-class Limits:
-    """The bounds every request is checked against (4xx answers beyond them)."""
-
-    max_query_chars: int = DEFAULT_MAX_QUERY_CHARS
-    """Longest query (or question), in characters; longer ones get 422."""
-    max_k: int = DEFAULT_MAX_K
-    """Largest ``k`` (and ``k_summaries``) through the configurable fields; larger ones get 422."""
-    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
-    """Most inputs in one ``/batch`` request; more get 422."""
-    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
-    """Largest request body in bytes; larger ones get 413 before anything is parsed."""
-
-    def __post_init__(self) -> None:
-        for name, value in asdict(self).items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidParameterError(f"{name} must be a positive integer; got {value!r}")
-
-
 def query_type(max_chars: int) -> Any:
     """The served input type: a non-empty string of at most ``max_chars`` characters."""
     return Annotated[str, StringConstraints(min_length=1, max_length=max_chars)]
 
 
-def _configurable_annotations(limits: Limits, hierarchical: bool) -> dict[str, Any]:
-    """The type (with bounds) of each field a request may configure."""
-    bounded_k = Annotated[int, Field(ge=1, le=limits.max_k)]
-    annotations: dict[str, Any] = {
-        "k": bounded_k,
-        "alpha": Annotated[float, Field(ge=0.0, le=1.0)],
-        "method": FusionMethod,
-    }
-    if hierarchical:
-        annotations["k_summaries"] = bounded_k
-    return annotations
-
-
-_DESCRIPTIONS = {
-    "k": "How many documents to return (1 to {max_k}).",
-    "alpha": "Weight of the vector side, between 0 and 1; 1 - alpha is the weight of BM25.",
-    "method": "Fusion method: weighted (min-max), zscore or rrf.",
-    "k_summaries": "How many page summaries to select before searching their chunks (1 to {max_k}).",
-}
+def request_options(pipeline: Pipeline) -> tuple[str, ...]:
+    """The search options a request may configure: those the served search takes per call, but ``fetch_k``."""
+    return tuple(name for name in pipeline.per_call_options() if name not in FusionOptions.LOCAL_ONLY)
 
 
 class _BatchByConfiguration(RunnableConfigurableFields[str, list[Document]]):
@@ -241,26 +202,17 @@ class _BatchByConfiguration(RunnableConfigurableFields[str, list[Document]]):
         return results
 
 
-def _configurable_retriever(
-    served: ServedIndex,
-    limits: Limits,
-    defaults: dict[str, Any],
-    wrap: Callable[[BaseRetriever], Runnable[str, list[Document]]] | None = None,
-) -> Runnable[str, list[Document]]:
-    """The retriever with its per-request fields exposed as LangServe configurable fields, wrapped by ``wrap``."""
-    hierarchical = isinstance(served, HierarchicalIndex)
-    base = served.as_retriever(**defaults)
+def _configurable_retriever(pipeline: Pipeline, limits: ServeLimits) -> Runnable[str, list[Document]]:
+    """The pipeline's retriever, its request options exposed as LangServe configurable fields."""
     fields: dict[str, AnyConfigurableField] = {
         name: ConfigurableField(
-            id=name,
-            name=name,
-            description=_DESCRIPTIONS[name].format(max_k=limits.max_k),
-            annotation=annotation,
+            id=name, name=name, description=describe_option(name), annotation=request_annotation(name, limits.max_k)
         )
-        for name, annotation in _configurable_annotations(limits, hierarchical).items()
+        for name in request_options(pipeline)
     }
-    configurable = _BatchByConfiguration(default=base, fields=fields, wrap=wrap)
-    configurable.name = "HierarchicalRetriever" if hierarchical else "FusionRetriever"
+    wrap = pipeline.around if pipeline.steps.active else None
+    configurable = _BatchByConfiguration(default=pipeline.search, fields=fields, wrap=wrap)
+    configurable.name = type(pipeline.search).__name__
     return configurable
 
 
@@ -273,13 +225,10 @@ async def _provider_failed(request: Request, exc: Exception) -> JSONResponse:
 class _RequestGuard:
     """Checks what LangServe's input schema cannot: configurable bounds, batch size and batch inputs."""
 
-    def __init__(self, limits: Limits, hierarchical: bool) -> None:
+    def __init__(self, limits: ServeLimits, names: Sequence[str]) -> None:
         self.limits = limits
         self.query: TypeAdapter[str] = TypeAdapter(query_type(limits.max_query_chars))
-        self.fields = {
-            name: TypeAdapter(annotation)
-            for name, annotation in _configurable_annotations(limits, hierarchical).items()
-        }
+        self.fields = {name: TypeAdapter(request_annotation(name, limits.max_k)) for name in names}
 
     async def check_config(self, config: dict[str, Any], request: Request) -> dict[str, Any]:
         """LangServe's per-request config modifier: unknown fields, wrong types and values out of bounds get 422.
@@ -306,8 +255,11 @@ class _RequestGuard:
                 try:
                     # Strict: true is not a number, 5.0 is not an integer, "0.5" and "NaN" are not floats.
                     adapter.validate_python(value, strict=True)
+                    OPTION_CHECKS[name](value)
                 except ValidationError as exc:
                     errors.extend(_located(exc, *where, name))
+                except InvalidParameterError as exc:
+                    errors.append({"type": "value_error", "loc": (*where, name), "msg": str(exc), "input": None})
         if errors:
             raise RequestValidationError(errors)
         return config
@@ -551,143 +503,51 @@ def _json_problem(body: bytes) -> str | None:
     return None
 
 
-def load_served_index(
-    location: str | os.PathLike[str], embeddings: Embeddings | None = None
-) -> tuple[ServedIndex, dict[str, Any]]:
-    """Open an index (a saved folder, plain or hierarchical, or a Milvus location) and describe it.
-
-    The description is a folder's manifest, or a Milvus collection's location and settings.
-    """
-    served = open_index(location, embeddings)
-    if is_store_location(location):
-        settings = served.store.settings if isinstance(served, FusionIndex) else None
-        return served, {
-            "store": "milvus",
-            "location": str(location),
-            "settings": settings.model_dump(mode="json") if settings is not None else None,
-        }
-    manifest = json.loads((Path(location).expanduser() / MANIFEST).read_text(encoding="utf-8"))
-    return served, manifest
-
-
-def _check_k(name: str, value: Any, limits: Limits) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limits.max_k:
-        raise InvalidParameterError(f"{name} must be an integer from 1 to max_k ({limits.max_k}); got {value!r}")
-    return value
-
-
 def create_app(
-    index: str | os.PathLike[str] | FusionIndex | HierarchicalIndex,
+    index: str | os.PathLike[str] | FusionIndex | HierarchicalIndex | PipelineSpec,
     *,
-    embeddings: Embeddings | None = None,
-    llm: Runnable[Any, Any] | str | None = None,
-    k: int = SEARCH_DEFAULTS.k,
-    alpha: float = SEARCH_DEFAULTS.alpha,
-    method: FusionMethod = SEARCH_DEFAULTS.method,
-    fetch_k: int | None = SEARCH_DEFAULTS.fetch_k,
-    min_vector_score: float | None = SEARCH_DEFAULTS.min_vector_score,
-    min_bm25_score: float | None = SEARCH_DEFAULTS.min_bm25_score,
-    lambda_mult: float | None = SEARCH_DEFAULTS.lambda_mult,
-    max_per_source: int | None = SEARCH_DEFAULTS.max_per_source,
-    k_summaries: int = SEARCH_DEFAULTS.k_summaries,
-    max_query_chars: int = DEFAULT_MAX_QUERY_CHARS,
-    max_k: int = DEFAULT_MAX_K,
-    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
-    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-    llm_timeout: float | None = DEFAULT_LLM_TIMEOUT,
-    reranker: BaseDocumentCompressor | str | None = None,
-    rerank_candidates: int = DEFAULT_RERANK_CANDIDATES,
-    multi_query: int | None = None,
+    limits: ServeLimits | None = None,
     title: str = "langchain-fusion",
+    **options: Any,
 ) -> FastAPI:
     """A FastAPI app serving one index's retriever and RAG chain with LangServe, and ``/health``.
 
     Args:
         index: a saved index folder (plain, or hierarchical: saved with page summaries), loaded
-            and verified now, once; a Milvus location such as ``"milvus://HOST:19530/docs"``
-            (see :mod:`~langchain_fusion.stores.locations`); or an already loaded
-            :class:`~langchain_fusion.index.fusion_index.FusionIndex`
-            or :class:`~langchain_fusion.index.hierarchical.HierarchicalIndex`.
-        embeddings: the embeddings to load a folder with; default: the model named in its manifest.
-        llm: the chat model of ``/rag``: a chat model (or any Runnable from a prompt), or a spec
-            such as ``"openai:gpt-4o-mini"`` or ``"anthropic:claude-sonnet-4-5"`` (see
-            :func:`~langchain_fusion.models.chat.resolve_chat_model`; an error if it cannot be built).
-            Default: OpenAI ``gpt-4o-mini`` when ``OPENAI_API_KEY`` is set; otherwise only the
-            retriever is served, which ``/health`` and a log line say.
-        k: documents per query unless a request configures another ``k``.
-        alpha: the default weight of the vector side.
-        method: the default fusion method.
-        fetch_k: candidates per side before fusion (None: the whole corpus); not configurable
-            per request.
-        min_vector_score: relevance floor on the raw cosine similarity (None: none); see
-            :mod:`~langchain_fusion.search.floors`. Not configurable per request, as are the next three.
-        min_bm25_score: relevance floor on the raw BM25 score (None: none).
-        lambda_mult: re-rank by maximal marginal relevance with this weight of relevance (None: no MMR).
-        max_per_source: the most results from one source (None: no cap).
-        k_summaries: summaries selected per query on a hierarchical index (default of its
-            configurable field).
-        max_query_chars: longest query accepted (422 beyond).
-        max_k: largest ``k`` (and ``k_summaries``) a request may configure (422 beyond).
-        max_batch_size: most inputs in one ``/batch`` request (422 beyond).
-        max_request_bytes: largest request body (413 beyond).
-        llm_timeout: seconds ``/rag`` waits for the chat model per try (for streams: per chunk;
-            None: the model client's own limit). A chat model that fails for good (after its
-            retries) answers 502 with the provider's error on one line.
-        reranker: a rerank step for ``/retriever`` and ``/rag``: ``"llm"`` (the chat model rates each
-            candidate), ``"cross-encoder:MODEL"`` (a local cross-encoder, loaded now), or any
-            ``BaseDocumentCompressor``. Each query then fetches ``max(rerank_candidates, k)``
-            candidates and the step keeps the request's ``k``.
-        rerank_candidates: candidates retrieved per query for ``reranker``.
-        multi_query: if given, the chat model writes this many rewrites of each query (1 to 10),
-            each is searched too and the lists are fused
-            (:class:`~langchain_fusion.retrievers.multi_query.MultiQueryFusionRetriever`).
+            and verified now, once; a store location such as ``"milvus://HOST:19530/docs"``
+            (see :mod:`~langchain_fusion.stores.registry`); an already loaded
+            :class:`~langchain_fusion.index.fusion_index.FusionIndex` or
+            :class:`~langchain_fusion.index.hierarchical.HierarchicalIndex`; or a whole
+            :class:`~langchain_fusion.pipeline.spec.PipelineSpec` (then give no ``options``).
+        limits: the request bounds (default :class:`~langchain_fusion.pipeline.spec.ServeLimits`);
+            or name them among ``options`` (``max_k=50``).
         title: the app's title in its OpenAPI page.
+        options: the pipeline, by name: the search options of
+            :class:`~langchain_fusion.search.options.SearchOptions` (``k``, ``alpha``, ``method``,
+            ``fetch_k``, relevance floors, diversity; requests may override all but ``fetch_k``)
+            and of hierarchical search (``k_summaries``, ``summary_weight``), and the fields of
+            :class:`~langchain_fusion.pipeline.spec.PipelineSpec`: ``embeddings``, ``llm`` (the
+            chat model of ``/rag``; default OpenAI ``gpt-4o-mini`` when ``OPENAI_API_KEY`` is set,
+            otherwise only the retriever is served, which ``/health`` and a log line say),
+            ``llm_timeout`` (per try; a chat model that fails for good answers 502), ``reranker``
+            (``"llm"``, ``"cross-encoder:MODEL"`` or any ``BaseDocumentCompressor``: each query
+            then fetches ``max(rerank_candidates, k)`` candidates and keeps the request's ``k``),
+            ``rerank_candidates``, ``multi_query`` (rewrites per query), ``window`` and
+            ``window_max_chars`` (context windows).
 
     Raises:
-        FusionError: the folder is not a valid index, a parameter is out of range, or the chat
-            model asked for cannot be built.
+        FusionError: the folder is not a valid index, an option is unknown or out of range, or the
+            chat model or cross-encoder asked for cannot be built.
     """
-    limits = Limits(max_query_chars, max_k, max_batch_size, max_request_bytes)
-    defaults: dict[str, Any] = {"k": k, "alpha": check_alpha(alpha), "method": check_method(method), "fetch_k": fetch_k}
-    _check_k("k", k, limits)
-    if fetch_k is not None and (isinstance(fetch_k, bool) or not isinstance(fetch_k, int) or fetch_k < 1):
-        raise InvalidParameterError(
-            f"fetch_k must be a positive integer, or None for the whole corpus; got {fetch_k!r}"
-        )
+    spec, limits = serving_spec(index, limits, options, answer="if_available")
+    return app_for(build(spec).within(limits), limits, title)
 
-    selection = check_selection(
-        {
-            "min_vector_score": min_vector_score,
-            "min_bm25_score": min_bm25_score,
-            "lambda_mult": lambda_mult,
-            "max_per_source": max_per_source,
-        }
-    )
 
-    chat_model, no_rag_reason = chat_model_or_reason(llm)  # before loading: a bad model spec fails fast
-    pipeline = build_retriever_pipeline(
-        reranker,
-        rerank_candidates=rerank_candidates,
-        multi_query=multi_query,
-        chat_model=chat_model,
-        no_chat_reason=no_rag_reason,
-        llm_timeout=llm_timeout,
-    )
-    manifest: dict[str, Any] | None = None
-    if isinstance(index, (FusionIndex, HierarchicalIndex)):
-        served: ServedIndex = index
-    else:
-        served, manifest = load_served_index(index, embeddings)
-    hierarchical = isinstance(served, HierarchicalIndex)
-    if hierarchical:
-        defaults["k_summaries"] = _check_k("k_summaries", k_summaries, limits)
-    refuse_selection_on_hierarchical(selection, hierarchical)
-    defaults.update(selection)
-
+def app_for(pipeline: Pipeline, limits: ServeLimits, title: str = "langchain-fusion") -> FastAPI:
+    """The app serving a built pipeline within ``limits`` (what :func:`create_app` returns)."""
     query = query_type(limits.max_query_chars)
-    wrap = pipeline if pipeline.active else None
-    retriever = _configurable_retriever(served, limits, defaults, wrap)
-    guard = _RequestGuard(limits, hierarchical)
+    retriever = _configurable_retriever(pipeline, limits)
+    guard = _RequestGuard(limits, request_options(pipeline))
     app = FastAPI(
         title=title,
         version=library_version(),
@@ -702,50 +562,48 @@ def create_app(
         "dependencies": [Depends(guard.check_batch)],
     }
     add_routes(app, retriever.with_types(input_type=query), path=RETRIEVER_PATH, **routes)
-    if chat_model is not None:
-        from langchain_fusion.chains import build_rag_chain
-        from langchain_fusion.models.llm_calls import chat_model_id
-
-        chain = build_rag_chain(retriever, chat_model, timeout=llm_timeout).with_types(input_type=query)
-        add_routes(app, chain, path=RAG_PATH, **routes)
-
-    chunks = served.chunks if isinstance(served, HierarchicalIndex) else served
-    status: dict[str, Any] = {
-        "status": "ok",
-        "library_version": library_version(),
-        "index": {
-            "kind": "hierarchical" if hierarchical else "index",
-            "documents": len(chunks),
-            **({"summaries": len(served.summaries)} if isinstance(served, HierarchicalIndex) else {}),
-            "embeddings": chunks.embeddings_id,
-            "dimension": chunks.dimension,
-            "manifest": manifest,
-        },
-        "routes": {"retriever": RETRIEVER_PATH, "rag": RAG_PATH if chat_model is not None else None},
-        "rag": {
-            "enabled": chat_model is not None,
-            "chat_model": chat_model_id(chat_model) if chat_model is not None else None,
-            "reason": no_rag_reason,
-        },
-        "defaults": defaults,
-        "pipeline": pipeline.describe(),
-        "limits": asdict(limits),
-    }
+    if pipeline.chat_model is not None:
+        add_routes(app, pipeline.rag_chain(retriever).with_types(input_type=query), path=RAG_PATH, **routes)
+    status = health_status(pipeline, limits)
     app.state.langchain_fusion = status
 
     @app.get(HEALTH_PATH, tags=["health"], summary="The served index, its manifest, the chat model and the limits")
     async def health() -> dict[str, Any]:
         return status
 
-    what = f"{len(chunks)} chunks"
-    if isinstance(served, HierarchicalIndex):
-        what += f" and {len(served.summaries)} summaries"
-    logger.info("serving %s (%s) at %s", what, chunks.embeddings_id, RETRIEVER_PATH)
-    if chat_model is None:
-        logger.warning("no chat model, so only %s is served (not %s): %s", RETRIEVER_PATH, RAG_PATH, no_rag_reason)
+    logger.info("serving %s at %s", served_summary(status), RETRIEVER_PATH)
+    if pipeline.chat_model is None:
+        logger.warning(
+            "no chat model, so only %s is served (not %s): %s", RETRIEVER_PATH, RAG_PATH, pipeline.no_chat_reason
+        )
     else:
         logger.info("RAG chain with %s at %s", status["rag"]["chat_model"], RAG_PATH)
     return app
+
+
+def health_status(pipeline: Pipeline, limits: ServeLimits) -> dict[str, Any]:
+    """What ``GET /health`` answers: the pipeline's description, the routes, the RAG chain and the limits."""
+    described = pipeline.describe()
+    enabled = pipeline.chat_model is not None
+    return {
+        "status": "ok",
+        "library_version": described["library_version"],
+        "index": described["index"],
+        "routes": {"retriever": RETRIEVER_PATH, "rag": RAG_PATH if enabled else None},
+        "rag": {"enabled": enabled, "chat_model": described["chat_model"], "reason": described["no_chat_reason"]},
+        "defaults": described["defaults"],
+        "pipeline": described["pipeline"],
+        "limits": limits.bounds(),
+    }
+
+
+def served_summary(status: dict[str, Any]) -> str:
+    """``"8 chunks (model)"`` or ``"8 chunks and 2 summaries (model)"`` from a health status."""
+    index = status["index"]
+    what = f"{index['documents']} chunks"
+    if index["kind"] == "hierarchical":
+        what += f" and {index['summaries']} summaries"
+    return f"{what} ({index['embeddings']})"
 
 
 # --- running it ---------------------------------------------------------------------------------
@@ -786,10 +644,11 @@ __all__ = [
     "DEFAULT_MAX_REQUEST_BYTES",
     "DEFAULT_PORT",
     "Limits",
+    "app_for",
     "bind_socket",
     "create_app",
+    "health_status",
     "is_loopback",
-    "load_served_index",
     "query_type",
     "serve",
     "url_of",

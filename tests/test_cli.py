@@ -421,11 +421,11 @@ class TestHelp:
         "query": ("INDEX", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
                   "--window", "--max-chars", "--rerank", "--top-n", "--llm", "--llm-timeout", "--hierarchical",
                   "--k-summaries", "--summary-weight", "--multi-query", "--min-vector-score", "--min-bm25-score",
-                  "--mmr", "--lambda-mult", "--max-per-source"),
+                  "--mmr", "--lambda-mult", "--max-per-source", "--filter"),
         "ask": ("INDEX", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
                 "--window", "--max-chars", "--rerank", "--top-n", "--llm", "--llm-timeout", "--hierarchical",
                 "--k-summaries", "--summary-weight", "--multi-query", "--min-vector-score", "--min-bm25-score",
-                "--mmr", "--lambda-mult", "--max-per-source"),
+                "--mmr", "--lambda-mult", "--max-per-source", "--filter"),
     }  # fmt: skip
 
     def test_console_script_help(self) -> None:
@@ -773,8 +773,8 @@ class TestAskAndRerankErrors:
             (["query", "idx", "q", "--top-n", "2"], "--top-n is the number of reranked results to keep: add --rerank"),
             (["ask", "idx", "q", "--top-n", "2"], "add --rerank"),
             (["query", "idx", "q", "--max-chars", "500"], "--max-chars is the character budget of context windows"),
-            (["query", "idx", "q", "--llm", "openai"], "query uses a chat model only to rerank"),
-            (["query", "idx", "q", "--llm", "openai", "--rerank", "cross-encoder:m"], "or drop --llm"),
+            (["query", "idx", "q", "--llm", "openai"], "a chat model (llm) is used only to rerank"),
+            (["query", "idx", "q", "--llm", "openai", "--rerank", "cross-encoder:m"], "or drop llm"),
             (["query", "idx", "q", "--top-n", "2", "--multi-query", "2"], "add --rerank"),
             (["ask", "idx", "   "], "the question is empty"),
         ],

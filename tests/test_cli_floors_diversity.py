@@ -84,12 +84,12 @@ class TestQuery:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--min-vector-score", "2"], "argument --min-vector-score: min_vector_score must be a cosine similarity"),
-        (["--min-vector-score", "x"], "argument --min-vector-score: expected a cosine similarity between -1 and 1"),
-        (["--min-vector-score", "nan"], "argument --min-vector-score: min_vector_score must be"),
-        (["--min-bm25-score", "-1"], "argument --min-bm25-score: min_bm25_score must be a BM25 score of 0 or more"),
-        (["--lambda-mult", "1.5"], "argument --lambda-mult: lambda_mult must be a number between 0"),
-        (["--max-per-source", "0"], "argument --max-per-source: max_per_source must be a positive whole number"),
+        (["--min-vector-score", "2"], "argument --min-vector-score: expected a number between -1 and 1, got '2'"),
+        (["--min-vector-score", "x"], "argument --min-vector-score: expected a number between -1 and 1, got 'x'"),
+        (["--min-vector-score", "nan"], "argument --min-vector-score: expected a number between -1 and 1, got 'nan'"),
+        (["--min-bm25-score", "-1"], "argument --min-bm25-score: expected a number of 0 or more, got '-1'"),
+        (["--lambda-mult", "1.5"], "argument --lambda-mult: expected a number between 0 and 1, got '1.5'"),
+        (["--max-per-source", "0"], "argument --max-per-source: expected a positive integer, got '0'"),
         (["--max-per-source", "1.5"], "argument --max-per-source: expected a positive integer, got '1.5'"),
     ],
 )
@@ -120,24 +120,23 @@ def test_option_mistakes(argv: list[str], fragment: str, monkeypatch: pytest.Mon
 
 def test_serve_passes_them_to_the_app(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     pytest.importorskip("langserve")
-    from langchain_fusion import server
+    from langchain_fusion import pipeline
     from langchain_fusion.errors import FusionError
 
-    seen: dict[str, Any] = {}
+    seen: list[Any] = []
 
-    def create_app(index: Any, **options: Any) -> Any:
-        seen.update(options)
+    def build(spec: Any) -> Any:
+        seen.append(spec)
         raise FusionError("stopped by the test")
 
-    monkeypatch.setattr(server, "create_app", create_app)
+    monkeypatch.setattr(pipeline, "build", build)
     argv = ["serve", str(tmp_path), "--port", "0", "--min-vector-score", "0.4", "--min-bm25-score", "2"]
     _assert_one_line_error(*_run([*argv, "--mmr", "--max-per-source", "2"]), "stopped by the test")
-    assert {k: seen[k] for k in ("min_vector_score", "min_bm25_score", "lambda_mult", "max_per_source")} == {
+    assert seen[0].selection() == {
         "min_vector_score": 0.4,
         "min_bm25_score": 2.0,
         "lambda_mult": 0.5,
         "max_per_source": 2,
     }
-    seen.clear()
     _assert_one_line_error(*_run(["serve", str(tmp_path), "--port", "0"]), "stopped by the test")
-    assert not {"min_vector_score", "min_bm25_score", "lambda_mult", "max_per_source"} & set(seen)
+    assert seen[1].selection() == {}

@@ -184,8 +184,8 @@ class TestCommandRefusals:
     @pytest.mark.parametrize(
         ("argv", "fragment"),
         [
-            (["serve", "{index}", "--port", "0", "-k", "101"], "-k 101 is more than --max-k 100"),
-            (["mcp", "{index}", "-k", "5", "--max-k", "4"], "-k 5 is more than --max-k 4"),
+            (["serve", "{index}", "--port", "0", "-k", "101"], "k (101) must be at most max_k (100)"),
+            (["mcp", "{index}", "-k", "5", "--max-k", "4"], "k (5) must be at most max_k (4)"),
             (["index", "{docs}", "--out", "{file}"], "is not a langchain-fusion index; refusing to overwrite"),
             (["index", "{docs}", "--out", "{file}/sub"], "file is a file, not a folder"),
             (["index", "{docs}", "--out", "{damaged}"], "vectors.npy has 12 bytes"),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import queue
@@ -112,12 +111,13 @@ class TestSearchTool:
         schema = tool.inputSchema
         assert schema["type"] == "object"
         assert schema["required"] == ["query"]
-        assert set(schema["properties"]) == {"query", "k", "alpha", "filter", *SELECTION}
+        assert set(schema["properties"]) == {"query", "k", "alpha", "method", "filter", *SELECTION}  # but fetch_k
         assert schema["properties"]["query"]["type"] == "string"
         k = schema["properties"]["k"]["anyOf"][0]
         assert (k["type"], k["minimum"], k["maximum"]) == ("integer", 1, DEFAULT_MAX_K)
         alpha = schema["properties"]["alpha"]["anyOf"][0]
         assert (alpha["type"], alpha["minimum"], alpha["maximum"]) == ("number", 0.0, 1.0)
+        assert schema["properties"]["method"]["anyOf"][0]["enum"] == ["weighted", "zscore", "rrf"]
         assert schema["properties"]["filter"]["anyOf"][0]["type"] == "object"
         for name, kind, low, high in (
             ("min_vector_score", "number", -1.0, 1.0),
@@ -400,7 +400,9 @@ class TestMcpCommand:
         _assert_one_line_error(*_run(["mcp", str(saved)]), "cannot be recreated by name")
 
     def test_k_above_max_k(self, saved: Path) -> None:
-        _assert_one_line_error(*_run(["mcp", str(saved), "-k", "20", "--max-k", "10"]), "-k 20 is more than --max-k 10")
+        _assert_one_line_error(
+            *_run(["mcp", str(saved), "-k", "20", "--max-k", "10"]), "k (20) must be at most max_k (10)"
+        )
 
     def test_bad_transport(self, saved: Path, capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit) as exit_info:
@@ -425,14 +427,6 @@ class TestMcpCommand:
         monkeypatch.delattr("langchain_fusion.mcp")
         status, out, err = _run(["mcp", str(saved)])
         _assert_one_line_error(status, out, err, "serving over MCP needs the 'mcp' extra (mcp", "langchain-fusion[mcp]")
-
-    def test_defaults_match_the_mcp_module(self) -> None:
-        from langchain_fusion import mcp
-
-        cli = importlib.import_module("langchain_fusion.cli.mcp_command")
-        assert (cli.MCP_HOST, cli.MCP_PORT, cli.MCP_PATH) == (mcp.DEFAULT_HOST, mcp.DEFAULT_PORT, mcp.MCP_PATH)
-        assert (cli.MCP_MAX_K, cli.MCP_MAX_QUERY_CHARS) == (mcp.DEFAULT_MAX_K, mcp.DEFAULT_MAX_QUERY_CHARS)
-        assert cli.MCP_TRANSPORTS == mcp.TRANSPORTS
 
 
 # --- real transports, in subprocesses -------------------------------------------------------------

@@ -90,7 +90,7 @@ class TestServerDefaults:
                 assert served == _ids(index.as_retriever(k=3, **options).invoke(query)), query
             info = _resource(await session.read_resource(INDEX_RESOURCE))
         assert info["defaults"] == {"k": 3, "alpha": 0.5, "method": "weighted", "fetch_k": 100, **options}
-        assert info["pipeline"] == {"rerank": None, "multi_query": None}
+        assert info["pipeline"] == {"rerank": None, "multi_query": None, "window": None}
 
     async def test_all_together(self, index: FusionIndex) -> None:
         options: dict[str, Any] = {"min_vector_score": 0.2, "min_bm25_score": 1.0, "lambda_mult": 0.6}
@@ -133,7 +133,7 @@ class TestServerDefaults:
     def test_a_retriever_brings_its_own(self, index: FusionIndex) -> None:
         with pytest.raises(InvalidParameterError, match=r"^min_bm25_score, max_per_source: options of the retriever"):
             build_mcp_server(index.as_retriever(), min_bm25_score=1.0, max_per_source=2)
-        with pytest.raises(InvalidParameterError, match=r"^reranker, multi_query, rerank_candidates: options of"):
+        with pytest.raises(InvalidParameterError, match=r"^multi_query, reranker, rerank_candidates: options of"):
             build_mcp_server(index.as_retriever(), reranker="llm", multi_query=2, rerank_candidates=5)
         with pytest.raises(InvalidParameterError, match=r"^llm, llm_timeout: options of the retriever"):
             build_mcp_server(index.as_retriever(), llm="openai", llm_timeout=5.0)
@@ -187,7 +187,7 @@ class TestPerCall:
     async def test_listed_in_the_tool(self, plain: FastMCP) -> None:
         async with connected(plain) as session:
             [tool] = (await session.list_tools()).tools
-        assert list(tool.inputSchema["properties"]) == ["query", "k", "alpha", "filter", *SELECTION]
+        assert list(tool.inputSchema["properties"]) == ["query", "k", "alpha", "method", "filter", *SELECTION]
         assert tool.description and "min_vector_score" in tool.description and "max_per_source" in tool.description
 
     async def test_not_on_a_hierarchical_index(self, index: FusionIndex) -> None:
@@ -196,10 +196,19 @@ class TestPerCall:
             [tool] = (await session.list_tools()).tools
             refused = await _search(session, query="cat", max_per_source=1)
             served = await _search(session, query="cat")
-        assert set(tool.inputSchema["properties"]) == {"query", "k", "alpha", "filter"}
+        assert set(tool.inputSchema["properties"]) == {
+            "query",
+            "k",
+            "alpha",
+            "method",
+            "filter",
+            "k_summaries",
+            "summary_weight",
+        }
         assert tool.description and "min_vector_score" not in tool.description
         assert refused.isError is True
-        assert "unknown argument(s) ['max_per_source']; the search tool takes query, k, alpha, filter" in _text(refused)
+        takes = "query, k, alpha, method, filter, k_summaries, summary_weight"
+        assert f"unknown argument(s) ['max_per_source']; the search tool takes {takes}" in _text(refused)
         assert _results(served).results
 
     async def test_through_a_wrapping_retriever(self, index: FusionIndex) -> None:
@@ -247,6 +256,7 @@ class TestPipeline:
         assert info["pipeline"] == {
             "rerank": {"step": "CrossEncoderReranker", "model": str(tiny_cross_encoder), "candidates": 6},
             "multi_query": None,
+            "window": None,
         }
         assert tool.description and "reranks the candidates" in tool.description
 
@@ -282,6 +292,7 @@ class TestPipeline:
         assert describe_server(server)["pipeline"] == {
             "rerank": {"step": "LLMReranker", "model": None, "candidates": 20},
             "multi_query": 2,
+            "window": None,
         }
 
     async def test_multi_query_caps_the_fused_results(self, index: FusionIndex) -> None:
@@ -331,7 +342,7 @@ class TestPipeline:
     def test_chat_model_without_a_use(self, index: FusionIndex) -> None:
         from tests.fake_chat_models import RatingModel
 
-        with pytest.raises(InvalidParameterError, match=r"llm rates candidates \(reranker='llm'\)"):
+        with pytest.raises(InvalidParameterError, match=r"used only to rerank \(reranker='llm'\)"):
             build_mcp_server(index, llm=RatingModel(rule=lambda _: 5))
 
     def test_errors_come_before_the_index_is_opened(self, tmp_path: Path, no_openai_key: None) -> None:
@@ -377,39 +388,30 @@ class TestMcpCommand:
         with pytest.raises(SystemExit) as exit_info:
             main(["mcp", str(saved), "--max-per-source", "0"])
         assert exit_info.value.code == 2
-        assert "max_per_source must be a positive whole number" in capsys.readouterr().err
+        assert "argument --max-per-source: expected a positive integer, got '0'" in capsys.readouterr().err
 
     def test_flags_reach_the_server(self, saved: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        """The command passes each flag to build_mcp_server (which the tests above check) under its name."""
-        from langchain_fusion import mcp
+        """The command turns each flag into the pipeline spec the server is built from (checked above)."""
+        from langchain_fusion import pipeline
 
-        received: dict[str, Any] = {}
+        received: list[Any] = []
 
-        def stop(index: Any, **options: Any) -> Any:
-            received.update(options, index=index)
+        def stop(spec: Any) -> Any:
+            received.append(spec)
             raise InvalidParameterError("stopped here")
 
-        monkeypatch.setattr(mcp, "build_mcp_server", stop)
+        monkeypatch.setattr(pipeline, "build", stop)
         flags = ["--min-vector-score", "0.2", "--min-bm25-score", "1", "--mmr", "--max-per-source", "2"]
         flags += ["--rerank", "cross-encoder:m", "--rerank-candidates", "7", "--multi-query", "3", "--llm", "x:y"]
+        flags += ["--window", "1", "--k-summaries", "2"]
         _assert_one_line_error(*_run(["mcp", str(saved), *flags, "--llm-timeout", "5"]), "stopped here")
-        assert received["index"] == str(saved)
-        assert {name: received[name] for name in SELECTION} == {
+        [spec] = received
+        assert spec.index == str(saved)
+        assert {name: getattr(spec.search, name) for name in SELECTION} == {
             "min_vector_score": 0.2,
             "min_bm25_score": 1.0,
             "lambda_mult": 0.5,
             "max_per_source": 2,
         }
-        assert (received["reranker"], received["rerank_candidates"], received["multi_query"]) == (
-            "cross-encoder:m",
-            7,
-            3,
-        )
-        assert (received["llm"], received["llm_timeout"]) == ("x:y", 5.0)
-
-    def test_defaults_match(self) -> None:
-        from langchain_fusion import chains
-        from langchain_fusion.cli import arguments
-
-        assert arguments.DEFAULT_RERANK_CANDIDATES == chains.DEFAULT_RERANK_CANDIDATES
-        assert arguments.DEFAULT_LLM_TIMEOUT == chains.DEFAULT_LLM_TIMEOUT
+        assert (spec.reranker, spec.rerank_candidates, spec.multi_query) == ("cross-encoder:m", 7, 3)
+        assert (spec.llm, spec.llm_timeout, spec.window, spec.hierarchy.k_summaries) == ("x:y", 5.0, 1, 2)

@@ -433,16 +433,21 @@ class TestRerankRetrieverStandard(RetrieversIntegrationTests):
     def num_results_arg_name(self) -> str:
         return "top_n"
 
-    @pytest.mark.xfail(reason="top_n is a field of the reranker, not of the wrapper; see test_top_n_of_the_reranker")
-    def test_k_constructor_param(self) -> None:
-        super().test_k_constructor_param()
-
     def test_top_n_of_the_reranker(self) -> None:
         params = self.retriever_constructor_params
         for top_n in (1, 3):
             reranker = params["reranker"].model_copy(update={"top_n": top_n})
             retriever = RerankRetriever(retriever=params["retriever"], reranker=reranker)
             assert len(retriever.invoke(self.retriever_query_example)) == top_n
+
+    def test_top_n_of_the_wrapper_wins_over_the_reranker(self) -> None:
+        params = self.retriever_constructor_params
+        reranker = params["reranker"].model_copy(update={"top_n": 3})
+        retriever = RerankRetriever(retriever=params["retriever"], reranker=reranker, top_n=2)
+        assert len(retriever.invoke(self.retriever_query_example)) == 2
+        assert len(retriever.invoke(self.retriever_query_example, top_n=1)) == 1
+        with pytest.raises(InvalidParameterError, match="top_n must be a positive integer"):
+            RerankRetriever(retriever=params["retriever"], reranker=reranker, top_n=0)
 
 
 @pytest.mark.integration

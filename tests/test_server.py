@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import queue
@@ -32,6 +31,7 @@ from langchain_fusion import FusionError, FusionIndex, HierarchicalIndex, IndexF
 from langchain_fusion import metadata as keys
 from langchain_fusion.cli.app import main
 from langchain_fusion.errors import InvalidParameterError
+from langchain_fusion.search.options import SELECTION_OPTIONS as SELECTION
 from langchain_fusion.server import (
     DEFAULT_MAX_BATCH_SIZE,
     DEFAULT_MAX_K,
@@ -219,7 +219,7 @@ class TestRetrieverRoutes:
         assert input_schema["type"] == "string"
         assert (input_schema["minLength"], input_schema["maxLength"]) == (1, DEFAULT_MAX_QUERY_CHARS)
         configurable = client.get("/retriever/config_schema").json()["$defs"]["Configurable"]["properties"]
-        assert set(configurable) == {"k", "alpha", "method"}
+        assert set(configurable) == {"k", "alpha", "method", "filter", *SELECTION}  # every option but fetch_k
         assert (configurable["k"]["minimum"], configurable["k"]["maximum"]) == (1, DEFAULT_MAX_K)
         assert (configurable["alpha"]["minimum"], configurable["alpha"]["maximum"]) == (0, 1)
         assert configurable["method"]["enum"] == ["weighted", "zscore", "rrf"]
@@ -513,8 +513,9 @@ class TestBadRequests:
         response = client.post("/retriever/invoke", json={"input": "cat", "config": config})
         assert response.status_code == 422
         errors = _detail(response)
-        assert sorted(e["loc"][-1] for e in errors) == ["fetch_k", "filter", "index"]
-        assert all("the fields are ['alpha', 'k', 'method']" in e["msg"] for e in errors)
+        assert sorted(e["loc"][-1] for e in errors) == ["fetch_k", "index"]  # the filter is a request option
+        fields = sorted(["k", "alpha", "method", "filter", *SELECTION])
+        assert all(f"the fields are {fields}" in e["msg"] for e in errors)
 
     def test_other_config_keys_are_refused_or_dropped(self, client: TestClient, index: FusionIndex) -> None:
         response = client.post("/retriever/invoke", json={"input": "cat", "config": {"recursion_limit": 1}})
@@ -609,13 +610,13 @@ class TestCreateApp:
     @pytest.mark.parametrize(
         ("options", "message"),
         [
-            ({"k": 0}, "k must be an integer from 1 to max_k"),
-            ({"k": 101}, "k must be an integer from 1 to max_k \\(100\\); got 101"),
-            ({"k": 5, "max_k": 4}, "got 5"),
+            ({"k": 0}, "k must be a positive whole number"),
+            ({"k": 101}, "k \\(101\\) must be at most max_k \\(100\\)"),
+            ({"k": 5, "max_k": 4}, "k \\(5\\) must be at most max_k \\(4\\)"),
             ({"alpha": 2}, "alpha must be"),
             ({"method": "max"}, "method must be one of"),
             ({"fetch_k": 0}, "fetch_k must be"),
-            ({"max_query_chars": 0}, "max_query_chars must be a positive integer"),
+            ({"max_query_chars": 0}, "max_query_chars must be a positive whole number"),
             ({"max_batch_size": -1}, "max_batch_size must be"),
             ({"max_request_bytes": 1.5}, "max_request_bytes must be"),
         ],
@@ -678,6 +679,7 @@ class TestPipeline:
             assert health["pipeline"] == {
                 "rerank": {"step": "CrossEncoderReranker", "model": str(tiny_cross_encoder), "candidates": 6},
                 "multi_query": None,
+                "window": None,
             }
 
     def test_llm_rerank_and_multi_query(self, index: FusionIndex) -> None:
@@ -773,7 +775,7 @@ class TestHierarchicalFolder:
             assert rag["answer"] == ANSWER and len(rag["sources"]) == 3
 
     def test_k_summaries_default_is_checked(self, hierarchical: Path, index: FusionIndex) -> None:
-        with pytest.raises(InvalidParameterError, match=r"k_summaries must be an integer from 1 to max_k \(5\)"):
+        with pytest.raises(InvalidParameterError, match=r"k_summaries \(6\) must be at most max_k \(5\)"):
             create_app(hierarchical, embeddings=HashingEmbeddings(), llm=fake_llm(), k_summaries=6, max_k=5)
         create_app(index, llm=fake_llm(), k_summaries=6, max_k=5)  # not used by a plain index
 
@@ -925,7 +927,7 @@ class TestServeCommand:
 
     def test_k_above_max_k(self, saved: Path) -> None:
         _assert_one_line_error(
-            *_run(["serve", str(saved), "-k", "20", "--max-k", "10"]), "-k 20 is more than --max-k 10"
+            *_run(["serve", str(saved), "-k", "20", "--max-k", "10"]), "k (20) must be at most max_k (10)"
         )
 
     def test_port_in_use_fails_before_loading(self, tmp_path: Path) -> None:
@@ -953,19 +955,15 @@ class TestServeCommand:
             status, out, err, "needs the 'server' extra (langserve is missing)", "langchain-fusion[server]"
         )
 
-    def test_defaults_match_the_server_module(self) -> None:
-        from langchain_fusion import server
+    def test_flags_are_the_serving_limits(self) -> None:
+        from langchain_fusion.cli.app import build_parser
+        from langchain_fusion.cli.arguments import limits_from_args
+        from langchain_fusion.pipeline import ServeLimits
 
-        # The module (langchain_fusion.cli re-exports its main function under the same name).
-        cli = importlib.import_module("langchain_fusion.cli.app")
-
-        assert (cli.SERVE_HOST, cli.SERVE_PORT) == (server.DEFAULT_HOST, server.DEFAULT_PORT)
-        assert (cli.SERVE_MAX_K, cli.SERVE_MAX_QUERY_CHARS, cli.SERVE_MAX_BATCH_SIZE) == (
-            server.DEFAULT_MAX_K,
-            server.DEFAULT_MAX_QUERY_CHARS,
-            server.DEFAULT_MAX_BATCH_SIZE,
-        )
-        assert cli.DEFAULT_RERANK_CANDIDATES == server.DEFAULT_RERANK_CANDIDATES
+        args = build_parser().parse_args(["serve", "idx"])
+        assert limits_from_args(args) == ServeLimits()
+        args = build_parser().parse_args(["serve", "idx", "--max-k", "7", "--port", "0", "--host", "::1"])
+        assert limits_from_args(args) == ServeLimits(max_k=7, port=0, host="::1")
 
     def test_loopback(self) -> None:
         assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")

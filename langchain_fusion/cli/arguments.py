@@ -1,4 +1,12 @@
-"""The command line's defaults, argument types and option groups, shared by every subcommand module.
+"""The command line's flags, derived from the option schemas, and the spec they make.
+
+Search flags come from :class:`~langchain_fusion.search.options.SearchOptions` (and
+:class:`~langchain_fusion.search.options.HierarchyOptions`): ``--min-vector-score`` from
+``min_vector_score``, its type from the field's type, its check from the field's check, its help
+from the field's description and default. Serving flags come from
+:class:`~langchain_fusion.pipeline.spec.ServeLimits`. A new option is a field: its flag follows.
+:func:`spec_from_args` turns the parsed flags into a :class:`~langchain_fusion.pipeline.spec.PipelineSpec`;
+the spec checks what the flags mean together, so this module checks only how each is written.
 
 Argument types turn a string into a value or raise ``argparse.ArgumentTypeError`` with a
 one-line reason, so argparse exits with status 2 and ``error: argument -k: expected ...``.
@@ -7,48 +15,51 @@ one-line reason, so argparse exits with status 2 and ``error: argument -k: expec
 from __future__ import annotations
 
 import argparse
+import json
 import math
-from collections.abc import Callable
+import types
+import typing
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from langchain_fusion._checks import (
-    MAX_REWRITES,
-    check_lambda_mult,
-    check_max_per_source,
-    check_min_bm25_score,
-    check_min_vector_score,
-    check_rewrites,
-)
+from pydantic.fields import FieldInfo
+
+from langchain_fusion._checks import MAX_REWRITES, check_rewrites
 from langchain_fusion.cli.errors import UserError
 from langchain_fusion.errors import InvalidParameterError
+from langchain_fusion.pipeline.spec import DEFAULT_LLM_TIMEOUT, DEFAULT_RERANK_CANDIDATES, PipelineSpec, ServeLimits
 from langchain_fusion.retrievers.rerank_spec import RerankSpec, parse_rerank_spec
-from langchain_fusion.search.options import SEARCH_DEFAULTS
+from langchain_fusion.search.diversity import DEFAULT_MMR_WEIGHT, MMR_WEIGHT
+from langchain_fusion.search.options import (
+    OPTION_CHECKS,
+    SELECTION_OPTIONS,
+    FusionOptions,
+    HierarchyOptions,
+    SearchOptions,
+    describe_option,
+)
+from langchain_fusion.stores.registry import location_help
 
 EXIT_USER_ERROR = 2
-# The retrieval defaults are the library's own (search.options), so the CLI can never drift from it.
-DEFAULT_K: int = SEARCH_DEFAULTS.k
-DEFAULT_ALPHA: float = SEARCH_DEFAULTS.alpha
-DEFAULT_METHOD: str = SEARCH_DEFAULTS.method
-DEFAULT_FETCH_K: int | None = SEARCH_DEFAULTS.fetch_k
-DEFAULT_LAMBDA_MULT: float = SEARCH_DEFAULTS.mmr_lambda_mult
-DEFAULT_RERANK_CANDIDATES = 20
-DEFAULT_K_SUMMARIES = SEARCH_DEFAULTS.k_summaries
-DEFAULT_SUMMARY_WEIGHT = SEARCH_DEFAULTS.summary_weight
 DEFAULT_LLM_CONCURRENCY = 8
-DEFAULT_LLM_TIMEOUT = 60.0
-"""Seconds the CLI waits for one chat model answer (per try) before it counts as a failed, retried call."""
+"""Chat model calls at once for contextual enrichment and page summaries."""
 PROGRESS_BATCH = 32
 """Chunks embedded per call by the index command, so the progress bar moves often."""
-# The serve defaults, the same as langchain_fusion.server's (not imported here: it needs the server extra).
-SERVE_HOST = "127.0.0.1"
-SERVE_PORT = 8000
-SERVE_MAX_K = 100
-SERVE_MAX_QUERY_CHARS = 2000
-SERVE_MAX_BATCH_SIZE = 32
-INDEX_HELP = (
-    "an index folder made by 'langchain-fusion index', or a Milvus collection: milvus://HOST:PORT/COLLECTION, "
-    "milvus+https://HOST/COLLECTION or milvus+lite:FILE.db/COLLECTION (token from MILVUS_TOKEN)"
-)
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+"""The log levels a server command takes."""
+
+
+def index_help() -> str:
+    """The help of an INDEX argument: every kind of location the registry knows."""
+    return location_help()
+
+
+def flag_of(name: str) -> str:
+    """The command-line flag of option ``name``: ``--min-vector-score``, and ``-k`` for ``k``."""
+    return "-k" if name == "k" else "--" + name.replace("_", "-")
+
+
+# --- argument types ---------------------------------------------------------------------------------
 
 
 def parse_number(value: str, convert: Callable[[str], Any], valid: Callable[[Any], bool], expected: str) -> Any:
@@ -58,9 +69,12 @@ def parse_number(value: str, convert: Callable[[str], Any], valid: Callable[[Any
     except ValueError:
         number = None
     if number is None or not valid(number):
-        shown = value if len(value) <= 40 else value[:20] + "..." + value[-10:]  # one readable line
-        raise argparse.ArgumentTypeError(f"expected {expected}, got {shown!r}")
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {_shown(value)!r}")
     return number
+
+
+def _shown(value: str) -> str:
+    return value if len(value) <= 40 else value[:20] + "..." + value[-10:]  # one readable line
 
 
 def positive_int(value: str) -> int:
@@ -68,9 +82,9 @@ def positive_int(value: str) -> int:
     return int(parse_number(value, int, lambda n: n >= 1, "a positive integer"))
 
 
-def alpha(value: str) -> float:
-    """A number from 0 to 1 (NaN and infinities refused)."""
-    return float(parse_number(value, float, lambda n: 0.0 <= n <= 1.0, "a number between 0 and 1"))
+def non_negative_int(value: str) -> int:
+    """An integer of at least 0."""
+    return int(parse_number(value, int, lambda n: n >= 0, "a non-negative integer"))
 
 
 def seconds(value: str) -> float:
@@ -78,21 +92,9 @@ def seconds(value: str) -> float:
     return float(parse_number(value, float, lambda n: 0 < n < math.inf, "a positive number of seconds"))
 
 
-def non_negative_int(value: str) -> int:
-    """An integer of at least 0."""
-    return int(parse_number(value, int, lambda n: n >= 0, "a non-negative integer"))
-
-
 def port(value: str) -> int:
     """A TCP port, 0 for any free one."""
     return int(parse_number(value, int, lambda n: 0 <= n <= 65535, "a TCP port from 0 to 65535 (0: any free port)"))
-
-
-def fetch_k(value: str) -> int | None:
-    """A positive integer, or ``all``/``none`` (None: score the whole corpus)."""
-    if value.lower() in {"all", "none"}:
-        return None
-    return int(parse_number(value, int, lambda n: n >= 1, "a positive integer or 'all'"))
 
 
 def rewrites(value: str) -> int:
@@ -117,91 +119,234 @@ def rerank_spec(value: str) -> RerankSpec:
 
 
 def checked(check: Callable[[Any], Any], convert: Callable[[str], Any], expected: str) -> Callable[[str], Any]:
-    """An argument type: ``convert`` the string, then the library's own ``check`` (its message on failure)."""
+    """An argument type: ``convert`` the string, then the library's own ``check``.
+
+    Either failure says, on one line, what was expected and what was given.
+    """
 
     def parse(value: str) -> Any:
         try:
-            number = convert(value)
-        except ValueError:
-            shown = value if len(value) <= 40 else value[:20] + "..." + value[-10:]
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {shown!r}") from None
-        try:
-            return check(number)
-        except InvalidParameterError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
+            return check(convert(value))
+        except (ValueError, InvalidParameterError):  # InvalidParameterError is a ValueError too
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {_shown(value)!r}") from None
 
     parse.__name__ = check.__name__.removeprefix("check_")  # argparse names the type in some errors
     return parse
 
 
-min_vector_score = checked(check_min_vector_score, float, "a cosine similarity between -1 and 1")
-"""A relevance floor on the vector side (the library's check)."""
-min_bm25_score = checked(check_min_bm25_score, float, "a BM25 score of 0 or more")
-"""A relevance floor on the BM25 side."""
-lambda_mult = checked(check_lambda_mult, float, "a number between 0 and 1")
-"""The relevance weight of maximal marginal relevance."""
-max_per_source = checked(check_max_per_source, int, "a positive integer")
-"""The most results from one source."""
+def _json_object(text: str) -> dict[str, Any]:
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError("not a JSON object")
+    return value
 
 
-def add_selection_options(sub: argparse.ArgumentParser, note: str = "") -> None:
-    """Relevance floors and diversity: which fused candidates are returned (query, ask, serve and mcp)."""
-    also = f"; {note}" if note else ""
-    sub.add_argument(
-        "--min-vector-score",
-        type=min_vector_score,
-        default=None,
-        metavar="S",
-        help="relevance floor on the raw cosine similarity (-1 to 1): a result must clear this floor or "
-        f"--min-bm25-score's, so a query with no good answer returns nothing (default: no floor{also})",
-    )
-    sub.add_argument(
-        "--min-bm25-score",
-        type=min_bm25_score,
-        default=None,
-        metavar="S",
-        help="relevance floor on the raw BM25 score (0 or more; 0 means 'contains a query term'); a result "
-        f"must clear this floor or --min-vector-score's (default: no floor{also})",
-    )
+def _whole_corpus_or_int(text: str) -> int | None:
+    return None if text.lower() in {"all", "none"} else int(text)
+
+
+_DEST = "option:"
+"""What the parsed attribute of an option flag is named with (a flag not given leaves none)."""
+
+_WRITTEN: Mapping[str, tuple[Callable[[str], Any], str]] = {
+    "fetch_k": (_whole_corpus_or_int, "a positive integer or 'all'"),
+    "filter": (_json_object, 'a JSON object such as \'{"source": "report.pdf"}\''),
+}
+"""How options whose type says too little are written on the command line."""
+
+
+def _converter(name: str, field: FieldInfo) -> tuple[Callable[[str], Any], str]:
+    """How a flag's string becomes the option's type (the field's int or float, or a special form), and in words."""
+    if name in _WRITTEN:
+        return _WRITTEN[name]
+    kind, bounds = _number_schema(field)
+    low, high = bounds.get("ge"), bounds.get("le")
+    noun = "integer" if kind is int else "number"
+    if low is not None and high is not None:
+        return kind, f"a {noun} between {low:g} and {high:g}"
+    if low == 1 and kind is int:
+        return kind, "a positive integer"
+    if low is not None:
+        return kind, f"a {noun} of {low:g} or more"
+    return kind, f"a{'n' if kind is int else ''} {noun}"
+
+
+def _number_schema(field: FieldInfo) -> tuple[type, dict[str, Any]]:
+    """A numeric field's kind (int or float) and its bounds, read from its type and constraints."""
+    bounds: dict[str, Any] = {}
+    kinds: set[Any] = set()
+    pending: list[Any] = [field.annotation, *field.metadata]
+    while pending:
+        item = pending.pop()
+        if typing.get_origin(item) is typing.Annotated:
+            pending.extend([item.__origin__, *item.__metadata__])
+        elif typing.get_origin(item) in (typing.Union, types.UnionType):
+            pending.extend(typing.get_args(item))
+        elif isinstance(item, FieldInfo):
+            pending.extend(item.metadata)
+        elif item in (int, float):
+            kinds.add(item)
+        for bound in ("ge", "le"):
+            value = getattr(item, bound, None)
+            if isinstance(value, (int, float)) and not isinstance(item, type):
+                bounds[bound] = value
+    return (int if int in kinds else float), bounds
+
+
+def option_type(name: str) -> Callable[[str], Any]:
+    """The argument type of option ``name``: converted as its field's type, then checked by its own check."""
+    fields = {**SearchOptions.model_fields, **HierarchyOptions.model_fields}
+    convert, expected = _converter(name, fields[name])
+    return checked(OPTION_CHECKS[name], convert, expected)
+
+
+def _choices(field: FieldInfo) -> tuple[str, ...] | None:
+    annotation = field.annotation
+    if typing.get_origin(annotation) is typing.Literal:
+        return tuple(typing.get_args(annotation))
+    return None
+
+
+def _default_text(name: str, field: FieldInfo, note: str) -> str:
+    default = field.default
+    if name == "fetch_k" and default is None:
+        shown = "all"
+    else:
+        shown = "none" if default is None else f"{default:g}" if isinstance(default, float) else str(default)
+    return f" (default: {shown}{'; ' + note if note else ''})"
+
+
+# --- flags from the schemas -----------------------------------------------------------------------
+
+
+def add_option_flag(sub: argparse.ArgumentParser, name: str, note: str = "", help_text: str | None = None) -> None:
+    """The flag of one search option: its type, check, choices, help and default from the schema.
+
+    A flag not given leaves no attribute on the parsed arguments (so ``--fetch-k all``, which is
+    None, differs from no ``--fetch-k``): read them with :func:`given_options`.
+    """
+    fields = {**SearchOptions.model_fields, **HierarchyOptions.model_fields}
+    field = fields[name]
+    choices = _choices(field)
+    text = (help_text or describe_option(name)) + _default_text(name, field, note)
+    metavar = None if choices else name.upper().replace("_", "-") if name != "k" else "K"
+    kwargs: dict[str, Any] = {"default": argparse.SUPPRESS, "help": text.replace("%", "%%"), "dest": _DEST + name}
+    if choices:
+        kwargs["choices"] = choices
+    else:
+        kwargs.update(type=option_type(name), metavar=metavar)
+    sub.add_argument(flag_of(name), **kwargs)
+
+
+def add_search_flags(sub: argparse.ArgumentParser, note: str = "", remote_note: str = "") -> None:
+    """A flag per search option (``-k``, ``--alpha``, ... ``--max-per-source``), and ``--mmr``.
+
+    ``note`` is added to every default; ``remote_note`` to the options a request may also set.
+    """
+    for name in SearchOptions.model_fields:
+        if name == MMR_WEIGHT:
+            continue
+        local = name in FusionOptions.LOCAL_ONLY
+        add_option_flag(sub, name, note if local or not remote_note else remote_note)
     sub.add_argument(
         "--mmr",
         action="store_true",
-        help="re-rank the best --fetch-k fused candidates by maximal marginal relevance, so that near-copies "
-        "of one passage do not fill the results",
+        help="re-rank the best fetch_k fused candidates by maximal marginal relevance, so that near-copies of one "
+        "passage do not fill the results",
     )
-    sub.add_argument(
-        "--lambda-mult",
-        type=lambda_mult,
-        default=None,
-        metavar="L",
-        help=f"with --mmr, the weight of relevance against diversity, 0 to 1 (1: the fused order; default: "
-        f"{DEFAULT_LAMBDA_MULT})",
+    add_option_flag(
+        sub,
+        MMR_WEIGHT,
+        help_text="with --mmr, the weight of relevance against diversity, 0 to 1 (1: the fused order)",
     )
+
+
+def add_hierarchy_flags(sub: argparse.ArgumentParser, note: str = "") -> None:
+    """A flag per hierarchical search option (``--k-summaries``, ``--summary-weight``)."""
+    for name in HierarchyOptions.model_fields:
+        add_option_flag(sub, name, note)
+
+
+def given_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The search and hierarchy options given on the command line (by the flags of :func:`add_option_flag`), by name."""
+    return {name[len(_DEST) :]: value for name, value in vars(args).items() if name.startswith(_DEST)}
+
+
+def search_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The search options given on the command line (MMR on with ``--mmr``, at its default weight unless given)."""
+    given = {name: value for name, value in given_options(args).items() if name in SearchOptions.model_fields}
+    mmr = getattr(args, "mmr", False)
+    if MMR_WEIGHT in given and not mmr:
+        raise UserError(f"{flag_of(MMR_WEIGHT)} is the weight of maximal marginal relevance: add --mmr")
+    if mmr:
+        given.setdefault(MMR_WEIGHT, DEFAULT_MMR_WEIGHT)
+    return given
+
+
+def selection_given(args: argparse.Namespace) -> list[str]:
+    """The flags of the relevance floor and diversity options given."""
+    flags = [flag_of(name) for name in SELECTION_OPTIONS if given_options(args).get(name) is not None]
+    return flags + (["--mmr"] if getattr(args, "mmr", False) and flag_of(MMR_WEIGHT) not in flags else [])
+
+
+def add_limit_flags(sub: argparse.ArgumentParser, names: tuple[str, ...]) -> None:
+    """A flag per serving limit (``--host``, ``--port``, ``--max-k``...), help and default from the schema."""
+    for name in names:
+        field = ServeLimits.model_fields[name]
+        text = f"{' '.join((field.description or '').split())} (default: %(default)s)"
+        kind: Callable[[str], Any] = port if name == "port" else str if name == "host" else positive_int
+        metavar = None if name in ("host", "port") else "N"
+        sub.add_argument(flag_of(name), type=kind, default=field.default, metavar=metavar, help=text)
+
+
+def limits_from_args(args: argparse.Namespace) -> ServeLimits:
+    """The serving limits the flags give (the others at their defaults)."""
+    return ServeLimits(**{name: getattr(args, name) for name in ServeLimits.model_fields if hasattr(args, name)})
+
+
+def add_model_flags(sub: argparse.ArgumentParser, llm_help: str, timeout_help: str) -> None:
+    """``--embeddings``, ``--llm`` and ``--llm-timeout``."""
     sub.add_argument(
-        "--max-per-source",
-        type=max_per_source,
+        "--embeddings", metavar="SPEC", help="embedding model; default: the one recorded in the index (must match it)"
+    )
+    sub.add_argument("--llm", metavar="PROVIDER:MODEL", help=llm_help)
+    sub.add_argument(
+        "--llm-timeout",
+        type=seconds,
+        default=DEFAULT_LLM_TIMEOUT,
+        metavar="SECONDS",
+        help=timeout_help + " (default: %(default)g)",
+    )
+
+
+def add_step_flags(sub: argparse.ArgumentParser, *, served: bool) -> None:
+    """Multi-query fusion, context windows and a rerank step (``served``: around every request's search)."""
+    around = "every query" if served else "the question"
+    sub.add_argument(
+        "--multi-query",
+        type=rewrites,
         default=None,
         metavar="N",
-        help="at most N results from one source file, the next candidates taking the place of the others "
-        f"(default: no cap{also})",
+        help=f"multi-query fusion: a chat model writes N rewrites of {around} (1-10), each is searched too, and the "
+        "result lists are fused (weighted reciprocal rank fusion, the query itself weighted highest); if the model "
+        "fails, the query is searched alone",
     )
-
-
-def selection_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The retriever options of the floor and diversity flags that were given."""
-    if args.lambda_mult is not None and not args.mmr:
-        raise UserError("--lambda-mult is the weight of maximal marginal relevance: add --mmr")
-    options = {
-        "min_vector_score": args.min_vector_score,
-        "min_bm25_score": args.min_bm25_score,
-        "lambda_mult": (DEFAULT_LAMBDA_MULT if args.lambda_mult is None else args.lambda_mult) if args.mmr else None,
-        "max_per_source": args.max_per_source,
-    }
-    return {name: value for name, value in options.items() if value is not None}
-
-
-def add_pipeline_options(sub: argparse.ArgumentParser) -> None:
-    """A rerank step and multi-query fusion around every served search (serve and mcp)."""
+    sub.add_argument(
+        "--window",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="merge each hit with N neighbouring chunks on each side into one passage, overlap removed; hits whose "
+        "windows touch become one passage (default: %(default)s, no window)",
+    )
+    sub.add_argument(
+        "--max-chars",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="character budget per --window passage: farther neighbours are dropped to fit, hits never are "
+        "(default: 4000)",
+    )
     sub.add_argument(
         "--rerank",
         nargs="?",
@@ -209,22 +354,87 @@ def add_pipeline_options(sub: argparse.ArgumentParser) -> None:
         default=None,
         type=rerank_spec,
         metavar="SPEC",
-        help="rerank the candidates of every query and keep the request's k: 'llm' (the default when SPEC is left "
-        "out: the chat model of --llm rates each) or 'cross-encoder:MODEL' (a local cross-encoder, MODEL a Hugging "
-        "Face name or a folder, loaded at start-up; needs the local extra)",
+        help="rerank the candidates and keep the best. SPEC 'llm' (the default when SPEC is left out): the chat model "
+        "rates each candidate 1-10; 'cross-encoder:MODEL': a local cross-encoder scores each one, MODEL a Hugging "
+        "Face name (e.g. cross-encoder/ms-marco-MiniLM-L6-v2, from the local cache or downloaded) or a folder with a "
+        "saved model (needs the local extra; loaded before the first search)",
     )
-    sub.add_argument(
-        "--rerank-candidates",
-        type=positive_int,
-        default=DEFAULT_RERANK_CANDIDATES,
-        metavar="N",
-        help="with --rerank, candidates retrieved per query, at least the request's k (default: %(default)s)",
-    )
-    sub.add_argument(
-        "--multi-query",
-        type=rewrites,
-        default=None,
-        metavar="N",
-        help="multi-query fusion: the chat model writes N rewrites of every query (1-10), each is searched too and "
-        "the lists are fused (needs a chat model)",
-    )
+    if served:
+        sub.add_argument(
+            "--rerank-candidates",
+            type=positive_int,
+            default=DEFAULT_RERANK_CANDIDATES,
+            metavar="N",
+            help="with --rerank, candidates retrieved per query, at least the request's k (default: %(default)s)",
+        )
+    else:
+        sub.add_argument(
+            "--top-n",
+            type=positive_int,
+            default=None,
+            metavar="N",
+            help=f"with --rerank, how many of the reranked candidates to keep (default: {SearchOptions().k}); -k is "
+            f"then the number of candidates (default: {DEFAULT_RERANK_CANDIDATES})",
+        )
+
+
+def spec_from_args(args: argparse.Namespace, answer: str = "off", *, served: bool = False) -> PipelineSpec:
+    """The pipeline the flags ask for (checked by the spec: combinations, ranges, what needs a chat model)."""
+    options = search_options(args)
+    if not served:
+        if args.top_n is not None and args.rerank is None:
+            raise UserError("--top-n is the number of reranked results to keep: add --rerank")
+        if args.rerank is not None:  # -k is then the candidates, --top-n what is kept
+            if "k" in options:
+                options["rerank_candidates"] = options.pop("k")
+            if args.top_n is not None:
+                options["k"] = args.top_n
+    hierarchical = getattr(args, "hierarchical", None)
+    hierarchy = {name: value for name, value in given_options(args).items() if name in HierarchyOptions.model_fields}
+    if hierarchy and hierarchical is False:
+        flags = " and ".join(flag_of(name) for name in hierarchy)
+        are = "is an option" if len(hierarchy) == 1 else "are options"
+        raise UserError(f"{flags} {are} of hierarchical search: add --hierarchical")
+    if hierarchical and selection_given(args):
+        raise UserError(
+            f"{', '.join(selection_given(args))} apply to fused search, not to --hierarchical: drop them or "
+            "--hierarchical"
+        )
+    if args.max_chars is not None and not args.window:
+        raise UserError("--max-chars is the character budget of context windows: add --window N")
+    steps = {
+        "multi_query": args.multi_query,
+        "window": args.window,
+        "window_max_chars": args.max_chars,
+        "reranker": None if args.rerank is None else str(args.rerank),
+        "llm": args.llm,
+        "llm_timeout": args.llm_timeout,
+        "embeddings": args.embeddings,
+        **({"rerank_candidates": args.rerank_candidates} if served else {}),
+    }
+    given = {name: value for name, value in steps.items() if value is not None}
+    return PipelineSpec.of(args.index_dir, answer=answer, hierarchical=hierarchical, **given, **hierarchy, **options)
+
+
+__all__ = [
+    "EXIT_USER_ERROR",
+    "add_hierarchy_flags",
+    "add_limit_flags",
+    "add_model_flags",
+    "add_option_flag",
+    "add_search_flags",
+    "add_step_flags",
+    "checked",
+    "flag_of",
+    "index_help",
+    "limits_from_args",
+    "non_negative_int",
+    "option_type",
+    "port",
+    "positive_int",
+    "rerank_spec",
+    "rewrites",
+    "search_options",
+    "seconds",
+    "spec_from_args",
+]

@@ -6,28 +6,31 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from langchain_fusion.cli.arguments import (
-    DEFAULT_LLM_TIMEOUT,
-    DEFAULT_RERANK_CANDIDATES,
-    max_per_source,
+    add_option_flag,
+    given_options,
+    index_help,
     positive_int,
     rerank_spec,
     rewrites,
     seconds,
 )
 from langchain_fusion.cli.errors import UserError
+from langchain_fusion.pipeline.spec import DEFAULT_LLM_TIMEOUT, DEFAULT_RERANK_CANDIDATES
+from langchain_fusion.search.diversity import SOURCE_CAP, Diversity
 from langchain_fusion.search.fusion import FUSION_METHODS
-from langchain_fusion.search.options import SEARCH_DEFAULTS
+from langchain_fusion.search.options import SEARCH_DEFAULTS, SearchOptions
 
 DEFAULT_CACHE = Path.home() / ".cache" / "langchain-fusion" / "embeddings"
 DEFAULT_BATCH_SIZE = 64
 """Queries per retriever batch (the harness's default, not imported: it pulls the evaluation package in)."""
 
 
-def add_eval_parser(commands: Any, fetch_k_type: Any) -> None:
+def add_eval_parser(commands: Any) -> None:
     """Register the ``eval`` subcommand on the CLI's subparsers."""
     parser = commands.add_parser(
         "eval",
@@ -38,8 +41,18 @@ def add_eval_parser(commands: Any, fetch_k_type: Any) -> None:
         "a labelled set (--index with --labels), or a BEIR folder (--beir), which is indexed on the fly with "
         "an embedding cache so reruns are fast.",
     )
+    _add_data_arguments(parser)
+    _add_sweep_arguments(parser)
+    _add_row_arguments(parser)
+    _add_floor_arguments(parser.add_argument_group("relevance floors and diversity (optional)"))
+    parser.add_argument("--plot", metavar="PNG", help="save a plot of the first metric against alpha")
+    parser.add_argument("--json", action="store_true", help="print all results as JSON")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+
+
+def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_argument_group("data (one of)")
-    source.add_argument("--index", metavar="INDEX", help="a saved index folder or a Milvus location (with --labels)")
+    source.add_argument("--index", metavar="INDEX", help=f"with --labels: {index_help()}")
     source.add_argument("--labels", metavar="FILE", help="labelled queries (JSON or CSV; see the README)")
     source.add_argument("--beir", metavar="FOLDER", help="a BEIR folder: corpus.jsonl, queries.jsonl, qrels/")
     parser.add_argument("--split", default="test", help="BEIR qrels split to use (default: %(default)s)")
@@ -53,6 +66,9 @@ def add_eval_parser(commands: Any, fetch_k_type: Any) -> None:
         default=str(DEFAULT_CACHE),
         help="BEIR: embedding cache folder, keyed by model and text (default: %(default)s)",
     )
+
+
+def _add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--alpha",
         default="0:1:0.1",
@@ -70,13 +86,7 @@ def add_eval_parser(commands: Any, fetch_k_type: Any) -> None:
         help="NAME@K list; names: hit_rate, recall, precision, mrr, ndcg, map. The first is the one "
         "plotted and compared (default: %(default)s)",
     )
-    parser.add_argument(
-        "--fetch-k",
-        type=fetch_k_type,
-        default=SEARCH_DEFAULTS.fetch_k,
-        metavar="N",
-        help="fusion candidates per side, or 'all' (default: %(default)s)",
-    )
+    add_option_flag(parser, "fetch_k")
     parser.add_argument(
         "--batch-size",
         type=positive_int,
@@ -85,6 +95,9 @@ def add_eval_parser(commands: Any, fetch_k_type: Any) -> None:
         help="queries per retriever batch (one embedding call and one scoring pass each); the table reports "
         "ms_per_query. 1 runs the queries one by one and reports latency p50/p95 instead (default: %(default)s)",
     )
+
+
+def _add_row_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rerank",
         type=rerank_spec,
@@ -117,7 +130,9 @@ def add_eval_parser(commands: Any, fetch_k_type: Any) -> None:
         metavar="SECONDS",
         help="seconds to wait for each chat model answer before it counts as failed (default: %(default)g)",
     )
-    floors = parser.add_argument_group("relevance floors and diversity (optional)")
+
+
+def _add_floor_arguments(floors: Any) -> None:
     floors.add_argument(
         "--no-answer",
         metavar="FILE",
@@ -127,27 +142,21 @@ def add_eval_parser(commands: Any, fetch_k_type: Any) -> None:
     floors.add_argument(
         "--vector-floors",
         metavar="GRID",
-        help="min_vector_score values to sweep (START:STOP:STEP or a comma list), at the default alpha and method",
+        help="floors on the raw vector (cosine) score to sweep (START:STOP:STEP or a comma list), at the default "
+        "alpha and method",
     )
     floors.add_argument(
         "--bm25-floors",
         metavar="GRID",
-        help="min_bm25_score values to sweep; with --vector-floors, every pair is a row too (kept: clears either)",
+        help="floors on the raw BM25 score to sweep; with --vector-floors, every pair is a row too (kept: clears "
+        "either)",
     )
     floors.add_argument(
         "--mmr",
         metavar="LAMBDAS",
-        help="add a fusion row re-ranked by maximal marginal relevance for each lambda_mult (comma list)",
+        help="add a fusion row re-ranked by maximal marginal relevance for each weight of relevance (comma list)",
     )
-    floors.add_argument(
-        "--max-per-source",
-        type=max_per_source,
-        metavar="N",
-        help="add a fusion row with at most N results per source",
-    )
-    parser.add_argument("--plot", metavar="PNG", help="save a plot of the first metric against alpha")
-    parser.add_argument("--json", action="store_true", help="print all results as JSON")
-    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+    add_option_flag(floors, SOURCE_CAP, help_text="add a fusion row with at most N results per source")
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -181,27 +190,38 @@ def _selection_rows(args: argparse.Namespace, lambdas: Sequence[float]) -> dict[
         # A new retriever rather than model_copy, so the options go through its validation.
         return lambda fusion: type(fusion)(**{n: getattr(fusion, n) for n in fusion.model_fields_set} | options)
 
+    def set_options(diversity: Diversity) -> dict[str, Any]:
+        return {name: value for name, value in diversity.options().items() if value is not None}
+
     rows: dict[str, Callable[[Any], Any]] = {}
-    for lambda_mult in lambdas:
-        rows[f"fusion, mmr lambda={lambda_mult:g}"] = with_options(lambda_mult=lambda_mult)
-    if args.max_per_source is not None:
-        rows[f"fusion, max {args.max_per_source} per source"] = with_options(max_per_source=args.max_per_source)
+    for weight in lambdas:
+        rows[f"fusion, mmr lambda={weight:g}"] = with_options(**set_options(Diversity(weight)))
+    cap = given_options(args).get(SOURCE_CAP)
+    if cap is not None:
+        rows[f"fusion, max {cap} per source"] = with_options(**set_options(Diversity(None, cap)))
     return rows
 
 
-def run_eval(args: argparse.Namespace) -> int:
-    """Evaluate and print the tables (or JSON)."""
-    from langchain_fusion._checks import check_lambda_mult, check_method, check_min_bm25_score, check_min_vector_score
+@dataclass
+class _Plan:
+    """What an ``eval`` run computes, checked before any index is loaded or any model is called."""
+
+    metrics: list[str]
+    methods: Sequence[str]
+    alphas: list[float]
+    fetch_k: int | None
+    rows: dict[str, Callable[[Any], Any]]
+    pipeline_rows: list[str]
+    vector_floors: list[float]
+    bm25_floors: list[float]
+    no_answer: dict[str, str]
+
+
+def _plan(args: argparse.Namespace) -> _Plan:
     from langchain_fusion.evaluation.datasets import load_queries
-    from langchain_fusion.evaluation.harness import (
-        SIDES,
-        alpha_grid,
-        evaluate_sides,
-        sweep_alpha,
-        sweep_floors,
-        value_grid,
-    )
+    from langchain_fusion.evaluation.harness import alpha_grid, check_floor_grids, value_grid
     from langchain_fusion.evaluation.metrics import parse_metric
+    from langchain_fusion.search.fusion import check_method
 
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
     for metric in metrics:
@@ -211,41 +231,49 @@ def run_eval(args: argparse.Namespace) -> int:
     pipeline = _pipeline_rows(args)  # a missing key or cross-encoder fails before any indexing
     vector_floors = value_grid(args.vector_floors, "--vector-floors") if args.vector_floors else []
     bm25_floors = value_grid(args.bm25_floors, "--bm25-floors") if args.bm25_floors else []
-    for value in vector_floors:  # checked before the index is loaded
-        check_min_vector_score(value)
-    for value in bm25_floors:
-        check_min_bm25_score(value)
+    check_floor_grids(vector_floors, bm25_floors)
     lambdas = value_grid(args.mmr, "--mmr") if args.mmr else []
     for value in lambdas:
-        check_lambda_mult(value, optional=False)
+        Diversity(value)  # checks the weight
     if args.no_answer and not (vector_floors or bm25_floors):
         raise UserError("--no-answer queries are scored by the floor sweep: add --vector-floors or --bm25-floors")
-    no_answer = load_queries(args.no_answer) if args.no_answer else {}
+    return _Plan(
+        metrics=metrics,
+        methods=methods,
+        alphas=alphas,
+        fetch_k=SearchOptions(**given_options(args)).fetch_k,
+        rows={**pipeline, **_selection_rows(args, lambdas)},
+        pipeline_rows=list(pipeline),
+        vector_floors=vector_floors,
+        bm25_floors=bm25_floors,
+        no_answer=load_queries(args.no_answer) if args.no_answer else {},
+    )
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    """Evaluate and print the tables (or JSON)."""
+    from langchain_fusion.evaluation.harness import SIDES, evaluate_sides, sweep_alpha, sweep_floors
+
+    plan = _plan(args)
     index, dataset = _load(args)
-    dataset.no_answer.update(no_answer)
+    dataset.no_answer.update(plan.no_answer)
     progress = not (args.quiet or args.json)
+    fetch_k, metrics = plan.fetch_k, plan.metrics
     baselines = evaluate_sides(
-        index,
-        dataset,
-        metrics,
-        fetch_k=args.fetch_k,
-        progress=progress,
-        batch_size=args.batch_size,
-        wrapped={**pipeline, **_selection_rows(args, lambdas)},
+        index, dataset, metrics, fetch_k=fetch_k, progress=progress, batch_size=args.batch_size, wrapped=plan.rows
     )
-    sweep = sweep_alpha(index, dataset, alphas, methods, metrics, fetch_k=args.fetch_k, progress=progress)
-    floors = (
-        sweep_floors(index, dataset, vector_floors, bm25_floors, metrics, fetch_k=args.fetch_k, progress=progress)
-        if vector_floors or bm25_floors
-        else None
-    )
+    sweep = sweep_alpha(index, dataset, plan.alphas, plan.methods, metrics, fetch_k=fetch_k, progress=progress)
+    floors = None
+    if plan.vector_floors or plan.bm25_floors:
+        floors = sweep_floors(
+            index, dataset, plan.vector_floors, plan.bm25_floors, metrics, fetch_k=fetch_k, progress=progress
+        )
     main_metric = metrics[0]
     fused, sides = SIDES[2], SIDES[:2]
     comparisons = [baselines.compare(fused, side, main_metric) for side in sides]
-    comparisons += [baselines.compare(name, fused, main_metric) for name in pipeline]
-    by_kind = baselines.by_kind(dataset.kinds)
+    comparisons += [baselines.compare(name, fused, main_metric) for name in plan.pipeline_rows]
     best = {}
-    for method in methods:
+    for method in plan.methods:
         rows = [r for r in sweep.results if r.name.startswith(f"{method}@")]
         top = max(rows, key=lambda r: r.means[main_metric])
         best[method] = {"alpha": float(top.name.partition("@")[2]), main_metric: top.means[main_metric]}
@@ -254,81 +282,92 @@ def run_eval(args: argparse.Namespace) -> int:
         from langchain_fusion.evaluation.plots import plot_alpha_sweep
 
         plot_path = str(plot_alpha_sweep(sweep, main_metric, args.plot))
+    report = _Report(dataset, index, baselines, sweep, floors, comparisons, best, plot_path)
     if args.json:
-        payload = {
-            "dataset": dataset.name,
-            "queries": len(dataset.queries),
-            "retrievers": baselines.rows(),
+        print(json.dumps(report.payload(), indent=2))
+    else:
+        print(report.text(plan))
+    return 0
+
+
+@dataclass
+class _Report:
+    """The results of an ``eval`` run, as JSON or as tables."""
+
+    dataset: Any
+    index: Any
+    baselines: Any
+    sweep: Any
+    floors: Any
+    comparisons: list[dict[str, Any]]
+    best: dict[str, dict[str, float]]
+    plot_path: str | None
+
+    def payload(self) -> dict[str, Any]:
+        by_kind = self.baselines.by_kind(self.dataset.kinds)
+        return {
+            "dataset": self.dataset.name,
+            "queries": len(self.dataset.queries),
+            "retrievers": self.baselines.rows(),
             "by_kind": {
                 kind: {"queries": len(report.results[0].per_query), "retrievers": report.rows()}
                 for kind, report in by_kind.items()
             },
-            "sweep": sweep.rows(),
-            "best_alpha": best,
-            "per_query": comparisons,
-            "floors": floors.rows() if floors is not None else None,
-            "plot": plot_path,
+            "sweep": self.sweep.rows(),
+            "best_alpha": self.best,
+            "per_query": self.comparisons,
+            "floors": self.floors.rows() if self.floors is not None else None,
+            "plot": self.plot_path,
         }
-        print(json.dumps(payload, indent=2))
-        return 0
-    print(f"{dataset.name}: {len(dataset.queries)} queries, {len(index)} chunks\n")
-    print(baselines.to_markdown())
-    if by_kind:
-        print(f"\nby kind of query ({main_metric}):\n")
-        print(baselines.kind_table(dataset.kinds, main_metric))
-    print(f"\nalpha sweep ({main_metric}, fetch_k={args.fetch_k}):\n")
-    print(_sweep_grid(sweep, methods, alphas, main_metric))
-    print("\nbest alpha: " + ", ".join(f"{m} {b['alpha']:g} ({b[main_metric]:.4f})" for m, b in best.items()))
-    for comparison in comparisons:
-        label = "fusion" if comparison["method"] == "fusion (defaults)" else comparison["method"]
-        print(
-            f"{label} vs {comparison['baseline']} on {main_metric}: {comparison['wins']} queries better, "
-            f"{comparison['losses']} worse, {comparison['ties']} tied"
-        )
-    if floors is not None:
-        print(
-            f"\nrelevance floors ({SEARCH_DEFAULTS.method}, alpha={SEARCH_DEFAULTS.alpha:g}, fetch_k={args.fetch_k}; "
-            f"{len(dataset.queries)} answerable and {len(dataset.no_answer)} no-answer queries):\n"
-        )
-        print(floors.to_markdown())
-    if plot_path:
-        print(f"plot saved to {plot_path}")
-    return 0
+
+    def text(self, plan: _Plan) -> str:
+        dataset, main_metric = self.dataset, plan.metrics[0]
+        lines = [f"{dataset.name}: {len(dataset.queries)} queries, {len(self.index)} chunks\n"]
+        lines.append(self.baselines.to_markdown())
+        if self.baselines.by_kind(dataset.kinds):
+            lines += [f"\nby kind of query ({main_metric}):\n", self.baselines.kind_table(dataset.kinds, main_metric)]
+        lines.append(f"\nalpha sweep ({main_metric}, fetch_k={plan.fetch_k}):\n")
+        lines.append(_sweep_grid(self.sweep, plan.methods, plan.alphas, main_metric))
+        best = ", ".join(f"{m} {b['alpha']:g} ({b[main_metric]:.4f})" for m, b in self.best.items())
+        lines.append(f"\nbest alpha: {best}")
+        for comparison in self.comparisons:
+            label = "fusion" if comparison["method"] == "fusion (defaults)" else comparison["method"]
+            lines.append(
+                f"{label} vs {comparison['baseline']} on {main_metric}: {comparison['wins']} queries better, "
+                f"{comparison['losses']} worse, {comparison['ties']} tied"
+            )
+        if self.floors is not None:
+            lines.append(
+                f"\nrelevance floors ({SEARCH_DEFAULTS.method}, alpha={SEARCH_DEFAULTS.alpha:g}, "
+                f"fetch_k={plan.fetch_k}; {len(dataset.queries)} answerable and {len(dataset.no_answer)} no-answer "
+                "queries):\n"
+            )
+            lines.append(self.floors.to_markdown())
+        if self.plot_path:
+            lines.append(f"plot saved to {self.plot_path}")
+        return "\n".join(lines)
 
 
 def _pipeline_rows(args: argparse.Namespace) -> dict[str, Callable[[Any], Any]]:
-    """The extra rows asked for (--rerank, --multi-query): row name -> how to wrap the default fusion retriever."""
-    from langchain_fusion.retrievers.cross_encoder import CrossEncoderReranker
-    from langchain_fusion.retrievers.multi_query import MultiQueryFusionRetriever
-    from langchain_fusion.retrievers.rerank import RerankRetriever
-    from langchain_fusion.retrievers.rerank_spec import build_reranker
+    """The extra rows asked for (--rerank, --multi-query): row name -> how to wrap the default fusion retriever.
+
+    Each row is one step of the pipeline composer around the default fusion (keeping the deepest cutoff).
+    """
+    from langchain_fusion.pipeline import PipelineSpec, build_steps
+    from langchain_fusion.pipeline.composer import chat_model_for
 
     uses_llm = args.multi_query is not None or (args.rerank is not None and args.rerank.uses_chat_model)
     if args.llm is not None and not uses_llm:
         raise UserError("eval uses a chat model only for --rerank llm and --multi-query: add one, or drop --llm")
-    chat_model: Any = None
-    if uses_llm:
-        from langchain_fusion.models.chat import resolve_chat_model
-
-        chat_model = resolve_chat_model(args.llm)
+    steps = {"llm": args.llm, "llm_timeout": args.llm_timeout}
+    chat_model = chat_model_for(PipelineSpec(**steps, answer="required"))[0] if uses_llm else None
     rows: dict[str, Callable[[Any], Any]] = {}
     if args.rerank is not None:
-        reranker = build_reranker(args.rerank, llm=chat_model, timeout=args.llm_timeout)
-        if isinstance(reranker, CrossEncoderReranker):
-            reranker.load_model()
-        candidates = args.rerank_candidates
-
-        def reranked(fusion: Any) -> Any:
-            return RerankRetriever(retriever=fusion.model_copy(update={"k": candidates}), reranker=reranker)
-
-        rows[f"fusion + rerank ({args.rerank})"] = reranked
+        spec = PipelineSpec(reranker=str(args.rerank), rerank_candidates=args.rerank_candidates, **steps)
+        rows[f"fusion + rerank ({args.rerank})"] = build_steps(spec, chat_model).around
     if args.multi_query is not None:
-        n = args.multi_query
-
-        def multi(fusion: Any) -> Any:
-            return MultiQueryFusionRetriever(retriever=fusion, llm=chat_model, n=n, timeout=args.llm_timeout)
-
-        rows[f"fusion + multi-query (n={n})"] = multi
+        spec = PipelineSpec(multi_query=args.multi_query, **steps)
+        rows[f"fusion + multi-query (n={args.multi_query})"] = build_steps(spec, chat_model).around
     return rows
 
 

@@ -23,15 +23,7 @@ from langchain_core.retrievers import BaseRetriever
 from tqdm import tqdm
 
 from langchain_fusion import metadata as keys
-from langchain_fusion._checks import (
-    FusionMethod,
-    check_alpha,
-    check_fetch_k,
-    check_method,
-    check_min_bm25_score,
-    check_min_vector_score,
-    check_positive_int,
-)
+from langchain_fusion._checks import check_fetch_k, check_positive_int
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.evaluation.datasets import EvalDataset
 from langchain_fusion.evaluation.metrics import evaluate_run, mean_scores, parse_metric
@@ -39,6 +31,7 @@ from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.retrievers.fusion import BM25Retriever, FusionRetriever, VectorRetriever
 from langchain_fusion.retrievers.rerank import RerankRetriever, with_top_n
 from langchain_fusion.search.floors import Floors
+from langchain_fusion.search.fusion import FUSION_METHODS, FusionMethod, check_alpha, check_method
 from langchain_fusion.search.options import SEARCH_DEFAULTS
 from langchain_fusion.search.pool import QueryScorers, bm25_scorers, fused_search, queries_per_pass, vector_scorers
 
@@ -301,7 +294,8 @@ def _at_depth(retriever: BaseRetriever, depth: int) -> BaseRetriever:
         inner = retriever.retriever
         inner_k = getattr(inner, "k", None)
         candidates = _at_depth(inner, depth) if isinstance(inner_k, int) and inner_k < depth else inner
-        return retriever.model_copy(update={"retriever": candidates, "reranker": with_top_n(retriever.reranker, depth)})
+        kept = {"reranker": with_top_n(retriever.reranker, depth), "top_n": depth}
+        return retriever.model_copy(update={"retriever": candidates, **kept})
     fields = type(retriever).model_fields
     if "k" in fields:
         return retriever.model_copy(update={"k": depth})
@@ -394,7 +388,7 @@ def sweep_alpha(
     index: FusionIndex,
     dataset: EvalDataset,
     alphas: Iterable[float],
-    methods: Sequence[FusionMethod] = ("weighted", "zscore", "rrf"),
+    methods: Sequence[str] = FUSION_METHODS,
     metrics: Sequence[str] = DEFAULT_METRICS,
     *,
     fetch_k: int | None = 100,
@@ -431,6 +425,14 @@ def floor_name(vector: float | None, bm25: float | None) -> str:
     return "|".join(parts) or "no floor"
 
 
+def check_floor_grids(vector_floors: Iterable[float], bm25_floors: Iterable[float]) -> None:
+    """An InvalidParameterError for a floor value out of range (before any work)."""
+    for value in vector_floors:
+        Floors(vector=value)
+    for value in bm25_floors:
+        Floors(bm25=value)
+
+
 def sweep_floors(
     index: FusionIndex,
     dataset: EvalDataset,
@@ -454,8 +456,8 @@ def sweep_floors(
     Choose the floor where ``no_answer_empty`` is high while the metrics and ``answered`` hold.
     The queries are embedded and scored once; every setting reuses the scores.
     """
-    on_vector = [check_min_vector_score(v) for v in vector_floors]
-    on_bm25 = [check_min_bm25_score(b) for b in bm25_floors]
+    on_vector = [Floors(vector=v).vector for v in vector_floors]  # each checked by Floors
+    on_bm25 = [Floors(bm25=b).bm25 for b in bm25_floors]
     alpha, method, fetch_k = check_alpha(alpha), check_method(method), check_fetch_k(fetch_k)
     settings: list[tuple[float | None, float | None]] = [(None, None)]
     for vector_floor in [None, *on_vector]:

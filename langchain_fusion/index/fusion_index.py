@@ -19,7 +19,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from langchain_fusion._checks import check_k, check_lambda_mult, check_positive_int
+from langchain_fusion._checks import check_k, check_positive_int
 from langchain_fusion.errors import (
     EmbeddingsMismatchError,
     FusionError,
@@ -43,10 +43,12 @@ from langchain_fusion.models.embeddings import (
     embeddings_from_id,
     embeddings_id,
 )
+from langchain_fusion.search.diversity import DEFAULT_MMR_WEIGHT, MMR_WEIGHT, check_lambda_mult
 from langchain_fusion.search.options import SEARCH_DEFAULTS
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.base import FloatMatrix, FusionStore, StoreView, Where
 from langchain_fusion.stores.filters import check_filter
+from langchain_fusion.stores.local.folder import saved_index_reason
 from langchain_fusion.stores.local.store import LocalStore
 from langchain_fusion.stores.local.vectors import normalize_rows
 from langchain_fusion.stores.settings import BM25Params
@@ -214,7 +216,7 @@ class FusionIndex(VectorStore):
         missing = [str(p) for p in paths if not Path(p).exists()]
         if missing:
             raise FusionError(f"no such file or directory: {', '.join(missing)}")
-        loaded = load_files(paths, max_chars=max_file_chars)
+        loaded = load_files(paths, max_chars=max_file_chars, skip_folder=saved_index_reason)
         if not loaded.documents:
             reasons = "; ".join(f"{s.path}: {s.reason}" for s in loaded.skipped[:3]) or "no PDF, .txt or .md files"
             raise FusionError(f"no readable documents in {', '.join(map(str, paths))} ({reasons})")
@@ -624,12 +626,12 @@ class FusionIndex(VectorStore):
     ) -> FusionRetriever:
         """A :class:`~langchain_fusion.retrievers.fusion.FusionRetriever` over this index.
 
-        Keyword arguments (or LangChain's ``search_kwargs``) are its fields: ``k``, ``alpha``,
-        ``fetch_k``, ``method``, ``filter``, the relevance floors ``min_vector_score`` and
-        ``min_bm25_score``, ``lambda_mult``, ``max_per_source`` (and ``tags``, ``metadata``).
+        Keyword arguments (or LangChain's ``search_kwargs``) are its fields: the search options of
+        :class:`~langchain_fusion.search.options.SearchOptions` (``k``, ``alpha``, ``fetch_k``,
+        ``method``, ``filter``, relevance floors and diversity), and ``tags``, ``metadata``.
         ``search_type`` is ``"fusion"`` (the default), ``"similarity"`` (the vector side alone:
-        ``alpha=1``) or ``"mmr"`` (the fused candidates re-ranked by maximal marginal relevance;
-        ``lambda_mult`` defaults to 0.5, and MMR chooses among the best ``fetch_k`` fused
+        ``alpha=1``) or ``"mmr"`` (the fused candidates re-ranked by maximal marginal relevance,
+        whose weight of relevance defaults to 0.5; MMR chooses among the best ``fetch_k`` fused
         candidates). An unknown option or search type is an error that lists the valid ones.
         """
         from langchain_fusion.retrievers.fusion import FusionRetriever
@@ -644,9 +646,9 @@ class FusionIndex(VectorStore):
                 raise InvalidParameterError("search_type='similarity' is the vector side alone (alpha=1); drop alpha")
             options["alpha"] = 1.0
         elif search_type == "mmr":
-            if options.setdefault("lambda_mult", SEARCH_DEFAULTS.mmr_lambda_mult) is None:
+            if options.setdefault(MMR_WEIGHT, DEFAULT_MMR_WEIGHT) is None:
                 raise InvalidParameterError(
-                    "search_type='mmr' needs a lambda_mult between 0 and 1; drop lambda_mult=None"
+                    f"search_type='mmr' needs a {MMR_WEIGHT} between 0 and 1; drop {MMR_WEIGHT}=None"
                 )
         elif search_type not in SEARCH_TYPES:
             raise InvalidParameterError(f"search_type must be one of {list(SEARCH_TYPES)}; got {search_type!r}")

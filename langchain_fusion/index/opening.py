@@ -1,6 +1,6 @@
-"""Open an index by its location: a saved folder or a Milvus collection (see :mod:`~langchain_fusion.stores.locations`).
+"""Open an index by its location: a saved folder, or another engine's store (:mod:`~langchain_fusion.stores.registry`).
 
-The command line, the server and users who keep a location in their configuration all go
+The command line, the server, MCP and users who keep a location in their configuration all go
 through :func:`open_index`, so a team can point every tool at its cluster with one string.
 """
 
@@ -11,41 +11,60 @@ from pathlib import Path
 
 from langchain_core.embeddings import Embeddings
 
-from langchain_fusion.errors import FusionError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex, is_hierarchical
-from langchain_fusion.stores.locations import MilvusLocation, is_store_location, parse_location
+from langchain_fusion.stores.local.folder import MANIFEST
+from langchain_fusion.stores.registry import NewStoreOptions, engine_for
 
 
 def open_index(
     location: str | os.PathLike[str], embeddings: Embeddings | None = None, *, check_dimension: bool = True
 ) -> FusionIndex | HierarchicalIndex:
-    """The index at ``location``: a folder saved by ``save`` (plain or hierarchical), or a Milvus collection.
+    """The index at ``location``: a folder saved by ``save`` (plain or hierarchical), or another engine's store.
 
-    ``embeddings`` default to the model recorded with the index. A Milvus collection must
-    exist (``langchain-fusion index ... --out LOCATION`` creates one); a folder is verified
+    ``embeddings`` default to the model recorded with the index. A store of another engine
+    must exist (``langchain-fusion index ... --out LOCATION`` creates one); a folder is verified
     as :meth:`FusionIndex.load` does.
     """
-    if is_store_location(location):
-        return open_milvus_index(parse_location(str(location)), embeddings, check_dimension=check_dimension)
-    path = Path(location).expanduser()
-    if is_hierarchical(path):
-        return HierarchicalIndex.load(path, embeddings)
-    return FusionIndex.load(path, embeddings, check_dimension=check_dimension)
+    engine = engine_for(location)
+    folder = engine.folder(str(location))
+    if folder is not None and is_hierarchical(folder):
+        return HierarchicalIndex.load(folder, embeddings)
+    opened = engine.open(str(location))
+    index = FusionIndex.from_store(opened.store, embeddings, check_dimension=check_dimension, label=str(location))
+    index.saved_info = opened.info
+    return index
 
 
-def open_milvus_index(
-    location: MilvusLocation,
+def open_for_update(
+    location: str | os.PathLike[str],
     embeddings: Embeddings | None = None,
-    *,
-    create: bool = False,
-    check_dimension: bool = True,
+    options: NewStoreOptions | None = None,
 ) -> FusionIndex:
-    """The index over a Milvus collection; with ``create``, a new empty one if it does not exist yet."""
-    store = location.open()
-    if not store.exists and not create:
-        raise FusionError(
-            f"{location}: there is no collection {location.collection_name!r} at {location.uri}; "
-            f"build it with: langchain-fusion index PATH... --out {location}"
-        )
-    return FusionIndex.from_store(store, embeddings, check_dimension=check_dimension, label=str(location))
+    """The plain index at ``location`` to add documents to, or a new empty one made with ``options``.
+
+    ``embeddings`` default to the model recorded with an existing index (no probe embedding is
+    made, so a run with nothing new loads no model), and to :func:`default_embeddings` for a new one.
+    """
+    engine = engine_for(location)
+    opened = engine.open_or_create(str(location), options or NewStoreOptions())
+    if opened.created:
+        from langchain_fusion.models import embeddings as models
+
+        return FusionIndex(embeddings if embeddings is not None else models.default_embeddings(), store=opened.store)
+    index = FusionIndex.from_store(opened.store, embeddings, check_dimension=False, label=str(location))
+    index.saved_info = opened.info
+    return index
+
+
+def hierarchical_folder(location: str | os.PathLike[str]) -> Path | None:
+    """The folder of ``location`` when it holds a hierarchical index (page summaries beside the chunks)."""
+    folder = engine_for(location).folder(str(location))
+    if folder is None or not (folder / MANIFEST).is_file():
+        return None
+    return folder if is_hierarchical(folder) else None
+
+
+def keeps_summaries(location: str | os.PathLike[str]) -> bool:
+    """Whether the engine of ``location`` can keep page summaries (a folder can; a remote store cannot)."""
+    return engine_for(location).folder(str(location)) is not None

@@ -37,7 +37,7 @@ from langchain_fusion.ingest.loading import (
     source_name,
     split_documents,
 )
-from langchain_fusion.stores.local.folder import sha256_file
+from langchain_fusion.stores.local.folder import saved_index_reason, sha256_file
 
 SYNC_INFO_KEY = "files"
 """The key of the file record in a saved index's ``info``."""
@@ -121,7 +121,7 @@ def sync_files(
     """
     run = _Sync(index, record, chunk_size, chunk_overlap, transform, on_skip, before_embedding, progress, batch_size)
     run.max_file_chars = check_positive_int(max_file_chars, "max_file_chars")
-    found, unreadable = find_files(paths)
+    found, unreadable = find_files(paths, skip_folder=saved_index_reason)
     for skipped in unreadable:
         run.skip(skipped)
     current: dict[str, str] = {}

@@ -45,12 +45,12 @@ from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, FIELD_SEPARATOR, Text
 from langchain_fusion.models.llm_calls import (
     CHARS_PER_TOKEN,
     CallOutcome,
+    CallRunner,
     LLMBatchSettings,
     LLMFailure,
     LLMReport,
     ProgressCallback,
     Prompt,
-    _Runner,
     check_prompt,
     prompt_version_of,
 )
@@ -303,7 +303,7 @@ class ContextualEnricher(LLMBatchSettings, BaseDocumentTransformer):
 
     def _prepare(
         self, chunks: Sequence[Document], documents: Sequence[Document] | None, progress: ProgressCallback | None
-    ) -> tuple[list[int], list[dict[str, str]], _Runner, Callable[[int], None] | None]:
+    ) -> tuple[list[int], list[dict[str, str]], CallRunner, Callable[[int], None] | None]:
         """Positions of the chunks to ask about, their prompt inputs, the runner and its ``on_done``.
 
         Blank chunks are not asked about; ``progress`` counts them as finished at once.
@@ -313,7 +313,7 @@ class ContextualEnricher(LLMBatchSettings, BaseDocumentTransformer):
             if inputs is not None:
                 asked.append(position)
                 requests.append(inputs)
-        runner = self._runner(self.prompt, "contextual enrichment", self._version())
+        runner = self.runner(self.prompt, "contextual enrichment", self._version())
         skipped = len(chunks) - len(asked)
         if skipped and progress is not None:
             progress(skipped)

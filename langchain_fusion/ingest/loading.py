@@ -13,7 +13,7 @@ import logging
 import os
 import re
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,18 +111,22 @@ def clean_text(text: str) -> str:
     return text.strip()
 
 
-def find_files(paths: Iterable[str | Path]) -> tuple[list[Path], list[SkippedFile]]:
+def find_files(
+    paths: Iterable[str | Path], skip_folder: Callable[[Path], str | None] | None = None
+) -> tuple[list[Path], list[SkippedFile]]:
     """Expand files and directories (recursively) into supported files, sorted per directory.
 
     A path that does not exist is reported as skipped; unsupported files inside a directory
-    are ignored silently, but an unsupported file named explicitly is reported.
+    are ignored silently, but an unsupported file named explicitly is reported. ``skip_folder``
+    returns why a folder is not to be searched (e.g. it holds a saved index), or None; a folder
+    it names is reported as skipped and nothing under it is loaded.
     """
     found: list[Path] = []
     skipped: list[SkippedFile] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found.extend(_walk(path, skipped))
+            found.extend(_walk(path, skipped, skip_folder))
         elif path.is_file():
             if path.suffix.lower() in SUPPORTED_SUFFIXES:
                 found.append(path)
@@ -134,8 +138,8 @@ def find_files(paths: Iterable[str | Path]) -> tuple[list[Path], list[SkippedFil
     return found, skipped
 
 
-def _walk(root: Path, skipped: list[SkippedFile]) -> list[Path]:
-    """Supported files under ``root`` in sorted order; folders that cannot be listed are reported."""
+def _walk(root: Path, skipped: list[SkippedFile], skip_folder: Callable[[Path], str | None] | None) -> list[Path]:
+    """Supported files under ``root`` in sorted order; folders that cannot be listed (or are skipped) are reported."""
 
     def unreadable(exc: OSError) -> None:
         where = exc.filename if exc.filename is not None else root
@@ -143,6 +147,11 @@ def _walk(root: Path, skipped: list[SkippedFile]) -> list[Path]:
 
     found: list[Path] = []
     for folder, dirs, files in os.walk(root, onerror=unreadable):
+        reason = skip_folder(Path(folder)) if skip_folder is not None else None
+        if reason is not None:
+            skipped.append(SkippedFile(source_name(folder), reason))
+            dirs[:] = []
+            continue
         dirs.sort()
         found.extend(Path(folder) / name for name in files if Path(name).suffix.lower() in SUPPORTED_SUFFIXES)
     return sorted(p for p in found if p.is_file())
@@ -201,15 +210,21 @@ def load_text(path: Path, max_chars: int = DEFAULT_MAX_FILE_CHARS) -> list[Docum
     return [Document(page_content=text, metadata={keys.SOURCE: source_name(path)})]
 
 
-def load_files(paths: Iterable[str | Path], *, max_chars: int = DEFAULT_MAX_FILE_CHARS) -> LoadResult:
+def load_files(
+    paths: Iterable[str | Path],
+    *,
+    max_chars: int = DEFAULT_MAX_FILE_CHARS,
+    skip_folder: Callable[[Path], str | None] | None = None,
+) -> LoadResult:
     """Load PDFs, text and markdown from files and directories.
 
     A file that cannot be read (corrupt, encrypted, empty, not UTF-8, or yielding more than
     ``max_chars`` characters: see :data:`DEFAULT_MAX_FILE_CHARS`) is reported in ``skipped``,
-    warned about with :class:`SkippedFileWarning`, and the rest is loaded.
+    warned about with :class:`SkippedFileWarning`, and the rest is loaded. ``skip_folder`` as
+    for :func:`find_files`.
     """
     max_chars = check_positive_int(max_chars, "max_chars")
-    files, skipped = find_files(paths)
+    files, skipped = find_files(paths, skip_folder)
     result = LoadResult(skipped=skipped)
     pypdf_logger = logging.getLogger("pypdf")
     previous_level = pypdf_logger.level

@@ -31,11 +31,11 @@ from langchain_fusion.metadata import FIELD_SEPARATOR
 from langchain_fusion.models.llm_calls import (
     CHARS_PER_TOKEN,
     CallOutcome,
+    CallRunner,
     LLMBatchSettings,
     LLMFailure,
     LLMReport,
     Prompt,
-    _Runner,
     check_prompt,
     prompt_version_of,
 )
@@ -330,14 +330,14 @@ class PageSummarizer(LLMBatchSettings):
         report.items = len(units)
         return [_UnitState(unit, unit.text) for unit in units], report
 
-    def _rounds(self, states: list[_UnitState]) -> Iterator[tuple[_Runner, list[_Request]]]:
+    def _rounds(self, states: list[_UnitState]) -> Iterator[tuple[CallRunner, list[_Request]]]:
         """The rounds of calls, each with its runner: the first prompts, then reduce rounds until every unit is done.
 
         Each round is planned when the loop asks for it, after the previous round's outcomes were accepted.
         """
         first_version, reduce_version = self._versions()
-        first_runner = self._runner(self.prompt, "summaries", first_version)
-        reduce_runner = self._runner(self.reduce_prompt, "summary reduce", reduce_version)
+        first_runner = self.runner(self.prompt, "summaries", first_version)
+        reduce_runner = self.runner(self.reduce_prompt, "summary reduce", reduce_version)
         first = True
         while plan := self._plan(states, first):
             yield (first_runner if first else reduce_runner), plan

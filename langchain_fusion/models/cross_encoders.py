@@ -96,11 +96,11 @@ def load_cross_encoder(model: str, *, device: str = "cpu", max_length: int | Non
         raise ModelNotFoundError(
             f"cross-encoder {model!r} could not be loaded from {where}: {describe_error(exc)}"
         ) from None
-    _set_max_length(loaded, model, max_length)
+    set_max_length(loaded, model, max_length)
     return loaded
 
 
-def _set_max_length(loaded: Any, model: str, max_length: int | None) -> None:
+def set_max_length(loaded: Any, model: str, max_length: int | None) -> None:
     """Truncate pairs to ``max_length`` (checked against the model), or to the model's own limit."""
     limit = model_limit(loaded)
     if max_length is not None and limit is not None and max_length > limit:

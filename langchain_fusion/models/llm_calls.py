@@ -574,14 +574,15 @@ class LLMBatchSettings(CheckedModel):
         """``model_id``, or the id derived from ``llm``."""
         return self.model_id or chat_model_id(self.llm)
 
-    def _runner(self, prompt: Prompt, task: str, prompt_version: str) -> _Runner:
+    def runner(self, prompt: Prompt, task: str, prompt_version: str) -> CallRunner:
+        """A runner of ``prompt`` for ``task`` with these settings (bound, retries, cache)."""
         cache = ResultCache(self.cache_dir) if self.cache_dir is not None else None
-        return _Runner(self, prompt, task, prompt_version, cache, self._memory)
+        return CallRunner(self, prompt, task, prompt_version, cache, self._memory)
 
 
 @dataclass
 class _Batch:
-    """One run of :class:`_Runner`: the requests' cache keys, what is known without a call, what to send."""
+    """One run of :class:`CallRunner`: the requests' cache keys, what is known without a call, what to send."""
 
     keys: list[str]
     """The cache key of each request, in order."""
@@ -595,7 +596,7 @@ class _Batch:
     """The positions of the requests with each key."""
 
 
-class _Runner:
+class CallRunner:
     """Runs one list of prompts through ``prompt | llm`` with the settings' bound, retries and cache."""
 
     def __init__(
@@ -617,6 +618,7 @@ class _Runner:
         self.lock = threading.Lock()
 
     def key(self, inputs: dict[str, str]) -> str:
+        """The cache key of one request."""
         return cache_key(self.task, self.model_id, self.prompt_version, inputs)
 
     def _lookup(self, key: str) -> str | None:

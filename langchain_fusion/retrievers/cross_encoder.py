@@ -22,7 +22,7 @@ from pydantic import Field, PrivateAttr, field_validator
 
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import InvalidParameterError
-from langchain_fusion.retrievers.rerank import BaseReranker, _descending, _fusion_scores
+from langchain_fusion.retrievers.rerank import BaseReranker, descending, fusion_scores
 
 
 class CrossEncoderReranker(BaseReranker):
@@ -83,12 +83,12 @@ class CrossEncoderReranker(BaseReranker):
         """
         with self._lock:
             if self._loaded is None:
-                from langchain_fusion.models.cross_encoders import _set_max_length, load_cross_encoder
+                from langchain_fusion.models.cross_encoders import load_cross_encoder, set_max_length
 
                 if isinstance(self.model, str):
                     self._loaded = load_cross_encoder(self.model, device=self.device, max_length=self.max_length)
                 else:
-                    _set_max_length(self.model, self.model_id, self.max_length)
+                    set_max_length(self.model, self.model_id, self.max_length)
                     self._loaded = self.model
             return self._loaded
 
@@ -117,10 +117,10 @@ class CrossEncoderReranker(BaseReranker):
         texts = list(dict.fromkeys(doc.page_content for doc in documents))
         score_of = dict(zip(texts, self.score(query, texts), strict=True))
         scores = [score_of[doc.page_content] for doc in documents]
-        fusion = _fusion_scores(documents)
+        fusion = fusion_scores(documents)
         order = sorted(
             range(len(documents)),
-            key=lambda p: (_descending(scores[p]), _descending(fusion[p]), p),  # no score (None) last
+            key=lambda p: (descending(scores[p]), descending(fusion[p]), p),  # no score (None) last
         )
         kept = order if top_n is None else order[:top_n]
         return [self._copy(documents[p], {keys.RERANK_SCORE: scores[p]}) for p in kept]

@@ -14,35 +14,21 @@ the retriever's ``alpha`` and ``method``). Results are one global top ``k`` by t
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from langchain_core.documents import Document
 
 from langchain_fusion import metadata as keys
-from langchain_fusion._checks import FusionMethod, check_positive_int, is_real_number
-from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex
-from langchain_fusion.retrievers.fusion import OPTION_CHECKS, PreparedQuery, SearchRetriever
-from langchain_fusion.search.options import SEARCH_DEFAULTS
+from langchain_fusion.retrievers.base import PreparedQuery, SearchRetriever
+from langchain_fusion.search.options import FilterOption, FusionOptions, HierarchyOptions
 from langchain_fusion.search.pool import Hit, fused_search, scored_copy
 from langchain_fusion.stores.base import FloatMatrix, Where
-from langchain_fusion.stores.filters import MetadataFilter
 
 
-def _check_weight(value: Any) -> float:
-    if not is_real_number(value) or not 0.0 <= float(value) <= 1.0:
-        raise InvalidParameterError(f"summary_weight must be a number between 0 and 1; got {value!r}")
-    return float(value)
-
-
-def _check_k_summaries(value: Any) -> int:
-    return check_positive_int(value, "k_summaries", "how many summaries to select")
-
-
-class HierarchicalRetriever(SearchRetriever):
+class HierarchicalRetriever(HierarchyOptions, FilterOption, FusionOptions, SearchRetriever):
     """Summaries first, then the best chunks of the selected pages; one global top ``k``.
 
     For a query: the ``k_summaries`` best summaries by fused score; the chunks of their pages;
@@ -50,9 +36,10 @@ class HierarchicalRetriever(SearchRetriever):
     scored ``summary_weight * summary_score + (1 - summary_weight) * fusion_score``; the ``k``
     best. A chunk covered by several selected summaries counts once, under the best-ranked one.
     Returned chunks carry the usual score provenance plus
-    :data:`~langchain_fusion.metadata.HIERARCHICAL_KEYS`. ``alpha``, ``fetch_k`` and ``method``
-    apply to both searches and default to :class:`~langchain_fusion.retrievers.fusion.FusionRetriever`'s;
-    every field can be overridden per call (``invoke(q, k=3, k_summaries=1)``).
+    :data:`~langchain_fusion.metadata.HIERARCHICAL_KEYS`. ``alpha`` and ``method`` apply to both
+    searches and default to :class:`~langchain_fusion.retrievers.fusion.FusionRetriever`'s;
+    ``fetch_k`` is the summary search's pool (the chunk search always considers every chunk of
+    the selected pages). Every field can be overridden per call (``invoke(q, k=3, k_summaries=1)``).
 
     With ``alpha=0`` (BM25 only), only chunks containing a query term are candidates, as with
     the BM25 retriever. ``filter`` restricts the chunks, and the summaries to those covering a
@@ -61,28 +48,6 @@ class HierarchicalRetriever(SearchRetriever):
 
     index: HierarchicalIndex
     """The summary and chunk indexes."""
-    k: int = SEARCH_DEFAULTS.k
-    """How many chunks to return."""
-    k_summaries: int = SEARCH_DEFAULTS.k_summaries
-    """How many summaries (pages or sections) to select."""
-    summary_weight: float = SEARCH_DEFAULTS.summary_weight
-    """Weight of the summary's score in ``hierarchical_score``; ``1 - summary_weight`` goes to the chunk's."""
-    alpha: float = SEARCH_DEFAULTS.alpha
-    """Weight of the vector side in both searches; ``1 - alpha`` is the weight of BM25."""
-    fetch_k: int | None = SEARCH_DEFAULTS.fetch_k
-    """Candidates per side in the summary search (None: all). The chunk search always considers every
-    chunk of the selected pages."""
-    method: FusionMethod = SEARCH_DEFAULTS.method
-    """``weighted``, ``zscore`` or ``rrf``, for both searches."""
-    filter: MetadataFilter | None = None
-    """Restrict results to chunks whose metadata matches (applied before ranking)."""
-
-    _per_call_options = ("k", "k_summaries", "summary_weight", "alpha", "fetch_k", "method", "filter")
-    _option_checks: ClassVar[dict[str, Callable[[Any], Any]]] = {
-        **OPTION_CHECKS,
-        "k_summaries": _check_k_summaries,
-        "summary_weight": _check_weight,
-    }
 
     def _embedder(self) -> FusionIndex:
         return self.index.chunks

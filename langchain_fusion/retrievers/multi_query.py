@@ -9,13 +9,13 @@ weighted highest. The model call is bounded like every query-time model call her
 original query's search, and a rewrite whose search fails is left out, each with a logged
 warning: a failed rewrite never fails the query.
 
-Diversity: ``max_per_source`` (given per call, else the wrapped retriever's own) caps every search
-*and* the fused list, which is read in order past the candidates over the cap (see
-:mod:`~langchain_fusion.search.diversity`). Each search holds ``k_per_query`` results (at least
+Diversity (see :mod:`~langchain_fusion.search.diversity`): the cap on results per source (given
+per call, else the wrapped retriever's own) caps every search *and* the fused list, which is read
+in order past the candidates over the cap. Each search holds ``k_per_query`` results (at least
 ``k``) within the cap, so the fused list fills ``k`` whenever the query's own search would.
-``lambda_mult`` (maximal marginal relevance) is passed on to every search like any other option:
-each list is diversified among its own candidates, and the fused list is not re-ranked by MMR
-(the wrapped retriever's results carry no vectors to compare).
+Maximal marginal relevance is passed on to every search like any other option: each list is
+diversified among its own candidates, and the fused list is not re-ranked by MMR (the wrapped
+retriever's results carry no vectors to compare).
 """
 
 from __future__ import annotations
@@ -39,14 +39,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
 from langchain_fusion import metadata as keys
-from langchain_fusion._checks import (
-    CheckedModel,
-    check_k,
-    check_max_per_source,
-    check_positive_int,
-    check_rewrites,
-    is_real_number,
-)
+from langchain_fusion._checks import check_k, check_positive_int, check_rewrites, is_real_number
 from langchain_fusion.errors import InvalidParameterError, describe_error
 from langchain_fusion.models.llm_calls import (
     Prompt,
@@ -57,8 +50,9 @@ from langchain_fusion.models.llm_calls import (
     invoke_bounded,
 )
 from langchain_fusion.retrievers.rerank import RERANK_RETRY
-from langchain_fusion.search.diversity import capped, source_groups
+from langchain_fusion.search.diversity import SOURCE_CAP, capped, source_groups
 from langchain_fusion.search.fusion import weighted_rrf
+from langchain_fusion.search.options import OPTION_CHECKS, ResultsOption
 
 logger = logging.getLogger(__name__)
 
@@ -130,13 +124,13 @@ def parse_rewrites(answer: Any, question: str, n: int) -> list[str]:
 
 
 def _own_cap(retriever: BaseRetriever) -> int | None:
-    """The ``max_per_source`` field of ``retriever``, or of the retriever it wraps (and so on); None if none has one."""
+    """The cap per source of ``retriever``, or of the retriever it wraps (and so on); None if none has one."""
     inner: Any = retriever
-    while "max_per_source" not in type(inner).model_fields:
+    while SOURCE_CAP not in type(inner).model_fields:
         inner = getattr(inner, "retriever", None)
         if not isinstance(inner, BaseRetriever):
             return None
-    return check_max_per_source(inner.max_per_source)
+    return OPTION_CHECKS[SOURCE_CAP](getattr(inner, SOURCE_CAP))  # type: ignore[no-any-return]
 
 
 def _doc_key(doc: Document) -> Any:
@@ -146,7 +140,7 @@ def _doc_key(doc: Document) -> Any:
     return ("text", doc.page_content, keys.chunk_position(doc))
 
 
-class MultiQueryFusionRetriever(CheckedModel, BaseRetriever):
+class MultiQueryFusionRetriever(ResultsOption, BaseRetriever):
     """RAG-Fusion: the query and ``n`` rewrites by a chat model are searched; the lists are fused (weighted RRF).
 
     ``MultiQueryFusionRetriever.from_llm(index.as_retriever(), llm, n=3)``. Each result is a copy
@@ -157,9 +151,9 @@ class MultiQueryFusionRetriever(CheckedModel, BaseRetriever):
     list. Ties go to the better rank for the original query, then to first appearance.
 
     ``invoke(query, k=5, n=2)`` overrides ``k`` and ``n`` per call; any other keyword goes to
-    every search of the wrapped retriever (``invoke(query, alpha=0.3)``). ``max_per_source``
-    (per call, else the wrapped retriever's field) also caps the fused list; ``lambda_mult``
-    diversifies each search only (see the module docstring). The rewrite call and the searches
+    every search of the wrapped retriever (``invoke(query, alpha=0.3)``). The cap per source
+    (per call, else the wrapped retriever's field) also caps the fused list; maximal marginal
+    relevance diversifies each search only (see the module docstring). The rewrite call and the searches
     are child runs of this retriever's run.
     """
 
@@ -171,8 +165,6 @@ class MultiQueryFusionRetriever(CheckedModel, BaseRetriever):
     """The chat model that writes the rewrites (or any Runnable from a prompt to text)."""
     n: int = DEFAULT_REWRITES
     """How many rewrites to ask for (1 to 10); override per call with ``invoke(query, n=...)``."""
-    k: int = 4
-    """How many documents to return; override per call with ``invoke(query, k=...)``."""
     k_per_query: int = DEFAULT_K_PER_QUERY
     """Results fetched per query before fusion (at least ``k``), passed to the wrapped retriever as ``k``."""
     rewrite_weight: float = DEFAULT_REWRITE_WEIGHT
@@ -193,11 +185,6 @@ class MultiQueryFusionRetriever(CheckedModel, BaseRetriever):
     @classmethod
     def _valid_n(cls, value: Any) -> int:
         return check_rewrites(value)
-
-    @field_validator("k")
-    @classmethod
-    def _valid_k(cls, value: Any) -> int:
-        return check_k(value)
 
     @field_validator("k_per_query")
     @classmethod
@@ -240,9 +227,9 @@ class MultiQueryFusionRetriever(CheckedModel, BaseRetriever):
         return k, n, rest
 
     def _cap(self, rest: dict[str, Any]) -> int | None:
-        """The cap per source of the fused list: the call's ``max_per_source`` (passed on too), else the searches'."""
-        if "max_per_source" in rest:
-            return check_max_per_source(rest["max_per_source"])
+        """The cap per source of the fused list: the call's (passed on too), else the searches'."""
+        if SOURCE_CAP in rest:
+            return OPTION_CHECKS[SOURCE_CAP](rest[SOURCE_CAP])  # type: ignore[no-any-return]
         return _own_cap(self.retriever)
 
     def _search_config(self, callbacks: Callbacks) -> RunnableConfig:

@@ -32,7 +32,6 @@ from langchain_core.callbacks import (
     Callbacks,
 )
 from langchain_core.documents import BaseDocumentCompressor, Document
-from langchain_core.messages import BaseMessage
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda, RunnableSerializable
@@ -42,7 +41,7 @@ from langchain_fusion import metadata as keys
 from langchain_fusion._checks import CheckedModel
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.models.llm_calls import Prompt as Prompt  # re-exported: chains imports it from here
-from langchain_fusion.models.llm_calls import RetryPolicy, ainvoke_bounded, check_prompt, invoke_bounded
+from langchain_fusion.models.llm_calls import RetryPolicy, ainvoke_bounded, answer_text, check_prompt, invoke_bounded
 
 logger = logging.getLogger(__name__)
 
@@ -113,15 +112,11 @@ def _check_top_n(top_n: Any) -> int | None:
 
 
 def _text_of(output: Any) -> str:
-    """The text of a model answer: a string, a message, or a message's content blocks."""
-    content = output.content if isinstance(output, BaseMessage) else output
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(
-            b if isinstance(b, str) else str(b.get("text", "")) for b in content if isinstance(b, (str, dict))
-        )
-    raise RatingError(f"expected a rating, got {type(output).__name__}: {output!r:.80}")
+    """The text of a model answer (see :func:`~langchain_fusion.models.llm_calls.answer_text`), or a RatingError."""
+    try:
+        return answer_text(output)
+    except ValueError:
+        raise RatingError(f"expected a rating, got {type(output).__name__}: {output!r:.80}") from None
 
 
 _NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?![\w])")
@@ -196,11 +191,12 @@ def _finite_number(value: Any) -> float | None:
     return None
 
 
-def _fusion_scores(documents: Sequence[Document]) -> list[float | None]:
+def fusion_scores(documents: Sequence[Document]) -> list[float | None]:
+    """Each document's finite fused score (None where it has none)."""
     return [_finite_number(doc.metadata.get(keys.FUSION_SCORE)) for doc in documents]
 
 
-def _descending(value: float | None) -> float:
+def descending(value: float | None) -> float:
     """A sort key putting higher values first and None last."""
     return math.inf if value is None else -value
 
@@ -429,7 +425,7 @@ class LLMReranker(BaseLLMReranker):
         return self._order(documents, [answers[i] for i in which], top_n)
 
     def _order(self, documents: list[Document], answers: list[int | Exception], top_n: int | None) -> list[Document]:
-        fusion = _fusion_scores(documents)
+        fusion = fusion_scores(documents)
         normalized = _normalized_fusion(fusion)
         scores: list[float | None] = []
         for position, answer in enumerate(answers):
@@ -446,7 +442,7 @@ class LLMReranker(BaseLLMReranker):
                 scores.append(w * (answer - 1) / 9 + (1 - w) * normalized[position])
         rated = sorted(
             (p for p, s in enumerate(scores) if s is not None),
-            key=lambda p: (_descending(scores[p]), _descending(fusion[p]), p),
+            key=lambda p: (descending(scores[p]), descending(fusion[p]), p),
         )
         order: list[int] = []
         queue = iter(rated)
@@ -544,9 +540,9 @@ class RerankRetriever(CheckedModel, BaseRetriever):
     The rerank step is any LangChain ``BaseDocumentCompressor``: ours (:class:`LLMReranker`,
     :class:`LLMListwiseReranker`, :class:`~langchain_fusion.retrievers.cross_encoder.CrossEncoderReranker`),
     LangChain's ``CrossEncoderReranker``, a hosted reranker, or your own. Retrieve more candidates
-    than you keep (e.g. ``k=20`` on the wrapped retriever and ``top_n=4``). ``invoke(query,
-    top_n=3)`` overrides ``top_n`` per call; any other keyword goes to the wrapped retriever
-    (``invoke(query, top_n=3, k=20)``).
+    than you keep (e.g. ``k=20`` on the wrapped retriever and ``top_n=4``): ``top_n`` here, or the
+    rerank step's own. ``invoke(query, top_n=3)`` overrides it per call; any other keyword goes to
+    the wrapped retriever (``invoke(query, top_n=3, k=20)``).
 
     Our rerankers write their own :data:`~langchain_fusion.metadata.RERANK_KEYS`. The results of
     any other compressor are copies with ``rerank_rank`` (their 1-based position in its output)
@@ -561,10 +557,18 @@ class RerankRetriever(CheckedModel, BaseRetriever):
     """The retriever that finds the candidates."""
     reranker: BaseDocumentCompressor
     """The rerank step: any ``BaseDocumentCompressor`` (e.g. :class:`LLMReranker` or ``CrossEncoderReranker``)."""
+    top_n: int | None = None
+    """How many reranked documents to keep; None: what the rerank step keeps (its own ``top_n``)."""
+
+    @field_validator("top_n", mode="before")
+    @classmethod
+    def _valid_top_n(cls, value: Any) -> int | None:
+        return _check_top_n(value)
 
     def _split(self, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         rest = dict(kwargs)
-        top_n = _check_top_n(rest.pop("top_n")) if "top_n" in rest else ...
+        default = ... if self.top_n is None else self.top_n
+        top_n = _check_top_n(rest.pop("top_n")) if "top_n" in rest else default
         return top_n, rest
 
     def _get_relevant_documents(

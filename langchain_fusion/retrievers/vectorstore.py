@@ -18,13 +18,12 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
-from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
+from pydantic import ConfigDict, Field, PrivateAttr
 
-from langchain_fusion._checks import CheckedModel, FusionMethod
 from langchain_fusion.errors import FusionError
 from langchain_fusion.metadata import content_id
-from langchain_fusion.retrievers.fusion import OPTION_CHECKS, per_call_options
-from langchain_fusion.search.options import SEARCH_DEFAULTS
+from langchain_fusion.retrievers.base import per_call_options
+from langchain_fusion.search.options import FusionOptions
 from langchain_fusion.search.pool import rank_pool, scored_copy
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.local.bm25 import BM25Corpus
@@ -34,6 +33,9 @@ from langchain_fusion.stores.settings import BM25Params
 ScoreKind = Literal["auto", "similarity", "distance"]
 """How to read the store's scores: ``similarity`` (higher is better), ``distance`` (lower is
 better) or ``auto`` (from the store's ``distance_strategy``; similarity when it has none)."""
+
+_PER_CALL = tuple(FusionOptions.model_fields)
+"""The options ``invoke`` takes per call: those of :class:`~langchain_fusion.search.options.FusionOptions`."""
 
 _SIMILARITY_STRATEGIES = frozenset({"MAX_INNER_PRODUCT", "DOT_PRODUCT"})
 _UNIT_DISTANCE_STRATEGIES = frozenset({"COSINE", "JACCARD"})
@@ -80,7 +82,7 @@ def _similarity_converter(vectorstore: VectorStore, kind: ScoreKind) -> tuple[fl
     return (1.0, -1.0) if name in _UNIT_DISTANCE_STRATEGIES else (0.0, -1.0)
 
 
-class VectorStoreFusionRetriever(CheckedModel, BaseRetriever):
+class VectorStoreFusionRetriever(FusionOptions, BaseRetriever):
     """Fuse any LangChain vector store with BM25 over the same documents.
 
     The store is asked for ``fetch_k`` results (every document when ``fetch_k`` is None);
@@ -98,14 +100,6 @@ class VectorStoreFusionRetriever(CheckedModel, BaseRetriever):
     """The store to query; it must hold the same documents as ``documents``."""
     documents: list[Document] = Field(default_factory=list)
     """The BM25 corpus; by default read from the store (community FAISS, InMemoryVectorStore)."""
-    k: int = SEARCH_DEFAULTS.k
-    """How many documents to return; override per call with ``invoke(query, k=...)``."""
-    alpha: float = SEARCH_DEFAULTS.alpha
-    """Weight of the vector side; ``1 - alpha`` is the weight of BM25."""
-    fetch_k: int | None = SEARCH_DEFAULTS.fetch_k
-    """Results requested from the store and BM25 candidates; None means every document."""
-    method: FusionMethod = SEARCH_DEFAULTS.method
-    """``weighted`` (min-max, the default), ``zscore`` or ``rrf``."""
     score_kind: ScoreKind = "auto"
     """Whether the store returns similarities or distances; ``auto`` reads its distance_strategy."""
     search_kwargs: dict[str, Any] = Field(default_factory=dict)
@@ -118,11 +112,6 @@ class VectorStoreFusionRetriever(CheckedModel, BaseRetriever):
     _bm25: BM25Corpus = PrivateAttr()
     _by_id: dict[str, int] = PrivateAttr()
     _by_content: dict[str, int] = PrivateAttr()
-
-    @field_validator("k", "alpha", "fetch_k", "method", mode="before")
-    @classmethod
-    def _valid_option(cls, value: Any, info: ValidationInfo) -> Any:
-        return OPTION_CHECKS[info.field_name or ""](value)
 
     def model_post_init(self, context: Any, /) -> None:
         """Read the documents from the store if none were given, and build the BM25 side."""
@@ -174,7 +163,7 @@ class VectorStoreFusionRetriever(CheckedModel, BaseRetriever):
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        options = per_call_options(self, ("k", "alpha", "fetch_k", "method"), kwargs)
+        options = per_call_options(self, _PER_CALL, kwargs)
         if not query.strip() or not self.documents:
             return []
         results = self.vectorstore.similarity_search_with_score(query, k=self._store_k(options), **self.search_kwargs)
@@ -183,7 +172,7 @@ class VectorStoreFusionRetriever(CheckedModel, BaseRetriever):
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        options = per_call_options(self, ("k", "alpha", "fetch_k", "method"), kwargs)
+        options = per_call_options(self, _PER_CALL, kwargs)
         if not query.strip() or not self.documents:
             return []
         results = await self.vectorstore.asimilarity_search_with_score(

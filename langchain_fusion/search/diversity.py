@@ -18,7 +18,7 @@ after fusion and after any relevance floor.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,39 @@ from langchain_core.documents import Document
 from numpy.typing import NDArray
 
 from langchain_fusion import metadata as keys
+from langchain_fusion._checks import is_real_number, is_whole_number
+from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.search.fusion import min_max
+
+MMR_WEIGHT = "lambda_mult"
+"""The search option of maximal marginal relevance (its weight of relevance)."""
+SOURCE_CAP = "max_per_source"
+"""The search option of the cap on results per source."""
+DEFAULT_MMR_WEIGHT = 0.5
+"""The weight of relevance when MMR is asked for without one (LangChain's default)."""
+
+
+def check_lambda_mult(value: Any, *, optional: bool = True) -> float | None:
+    """The relevance weight of maximal marginal relevance: a number in [0, 1] (None: no MMR, where allowed)."""
+    if value is None and optional:
+        return None
+    if not is_real_number(value) or not 0.0 <= float(value) <= 1.0:
+        off = ", or None for no MMR" if optional else ""
+        raise InvalidParameterError(
+            f"lambda_mult must be a number between 0 (most diverse) and 1 (most relevant){off}; got {value!r}"
+        )
+    return float(value)
+
+
+def check_max_per_source(value: Any) -> int | None:
+    """The most results from one source: a whole number >= 1, or None for no cap."""
+    if value is None:
+        return None
+    if not is_whole_number(value) or value < 1:
+        raise InvalidParameterError(
+            f"max_per_source must be a positive whole number (results per source), or None for no cap; got {value!r}"
+        )
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -38,6 +70,19 @@ class Diversity:
     """Maximal marginal relevance with this weight of relevance (0: most diverse, 1: fused order); None: no MMR."""
     max_per_source: int | None = None
     """The most results from one source; None: no cap."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lambda_mult", check_lambda_mult(self.lambda_mult))
+        object.__setattr__(self, "max_per_source", check_max_per_source(self.max_per_source))
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> Diversity:
+        """The diversity set in a search's resolved options (absent: none)."""
+        return cls(lambda_mult=options.get(MMR_WEIGHT), max_per_source=options.get(SOURCE_CAP))
+
+    def options(self) -> dict[str, Any]:
+        """The diversity as search options (``FusionRetriever(**diversity.options())``)."""
+        return {MMR_WEIGHT: self.lambda_mult, SOURCE_CAP: self.max_per_source}
 
     @property
     def active(self) -> bool:

@@ -23,10 +23,42 @@ The rule, applied to every candidate of the pool:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+
+from langchain_fusion._checks import is_real_number
+from langchain_fusion.errors import InvalidParameterError
+
+VECTOR_FLOOR = "min_vector_score"
+"""The search option of the floor on the raw cosine similarity."""
+BM25_FLOOR = "min_bm25_score"
+"""The search option of the floor on the raw BM25 score."""
+
+
+def check_min_vector_score(value: Any) -> float | None:
+    """A floor on the raw cosine similarity: a number in [-1, 1], or None for no floor."""
+    if value is None:
+        return None
+    if not is_real_number(value) or not -1.0 <= float(value) <= 1.0:
+        raise InvalidParameterError(
+            f"min_vector_score must be a cosine similarity between -1 and 1, or None for no floor; got {value!r}"
+        )
+    return float(value)
+
+
+def check_min_bm25_score(value: Any) -> float | None:
+    """A floor on the raw BM25 score: a number >= 0, or None for no floor."""
+    if value is None:
+        return None
+    if not is_real_number(value) or float(value) < 0.0:
+        raise InvalidParameterError(
+            f"min_bm25_score must be a BM25 score of 0 or more, or None for no floor; got {value!r}"
+        )
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -37,6 +69,24 @@ class Floors:
     """Least raw cosine similarity a candidate needs to clear the vector floor."""
     bm25: float | None = None
     """Least raw BM25 score (and at least one query term matched) to clear the BM25 floor."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "vector", check_min_vector_score(self.vector))
+        object.__setattr__(self, "bm25", check_min_bm25_score(self.bm25))
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> Floors:
+        """The floors set in a search's resolved options (absent: no floor)."""
+        return cls(vector=options.get(VECTOR_FLOOR), bm25=options.get(BM25_FLOOR))
+
+    def options(self) -> dict[str, float | None]:
+        """The floors as search options (``FusionRetriever(**floors.options())``)."""
+        return {VECTOR_FLOOR: self.vector, BM25_FLOOR: self.bm25}
+
+    @property
+    def active(self) -> bool:
+        """True when a floor is set on either side."""
+        return self.vector is not None or self.bm25 is not None
 
     def passing(
         self, vector_scores: NDArray[np.floating], bm25_scores: NDArray[np.floating], alpha: float

@@ -8,15 +8,43 @@ widely copied tutorial adds arrays that are sorted in different orders).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Literal, cast, get_args
 
 import numpy as np
 from numpy.typing import NDArray
 
-from langchain_fusion._checks import FUSION_METHODS, FusionMethod, check_alpha, check_method
+from langchain_fusion._checks import is_real_number
+from langchain_fusion.errors import InvalidParameterError
 
 RRF_RANK_CONSTANT = 60
 """The rank constant of reciprocal rank fusion (Cormack et al., 2009)."""
+
+FusionMethod = Literal["weighted", "zscore", "rrf"]
+"""``weighted``: min-max normalise each side, then ``alpha * v + (1 - alpha) * b``.
+``zscore``: the same convex combination of z-scores. ``rrf``: weighted reciprocal rank
+fusion, ``alpha / (60 + rank_v) + (1 - alpha) / (60 + rank_b)``."""
+
+FUSION_METHODS: tuple[str, ...] = get_args(FusionMethod)
+"""The accepted values of ``method``."""
+
+
+def check_alpha(alpha: Any) -> float:
+    """The weight of the vector side: a number in [0, 1]."""
+    if not is_real_number(alpha) or not 0.0 <= float(alpha) <= 1.0:
+        raise InvalidParameterError(
+            f"alpha must be a number between 0 and 1 (the weight of the vector side); got {alpha!r}"
+        )
+    return float(alpha)
+
+
+def check_method(method: Any) -> FusionMethod:
+    """A known fusion method."""
+    if not isinstance(method, str) or method not in FUSION_METHODS:
+        raise InvalidParameterError(f"method must be one of {', '.join(FUSION_METHODS)}; got {method!r}")
+    return cast(FusionMethod, method)
+
 
 __all__ = [
     "FUSION_METHODS",
@@ -25,6 +53,8 @@ __all__ = [
     "FusedPool",
     "FusedTop",
     "FusionMethod",
+    "check_alpha",
+    "check_method",
     "fuse",
     "fuse_pool",
     "fuse_top",
@@ -98,18 +128,31 @@ def rank_of(
     return result
 
 
-def _normalised(
-    vector: FloatArray, bm25: FloatArray, method: FusionMethod, matched: NDArray[np.bool_]
-) -> tuple[FloatArray, FloatArray, NDArray[np.int64] | None, NDArray[np.int64] | None]:
-    """Each side's normalised scores, and (RRF only, which needs them all) every candidate's ranks."""
-    if method == "weighted":
-        return min_max(vector), min_max(bm25), None, None
-    if method == "zscore":
-        return z_score(vector), z_score(bm25), None, None
+Normalised = tuple[FloatArray, FloatArray, NDArray[np.int64] | None, NDArray[np.int64] | None]
+"""Each side's normalised scores, and every candidate's rank on each side when the method computed them."""
+
+
+def _by_min_max(vector: FloatArray, bm25: FloatArray, matched: NDArray[np.bool_]) -> Normalised:
+    return min_max(vector), min_max(bm25), None, None
+
+
+def _by_z_score(vector: FloatArray, bm25: FloatArray, matched: NDArray[np.bool_]) -> Normalised:
+    return z_score(vector), z_score(bm25), None, None
+
+
+def _by_reciprocal_rank(vector: FloatArray, bm25: FloatArray, matched: NDArray[np.bool_]) -> Normalised:
     vector_rank, bm25_rank = ranks(vector), ranks(bm25, valid=matched)
     v_norm = 1.0 / (RRF_RANK_CONSTANT + vector_rank)
     b_norm = np.where(matched, 1.0 / (RRF_RANK_CONSTANT + np.maximum(bm25_rank, 1)), 0.0)
     return v_norm, b_norm, vector_rank, bm25_rank
+
+
+NORMALISERS: dict[str, Callable[[FloatArray, FloatArray, NDArray[np.bool_]], Normalised]] = {
+    "weighted": _by_min_max,
+    "zscore": _by_z_score,
+    "rrf": _by_reciprocal_rank,
+}
+"""How each fusion method puts the two sides on one scale (RRF also returns the ranks it needs them all for)."""
 
 
 def _aligned(vector_scores: NDArray[np.floating], bm25_scores: NDArray[np.floating]) -> tuple[FloatArray, FloatArray]:
@@ -251,7 +294,7 @@ def fuse_pool(
     check_method(method)
     vector, bm25 = _aligned(vector_scores, bm25_scores)
     matched = bm25 > 0
-    v_norm, b_norm, vector_rank, bm25_rank = _normalised(vector, bm25, method, matched)
+    v_norm, b_norm, vector_rank, bm25_rank = NORMALISERS[method](vector, bm25, matched)
     fused = alpha * v_norm + (1.0 - alpha) * b_norm
     order = np.arange(fused.size, dtype=np.int64) if tie_break is None else tie_break
     return FusedPool(

@@ -1,39 +1,201 @@
-"""The defaults of the search options, in one place (every retriever, the CLI and the server read them)."""
+"""The search options: one typed schema that every retriever, the CLI, the server and MCP derive from.
+
+:class:`SearchOptions` holds the options of a fused search, each a field with its default, its
+check (the same function validates the constructor, a per-call override, a CLI flag and a
+request) and its description. Everything else is derived from it:
+
+- the retrievers' fields (:class:`~langchain_fusion.retrievers.fusion.FusionRetriever` *is* a
+  ``SearchOptions``) and the options their ``invoke`` takes per call (:data:`OPTION_CHECKS`);
+- the command line's flags (``--min-vector-score`` from ``min_vector_score``, its help from the
+  description and the default);
+- LangServe's configurable fields and the MCP search tool's input schema
+  (:func:`request_annotation`: the field's type and bounds, ``k`` capped by the server's ``max_k``).
+
+A new option is a field here and its logic in the search; no face lists the options.
+:class:`HierarchyOptions` does the same for hierarchical (summary -> chunk) search.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from typing import Annotated, Any, ClassVar, Union
 
-from langchain_fusion._checks import FusionMethod
+from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic.fields import FieldInfo
+
+from langchain_fusion._checks import CheckedModel, check_fetch_k, check_k, check_positive_int, is_real_number
+from langchain_fusion.errors import InvalidParameterError
+from langchain_fusion.search.diversity import check_lambda_mult, check_max_per_source
+from langchain_fusion.search.floors import check_min_bm25_score, check_min_vector_score
+from langchain_fusion.search.fusion import FusionMethod, check_alpha, check_method
+from langchain_fusion.stores.filters import MetadataFilter, check_filter
+
+FilterValue = Union[str, int, float, bool, None, list[Union[str, int, float, bool, None]]]
+"""A filter condition sent over the wire: a metadata value to equal, or a list of values (any of them)."""
+
+RequestFilter = dict[str, FilterValue]
+"""A metadata filter as a request sends it (JSON): ``{"source": "report.pdf", "page": [3, 4]}``."""
+
+_FILTER_SCHEMA = WithJsonSchema(
+    {
+        "anyOf": [
+            {
+                "type": "object",
+                "additionalProperties": {
+                    "anyOf": [
+                        {"type": ["string", "number", "boolean", "null"]},
+                        {"type": "array", "items": {"type": ["string", "number", "boolean", "null"]}},
+                    ]
+                },
+            },
+            {"type": "null"},
+        ]
+    }
+)
 
 
-@dataclass(frozen=True)
-class SearchDefaults:
-    """Default values of the fused-search options."""
-
-    k: int = 4
-    """Documents returned."""
-    alpha: float = 0.5
-    """Weight of the vector side (``1 - alpha`` for BM25)."""
-    fetch_k: int | None = 100
-    """Candidates per side before fusion (None: the whole corpus)."""
-    method: FusionMethod = "weighted"
-    """Fusion method: weighted (min-max), zscore or rrf."""
-    min_vector_score: float | None = None
-    """Relevance floor on the raw cosine similarity (None: no floor); see :mod:`~langchain_fusion.search.floors`."""
-    min_bm25_score: float | None = None
-    """Relevance floor on the raw BM25 score (None: no floor)."""
-    lambda_mult: float | None = None
-    """Maximal marginal relevance weight of relevance (None: no MMR); see :mod:`~langchain_fusion.search.diversity`."""
-    mmr_lambda_mult: float = 0.5
-    """``lambda_mult`` of ``search_type="mmr"`` when none is given (LangChain's default)."""
-    max_per_source: int | None = None
-    """The most results from one source (None: no cap)."""
-    k_summaries: int = 3
-    """Hierarchical retrieval: summaries (pages or sections) selected."""
-    summary_weight: float = 0.5
-    """Hierarchical retrieval: weight of the summary's score in a chunk's score."""
+def check_summary_weight(value: Any) -> float:
+    """The weight of a summary's score in a chunk's hierarchical score: a number in [0, 1]."""
+    if not is_real_number(value) or not 0.0 <= float(value) <= 1.0:
+        raise InvalidParameterError(f"summary_weight must be a number between 0 and 1; got {value!r}")
+    return float(value)
 
 
-SEARCH_DEFAULTS = SearchDefaults()
-"""The one set of defaults."""
+def check_k_summaries(value: Any) -> int:
+    """How many summaries a hierarchical search selects: a whole number >= 1."""
+    return check_positive_int(value, "k_summaries", "how many summaries to select")
+
+
+class _Options(CheckedModel):
+    """Options whose fields carry their own check (and whose docstrings are their descriptions)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    @classmethod
+    def option_checks(cls) -> dict[str, Callable[[Any], Any]]:
+        """The check of each option field (the function its ``BeforeValidator`` calls)."""
+        checks = {}
+        for name, field in cls.model_fields.items():
+            for item in field.metadata:
+                if isinstance(item, BeforeValidator):
+                    checks[name] = item.func
+        return checks  # type: ignore[return-value]  # pydantic types the func loosely
+
+
+class ResultsOption(_Options):
+    """How many results a search returns."""
+
+    k: Annotated[int, BeforeValidator(check_k), Field(ge=1)] = 4
+    """How many results to return."""
+
+
+class FilterOption(_Options):
+    """Which documents a search may return."""
+
+    filter: Annotated[MetadataFilter | None, BeforeValidator(check_filter), _FILTER_SCHEMA] = None
+    """Only results whose metadata equals these values, e.g. {"source": "report.pdf", "page": [3, 4]} (a list
+    means any of its values); applied before ranking. In Python, also a callable on the metadata."""
+
+
+class FusionOptions(ResultsOption):
+    """How two sides are fused: the weight of each, the candidate pool, the method."""
+
+    alpha: Annotated[float, BeforeValidator(check_alpha), Field(ge=0.0, le=1.0)] = 0.5
+    """Weight of meaning-based (vector) search, 0 to 1; 1 - alpha is the weight of exact keyword (BM25) search:
+    1 is vector only, 0 is BM25 only. Higher for paraphrases, lower for names, codes and rare terms."""
+    fetch_k: Annotated[Annotated[int, Field(ge=1)] | None, BeforeValidator(check_fetch_k)] = 100
+    """Candidates taken from each side before fusion (each candidate's other score is looked up exactly);
+    None scores the whole corpus."""
+    method: Annotated[FusionMethod, BeforeValidator(check_method)] = "weighted"
+    """Fusion method: weighted (min-max normalised, the default), zscore or rrf (reciprocal rank fusion)."""
+
+    LOCAL_ONLY: ClassVar[frozenset[str]] = frozenset({"fetch_k"})
+    """Options a served request may not set: they bound what one request costs, so the server decides them."""
+
+
+class SearchOptions(FilterOption, FusionOptions):
+    """Every option of a fused search: the pool and weights, relevance floors and diversity.
+
+    The floors keep only candidates that clear a raw-score floor on a side with weight (see
+    :mod:`~langchain_fusion.search.floors`); diversity spreads the results (see
+    :mod:`~langchain_fusion.search.diversity`). Construct one to check a set of options at once.
+    """
+
+    min_vector_score: Annotated[
+        Annotated[float, Field(ge=-1.0, le=1.0)] | None, BeforeValidator(check_min_vector_score)
+    ] = None
+    """Relevance floor on the raw vector (cosine) similarity, -1 to 1: a result is returned only if it clears
+    this floor or the BM25 floor, so a search with no good answer returns fewer results, or none. None: no floor."""
+    min_bm25_score: Annotated[Annotated[float, Field(ge=0.0)] | None, BeforeValidator(check_min_bm25_score)] = None
+    """Relevance floor on the raw keyword (BM25) score, 0 or more (0: the result contains a query word); a result
+    must clear this floor or the vector floor. None: no floor."""
+    lambda_mult: Annotated[Annotated[float, Field(ge=0.0, le=1.0)] | None, BeforeValidator(check_lambda_mult)] = None
+    """Diversity by maximal marginal relevance among the best fetch_k fused candidates: the weight of relevance
+    against variety, 0 to 1 (1: the fused order). None: no MMR."""
+    max_per_source: Annotated[Annotated[int, Field(ge=1)] | None, BeforeValidator(check_max_per_source)] = None
+    """At most this many results from one source (file), the next best taking the place of the others.
+    None: no cap."""
+
+
+class HierarchyOptions(_Options):
+    """The options of hierarchical search: summaries first, then the chunks of the selected pages."""
+
+    k_summaries: Annotated[int, BeforeValidator(check_k_summaries), Field(ge=1)] = 3
+    """How many summaries (pages or sections) to select before searching their chunks."""
+    summary_weight: Annotated[float, BeforeValidator(check_summary_weight), Field(ge=0.0, le=1.0)] = 0.5
+    """Weight of the summary's score in a chunk's score, 0 to 1; the chunk's own fused score gets the rest."""
+
+
+SEARCH_DEFAULTS = SearchOptions()
+"""The default search options (``SEARCH_DEFAULTS.k``...)."""
+HIERARCHY_DEFAULTS = HierarchyOptions()
+"""The default hierarchical search options."""
+
+OPTION_CHECKS: dict[str, Callable[[Any], Any]] = {
+    **SearchOptions.option_checks(),
+    **HierarchyOptions.option_checks(),
+}
+"""The check of every search option, by name: fields, per-call overrides, CLI flags and requests all use it."""
+
+SELECTION_OPTIONS: tuple[str, ...] = tuple(
+    name for name in SearchOptions.model_fields if name not in (*FusionOptions.model_fields, *FilterOption.model_fields)
+)
+"""The relevance floor and diversity options: fused search over one index takes them, hierarchical search does not."""
+
+
+def option_field(name: str) -> FieldInfo:
+    """The schema field of a search option (its default, bounds and description)."""
+    for model in (SearchOptions, HierarchyOptions):
+        if name in model.model_fields:
+            return model.model_fields[name]
+    raise InvalidParameterError(f"unknown search option {name!r}; the options are {sorted(OPTION_CHECKS)}")
+
+
+def describe_option(name: str) -> str:
+    """The description of option ``name`` on one line (for help texts and schemas)."""
+    return " ".join((option_field(name).description or "").split())
+
+
+def request_annotation(name: str, max_k: int | None = None, *, nullable: bool = False) -> Any:
+    """The type of option ``name`` as a request sends it (JSON), with its bounds and description.
+
+    For LangServe's configurable fields and the MCP tool's input schema: a filter is its JSON form
+    (a callable cannot be sent), ``k`` and ``k_summaries`` are at most ``max_k`` when given, and
+    ``nullable`` also takes None (for "the server's default").
+    """
+    field = option_field(name)
+    annotation: Any = RequestFilter | None if name == "filter" else field.annotation
+    if nullable:
+        annotation = annotation | None
+    constraints = [item for item in field.metadata if not isinstance(item, (BeforeValidator, WithJsonSchema))]
+    bounds: dict[str, Any] = {"le": max_k} if max_k is not None and name in ("k", "k_summaries") else {}
+    return Annotated[(annotation, *constraints, Field(description=describe_option(name), **bounds))]
+
+
+def check_options(options: dict[str, Any], names: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """``options`` checked by their own checks; InvalidParameterError for a name not in ``names`` (default: any)."""
+    allowed = tuple(OPTION_CHECKS) if names is None else names
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise InvalidParameterError(f"unknown option(s) {unknown}; the options are {list(allowed)}")
+    return {name: OPTION_CHECKS[name](value) for name, value in options.items()}

@@ -72,8 +72,8 @@ class Analyzer(BaseModel):
         return stem(word) if stem is not None else word
 
     @cached_property
-    def _memo(self) -> _WordMemo:
-        return _WordMemo(self.normalize_word)
+    def _memo(self) -> WordMemo:
+        return WordMemo(self.normalize_word)
 
     def token_of(self, word: str) -> str | None:
         """:meth:`normalize_word`, remembered: each distinct word is analysed once per analyzer."""
@@ -93,7 +93,7 @@ class Analyzer(BaseModel):
         return [t for t in map(self._memo.__getitem__, self.split_words(text)) if t is not None]
 
 
-class _WordMemo(dict[str, Any]):
+class WordMemo(dict[str, Any]):
     """Caches a per-word function: each distinct word is analysed once, then looked up in C."""
 
     MAX_SIZE = 2_000_000

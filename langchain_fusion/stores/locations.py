@@ -1,4 +1,4 @@
-"""Where an index lives, written as one string: a folder, or a Milvus collection.
+"""The Milvus engine: a Milvus collection named by one string (see :mod:`~langchain_fusion.stores.registry`).
 
 The command line and the server take an index *location*: a folder made by ``save`` (the
 in-process store), or a Milvus collection named like a URL whose last path segment is the
@@ -20,11 +20,15 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from langchain_fusion.errors import InvalidParameterError
+from langchain_fusion.errors import FusionError, InvalidParameterError
+from langchain_fusion.stores.base import FusionStore
+from langchain_fusion.stores.registry import NewStoreOptions, OpenedStore, StoreEngine
 
 if TYPE_CHECKING:
     from langchain_fusion.stores.milvus import MilvusStore
@@ -120,3 +124,54 @@ def _collection(name: str, location: str) -> str:
             f"digits and '_' (at most 200); write {_EXAMPLES}"
         )
     return name
+
+
+class MilvusEngine(StoreEngine):
+    """Milvus collections named by a location (see the module docstring)."""
+
+    name = "milvus"
+
+    def _store(self, location: str) -> MilvusStore:
+        return parse_location(location).open()
+
+    def open(self, location: str) -> OpenedStore:
+        """The collection, which must exist; its record is read from its side collection."""
+        parsed = parse_location(location)
+        store = parsed.open()
+        if not store.exists:
+            raise FusionError(
+                f"{location}: there is no collection {parsed.collection_name!r} at {parsed.uri}; "
+                f"build it with: langchain-fusion index PATH... --out {location}"
+            )
+        return OpenedStore(store, store.read_info())
+
+    def check_target(self, location: str, options: NewStoreOptions) -> None:
+        """A well-formed location, and no FAISS options."""
+        parse_location(location)
+        if options.given:
+            raise InvalidParameterError(
+                f"{' and '.join(options.given)} configure the in-process FAISS store; a Milvus collection uses "
+                "its own exact (FLAT) index: drop them"
+            )
+
+    def open_or_create(self, location: str, options: NewStoreOptions) -> OpenedStore:
+        """The collection (created by the first upsert when it does not exist)."""
+        self.check_target(location, options)
+        store = self._store(location)
+        return OpenedStore(store, store.read_info() if store.exists else {}, created=not store.exists)
+
+    def save(self, location: str, store: FusionStore, info: Mapping[str, Any]) -> str:
+        """The rows are already in the collection: write the record."""
+        write_info = getattr(store, "write_info", None)
+        if write_info is None:
+            raise FusionError(f"a Milvus location holds a MilvusStore, not a {type(store).__name__}")
+        write_info(info)
+        return str(location)
+
+    def describe(self, location: str, store: FusionStore) -> dict[str, Any]:
+        """The location and the collection's settings."""
+        return {"store": self.name, "location": str(location), "settings": store.settings.model_dump(mode="json")}
+
+    def default_llm_cache(self, location: str) -> Path:
+        """``COLLECTION.llm-cache`` in the working folder."""
+        return Path(f"{parse_location(location).collection_name}.llm-cache")

@@ -44,7 +44,6 @@ import tempfile
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping
 from datetime import datetime, timezone
-from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
@@ -68,10 +67,9 @@ _thread_locks_guard = threading.Lock()
 
 def library_version() -> str:
     """The installed langchain-fusion version (``0+unknown`` when run from a bare checkout)."""
-    try:
-        return importlib_metadata.version("langchain-fusion")
-    except importlib_metadata.PackageNotFoundError:
-        return "0+unknown"
+    from langchain_fusion import __version__
+
+    return __version__
 
 
 def now_iso() -> str:
@@ -101,6 +99,26 @@ def write_manifest(folder: Path, manifest: Mapping[str, Any]) -> None:
     """Write ``manifest.json`` (indented, UTF-8)."""
     text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
     (folder / MANIFEST).write_text(text, encoding="utf-8")
+
+
+def saved_index_reason(folder: Path) -> str | None:
+    """Why ``folder`` is not a folder of documents: it holds a saved index (or a save's leftovers); else None.
+
+    For indexing folders: an index saved inside the folder it indexes must not index itself.
+    """
+    if folder.name.startswith(".") and _STAGING_MARK in folder.name:
+        return "a langchain-fusion save in progress or left over (not indexed)"
+    path = folder / MANIFEST
+    if not path.is_file() or path.stat().st_size > _MAX_MANIFEST_BYTES:
+        return None
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    name = manifest.get("format") if isinstance(manifest, dict) else None
+    if isinstance(name, str) and name.startswith("langchain-fusion"):
+        return "a saved langchain-fusion index (not indexed)"
+    return None
 
 
 def read_manifest(folder: Path) -> Any:

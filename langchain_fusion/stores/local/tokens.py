@@ -9,7 +9,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from langchain_fusion.errors import FusionError
-from langchain_fusion.stores.analyzer import Analyzer, _WordMemo
+from langchain_fusion.stores.analyzer import Analyzer, WordMemo
 
 
 def tokenize(analyzer: Analyzer, text: str) -> list[str]:
@@ -40,7 +40,7 @@ def text_token_ids(
             token = normalize(word)
             return -1 if token is None else vocabulary.setdefault(token, len(vocabulary))
 
-        memo = _WordMemo(word_id)
+        memo = WordMemo(word_id)
         for text in texts:
             ids = np.fromiter(map(memo.__getitem__, analyzer.split_words(text)), dtype=np.int64)
             out.append(ids[ids >= 0])

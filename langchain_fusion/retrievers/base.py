@@ -1,0 +1,261 @@
+"""The template of every retriever over an index: options checked, query embedded, search run; batches written once.
+
+:class:`SearchRetriever` follows LangChain's conventions (``invoke``/``ainvoke``/``batch``,
+callbacks and tracing through ``BaseRetriever``). Its option fields come from
+:mod:`langchain_fusion.search.options`: the options ``invoke`` takes per call are the
+retriever's fields that are search options, checked by the same functions as the fields.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import abstractmethod
+from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import get_config_list, run_in_executor
+from pydantic import ConfigDict
+
+from langchain_fusion._checks import CheckedModel
+from langchain_fusion.errors import FusionError, InvalidParameterError
+from langchain_fusion.index.fusion_index import FusionIndex
+from langchain_fusion.search.options import OPTION_CHECKS
+from langchain_fusion.stores.base import FloatMatrix, SideScorer, StoreView
+
+logger = logging.getLogger(__name__)
+
+
+def per_call_options(
+    retriever: BaseRetriever,
+    names: tuple[str, ...],
+    overrides: dict[str, Any],
+) -> dict[str, Any]:
+    """The retriever's option fields ``names``, with per-call ``overrides`` checked by their own checks."""
+    unknown = set(overrides) - set(names)
+    if unknown:
+        raise InvalidParameterError(
+            f"{type(retriever).__name__} got unexpected argument(s) {sorted(unknown)}; "
+            f"per-call options are {list(names)}"
+        )
+    options = {name: getattr(retriever, name) for name in names}
+    for name, value in overrides.items():
+        options[name] = OPTION_CHECKS[name](value)
+    return options
+
+
+@dataclass(frozen=True)
+class PreparedQuery:
+    """One query of a batch, embedded (and, over an index, scored) together with the others."""
+
+    query_vector: FloatMatrix | None
+    """The query's normalised embedding (1 x dimension), or None when the search does not need it."""
+    view: StoreView | None = None
+    """The view the query was scored on (every query of a batch sees the same one)."""
+    vector: SideScorer | None = None
+    """The query's vector side on ``view``, scored with the whole batch."""
+    bm25: SideScorer | None = None
+    """The query's BM25 side on ``view``, scored with the whole batch."""
+
+
+_BATCH: ContextVar[Mapping[tuple[int, str], PreparedQuery] | None] = ContextVar("langchain_fusion_batch", default=None)
+"""The prepared queries of the batch being run, keyed by (retriever id, query)."""
+
+
+class SearchRetriever(CheckedModel, BaseRetriever):
+    """The template of every retriever here: validate options, embed (async when async), search.
+
+    Subclasses say whether a query needs its embedding (:meth:`_needs_vector`), how to embed
+    (:meth:`_embedder`), whether there is anything to search (:meth:`_is_empty`) and how to
+    rank (:meth:`_search`, plain NumPy/engine work, run off the event loop when async).
+
+    ``batch``/``abatch`` are real batches: the queries are embedded in one call (where the
+    model allows) and, over an index, scored in one pass (:meth:`_prepare_many`), then each
+    query runs through ``invoke`` as usual (its own callbacks and trace) with its prepared
+    embedding and scores. The results equal those of ``invoke`` for each query.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    @classmethod
+    def per_call_option_names(cls) -> tuple[str, ...]:
+        """The options ``invoke`` takes per call (``invoke(query, k=3)``): its fields that are search options."""
+        return tuple(name for name in cls.model_fields if name in OPTION_CHECKS)
+
+    def _options(self, overrides: dict[str, Any]) -> dict[str, Any]:
+        return per_call_options(self, self.per_call_option_names(), overrides)
+
+    def _needs_vector(self, options: dict[str, Any]) -> bool:
+        return True
+
+    @abstractmethod
+    def _embedder(self) -> FusionIndex:
+        """The index whose model embeds the query."""
+
+    @abstractmethod
+    def _is_empty(self) -> bool:
+        """True when there is nothing to search."""
+
+    @abstractmethod
+    def _search(
+        self,
+        query: str,
+        query_vector: FloatMatrix | None,
+        options: dict[str, Any],
+        prepared: PreparedQuery | None = None,
+    ) -> list[Document]:
+        """Rank for one query with resolved options (``prepared``: its batch's view and scores, if any)."""
+
+    def _checked_query(self, query: Any) -> str:
+        if not isinstance(query, str):
+            raise InvalidParameterError(f"the query must be a string; got {type(query).__name__}")
+        return query
+
+    def _prepared(self, query: str) -> PreparedQuery | None:
+        batch = _BATCH.get()
+        return None if batch is None else batch.get((id(self), query))
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        options = self._options(kwargs)
+        if not self._checked_query(query).strip():
+            return []
+        prepared = self._prepared(query)  # scored on the batch's view: that view decides, not the index now
+        if prepared is not None:
+            return self._search(query, prepared.query_vector, options, prepared)
+        if self._is_empty():
+            return []
+        query_vector = self._embedder().embed_query(query) if self._needs_vector(options) else None
+        return self._search(query, query_vector, options)
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        options = self._options(kwargs)
+        if not self._checked_query(query).strip():
+            return []
+        prepared = self._prepared(query)
+        if prepared is not None:
+            return await run_in_executor(None, self._search, query, prepared.query_vector, options, prepared)
+        if self._is_empty():
+            return []
+        query_vector = await self._embedder().aembed_query(query) if self._needs_vector(options) else None
+        # Scoring is NumPy/FAISS work: keep it off the event loop.
+        return await run_in_executor(None, self._search, query, query_vector, options)
+
+    # --- batches -------------------------------------------------------------------------------
+
+    def _batch_texts(self, inputs: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list[str], dict[str, Any]] | None:
+        """The distinct searchable queries of a batch and its options, or None when nothing can be prepared."""
+        try:
+            options = self._options(kwargs)
+        except FusionError:
+            return None  # each invoke reports the bad option itself
+        texts = list(dict.fromkeys(q for q in inputs if isinstance(q, str) and q.strip()))
+        if not texts or self._is_empty():
+            return None
+        return texts, options
+
+    def _batch_step(self) -> int:
+        """Queries prepared at once (bounded by the memory their scores take)."""
+        return 1 << 30
+
+    def _prepare_many(self, texts: list[str], options: dict[str, Any], config: RunnableConfig) -> list[PreparedQuery]:
+        """Embed the batch's queries in one call (where the model allows), then :meth:`_score_many`."""
+        vectors = (
+            self._embedder().embed_queries(texts, max_concurrency=config.get("max_concurrency"))
+            if self._needs_vector(options)
+            else None
+        )
+        return self._score_many(texts, vectors, options)
+
+    async def _aprepare_many(
+        self, texts: list[str], options: dict[str, Any], config: RunnableConfig
+    ) -> list[PreparedQuery]:
+        """Async twin of :meth:`_prepare_many`: the embedding awaits the model, scoring runs off the loop."""
+        vectors = (
+            await self._embedder().aembed_queries(texts, max_concurrency=config.get("max_concurrency"))
+            if self._needs_vector(options)
+            else None
+        )
+        return await run_in_executor(None, self._score_many, texts, vectors, options)
+
+    def _score_many(
+        self, texts: list[str], vectors: FloatMatrix | None, options: dict[str, Any]
+    ) -> list[PreparedQuery]:
+        """Prepared queries for embedded ``texts``: here their embeddings; retrievers over an index score them too."""
+        return [PreparedQuery(None if vectors is None else vectors[i : i + 1]) for i in range(len(texts))]
+
+    def _prepare(
+        self, texts: list[str], options: dict[str, Any], config: RunnableConfig
+    ) -> dict[tuple[int, str], PreparedQuery]:
+        try:
+            prepared = self._prepare_many(texts, options, config)
+        except FusionError as exc:  # each invoke then embeds on its own and reports its own failure
+            logger.debug("batch preparation failed, queries run one by one: %s", exc)
+            return {}
+        return {(id(self), text): item for text, item in zip(texts, prepared, strict=True)}
+
+    async def _aprepare(
+        self, texts: list[str], options: dict[str, Any], config: RunnableConfig
+    ) -> dict[tuple[int, str], PreparedQuery]:
+        try:
+            prepared = await self._aprepare_many(texts, options, config)
+        except FusionError as exc:
+            logger.debug("batch preparation failed, queries run one by one: %s", exc)
+            return {}
+        return {(id(self), text): item for text, item in zip(texts, prepared, strict=True)}
+
+    def batch(
+        self,
+        inputs: list[Any],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """Answer many queries: embedded in one call, scored in one pass, each then run as ``invoke`` would."""
+        configs = get_config_list(config, len(inputs))
+        results: list[Any] = []
+        step = self._batch_step()
+        for start in range(0, len(inputs), step):
+            chunk, chunk_configs = inputs[start : start + step], configs[start : start + step]
+            found = self._batch_texts(chunk, kwargs) if len(chunk) > 1 else None
+            prepared = self._prepare(*found, chunk_configs[0]) if found else {}
+            token = _BATCH.set(prepared or None)
+            try:
+                results.extend(super().batch(chunk, chunk_configs, return_exceptions=return_exceptions, **kwargs))
+            finally:
+                _BATCH.reset(token)
+        return results
+
+    async def abatch(
+        self,
+        inputs: list[Any],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """Async twin of :meth:`batch`."""
+        configs = get_config_list(config, len(inputs))
+        results: list[Any] = []
+        step = self._batch_step()
+        for start in range(0, len(inputs), step):
+            chunk, chunk_configs = inputs[start : start + step], configs[start : start + step]
+            found = self._batch_texts(chunk, kwargs) if len(chunk) > 1 else None
+            prepared = await self._aprepare(*found, chunk_configs[0]) if found else {}
+            token = _BATCH.set(prepared or None)
+            try:
+                results.extend(
+                    await super().abatch(chunk, chunk_configs, return_exceptions=return_exceptions, **kwargs)
+                )
+            finally:
+                _BATCH.reset(token)
+        return results
