@@ -315,6 +315,24 @@ class TestHarness:
         assert report.result("nameless").means["ndcg@10"] == 0.0
         assert "nameless: none of its" in caplog.text
 
+    def test_a_retriever_over_another_index_is_warned_about(
+        self, sample_index: FusionIndex, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        # Labels resolved against one index, a retriever over the same files chunked otherwise: no id can match.
+        dataset = load_labelled(SAMPLE_QUERIES, sample_index.documents)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            other = FusionIndex.from_documents(
+                split_documents(load_files([DATA]).documents, chunk_size=300, chunk_overlap=0), HashingEmbeddings()
+            )
+        report = evaluate_retrievers(
+            {"same": sample_index.as_retriever(), "other": other.as_retriever()}, dataset, ["ndcg@10"], progress=False
+        )
+        assert report.result("other").means["ndcg@10"] == 0.0
+        warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warned) == 1 and warned[0].startswith("other: ")
+        assert "are not among the documents the labels were resolved against" in warned[0] and "\n" not in warned[0]
+
     def test_rerank_retrievers_are_scored_at_the_metrics_depth(self, sample_index: FusionIndex) -> None:
         from langchain_fusion.evaluation.harness import _at_depth
 

@@ -49,6 +49,11 @@ class EvalDataset:
 
     They are not in ``queries`` and take no part in the metrics; see
     :func:`~langchain_fusion.evaluation.harness.sweep_floors`."""
+    corpus_ids: frozenset[str] = frozenset()
+    """The ids of the documents the labels were resolved against (:func:`load_labelled`); empty when unknown.
+
+    A retrieved document whose id is not among them cannot be one the labels name (it comes from
+    another index, or another chunking): the harness counts it as not relevant and says so."""
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -265,6 +270,7 @@ def load_labelled(path: str | Path, documents: Sequence[Document]) -> EvalDatase
         qrels=qrels,
         kinds={q: k for q, k in kinds.items() if q in queries},
         no_answer=no_answer,
+        corpus_ids=frozenset(doc.id for doc in documents if doc.id is not None),
     )
 
 

@@ -220,7 +220,7 @@ def evaluate_retrievers(
     """
     batch_size = check_positive_int(batch_size, "batch_size", "queries per retriever.batch call")
     depth = deepest_cutoff(metrics)
-    matcher = _LabelMatcher(documents if documents is not None else dataset.corpus)
+    matcher = _LabelMatcher(documents if documents is not None else dataset.corpus, dataset.corpus_ids)
     query_ids, texts = list(dataset.queries), list(dataset.queries.values())
     results = []
     for name, retriever in retrievers.items():
@@ -251,6 +251,15 @@ def evaluate_retrievers(
                 "%s: none of its %d results has a corpus id or a (source, chunk_index) found in the corpus; "
                 "it scores 0. Give its documents the corpus's ids, or pass documents= to match by position.",
                 name,
+                total,
+            )
+        elif unmatched:
+            logger.warning(
+                "%s: %d of its %d results are not among the documents the labels were resolved against (another "
+                "index, or other chunking?) and count as not relevant; resolve the labels against its documents "
+                "(load_labelled(FILE, index.documents)) or pass documents= to match by position.",
+                name,
+                unmatched,
                 total,
             )
         per_query = elapsed_ms / len(texts) if texts and batch_size > 1 else None
@@ -308,8 +317,8 @@ def _at_depth(retriever: BaseRetriever, depth: int) -> BaseRetriever:
 class _LabelMatcher:
     """Maps a retrieved document to the corpus id the labels use."""
 
-    def __init__(self, corpus: Sequence[Document]) -> None:
-        self.ids = {doc.id for doc in corpus if doc.id is not None}
+    def __init__(self, corpus: Sequence[Document], known_ids: frozenset[str] = frozenset()) -> None:
+        self.ids = {doc.id for doc in corpus if doc.id is not None} | known_ids
         self.by_position: dict[tuple[str, int], str] = {}
         for doc in corpus:
             position = keys.chunk_position(doc)
