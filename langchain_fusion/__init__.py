@@ -19,16 +19,10 @@ Multi-query fusion (RAG-Fusion): :class:`MultiQueryFusionRetriever`. Contextual 
 from __future__ import annotations
 
 import importlib
-from importlib import metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
-try:
-    __version__: str = _metadata.version("langchain-fusion")
-    """The installed version (``0+unknown`` when run from a checkout that was not installed)."""
-except _metadata.PackageNotFoundError:  # pragma: no cover - the tests run an installed package
-    __version__ = "0+unknown"
-
 if TYPE_CHECKING:
+    __version__: str
     from langchain_fusion.chains import build_rag_chain, format_docs
     from langchain_fusion.errors import (
         EmbeddingsMismatchError,
@@ -188,8 +182,21 @@ __all__ = [
 ]
 
 
+def _version() -> str:
+    """The installed version (``0+unknown`` when run from a checkout that was not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("langchain-fusion")
+    except metadata.PackageNotFoundError:  # pragma: no cover - the tests run an installed package
+        return "0+unknown"
+
+
 def __getattr__(name: str) -> Any:
-    """Import a public name from its module on first access."""
+    """Import a public name from its module on first access (and read ``__version__`` the first time it is asked)."""
+    if name == "__version__":
+        globals()[name] = version = _version()
+        return version
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'langchain_fusion' has no attribute {name!r}")

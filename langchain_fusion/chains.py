@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import PurePath
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.output_parsers import StrOutputParser
@@ -21,11 +21,15 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel, RunnablePassthrough
 
 from langchain_fusion import metadata as keys
-from langchain_fusion.errors import FusionError
+from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.models.guarded_model import GuardedModel
 from langchain_fusion.models.llm_calls import RetryPolicy
 from langchain_fusion.retrievers.rerank import Prompt, RerankRetriever
-from langchain_fusion.retrievers.windows import DEFAULT_WINDOW_MAX_CHARS, ContextWindowRetriever
+from langchain_fusion.retrievers.windows import ContextWindowRetriever
+from langchain_fusion.search.options import DEFAULT_WINDOW_MAX_CHARS
+
+if TYPE_CHECKING:
+    from langchain_fusion.pipeline.composer import Pipeline
 
 DEFAULT_RAG_PROMPT = ChatPromptTemplate.from_messages(
     [
@@ -85,6 +89,17 @@ def _question(value: Any) -> str:
 
 def _prompt_inputs(value: dict[str, Any]) -> dict[str, Any]:
     return {"context": format_docs(value["sources"]), "question": value["question"]}
+
+
+def pipeline_rag_chain(pipeline: Pipeline, retriever: Runnable[str, Any] | None = None) -> Runnable[str, RagOutput]:
+    """The RAG chain of a built pipeline: its retriever (or ``retriever``), its chat model, its timeout.
+
+    Raises InvalidParameterError, with the reason, when the pipeline has no chat model.
+    """
+    if pipeline.chat_model is None:
+        raise InvalidParameterError(f"answers need a chat model: {pipeline.no_chat_reason or 'none was given'}")
+    chosen = pipeline.retriever if retriever is None else retriever
+    return build_rag_chain(chosen, pipeline.chat_model, timeout=pipeline.spec.llm_timeout)
 
 
 def build_rag_chain(

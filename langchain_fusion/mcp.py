@@ -39,7 +39,7 @@ import os
 import socket
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from typing import IO, Annotated, Any, Literal, get_args
+from typing import IO, Annotated, Any, Literal
 
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
@@ -51,8 +51,8 @@ from langchain_fusion.errors import InvalidParameterError, MissingDependencyErro
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex
 from langchain_fusion.pipeline import Pipeline, PipelineSpec, ServeLimits, build
-from langchain_fusion.pipeline.spec import serving_spec
-from langchain_fusion.retrievers.base import SearchRetriever
+from langchain_fusion.pipeline.spec import TRANSPORTS, Transport, serving_spec
+from langchain_fusion.retrievers.base import innermost_search
 from langchain_fusion.search.options import (
     OPTION_CHECKS,
     SELECTION_OPTIONS,
@@ -94,11 +94,6 @@ SEARCH_ARGUMENTS: tuple[str, ...] = (
 INDEX_RESOURCE = "langchain-fusion://index"
 """The URI of the resource describing the served index."""
 
-Transport = Literal["stdio", "streamable-http"]
-"""How clients reach the server: ``stdio`` (the client starts the server as a subprocess) or
-``streamable-http`` (the server listens on a TCP port; clients connect to ``/mcp``)."""
-TRANSPORTS: tuple[str, ...] = get_args(Transport)
-"""The accepted values of ``transport``."""
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 """Log levels of the server (its log lines go to stderr)."""
@@ -228,12 +223,10 @@ def format_results(results: SearchResults) -> str:
 
 
 def describe_index(served: Served) -> dict[str, Any]:
-    """What the ``langchain-fusion://index`` resource says about what is served: kind, counts, model."""
+    """What is served, as the ``langchain-fusion://index`` resource says it: kind, counts, model (no manifest)."""
     from langchain_fusion.pipeline.composer import describe_served
 
-    described = describe_served(served)
-    described.pop("manifest", None)
-    return described
+    return {name: value for name, value in describe_served(served).items() if name != "manifest"}
 
 
 class _CheckedArgumentsServer(FastMCP):
@@ -269,10 +262,8 @@ def describe_server(server: FastMCP) -> dict[str, Any]:
 
 def per_call_selection(retriever: BaseRetriever) -> tuple[str, ...]:
     """The relevance floor and diversity options ``retriever`` takes per call (through wrappers it passes them to)."""
-    inner: Any = retriever
-    while not isinstance(inner, SearchRetriever) and isinstance(getattr(inner, "retriever", None), BaseRetriever):
-        inner = inner.retriever
-    takes = inner.per_call_option_names() if isinstance(inner, SearchRetriever) else ()
+    inner = innermost_search(retriever)
+    takes = inner.per_call_option_names() if inner is not None else ()
     return tuple(name for name in SELECTION_OPTIONS if name in takes)
 
 
@@ -320,8 +311,7 @@ def server_for(
     """The MCP server of a built pipeline within ``limits`` (what :func:`build_mcp_server` returns)."""
     accepted = ("query", *(n for n in pipeline.per_call_options() if n not in FusionOptions.LOCAL_ONLY))
     described = pipeline.describe()
-    index_info = dict(described["index"])
-    index_info.pop("manifest", None)
+    index_info = {name: value for name, value in described["index"].items() if name != "manifest"}
     info: dict[str, Any] = {"library_version": described["library_version"], **index_info}
     info["limits"] = {"max_k": limits.max_k, "max_query_chars": limits.max_query_chars}
     if not isinstance(pipeline.served, BaseRetriever):
@@ -374,7 +364,7 @@ def _search_tool(pipeline: Pipeline, limits: ServeLimits, options: Sequence[str]
     """The search tool's function, its signature (what FastMCP reads as the input schema) built from the options."""
 
     async def search(query: str, **given: Any) -> Any:
-        overrides = {option: value for option, value in given.items() if value is not None}
+        overrides = pipeline.request_options(given)
         searcher: BaseRetriever = pipeline.search
         if pipeline.steps.active:  # the call's k is what the pipeline keeps; its other options reach every search
             call_k = overrides.pop("k", None)

@@ -116,8 +116,6 @@ ENDPOINTS: Sequence[EndpointName] = (
 )
 """The LangServe endpoints served for each runnable (not ``stream_events`` or feedback)."""
 
-ServedIndex = FusionIndex | HierarchicalIndex
-
 
 def query_type(max_chars: int) -> Any:
     """The served input type: a non-empty string of at most ``max_chars`` characters."""
@@ -225,8 +223,10 @@ async def _provider_failed(request: Request, exc: Exception) -> JSONResponse:
 class _RequestGuard:
     """Checks what LangServe's input schema cannot: configurable bounds, batch size and batch inputs."""
 
-    def __init__(self, limits: ServeLimits, names: Sequence[str]) -> None:
+    def __init__(self, limits: ServeLimits, pipeline: Pipeline) -> None:
         self.limits = limits
+        self.pipeline = pipeline
+        names = request_options(pipeline)
         self.query: TypeAdapter[str] = TypeAdapter(query_type(limits.max_query_chars))
         self.fields = {name: TypeAdapter(request_annotation(name, limits.max_k)) for name in names}
 
@@ -262,6 +262,11 @@ class _RequestGuard:
                     errors.append({"type": "value_error", "loc": (*where, name), "msg": str(exc), "input": None})
         if errors:
             raise RequestValidationError(errors)
+        configurable = config.get("configurable")
+        if isinstance(configurable, dict):  # null is the server's default; a filter narrows the server's
+            ours = {name: value for name, value in configurable.items() if name in self.fields}
+            others = {name: value for name, value in configurable.items() if name not in self.fields}
+            config = {**config, "configurable": {**others, **self.pipeline.request_options(ours)}}
         return config
 
     async def check_batch(self, request: Request) -> None:
@@ -540,6 +545,12 @@ def create_app(
             chat model or cross-encoder asked for cannot be built.
     """
     spec, limits = serving_spec(index, limits, options, answer="if_available")
+    if isinstance(spec.index, BaseRetriever):
+        raise InvalidParameterError(
+            f"create_app serves an index (a folder, a store location, a FusionIndex or a HierarchicalIndex), not a "
+            f"{type(spec.index).__name__}: its options are served as configurable fields, which a retriever given "
+            "as it is cannot take (build_mcp_server serves one as it is)"
+        )
     return app_for(build(spec).within(limits), limits, title)
 
 
@@ -547,7 +558,7 @@ def app_for(pipeline: Pipeline, limits: ServeLimits, title: str = "langchain-fus
     """The app serving a built pipeline within ``limits`` (what :func:`create_app` returns)."""
     query = query_type(limits.max_query_chars)
     retriever = _configurable_retriever(pipeline, limits)
-    guard = _RequestGuard(limits, request_options(pipeline))
+    guard = _RequestGuard(limits, pipeline)
     app = FastAPI(
         title=title,
         version=library_version(),
@@ -563,7 +574,9 @@ def app_for(pipeline: Pipeline, limits: ServeLimits, title: str = "langchain-fus
     }
     add_routes(app, retriever.with_types(input_type=query), path=RETRIEVER_PATH, **routes)
     if pipeline.chat_model is not None:
-        add_routes(app, pipeline.rag_chain(retriever).with_types(input_type=query), path=RAG_PATH, **routes)
+        from langchain_fusion.chains import pipeline_rag_chain
+
+        add_routes(app, pipeline_rag_chain(pipeline, retriever).with_types(input_type=query), path=RAG_PATH, **routes)
     status = health_status(pipeline, limits)
     app.state.langchain_fusion = status
 

@@ -127,7 +127,7 @@ class TestServerDefaults:
             build_mcp_server(tmp_path / "ghost", max_per_source=0)
 
     def test_a_hierarchical_index_refuses_them(self, index: FusionIndex) -> None:
-        with pytest.raises(InvalidParameterError, match="lambda_mult apply to fused search, not to a hierarchical"):
+        with pytest.raises(InvalidParameterError, match="lambda_mult apply to fused search, not to hierarchical search"):
             build_mcp_server(_hierarchical(index), lambda_mult=0.5)
 
     def test_a_retriever_brings_its_own(self, index: FusionIndex) -> None:
@@ -342,7 +342,7 @@ class TestPipeline:
     def test_chat_model_without_a_use(self, index: FusionIndex) -> None:
         from tests.fake_chat_models import RatingModel
 
-        with pytest.raises(InvalidParameterError, match=r"used only to rerank \(reranker='llm'\)"):
+        with pytest.raises(InvalidParameterError, match=r"used here only to rerank \(reranker='llm'"):
             build_mcp_server(index, llm=RatingModel(rule=lambda _: 5))
 
     def test_errors_come_before_the_index_is_opened(self, tmp_path: Path, no_openai_key: None) -> None:

@@ -153,10 +153,10 @@ class TestSpec:
         [
             ({"bogus": 1}, r"unknown option\(s\) \['bogus'\]; the options are \[.*'alpha'"),
             ({"alpha": 2}, "alpha must be a number between 0 and 1"),
-            ({"window_max_chars": 100}, "window_max_chars is the character budget of context windows"),
-            ({"hierarchical": False, "k_summaries": 2}, "k_summaries: options of hierarchical search"),
+            ({"window_max_chars": 100}, r"window_max_chars \(--max-chars\) is the character budget of context"),
+            ({"hierarchical": False, "k_summaries": 2}, r"k_summaries \(--k-summaries\): options of hierarchical"),
             ({"hierarchical": True, "max_per_source": 2}, "max_per_source apply to fused search"),
-            ({"llm": "openai:x"}, r"used only to rerank"),
+            ({"llm": "openai:x"}, r"used here only to rerank"),
             ({"reranker": "best"}, "rerank must be 'llm'"),
             ({"multi_query": 11}, "n must be at most 10"),
             ({"window": -1}, "window must be a whole number of 0 or more"),
@@ -327,3 +327,100 @@ class TestIndexingSkipsIndexes:
 def test_namespace_of_parsed_flags_is_not_mutated() -> None:
     args = argparse.Namespace()
     assert given_options(args) == {}
+
+
+class TestServedRequests:
+    """What a served request's options mean, the same on LangServe and MCP."""
+
+    def test_null_is_the_server_default_and_a_filter_only_narrows(self, index: FusionIndex) -> None:
+        pytest.importorskip("langserve")
+        from fastapi.testclient import TestClient
+
+        from langchain_fusion.server import create_app
+
+        server_default = {"source": ["doc0.txt", "doc1.txt"]}
+        app = create_app(index, llm=None, filter=server_default, min_vector_score=0.2)
+
+        def served(configurable: dict[str, Any]) -> list[str]:
+            body = {"input": "cat", "config": {"configurable": configurable}}
+            response = TestClient(app).post("/retriever/invoke", json=body)
+            assert response.status_code == 200, response.text
+            return [d["id"] for d in response.json()["output"]]
+
+        def expected(**options: Any) -> list[str | None]:
+            return [d.id for d in index.as_retriever(**options).invoke("cat")]
+
+        assert served({}) == served({"min_vector_score": None, "filter": None})
+        assert served({}) == expected(filter=server_default, min_vector_score=0.2)
+        # A request cannot widen the server's filter: doc2 stays out; it can narrow it to doc1.
+        assert served({"filter": {"source": "doc2.txt"}}) == []
+        assert served({"filter": {"source": "doc1.txt"}}) == expected(
+            filter={"source": "doc1.txt"}, min_vector_score=0.2
+        )
+
+    async def test_mcp_narrows_the_same_way(self, index: FusionIndex) -> None:
+        pytest.importorskip("mcp")
+        from langchain_fusion.mcp import INDEX_RESOURCE, build_mcp_server
+        from tests.test_mcp import _results, _search, connected
+
+        server = build_mcp_server(index, filter={"source": {"doc0.txt", "doc1.txt"}}, log_level="WARNING")
+        async with connected(server) as session:
+            wide = _results(await _search(session, query="cat", filter={"source": "doc2.txt"}))
+            narrow = _results(await _search(session, query="cat", filter={"source": "doc1.txt"}, k=8))
+            info = json.loads((await session.read_resource(INDEX_RESOURCE)).contents[0].text)  # type: ignore[union-attr]
+        assert wide.results == []
+        assert {hit.source for hit in narrow.results} == {"doc1.txt"}
+        assert info["defaults"]["filter"] == {"source": ["doc0.txt", "doc1.txt"]}  # a set, shown as JSON
+
+    def test_a_retriever_given_keeps_its_own_k(self, index: FusionIndex) -> None:
+        pytest.importorskip("mcp")
+        from langchain_fusion.mcp import build_mcp_server, describe_server
+
+        server = build_mcp_server(index.as_retriever(k=2), max_k=3, fetch_k=100, llm_timeout=60.0)
+        assert describe_server(server)["kind"] == "retriever"
+        build_mcp_server(index, k=None, alpha=None, method=None)  # None: the default, as before
+
+    def test_create_app_refuses_a_retriever_in_one_line(self, index: FusionIndex) -> None:
+        pytest.importorskip("langserve")
+        from langchain_fusion.server import create_app
+
+        with pytest.raises(InvalidParameterError, match=r"create_app serves an index .* not a FusionRetriever"):
+            create_app(index.as_retriever(), llm=None)
+
+
+def test_within_returns_a_new_pipeline(index: FusionIndex) -> None:
+    summaries = [Document(page_content="pets", metadata={keys.SUMMARY_CHUNK_IDS: [d.id for d in index.documents]})]
+    pipeline = build_pipeline(PipelineSpec.of(HierarchicalIndex.from_summaries(index, summaries)))
+    narrow = pipeline.within(ServeLimits(max_k=2))
+    assert narrow.search.k_summaries == 2 and pipeline.search.k_summaries == 3  # type: ignore[attr-defined]
+    assert pipeline.within(ServeLimits(max_k=50)) is pipeline
+
+
+def test_rerank_k_is_the_number_of_candidates(index: FusionIndex, tmp_path: Path, tiny_cross_encoder: Path) -> None:
+    saved = index.save(tmp_path / "idx")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("langchain_fusion.index.fusion_index.embeddings_from_id", lambda model_id: HashingEmbeddings())
+        rerank = ["--rerank", f"cross-encoder:{tiny_cross_encoder}"]
+        for flags, count in ((["-k", "3"], 3), (["-k", "3", "--top-n", "5"], 3), (["-k", "6", "--top-n", "2"], 2)):
+            status, out, err = _cli(["query", str(saved), "cat", "--json", *rerank, *flags])
+            assert status == 0, err
+            assert len(json.loads(out)) == count, flags
+
+
+def test_the_spec_is_import_light() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, langchain_fusion.pipeline.spec; print('langsmith' in sys.modules, 'faiss' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.split() == ["False", "False"]
+
+
+def test_merge_filters() -> None:
+    from langchain_fusion.stores.filters import merge_filters
+
+    assert merge_filters(None, {"a": 1}) == {"a": 1} and merge_filters({"a": 1}, None) == {"a": 1}
+    assert merge_filters({"a": [1, 2], "b": "x"}, {"a": [2, 3], "c": True}) == {"a": [2], "b": "x", "c": True}
+    assert merge_filters({"a": 1}, {"a": True}) == {"a": []}  # 1 and True are different values: nothing matches
+    both = merge_filters({"a": 1}, lambda meta: meta.get("b") == 2)
+    assert callable(both) and both({"a": 1, "b": 2}) and not both({"a": 2, "b": 2})

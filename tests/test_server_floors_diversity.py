@@ -93,6 +93,6 @@ def test_a_hierarchical_index_refuses_them(index: FusionIndex) -> None:
     ids = [d.id for d in index.documents]
     summaries = [Document(page_content="Pets and science.", metadata={keys.SOURCE: "all", keys.SUMMARY_CHUNK_IDS: ids})]
     hierarchical = HierarchicalIndex.from_summaries(index, summaries)
-    with pytest.raises(InvalidParameterError, match="lambda_mult apply to fused search, not to a hierarchical index"):
+    with pytest.raises(InvalidParameterError, match="lambda_mult apply to fused search, not to hierarchical search"):
         create_app(hierarchical, llm=fake_llm(), lambda_mult=0.5)
     create_app(hierarchical, llm=fake_llm())  # without them it serves

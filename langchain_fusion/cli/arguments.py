@@ -31,8 +31,9 @@ from langchain_fusion.pipeline.spec import DEFAULT_LLM_TIMEOUT, DEFAULT_RERANK_C
 from langchain_fusion.retrievers.rerank_spec import RerankSpec, parse_rerank_spec
 from langchain_fusion.search.diversity import DEFAULT_MMR_WEIGHT, MMR_WEIGHT
 from langchain_fusion.search.options import (
+    DEFAULT_WINDOW_MAX_CHARS,
     OPTION_CHECKS,
-    SELECTION_OPTIONS,
+    SEARCH_DEFAULTS,
     FusionOptions,
     HierarchyOptions,
     SearchOptions,
@@ -283,12 +284,6 @@ def search_options(args: argparse.Namespace) -> dict[str, Any]:
     return given
 
 
-def selection_given(args: argparse.Namespace) -> list[str]:
-    """The flags of the relevance floor and diversity options given."""
-    flags = [flag_of(name) for name in SELECTION_OPTIONS if given_options(args).get(name) is not None]
-    return flags + (["--mmr"] if getattr(args, "mmr", False) and flag_of(MMR_WEIGHT) not in flags else [])
-
-
 def add_limit_flags(sub: argparse.ArgumentParser, names: tuple[str, ...]) -> None:
     """A flag per serving limit (``--host``, ``--port``, ``--max-k``...), help and default from the schema."""
     for name in names:
@@ -327,17 +322,17 @@ def add_step_flags(sub: argparse.ArgumentParser, *, served: bool) -> None:
         type=rewrites,
         default=None,
         metavar="N",
-        help=f"multi-query fusion: a chat model writes N rewrites of {around} (1-10), each is searched too, and the "
-        "result lists are fused (weighted reciprocal rank fusion, the query itself weighted highest); if the model "
-        "fails, the query is searched alone",
+        help=f"multi-query fusion: a chat model writes N rewrites of {around} (1-{MAX_REWRITES}), each is searched "
+        "too, and the result lists are fused (weighted reciprocal rank fusion, the query itself weighted highest); if "
+        "the model fails, the query is searched alone",
     )
     sub.add_argument(
         "--window",
         type=non_negative_int,
-        default=0,
+        default=None,
         metavar="N",
         help="merge each hit with N neighbouring chunks on each side into one passage, overlap removed; hits whose "
-        "windows touch become one passage (default: %(default)s, no window)",
+        "windows touch become one passage (default: no window)",
     )
     sub.add_argument(
         "--max-chars",
@@ -345,7 +340,7 @@ def add_step_flags(sub: argparse.ArgumentParser, *, served: bool) -> None:
         default=None,
         metavar="N",
         help="character budget per --window passage: farther neighbours are dropped to fit, hits never are "
-        "(default: 4000)",
+        f"(default: {DEFAULT_WINDOW_MAX_CHARS})",
     )
     sub.add_argument(
         "--rerank",
@@ -373,7 +368,7 @@ def add_step_flags(sub: argparse.ArgumentParser, *, served: bool) -> None:
             type=positive_int,
             default=None,
             metavar="N",
-            help=f"with --rerank, how many of the reranked candidates to keep (default: {SearchOptions().k}); -k is "
+            help=f"with --rerank, how many of the reranked candidates to keep (default: {SEARCH_DEFAULTS.k}); -k is "
             f"then the number of candidates (default: {DEFAULT_RERANK_CANDIDATES})",
         )
 
@@ -384,24 +379,12 @@ def spec_from_args(args: argparse.Namespace, answer: str = "off", *, served: boo
     if not served:
         if args.top_n is not None and args.rerank is None:
             raise UserError("--top-n is the number of reranked results to keep: add --rerank")
-        if args.rerank is not None:  # -k is then the candidates, --top-n what is kept
-            if "k" in options:
-                options["rerank_candidates"] = options.pop("k")
-            if args.top_n is not None:
-                options["k"] = args.top_n
+        if args.rerank is not None:  # -k is then the candidates, --top-n what is kept (no more than them)
+            candidates = options.pop("k", DEFAULT_RERANK_CANDIDATES)
+            kept = SEARCH_DEFAULTS.k if args.top_n is None else args.top_n
+            options.update(k=min(kept, candidates), rerank_candidates=candidates)
     hierarchical = getattr(args, "hierarchical", None)
     hierarchy = {name: value for name, value in given_options(args).items() if name in HierarchyOptions.model_fields}
-    if hierarchy and hierarchical is False:
-        flags = " and ".join(flag_of(name) for name in hierarchy)
-        are = "is an option" if len(hierarchy) == 1 else "are options"
-        raise UserError(f"{flags} {are} of hierarchical search: add --hierarchical")
-    if hierarchical and selection_given(args):
-        raise UserError(
-            f"{', '.join(selection_given(args))} apply to fused search, not to --hierarchical: drop them or "
-            "--hierarchical"
-        )
-    if args.max_chars is not None and not args.window:
-        raise UserError("--max-chars is the character budget of context windows: add --window N")
     steps = {
         "multi_query": args.multi_query,
         "window": args.window,

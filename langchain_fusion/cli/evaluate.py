@@ -98,6 +98,8 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_row_arguments(parser: argparse.ArgumentParser) -> None:
+    from langchain_fusion.models.chat import OPENAI_DEFAULT_CHAT_MODEL
+
     parser.add_argument(
         "--rerank",
         type=rerank_spec,
@@ -121,7 +123,8 @@ def _add_row_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--llm",
         metavar="PROVIDER:MODEL",
-        help="chat model of --rerank llm and --multi-query (default: openai:gpt-4o-mini, needs OPENAI_API_KEY)",
+        help=f"chat model of --rerank llm and --multi-query (default: openai:{OPENAI_DEFAULT_CHAT_MODEL}, needs "
+        "OPENAI_API_KEY)",
     )
     parser.add_argument(
         "--llm-timeout",

@@ -27,10 +27,7 @@ from langchain_fusion.ingest.loading import (
     split_documents,
 )
 from langchain_fusion.pipeline.spec import DEFAULT_LLM_TIMEOUT
-from langchain_fusion.stores.registry import location_help
-
-LLM_CACHE_SUFFIX = ".llm-cache"
-"""What the default chat model cache folder's name ends with."""
+from langchain_fusion.stores.registry import LLM_CACHE_SUFFIX, location_help
 
 
 def add_index_parser(commands: Any) -> None:

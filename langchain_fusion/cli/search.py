@@ -131,11 +131,11 @@ def _print_table(docs: list[Any], args: argparse.Namespace) -> None:
 
 def run_ask(args: argparse.Namespace) -> int:
     """Answer a question from a saved index with a chat model; print the answer and its sources."""
-    from langchain_fusion.chains import source_label
+    from langchain_fusion.chains import pipeline_rag_chain, source_label
 
     if not args.question.strip():
         raise UserError("the question is empty")
-    chain = _pipeline(args, "required").rag_chain()
+    chain = pipeline_rag_chain(_pipeline(args, "required"))
     answer: list[str] = []
     sources: list[Any] = []
     try:

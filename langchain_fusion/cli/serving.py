@@ -28,9 +28,8 @@ from langchain_fusion.cli.arguments import (
     spec_from_args,
 )
 from langchain_fusion.cli.errors import UserError
-
-MCP_TRANSPORTS = ("stdio", "streamable-http")
-"""The MCP transports (the mcp module's, not imported here: it needs the mcp extra)."""
+from langchain_fusion.pipeline.spec import TRANSPORTS
+from langchain_fusion.search.options import FusionOptions, HierarchyOptions, SearchOptions
 
 _NO_AUTH = "There is no authentication: keep the default host unless the network in front of it is trusted."
 
@@ -68,9 +67,8 @@ def add_mcp_parser(commands: Any) -> None:
         "mcp",
         help="serve a saved index to agents over MCP (Model Context Protocol): a 'search' tool",
         description="Load a saved index once and serve it as an MCP server whose 'search' tool is the fused "
-        "retriever: its arguments are query and the search options below (but --fetch-k: k, alpha, method, filter "
-        "(metadata equality), the relevance floors, maximal marginal relevance and a cap per source; on a "
-        "hierarchical index its own options); results are the chunks' text, source, page, id and scores, as text "
+        f"retriever: its arguments are query and the search options ({_request_options()}; on a hierarchical "
+        "index its own options); results are the chunks' text, source, page, id and scores, as text "
         "and as structured content. The flags set the server's defaults, and a rerank step, multi-query fusion or "
         "context windows around every search. By default the server speaks over stdin/stdout, for a client that "
         "starts it (Claude Desktop, IDEs, LangChain's MCP adapters); nothing but the protocol is written to stdout, "
@@ -79,7 +77,7 @@ def add_mcp_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "--transport",
-        choices=MCP_TRANSPORTS,
+        choices=TRANSPORTS,
         default="stdio",
         help="stdio (the client starts this command) or streamable-http (a long-running server) (default: %(default)s)",
     )
@@ -96,6 +94,11 @@ def add_mcp_parser(commands: Any) -> None:
         default="info",
         help="log level of the server's lines on stderr (default: %(default)s)",
     )
+
+
+def _request_options() -> str:
+    """The options a request may set on a fused index, as their names."""
+    return ", ".join(name for name in SearchOptions.model_fields if name not in FusionOptions.LOCAL_ONLY)
 
 
 def _add_pipeline_arguments(sub: argparse.ArgumentParser, llm_help: str) -> None:
@@ -218,6 +221,13 @@ def _banner(module: Any, pipeline: Any, args: argparse.Namespace, sock: socket.s
     else:
         lines = [f"MCP tool {module.SEARCH_TOOL!r} searches {args.index_dir} ({what})"]
     lines += pipeline_lines(described["pipeline"], args)
+    unused = [
+        f"--{name.replace('_', '-')}"
+        for name in HierarchyOptions.model_fields
+        if name in pipeline.spec.hierarchy.model_fields_set
+    ]
+    if unused and index["kind"] != "hierarchical":
+        lines.append(f"note: {' and '.join(unused)} apply to an index saved with page summaries; this one has none")
     if face is SERVE:
         if described["chat_model"] is not None:
             lines.append(f"RAG chain with {described['chat_model']}: {module.url_of(sock)}{module.RAG_PATH}/")

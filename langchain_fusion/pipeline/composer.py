@@ -10,7 +10,9 @@ index or a model is loaded.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,11 +25,12 @@ from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex
 from langchain_fusion.index.opening import open_index
 from langchain_fusion.pipeline.spec import PipelineSpec, ServeLimits
-from langchain_fusion.retrievers.base import SearchRetriever
+from langchain_fusion.retrievers.base import SearchRetriever, innermost_search
 from langchain_fusion.retrievers.multi_query import MultiQueryFusionRetriever
 from langchain_fusion.retrievers.rerank import RerankRetriever, with_top_n
-from langchain_fusion.retrievers.windows import DEFAULT_WINDOW_MAX_CHARS, ContextWindowRetriever
-from langchain_fusion.search.options import SELECTION_OPTIONS
+from langchain_fusion.retrievers.windows import ContextWindowRetriever
+from langchain_fusion.search.options import DEFAULT_WINDOW_MAX_CHARS, SELECTION_OPTIONS, FusionOptions
+from langchain_fusion.stores.filters import merge_filters
 from langchain_fusion.stores.local.folder import library_version
 from langchain_fusion.stores.registry import engine_for
 
@@ -134,34 +137,32 @@ class Pipeline:
         A retriever given that wraps one of ours (context windows, rerank, multi-query) passes its
         options on to it; a retriever from elsewhere takes none.
         """
-        inner: Any = self.search
-        while not isinstance(inner, SearchRetriever) and isinstance(getattr(inner, "retriever", None), BaseRetriever):
-            inner = inner.retriever
-        return inner.per_call_option_names() if isinstance(inner, SearchRetriever) else ()
+        inner = innermost_search(self.search)
+        return inner.per_call_option_names() if inner is not None else ()
+
+    def request_options(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """A request's search options as the search takes them.
+
+        None (or absent) is the server's default, and a filter narrows the server's own
+        (:func:`~langchain_fusion.stores.filters.merge_filters`), never widens it.
+        """
+        options = {name: value for name, value in given.items() if value is not None}
+        if "filter" in options:
+            options["filter"] = merge_filters(self.spec.search.filter, options["filter"])
+        return options
 
     def within(self, limits: ServeLimits) -> Pipeline:
-        """The pipeline checked against a server's bounds (a hierarchical search's ``k_summaries``); itself.
+        """The pipeline as a server with ``limits`` serves it: a hierarchical ``k_summaries`` at most ``max_k``.
 
-        A ``k_summaries`` above ``max_k`` that was asked for is an error; the default is lowered to ``max_k``.
+        A ``k_summaries`` above ``max_k`` that was asked for is an error. Returns a new pipeline
+        (this one is not changed).
         """
         hierarchy = self.spec.hierarchy
-        if self.hierarchical and hierarchy.k_summaries > limits.max_k:
-            if "k_summaries" in hierarchy.model_fields_set:
-                raise InvalidParameterError(
-                    f"k_summaries ({hierarchy.k_summaries}) must be at most max_k ({limits.max_k})"
-                )
-            object.__setattr__(self, "search", self.search.model_copy(update={"k_summaries": limits.max_k}))
-        return self
-
-    def rag_chain(self, retriever: Runnable[str, Any] | None = None) -> Runnable[str, Any]:
-        """The RAG chain over ``retriever`` (default :attr:`retriever`) with the chat model and the spec's timeout."""
-        from langchain_fusion.chains import build_rag_chain
-
-        if self.chat_model is None:
-            raise InvalidParameterError(f"answers need a chat model: {self.no_chat_reason or 'none was given'}")
-        return build_rag_chain(
-            self.retriever if retriever is None else retriever, self.chat_model, timeout=self.spec.llm_timeout
-        )
+        if not (self.hierarchical and hierarchy.k_summaries > limits.max_k):
+            return self
+        if "k_summaries" in hierarchy.model_fields_set:
+            raise InvalidParameterError(f"k_summaries ({hierarchy.k_summaries}) must be at most max_k ({limits.max_k})")
+        return dataclasses.replace(self, search=self.search.model_copy(update={"k_summaries": limits.max_k}))
 
     def describe(self) -> dict[str, Any]:
         """What is served, as JSON values: the index, the default options, the steps and the chat model."""
@@ -181,13 +182,15 @@ class Pipeline:
         if not isinstance(self.search, SearchRetriever):
             return None
         options = self.spec.search
-        shown = {name: getattr(options, name) for name in ("k", "alpha", "method", "fetch_k")}
+        shown = {name: getattr(options, name) for name in FusionOptions.model_fields}
         names = self.per_call_options()
         shown.update({n: v for n, v in options.model_dump(exclude_unset=True).items() if n in names})
         shown.update({n: getattr(options, n) for n in SELECTION_OPTIONS if getattr(options, n) is not None})
         if self.hierarchical:
             shown["k_summaries"] = getattr(self.search, "k_summaries")  # noqa: B009 - a HierarchicalRetriever's
-        return {name: value for name, value in shown.items() if name != "filter" or not callable(value)}
+        if "filter" in shown:
+            shown["filter"] = _json_filter(shown["filter"])
+        return shown
 
 
 def describe_served(
@@ -212,6 +215,22 @@ def describe_served(
         "dimension": chunks.dimension,
         "manifest": _manifest(location),
     }
+
+
+def _json_filter(spec: Any) -> Any:
+    """A filter as JSON shows it: lists for sets and tuples, a description for a callable."""
+    if callable(spec):
+        return f"<callable {getattr(spec, '__qualname__', type(spec).__name__)}>"
+    if isinstance(spec, Mapping):
+        return {
+            key: sorted(value, key=repr)
+            if isinstance(value, (set, frozenset))
+            else list(value)
+            if isinstance(value, tuple)
+            else value
+            for key, value in spec.items()
+        }
+    return spec
 
 
 def _manifest(location: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -279,7 +298,7 @@ def build(spec: PipelineSpec) -> Pipeline:
     elif isinstance(served, HierarchicalIndex) and spec.hierarchical is not False:
         if spec.selection():
             spec.refuse_selection()
-        options = spec.search.model_dump(include={"k", "alpha", "fetch_k", "method", "filter"})
+        options = spec.search.model_dump(include={*FusionOptions.model_fields, "filter"})
         search = served.as_retriever(**options, **spec.hierarchy.model_dump())
     else:
         if spec.hierarchical:
@@ -296,8 +315,8 @@ def _open(spec: PipelineSpec) -> tuple[Served, dict[str, Any] | None]:
     index = spec.index
     if spec.hierarchical and isinstance(index, (str, os.PathLike)) and engine_for(index).folder(str(index)) is None:
         raise InvalidParameterError(
-            f"hierarchical search needs page summaries, which are kept in index folders only; {index} is a "
-            f"{engine_for(index).name} store"
+            f"hierarchical search needs page summaries, which are kept in index folders only ({index} is a "
+            f"{engine_for(index).name} store): langchain-fusion index PATH... --summaries --out DIR"
         )
     if isinstance(index, (FusionIndex, HierarchicalIndex, BaseRetriever)):
         if spec.embeddings is not None and not isinstance(index, BaseRetriever):

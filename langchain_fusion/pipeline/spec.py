@@ -1,6 +1,6 @@
 """What to serve or run, as data: :class:`PipelineSpec` (the index and the steps around it) and :class:`ServeLimits`.
 
-Import-light (pydantic and the option schema; no extras): the command line builds a spec from
+Import-light (pydantic and the option schema; LangChain's runnables and no extras): the command line builds a spec from
 its flags before anything heavy loads, the server and MCP build one from their arguments, and
 :func:`~langchain_fusion.pipeline.composer.build` turns it into the retriever pipeline. A face
 validates nothing a spec validates and restates none of its defaults.
@@ -8,11 +8,8 @@ validates nothing a spec validates and restates none of its defaults.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
-from langchain_core.documents import BaseDocumentCompressor
-from langchain_core.embeddings import Embeddings
-from langchain_core.runnables import Runnable
 from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 
 from langchain_fusion._checks import CheckedModel, check_positive_int, check_rewrites
@@ -36,13 +33,53 @@ DEFAULT_LLM_TIMEOUT = 60.0
 """Seconds to wait for one chat model answer (per try; for streams, per chunk)."""
 
 
+Transport = Literal["stdio", "streamable-http"]
+"""How MCP clients reach the server: ``stdio`` (the client starts the server as a subprocess) or
+``streamable-http`` (the server listens on a TCP port; clients connect to ``/mcp``)."""
+TRANSPORTS: tuple[str, ...] = get_args(Transport)
+"""The accepted values of an MCP transport."""
+
+
 def _check_reranker(value: Any) -> Any:
     """A rerank step: None, a compressor, or a spec string checked now (``llm`` or ``cross-encoder:MODEL``)."""
-    if value is None or isinstance(value, BaseDocumentCompressor):
+    if value is None or isinstance(value, str):
+        from langchain_fusion.retrievers.rerank_spec import parse_rerank_spec
+
+        return None if value is None else str(parse_rerank_spec(value))
+    from langchain_core.documents import BaseDocumentCompressor
+
+    if isinstance(value, BaseDocumentCompressor):
         return value
     from langchain_fusion.retrievers.rerank_spec import parse_rerank_spec
 
-    return str(parse_rerank_spec(value))
+    return str(parse_rerank_spec(value))  # raises: says what a rerank step is
+
+
+def _check_embeddings(value: Any) -> Any:
+    """An embeddings spec string, an ``Embeddings`` object, or None."""
+    if value is None or isinstance(value, str):
+        return value
+    from langchain_core.embeddings import Embeddings
+
+    if not isinstance(value, Embeddings):
+        raise InvalidParameterError(
+            f"embeddings must be a spec such as 'local' or 'openai:MODEL', or an Embeddings; got {type(value).__name__}"
+        )
+    return value
+
+
+def _check_llm(value: Any) -> Any:
+    """A chat model spec string, a chat model (any Runnable from a prompt), or None."""
+    if value is None or isinstance(value, str):
+        return value
+    from langchain_core.runnables import Runnable
+
+    if not isinstance(value, Runnable):
+        raise InvalidParameterError(
+            f"llm must be a spec such as 'openai:MODEL' or 'PROVIDER:MODEL', or a chat model; "
+            f"got {type(value).__name__}"
+        )
+    return value
 
 
 def _positive(name: str, meaning: str) -> BeforeValidator:
@@ -95,7 +132,7 @@ class PipelineSpec(CheckedModel):
     index: Any = None
     """What to search: a location (an index folder, or e.g. ``milvus://HOST:PORT/COLLECTION``), or an opened
     ``FusionIndex``, ``HierarchicalIndex`` or any LangChain retriever (served as it is: it brings its own options)."""
-    embeddings: str | Embeddings | None = None
+    embeddings: Annotated[Any, BeforeValidator(_check_embeddings)] = None
     """The embedding model to open the index with (a spec such as ``local`` or ``openai:MODEL``, or an
     ``Embeddings``); None: the model recorded with the index."""
     search: SearchOptions = Field(default_factory=SearchOptions)
@@ -112,14 +149,14 @@ class PipelineSpec(CheckedModel):
     """Context windows: each hit merged with this many neighbouring chunks on each side (0: off)."""
     window_max_chars: int | None = None
     """Character budget of each context window passage (None: the default, 4000)."""
-    reranker: Annotated[str | BaseDocumentCompressor | None, BeforeValidator(_check_reranker)] = None
+    reranker: Annotated[Any, BeforeValidator(_check_reranker)] = None
     """A rerank step: ``llm`` (the chat model rates each candidate), ``cross-encoder:MODEL`` (a local
     cross-encoder), or any ``BaseDocumentCompressor``; it keeps k of the candidates. None: off."""
     rerank_candidates: Annotated[int, _positive("rerank_candidates", "candidates reranked per query")] = (
         DEFAULT_RERANK_CANDIDATES
     )
     """Candidates retrieved per query for the rerank step (at least k)."""
-    llm: str | Runnable[Any, Any] | None = None
+    llm: Annotated[Any, BeforeValidator(_check_llm)] = None
     """The chat model of an llm rerank, multi-query rewrites and answers: a spec such as ``openai:MODEL`` or
     ``PROVIDER:MODEL``, or a chat model. None: OpenAI's default model when ``OPENAI_API_KEY`` is set."""
     llm_timeout: float | None = Field(default=DEFAULT_LLM_TIMEOUT, gt=0)
@@ -129,7 +166,8 @@ class PipelineSpec(CheckedModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> PipelineSpec:
-        if self._is_retriever() and set(self.options_set()) - {"answer"}:
+        # The messages name each option as the Python API and the command line write it.
+        if self._is_retriever() and [name for name in self.options_set() if name != "answer"]:
             named = [name for name in self.options_set() if name != "answer"]
             raise InvalidParameterError(
                 f"{', '.join(named)}: options of the retriever built from an index; a retriever given brings its "
@@ -138,27 +176,35 @@ class PipelineSpec(CheckedModel):
         if self.window_max_chars is not None:
             check_positive_int(self.window_max_chars, "window_max_chars", "the character budget of a window")
             if not self.window:
-                raise InvalidParameterError("window_max_chars is the character budget of context windows: set window")
+                raise InvalidParameterError(
+                    "window_max_chars (--max-chars) is the character budget of context windows: set window (--window N)"
+                )
         if self.hierarchical is False and self.hierarchy.model_fields_set:
-            given = ", ".join(sorted(self.hierarchy.model_fields_set))
-            raise InvalidParameterError(f"{given}: options of hierarchical search, which is off (hierarchical=False)")
+            given = " and ".join(f"{n} (--{n.replace('_', '-')})" for n in sorted(self.hierarchy.model_fields_set))
+            raise InvalidParameterError(
+                f"{given}: options of hierarchical search, which is off: set hierarchical=True (--hierarchical)"
+            )
         if self.hierarchical and self.selection():
             self.refuse_selection()
         if self.llm is not None and self.answer == "off" and not self.needs_chat_model:
             raise InvalidParameterError(
-                "a chat model (llm) is used only to rerank (reranker='llm'), to rewrite the query (multi_query=N) "
-                "and to answer: add one, or drop llm"
+                "the chat model (llm, --llm) is used here only to rerank (reranker='llm', --rerank llm) or to rewrite "
+                "the query (multi_query=N, --multi-query N): add one, or drop it"
             )
         return self
 
     def options_set(self) -> list[str]:
-        """The options given, in schema order (search and hierarchy options by name)."""
+        """The options given a value other than their default, in schema order (search and hierarchy ones by name)."""
         named: list[str] = []
-        for name in type(self).model_fields:
+        for name, field in type(self).model_fields.items():
             if name in ("search", "hierarchy"):
                 group = getattr(self, name)
-                named += [option for option in type(group).model_fields if option in group.model_fields_set]
-            elif name != "index" and name in self.model_fields_set:
+                named += [
+                    option
+                    for option, info in type(group).model_fields.items()
+                    if option in group.model_fields_set and getattr(group, option) != info.default
+                ]
+            elif name != "index" and name in self.model_fields_set and getattr(self, name) != field.default:
                 named.append(name)
         return named
 
@@ -170,7 +216,7 @@ class PipelineSpec(CheckedModel):
     @property
     def reranks_with_llm(self) -> bool:
         """Whether the rerank step is the chat model's (``reranker='llm'``)."""
-        if self.reranker is None or isinstance(self.reranker, BaseDocumentCompressor):
+        if not isinstance(self.reranker, str):
             return False
         from langchain_fusion.retrievers.rerank_spec import parse_rerank_spec
 
@@ -190,8 +236,8 @@ class PipelineSpec(CheckedModel):
     def refuse_selection(self) -> None:
         """An InvalidParameterError naming the floor and diversity options set (hierarchical search takes none)."""
         raise InvalidParameterError(
-            f"{', '.join(self.selection())} apply to fused search, not to a hierarchical index (saved with page "
-            "summaries)"
+            f"{', '.join(self.selection())} apply to fused search, not to hierarchical search (an index saved with "
+            "page summaries, or --hierarchical)"
         )
 
     @classmethod
@@ -200,8 +246,10 @@ class PipelineSpec(CheckedModel):
 
         ``PipelineSpec.of("idx", k=8, alpha=0.3, reranker="llm")`` is
         ``PipelineSpec(index="idx", search=SearchOptions(k=8, alpha=0.3), reranker="llm")``. An unknown
-        name is an InvalidParameterError that lists the known ones.
+        name is an InvalidParameterError that lists the known ones. None for an option that cannot be
+        None (``k=None``) means "not given": its default.
         """
+        options = {name: value for name, value in options.items() if value is not None or _takes_none(cls, name)}
         search = {name: options.pop(name) for name in list(options) if name in SearchOptions.model_fields}
         hierarchy = {name: options.pop(name) for name in list(options) if name in HierarchyOptions.model_fields}
         unknown = sorted(set(options) - set(cls.model_fields))
@@ -212,6 +260,19 @@ class PipelineSpec(CheckedModel):
         groups: dict[str, Any] = {"search": SearchOptions(**search)} if search else {}
         groups |= {"hierarchy": HierarchyOptions(**hierarchy)} if hierarchy else {}
         return cls(index=index, **groups, **options)
+
+
+def _takes_none(spec: type[PipelineSpec], name: str) -> bool:
+    """Whether option ``name`` has a meaning for None (``fetch_k=None``: the whole corpus), so None is not "unset"."""
+    check = OPTION_CHECKS.get(name)
+    if check is not None:
+        try:
+            check(None)
+        except InvalidParameterError:
+            return False
+        return True
+    field = spec.model_fields.get(name)
+    return field is None or field.default is None or name == "llm_timeout"
 
 
 def _non_negative(value: Any, name: str) -> int:
@@ -239,6 +300,6 @@ def serving_spec(
         spec = index
     else:
         spec = PipelineSpec.of(index, **({"answer": answer} | rest))
-    if spec.search.k > limits.max_k:
+    if spec.search.k > limits.max_k and not spec._is_retriever():  # a retriever given keeps its own k
         raise InvalidParameterError(f"k ({spec.search.k}) must be at most max_k ({limits.max_k})")
     return spec, limits

@@ -49,6 +49,18 @@ def per_call_options(
     return options
 
 
+def innermost_search(retriever: BaseRetriever) -> SearchRetriever | None:
+    """The search a wrapper (context windows, rerank, multi-query) passes its per-call options to, or None.
+
+    A wrapper passes the options it does not take itself to its ``retriever``, and so on down;
+    the innermost :class:`SearchRetriever` says which it takes. None for a retriever from elsewhere.
+    """
+    inner: Any = retriever
+    while not isinstance(inner, SearchRetriever) and isinstance(getattr(inner, "retriever", None), BaseRetriever):
+        inner = inner.retriever
+    return inner if isinstance(inner, SearchRetriever) else None
+
+
 @dataclass(frozen=True)
 class PreparedQuery:
     """One query of a batch, embedded (and, over an index, scored) together with the others."""

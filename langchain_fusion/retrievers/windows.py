@@ -37,6 +37,7 @@ from langchain_fusion._checks import CheckedModel
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.ingest.loading import merge_chunks
+from langchain_fusion.search.options import DEFAULT_WINDOW_MAX_CHARS
 
 
 def _position(doc: Document) -> tuple[str, int, int] | None:
@@ -58,11 +59,6 @@ def _check_n(n: Any) -> int:
             f"n must be a non-negative integer (neighbouring chunks on each side of a hit); got {n!r}"
         )
     return int(n)
-
-
-DEFAULT_WINDOW_MAX_CHARS = 4000
-"""Default character budget per passage: a hit with its nearest neighbours (three default chunks,
-about 2,600 characters) fits; wider windows and long runs of neighbours are trimmed. None lifts it."""
 
 
 def _check_max_chars(max_chars: Any) -> int | None:

@@ -69,7 +69,7 @@ def check_k_summaries(value: Any) -> int:
 class _Options(CheckedModel):
     """Options whose fields carry their own check (and whose docstrings are their descriptions)."""
 
-    model_config = ConfigDict(use_attribute_docstrings=True)
+    model_config = ConfigDict(use_attribute_docstrings=True, validate_assignment=True)
 
     @classmethod
     def option_checks(cls) -> dict[str, Callable[[Any], Any]]:
@@ -94,7 +94,8 @@ class FilterOption(_Options):
 
     filter: Annotated[MetadataFilter | None, BeforeValidator(check_filter), _FILTER_SCHEMA] = None
     """Only results whose metadata equals these values, e.g. {"source": "report.pdf", "page": [3, 4]} (a list
-    means any of its values); applied before ranking. In Python, also a callable on the metadata."""
+    means any of its values); applied before ranking. A served request's filter narrows the server's own, never
+    widens it. In Python, also a callable on the metadata."""
 
 
 class FusionOptions(ResultsOption):
@@ -148,8 +149,14 @@ class HierarchyOptions(_Options):
 
 SEARCH_DEFAULTS = SearchOptions()
 """The default search options (``SEARCH_DEFAULTS.k``...)."""
-HIERARCHY_DEFAULTS = HierarchyOptions()
-"""The default hierarchical search options."""
+
+COUNT_OPTIONS = ("k", "k_summaries")
+"""The options that count results (of a search, of its summary search): a server bounds them by its ``max_k``."""
+
+DEFAULT_WINDOW_MAX_CHARS = 4000
+"""Default character budget of a context window passage (:mod:`~langchain_fusion.retrievers.windows`): a hit with
+its nearest neighbours (three default chunks, about 2,600 characters) fits; wider windows and long runs of
+neighbours are trimmed. None lifts it."""
 
 OPTION_CHECKS: dict[str, Callable[[Any], Any]] = {
     **SearchOptions.option_checks(),
@@ -171,9 +178,17 @@ def option_field(name: str) -> FieldInfo:
     raise InvalidParameterError(f"unknown search option {name!r}; the options are {sorted(OPTION_CHECKS)}")
 
 
-def describe_option(name: str) -> str:
-    """The description of option ``name`` on one line (for help texts and schemas)."""
-    return " ".join((option_field(name).description or "").split())
+def describe_option(name: str, *, request: bool = False) -> str:
+    """The description of option ``name`` on one line (for help texts and schemas).
+
+    ``request``: for a served request, whose options are JSON and whose null (or absence) means
+    the server's default: the sentences about None and Python callables are left out.
+    """
+    text = " ".join((option_field(name).description or "").split())
+    if not request:
+        return text
+    kept = [part for part in text.split(". ") if not part.startswith(("None:", "In Python"))]
+    return ". ".join(kept).rstrip(".") + ". Null or absent: the server's default."
 
 
 def request_annotation(name: str, max_k: int | None = None, *, nullable: bool = False) -> Any:
@@ -188,8 +203,9 @@ def request_annotation(name: str, max_k: int | None = None, *, nullable: bool = 
     if nullable:
         annotation = annotation | None
     constraints = [item for item in field.metadata if not isinstance(item, (BeforeValidator, WithJsonSchema))]
-    bounds: dict[str, Any] = {"le": max_k} if max_k is not None and name in ("k", "k_summaries") else {}
-    return Annotated[(annotation, *constraints, Field(description=describe_option(name), **bounds))]
+    bounds: dict[str, Any] = {"le": max_k} if max_k is not None and name in COUNT_OPTIONS else {}
+    description = describe_option(name, request=True)
+    return Annotated[(annotation, *constraints, Field(description=description, **bounds))]
 
 
 def check_options(options: dict[str, Any], names: tuple[str, ...] | None = None) -> dict[str, Any]:

@@ -12,6 +12,37 @@ MetadataFilter = Union[Mapping[str, Any], Callable[[Mapping[str, Any]], bool]]
 "any of these"), or a callable that receives a document's metadata and returns a bool."""
 
 
+def merge_filters(base: MetadataFilter | None, extra: MetadataFilter | None) -> MetadataFilter | None:
+    """Both filters at once: a document must pass ``base`` and ``extra`` (a request can narrow a server's, never widen).
+
+    Two mappings make one mapping (a key in both keeps the values both allow; none left: nothing
+    matches); a callable on either side makes a callable that asks both.
+    """
+    if base is None or extra is None:
+        return extra if base is None else base
+    if isinstance(base, Mapping) and isinstance(extra, Mapping):
+        merged = dict(base)
+        for key, value in extra.items():
+            if key in merged:
+                allowed = _choices(merged[key])
+                value = [c for c in _choices(value) if any(c == a and type(c) is type(a) for a in allowed)]
+            merged[key] = value
+        return merged
+    first, second = _as_callable(base), _as_callable(extra)
+    return lambda metadata: first(metadata) and second(metadata)
+
+
+def _choices(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple, set, frozenset)) else [value]
+
+
+def _as_callable(spec: MetadataFilter) -> Callable[[Mapping[str, Any]], bool]:
+    if callable(spec):
+        return spec
+    wanted = {key: _choices(value) for key, value in spec.items()}
+    return lambda metadata: all(metadata.get(key) in choices for key, choices in wanted.items())
+
+
 def check_filter(spec: Any) -> MetadataFilter | None:
     """``spec`` if it is None, a callable, or a mapping of string keys to scalar values (or lists of them)."""
     if spec is None or callable(spec):

@@ -28,7 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.stores.base import FusionStore
-from langchain_fusion.stores.registry import NewStoreOptions, OpenedStore, StoreEngine
+from langchain_fusion.stores.registry import LLM_CACHE_SUFFIX, NewStoreOptions, OpenedStore, StoreEngine
 
 if TYPE_CHECKING:
     from langchain_fusion.stores.milvus import MilvusStore
@@ -149,9 +149,10 @@ class MilvusEngine(StoreEngine):
         """A well-formed location, and no FAISS options."""
         parse_location(location)
         if options.given:
+            given = options.given
             raise InvalidParameterError(
-                f"{' and '.join(options.given)} configure the in-process FAISS store; a Milvus collection uses "
-                "its own exact (FLAT) index: drop them"
+                f"{' and '.join(given)} {'configure' if len(given) > 1 else 'configures'} the in-process FAISS "
+                f"store; a Milvus collection uses its own exact (FLAT) index: drop {'them' if len(given) > 1 else 'it'}"
             )
 
     def open_or_create(self, location: str, options: NewStoreOptions) -> OpenedStore:
@@ -174,4 +175,4 @@ class MilvusEngine(StoreEngine):
 
     def default_llm_cache(self, location: str) -> Path:
         """``COLLECTION.llm-cache`` in the working folder."""
-        return Path(f"{parse_location(location).collection_name}.llm-cache")
+        return Path(f"{parse_location(location).collection_name}{LLM_CACHE_SUFFIX}")

@@ -96,7 +96,8 @@ def filter_expression(where: Where | None) -> str:
         for key, value in spec.items():
             field = f"metadata[{_literal(key)}]"
             if isinstance(value, (list, tuple, set, frozenset)):
-                parts.append(f"{field} in [{','.join(_literal(v) for v in value)}]")
+                # "Any of none" matches no row: an id no row has says so in the engine's own terms.
+                parts.append(f"{field} in [{','.join(_literal(v) for v in value)}]" if value else 'id == ""')
             else:
                 parts.append(f"{field} == {_literal(value)}")
     if where.ids is not None:

@@ -25,6 +25,9 @@ from typing import Any, ClassVar
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.stores.base import FusionStore
 
+LLM_CACHE_SUFFIX = ".llm-cache"
+"""What the default chat model cache folder of an index location is named with (``NAME.llm-cache``)."""
+
 
 @dataclass(frozen=True)
 class NewStoreOptions:
@@ -37,8 +40,9 @@ class NewStoreOptions:
 
     @property
     def given(self) -> list[str]:
-        """The names of the options that are set."""
-        return [name for name in ("vector_index", "vector_search_params") if getattr(self, name) is not None]
+        """The options that are set, as the Python API and the command line name them."""
+        names = [name for name in ("vector_index", "vector_search_params") if getattr(self, name) is not None]
+        return [f"{name} (--{name.replace('_', '-')})" for name in names]
 
 
 @dataclass
@@ -92,7 +96,7 @@ class StoreEngine(ABC):
 
     def default_llm_cache(self, location: str) -> Path:
         """Where an ``index`` run caches chat model answers when no cache folder is given."""
-        return Path(f"{Path(location).name or 'index'}.llm-cache")
+        return Path(f"{Path(location).name or 'index'}{LLM_CACHE_SUFFIX}")
 
 
 @dataclass(frozen=True)

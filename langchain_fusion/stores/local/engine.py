@@ -15,7 +15,7 @@ from langchain_fusion.errors import FusionError
 from langchain_fusion.stores.base import FusionStore
 from langchain_fusion.stores.local.folder import MANIFEST, check_save_target
 from langchain_fusion.stores.local.store import LocalStore
-from langchain_fusion.stores.registry import NewStoreOptions, OpenedStore, StoreEngine
+from langchain_fusion.stores.registry import LLM_CACHE_SUFFIX, NewStoreOptions, OpenedStore, StoreEngine
 
 
 class FolderEngine(StoreEngine):
@@ -50,8 +50,8 @@ class FolderEngine(StoreEngine):
         kept = opened.store.vector_index
         if options.vector_index and options.vector_index != kept:
             raise FusionError(
-                f"{folder} uses vector index {kept!r}, not {options.vector_index!r}: keep its own (drop the vector "
-                "index option) or choose a new location"
+                f"{folder} uses vector index {kept!r}, not {options.vector_index!r}: keep its own (drop vector_index, "
+                "--vector-index) or choose a new location"
             )
         return opened
 
@@ -71,4 +71,4 @@ class FolderEngine(StoreEngine):
     def default_llm_cache(self, location: str) -> Path:
         """``NAME.llm-cache`` beside the folder."""
         folder = self.folder(location).absolute()
-        return folder.parent / f"{folder.name}.llm-cache"
+        return folder.parent / f"{folder.name}{LLM_CACHE_SUFFIX}"
