@@ -241,7 +241,7 @@ class ToolCallingFakeModel(GenericFakeChatModel):
 
 
 async def test_langchain_agent_through_the_mcp_adapters(server: FastMCP, index: FusionIndex) -> None:
-    """The README's agent: LangChain's MCP adapters turn the search tool into a LangChain tool for create_agent."""
+    """docs/serving.md's agent: LangChain's MCP adapters turn the search tool into a LangChain tool for create_agent."""
     from langchain.agents import create_agent
     from langchain_mcp_adapters.tools import load_mcp_tools
 

@@ -31,13 +31,13 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from langchain_core.callbacks import Callbacks
 from langchain_core.messages import BaseMessage
 from langchain_core.prompts import BasePromptTemplate
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
-from pydantic import ConfigDict, Field, PrivateAttr
+from pydantic import BeforeValidator, ConfigDict, Field, PrivateAttr
 
 from langchain_fusion._checks import CheckedModel
 from langchain_fusion.errors import InvalidParameterError, describe_error
@@ -542,6 +542,11 @@ class AnswerTooLongError(ValueError):
     """A model's answer is longer than ``max_answer_chars`` (not retried: the model misbehaves)."""
 
 
+def _as_path(value: Any) -> Any:
+    """A folder given as a string (or any path-like) as a Path; anything else as it is, for the field's check."""
+    return Path(value) if isinstance(value, (str, os.PathLike)) else value
+
+
 class LLMBatchSettings(CheckedModel):
     """The chat model and call settings shared by the indexing-time LLM steps.
 
@@ -554,8 +559,8 @@ class LLMBatchSettings(CheckedModel):
     """A chat model, or any Runnable from a prompt to a message or text."""
     max_concurrency: int = Field(default=8, ge=1)
     """Most model calls in flight at once."""
-    cache_dir: Path | None = None
-    """Folder of the on-disk answer cache (shared safely by both steps and by reruns); None keeps
+    cache_dir: Annotated[Path | None, BeforeValidator(_as_path)] = None
+    """Folder of the on-disk answer cache (a path or a string) (shared safely by both steps and by reruns); None keeps
     answers in memory, for this object's lifetime only."""
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     """When and how failed calls are retried."""
