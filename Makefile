@@ -19,8 +19,10 @@ $(VENV)/.installed-local: pyproject.toml constraints.txt | $(BIN)/python
 	$(INSTALL) -e ".[local]"
 	touch $@
 
+# --no-compile: pip would byte-compile every installed module (about 80 s, most of it never imported);
+# the test run below writes the bytecode of what it imports instead, even where PYTHONDONTWRITEBYTECODE is set.
 $(VENV)/.installed-dev: pyproject.toml constraints.txt | $(BIN)/python
-	$(INSTALL) -e ".[local,dev]"
+	$(INSTALL) --no-compile -e ".[local,dev]"
 	touch $@ $(VENV)/.installed-local
 
 demo: $(VENV)/.installed-local
@@ -28,7 +30,7 @@ demo: $(VENV)/.installed-local
 	HF_HUB_OFFLINE=1 $(BIN)/langchain-fusion query $(DEMO_INDEX) "$(DEMO_QUERY)" -k 4
 
 test: $(VENV)/.installed-dev
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
+	HF_HUB_OFFLINE=1 PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

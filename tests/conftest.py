@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
+import json
+import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -13,6 +18,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
 from langchain_fusion import FusionIndex
+from langchain_fusion.models import embeddings as embedding_models
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "data"
@@ -53,6 +59,42 @@ class HashingEmbeddings(Embeddings):
         return self._embed(text)
 
 
+FAKE_ID = embedding_models.embeddings_id(HashingEmbeddings())
+"""The id a saved index records for :class:`HashingEmbeddings`."""
+FAKE_DIMENSION = HashingEmbeddings().size
+
+
+@contextlib.contextmanager
+def fake_cli_embeddings() -> Iterator[None]:
+    """While open, every embedding model the CLI builds or reloads is a :class:`HashingEmbeddings`.
+
+    The default model, the bundled model's spec (``--embeddings local``) and a saved index's recorded
+    fake id give the fake; any other spec or id resolves as usual (``openai`` still needs its key,
+    ``bogus`` is still refused). The bundled model refuses to load meanwhile, so a test that slips
+    back to it fails instead of quietly taking seconds. Usable around module-scoped fixtures.
+    """
+    real_resolve, real_from_id = embedding_models.resolve_embeddings, embedding_models.embeddings_from_id
+    local_specs = {None, "auto", "local", f"local:{embedding_models.LOCAL_MODEL_NAME}"}
+
+    def resolve(spec: str | None) -> Any:
+        return HashingEmbeddings() if spec in local_specs else real_resolve(spec)
+
+    def from_id(model_id: str) -> Any:
+        return HashingEmbeddings() if model_id == FAKE_ID else real_from_id(model_id)
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the bundled model was used under fake_cli_embeddings()")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(embedding_models, "default_embeddings", HashingEmbeddings)
+        patch.setattr("langchain_fusion.index.fusion_index.default_embeddings", HashingEmbeddings)
+        patch.setattr(embedding_models, "resolve_embeddings", resolve)
+        patch.setattr("langchain_fusion.index.fusion_index.embeddings_from_id", from_id)
+        patch.setattr(embedding_models.LocalEmbeddings, "load_model", refuse)
+        patch.setattr(embedding_models.LocalEmbeddings, "embed_queries", refuse)
+        yield
+
+
 BAD_SELECTION_OPTIONS: list[tuple[dict[str, Any], str]] = [
     ({"min_vector_score": 2.0}, "min_vector_score must be a cosine similarity between -1 and 1"),
     ({"min_vector_score": True}, "min_vector_score must be"),
@@ -75,6 +117,17 @@ ANIMALS = [
     "Parrots can learn to imitate human speech.",
     "Photosynthesis turns sunlight into chemical energy.",
 ]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The notebooks first: each runs a tutorial in a fresh kernel, the longest tests of the suite.
+
+    pytest-xdist hands out tests in runs of neighbours as workers free up; at their place in the
+    collection the notebooks came last to one worker while the other had nothing left. First, they
+    run while the short tests fill the other workers, and the end of the run stays even. The rest
+    keep their order (the sort is stable).
+    """
+    items.sort(key=lambda item: item.get_closest_marker("notebook") is None)
 
 
 @pytest.fixture
@@ -101,3 +154,55 @@ def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.tiny_models import build_cross_encoder
 
     return build_cross_encoder(tmp_path_factory.mktemp("cross-encoder") / "tiny")
+
+
+class CliRun(NamedTuple):
+    """One in-process run of the ``langchain-fusion`` command."""
+
+    out: Path
+    status: int
+    stdout: str
+    stderr: str
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[bool]:
+    """Hold an exclusive lock on the file ``path`` while open; yields False where there is no fcntl."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        yield False
+        return
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@pytest.fixture(scope="session")
+def bundled_sample_index(tmp_path_factory: pytest.TempPathFactory) -> CliRun:
+    """``langchain-fusion index data --out DIR --embeddings local`` with the bundled model, text output.
+
+    Embedding the sample with the real model is the slowest step of the suite, so it is run once per
+    test run and shared by the CLI smoke test of the bundled model and the sample-data results. Under
+    pytest-xdist the first worker to need it builds it in the run's shared temporary folder while the
+    others wait for the lock, then each reads the same index (and the command's recorded output).
+    """
+    from langchain_fusion.cli.app import main
+
+    own = tmp_path_factory.getbasetemp()
+    shared = own.parent if os.environ.get("PYTEST_XDIST_WORKER") else own  # popen-gwN's parent: this run's
+    with _locked(shared / "bundled-sample.lock") as locked:
+        folder = shared / "bundled-sample" if locked else tmp_path_factory.mktemp("bundled-sample")
+        record = folder / "run.json"
+        if not record.is_file():
+            folder.mkdir(exist_ok=True)
+            stdout, stderr = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+                status = main(["index", str(DATA), "--out", str(folder / "arden-index"), "--embeddings", "local"])
+            run = {"status": status, "stdout": stdout.getvalue(), "stderr": stderr.getvalue()}
+            record.write_text(json.dumps(run), encoding="utf-8")
+        run = json.loads(record.read_text(encoding="utf-8"))
+    return CliRun(folder / "arden-index", run["status"], run["stdout"], run["stderr"])

@@ -1,4 +1,10 @@
-"""The ``langchain-fusion`` command, run in-process with the bundled local model."""
+"""The ``langchain-fusion`` command, run in-process.
+
+Every embedding model here is the deterministic fake (``tests.conftest.HashingEmbeddings``): the
+default, ``--embeddings local`` and the model a saved index records all resolve to it, so what is
+tested is the command, not the model. ``TestBundledModel`` runs the real bundled model once, on the
+sample data.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,6 +30,7 @@ from langchain_fusion import CrossEncoderReranker, FusionIndex, LocalEmbeddings
 from langchain_fusion import metadata as keys
 from langchain_fusion.cli.app import build_parser, main
 from langchain_fusion.ingest.loading import load_files, split_documents
+from tests.conftest import FAKE_DIMENSION, FAKE_ID, CliRun, HashingEmbeddings, fake_cli_embeddings
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 LOCAL_ID = "local:sentence-transformers/all-MiniLM-L6-v2"
@@ -52,6 +60,13 @@ def _assert_one_line_error(status: int, out: str, err: str, *fragments: str) -> 
     return lines[0]
 
 
+@pytest.fixture(autouse=True)
+def fake_models() -> Iterator[None]:
+    """The fake embeddings for every test (module-scoped fixtures open their own ``fake_cli_embeddings``)."""
+    with fake_cli_embeddings():
+        yield
+
+
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("cli")
@@ -73,9 +88,10 @@ def expected_chunks(workspace: Path) -> int:
 def built(workspace: Path) -> tuple[Path, int, str, str]:
     """The index built by ``index --json`` over the data copy (default chunking)."""
     out = workspace / "idx"
-    status, stdout, stderr = _run(
-        ["index", str(workspace / "data"), "--out", str(out), "--embeddings", "local", "--json"]
-    )
+    with fake_cli_embeddings():
+        status, stdout, stderr = _run(
+            ["index", str(workspace / "data"), "--out", str(out), "--embeddings", "local", "--json"]
+        )
     return out, status, stdout, stderr
 
 
@@ -92,7 +108,6 @@ def _query_json(index_dir: Path, question: str, *options: str) -> list[dict[str,
     return json.loads(out)
 
 
-@pytest.mark.local_model
 class TestIndexCommand:
     def test_json_summary(self, built: tuple[Path, int, str, str], workspace: Path, expected_chunks: int) -> None:
         out_dir, status, stdout, stderr = built
@@ -106,8 +121,8 @@ class TestIndexCommand:
         assert summary["chunks"] == expected_chunks
         assert [s["path"] for s in summary["skipped"]] == [broken]
         assert summary["skipped"][0]["reason"].startswith("not a readable PDF (")
-        assert summary["embeddings"] == LOCAL_ID
-        assert summary["dimension"] == 384
+        assert summary["embeddings"] == FAKE_ID
+        assert summary["dimension"] == FAKE_DIMENSION
         assert summary["vector_index"] == "Flat"
         # No progress bar in JSON mode; the skip is still reported on stderr.
         assert "embedding chunks" not in stderr
@@ -118,10 +133,10 @@ class TestIndexCommand:
 
     def test_saved_index_is_loadable_and_complete(self, index_dir: Path, expected_chunks: int) -> None:
         manifest = json.loads((index_dir / "manifest.json").read_text(encoding="utf-8"))
-        assert manifest["embeddings"] == {"id": LOCAL_ID, "dimension": 384}
+        assert manifest["embeddings"] == {"id": FAKE_ID, "dimension": FAKE_DIMENSION}
         assert manifest["counts"]["documents"] == expected_chunks
         index = FusionIndex.load(index_dir)
-        assert isinstance(index.embeddings, LocalEmbeddings)
+        assert isinstance(index.embeddings, HashingEmbeddings)
         sources = {Path(d.metadata[keys.SOURCE]).name for d in index.documents}
         assert sources == {p.name for p in SAMPLE_FILES}
 
@@ -145,7 +160,7 @@ class TestIndexCommand:
         assert stdout.splitlines() == [
             f"indexed 2 files (2 PDF pages) into {chunks} chunks -> {out_dir}",
             f"this run: 2 files added, 0 updated, 0 removed, 0 unchanged; {chunks} chunks embedded, 0 removed",
-            f"embeddings: {LOCAL_ID} (384 dimensions); vector index: HNSW32",
+            f"embeddings: {FAKE_ID} ({FAKE_DIMENSION} dimensions); vector index: HNSW32",
             "skipped 1 file(s); see above",
         ]
         assert stderr.startswith(f"skipped {folder / 'broken.pdf'}: not a readable PDF (")
@@ -180,6 +195,59 @@ class TestIndexCommand:
 
 
 @pytest.mark.local_model
+@pytest.mark.timeout(600)  # bundled_sample_index embeds the whole sample (180 s seen on a loaded 2-core machine)
+class TestBundledModel:
+    """The one run of the real bundled model here: ``index data --embeddings local``, then queries of it."""
+
+    @pytest.fixture(autouse=True)
+    def fake_models(self) -> None:
+        """No fake: this class is about the bundled model itself."""
+
+    def test_text_summary(self, bundled_sample_index: CliRun) -> None:
+        out_dir, status, stdout, stderr = bundled_sample_index
+        assert status == 0, stderr
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            chunks = len(split_documents(load_files([DATA]).documents))
+        files = len(SAMPLE_FILES)
+        lines = stdout.splitlines()
+        assert lines[:3] == [
+            f"indexed {files} files (14 PDF pages) into {chunks} chunks -> {out_dir}",
+            f"this run: {files} files added, 0 updated, 0 removed, 0 unchanged; {chunks} chunks embedded, 0 removed",
+            f"embeddings: {LOCAL_ID} (384 dimensions); vector index: Flat",
+        ]
+        # The sample has chunks longer than the 256 word pieces the model reads: the summary says so.
+        note = re.fullmatch(
+            rf"note: (\d+) of the {chunks} chunks embedded this run are longer than the 256 word pieces the local "
+            r"model reads; only their start is embedded \(BM25 indexes all of it\); a smaller --chunk-size "
+            r"\(e\.g\. 800\) embeds each whole",
+            lines[3],
+        )
+        assert note and 0 < int(note.group(1)) < chunks, lines[3]
+        assert lines[4:] == []
+        assert "loading the bundled embedding model..." in stderr.splitlines()[0]
+        assert "embedding chunks" in stderr  # the progress bar, on stderr
+        assert "Traceback" not in stderr
+
+    def test_saved_index_reloads_the_bundled_model(self, bundled_sample_index: CliRun) -> None:
+        manifest = json.loads((bundled_sample_index.out / "manifest.json").read_text(encoding="utf-8"))
+        assert manifest["embeddings"] == {"id": LOCAL_ID, "dimension": 384}
+        assert isinstance(FusionIndex.load(bundled_sample_index.out).embeddings, LocalEmbeddings)
+
+    def test_queries_answer_from_the_right_document(self, bundled_sample_index: CliRun) -> None:
+        index_dir = bundled_sample_index.out
+        # Vectors alone (alpha 1) find a paraphrase that shares few words with its ticket.
+        question = "Has an animal ever cut off someone's electricity by biting a wire?"
+        results = _query_json(index_dir, question, "-k", "3", "--alpha", "1")
+        assert Path(results[0]["metadata"][keys.SOURCE]).name == "av-25-0192.md"  # the chewed service cable
+        assert results[0]["metadata"]["vector_rank"] == 1
+        # The fused table, as a person reads it.
+        status, out, err = _run(["query", str(index_dir), "How much rain fell in the July monsoon flood?", "-k", "3"])
+        assert status == 0, err
+        first = out.splitlines()[2]
+        assert re.match(r"\s*1\s+\S+\s+\S+\s+\S+\s+arden-microgrids-report\.pdf\s+7\s", first), out
+
+
 class TestQueryCommand:
     def test_table(self, index_dir: Path) -> None:
         question = "lifeline tariff price for the first 20 kWh each month"
@@ -277,7 +345,6 @@ class TestUserErrors:
         status, out, err = _run(["query", str(workspace / "data"), "anything"])
         _assert_one_line_error(status, out, err, "is not a langchain-fusion index", "manifest.json is missing")
 
-    @pytest.mark.local_model
     def test_query_damaged_index(self, index_dir: Path, tmp_path: Path) -> None:
         copy = shutil.copytree(index_dir, tmp_path / "damaged")
         vectors = copy / "vectors.npy"
@@ -321,7 +388,6 @@ class TestUserErrors:
         _assert_one_line_error(status, out, err, "OPENAI_API_KEY")
         assert not (tmp_path / "idx").exists()
 
-    @pytest.mark.local_model
     def test_query_openai_without_key(self, index_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv("OPENAI_API_KEY", raising=False)
         monkeypatch.chdir(tmp_path)
@@ -339,7 +405,6 @@ class TestUserErrors:
         status, out, err = _run([*argv, "--chunk-overlap", "100"])
         _assert_one_line_error(status, out, err, "chunk_overlap < chunk_size", "got 100 and 100")
 
-    @pytest.mark.local_model
     def test_bad_faiss_factory(self, tmp_path: Path) -> None:
         (tmp_path / "a.txt").write_text("text", encoding="utf-8")
         argv = ["index", str(tmp_path / "a.txt"), "-o", str(tmp_path / "i"), "--embeddings", "local"]
@@ -514,7 +579,6 @@ def no_openai_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)  # no .env file can be found from here
 
 
-@pytest.mark.local_model
 class TestQueryWindowAndRerank:
     def test_window(self, index_dir: Path) -> None:
         plain = _query_json(index_dir, "How much rain fell in the July monsoon flood?", "-k", "3")
@@ -571,7 +635,6 @@ class TestQueryWindowAndRerank:
         assert re.match(r"\s*1\s+\S+\s+\S+\s+\S+\s+9\s", lines[2])
 
 
-@pytest.mark.local_model
 class TestCrossEncoderAndMultiQuery:
     def test_cross_encoder_rerank_json(
         self, index_dir: Path, tiny_cross_encoder: Path, monkeypatch: pytest.MonkeyPatch
@@ -655,7 +718,6 @@ class TestCrossEncoderAndMultiQuery:
         assert len(model.calls) == 2  # the rewrites, then the answer
 
 
-@pytest.mark.local_model
 class TestAskCommand:
     def test_answer_and_numbered_sources(self, index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -772,9 +834,9 @@ class TestAskAndRerankErrors:
         [
             (["query", "idx", "q", "--top-n", "2"], "--top-n is the number of reranked results to keep: add --rerank"),
             (["ask", "idx", "q", "--top-n", "2"], "add --rerank"),
-            (["query", "idx", "q", "--max-chars", "500"], "--max-chars is the character budget of context windows"),
-            (["query", "idx", "q", "--llm", "openai"], "a chat model (llm) is used only to rerank"),
-            (["query", "idx", "q", "--llm", "openai", "--rerank", "cross-encoder:m"], "or drop llm"),
+            (["query", "idx", "q", "--max-chars", "500"], "(--max-chars) is the character budget of context windows"),
+            (["query", "idx", "q", "--llm", "openai"], "is used here only to rerank"),
+            (["query", "idx", "q", "--llm", "openai", "--rerank", "cross-encoder:m"], "add one, or drop it"),
             (["query", "idx", "q", "--top-n", "2", "--multi-query", "2"], "add --rerank"),
             (["ask", "idx", "   "], "the question is empty"),
         ],
@@ -810,7 +872,7 @@ def llm_built(workspace: Path) -> tuple[Path, dict[str, Any], Any]:
     """``index --contextual --summaries --json`` over the data copy, with a fake chat model."""
     model = _indexing_model()
     out = workspace / "llm-idx"
-    with pytest.MonkeyPatch.context() as patch:
+    with fake_cli_embeddings(), pytest.MonkeyPatch.context() as patch:
         patch.setattr("langchain_fusion.models.chat.resolve_chat_model", lambda spec: model)
         argv = ["index", str(workspace / "data"), "--out", str(out), "--embeddings", "local", "--json"]
         status, stdout, stderr = _run([*argv, "--contextual", "--summaries", "--llm", "openai:gpt-4.1-mini"])
@@ -818,7 +880,6 @@ def llm_built(workspace: Path) -> tuple[Path, dict[str, Any], Any]:
     return out, json.loads(stdout), model
 
 
-@pytest.mark.local_model
 class TestIndexWithChatModel:
     def test_json_summary(self, llm_built: tuple[Path, dict[str, Any], Any], expected_chunks: int) -> None:
         out, summary, model = llm_built
@@ -840,7 +901,7 @@ class TestIndexWithChatModel:
         assert sorted(p.name for p in out.iterdir()) == ["chunks", "manifest.json", "summaries"]
         assert (out.parent / f"{out.name}.llm-cache").is_dir()
         hierarchical = HierarchicalIndex.load(out)
-        assert isinstance(hierarchical.chunks.embeddings, LocalEmbeddings)
+        assert isinstance(hierarchical.chunks.embeddings, HashingEmbeddings)
         for doc in hierarchical.chunks.documents:
             assert doc.metadata[keys.CONTEXT].startswith("Context zqxmarker: ")
             assert "zqxmarker" not in doc.page_content  # the original text is what is stored and shown
@@ -977,7 +1038,7 @@ class TestChatModelErrors:
     )
     def test_hierarchical_options_need_hierarchical(self, command: str, option: list[str]) -> None:
         status, out, err = _run([command, "idx", "q", *option])
-        _assert_one_line_error(status, out, err, f"{option[0]} is an option of hierarchical search: add --hierarchical")
+        _assert_one_line_error(status, out, err, f"({option[0]}): options of hierarchical search", "(--hierarchical)")
 
     def test_query_hierarchical_needs_no_chat_model(self, no_openai_key: None, tmp_path: Path) -> None:
         status, out, err = _run(["query", str(tmp_path / "nope"), "flood", "--hierarchical"])

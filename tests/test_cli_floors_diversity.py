@@ -1,8 +1,13 @@
-"""Relevance floors and diversity on the command line (query, ask, serve), with the bundled model."""
+"""Relevance floors and diversity on the command line (query, ask, serve).
+
+The embedding model is the deterministic fake (see ``tests.conftest.fake_cli_embeddings``): each
+command is compared with the Python API over the same index, whatever the model.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +15,7 @@ import pytest
 
 from langchain_fusion import FusionIndex
 from langchain_fusion.cli.app import main
+from tests.conftest import fake_cli_embeddings
 from tests.test_cli import _assert_one_line_error, _run
 
 ERROR_PREFIX = "langchain-fusion: error: "
@@ -37,7 +43,10 @@ def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, paragraphs in TEXTS.items():
         (root / name).write_text("\n\n".join(paragraphs), encoding="utf-8")
     out = root / "idx"
-    status, _, err = _run(["index", str(root), "--out", str(out), "--chunk-size", "80", "--chunk-overlap", "0", "-q"])
+    with fake_cli_embeddings():
+        status, _, err = _run(
+            ["index", str(root), "--out", str(out), "--chunk-size", "80", "--chunk-overlap", "0", "-q"]
+        )
     assert status == 0, err
     return out
 
@@ -48,7 +57,12 @@ def _query(index_dir: Path, question: str, *options: str) -> list[dict[str, Any]
     return list(json.loads(out))
 
 
-@pytest.mark.local_model
+@pytest.fixture(autouse=True)
+def fake_models() -> Iterator[None]:
+    with fake_cli_embeddings():
+        yield
+
+
 class TestQuery:
     def test_floors(self, index_dir: Path) -> None:
         index = FusionIndex.load(index_dir)
@@ -109,8 +123,8 @@ def test_bad_values_exit_2(command: str, argv: list[str], message: str, capsys: 
         (["query", "idx", "q", "--lambda-mult", "0.3"], "--lambda-mult is the weight of maximal marginal relevance"),
         (["ask", "idx", "q", "--lambda-mult", "0.3", "--llm", "openai"], "add --mmr"),
         (["serve", "idx", "--lambda-mult", "0.3"], "add --mmr"),
-        (["query", "idx", "q", "--hierarchical", "--mmr"], "apply to fused search, not to --hierarchical"),
-        (["query", "idx", "q", "--hierarchical", "--min-bm25-score", "1"], "not to --hierarchical"),
+        (["query", "idx", "q", "--hierarchical", "--mmr"], "apply to fused search, not to hierarchical search"),
+        (["query", "idx", "q", "--hierarchical", "--min-bm25-score", "1"], "or --hierarchical"),
     ],
 )
 def test_option_mistakes(argv: list[str], fragment: str, monkeypatch: pytest.MonkeyPatch) -> None:

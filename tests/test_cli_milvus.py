@@ -7,6 +7,7 @@ import io
 import json
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,7 +19,7 @@ from langchain_fusion import metadata as keys
 from langchain_fusion.cli import main
 from langchain_fusion.index.opening import open_index
 from langchain_fusion.stores.locations import parse_location
-from tests.conftest import HashingEmbeddings
+from tests.conftest import HashingEmbeddings, fake_cli_embeddings
 from tests.store_contract import corpus
 
 pytest.importorskip("pymilvus")
@@ -88,8 +89,14 @@ class TestOpenIndex:
             open_index(location)  # the test model is not one that can be rebuilt from its name
 
 
-@pytest.mark.local_model
 class TestCommandLine:
+    """index, query and eval against a collection; ``--embeddings local`` is the deterministic fake here."""
+
+    @pytest.fixture(autouse=True)
+    def fake_models(self) -> Iterator[None]:
+        with fake_cli_embeddings():
+            yield
+
     @pytest.fixture
     def docs(self, tmp_path: Path) -> Path:
         folder = tmp_path / "docs"

@@ -1,10 +1,15 @@
-"""`langchain-fusion index` on an existing index: incremental updates, removals, interruptions."""
+"""`langchain-fusion index` on an existing index: incremental updates, removals, interruptions.
+
+The embedding model is the deterministic fake (``--embeddings local`` resolves to it; see
+``tests.conftest.fake_cli_embeddings``): what is tested is the bookkeeping, not the model.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +18,19 @@ import pytest
 from langchain_fusion import FusionIndex
 from langchain_fusion import metadata as keys
 from langchain_fusion.cli import main
-
-pytestmark = pytest.mark.local_model
+from tests.conftest import fake_cli_embeddings
 
 NOTES = {
     "a.txt": "The GC-9 controller reboots nightly. " * 30,
     "b.md": "# Batteries\n\nThe NX-14 cabinet stores 14 kWh. Keep it dry and ventilated. " * 20,
     "c.txt": "Fans need new filters every quarter, more often in the dusty season. " * 25,
 }
+
+
+@pytest.fixture(autouse=True)
+def fake_models() -> Iterator[None]:
+    with fake_cli_embeddings():
+        yield
 
 
 def _run(*argv: str) -> tuple[int, dict[str, Any] | None, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +38,7 @@ from langchain_fusion.evaluation import (
 from langchain_fusion.ingest.loading import load_files, split_documents
 from langchain_fusion.models.embedding_cache import CachedEmbeddings
 from langchain_fusion.models.embeddings import embeddings_id
-from tests.conftest import DATA, SAMPLE_QUERIES, HashingEmbeddings
+from tests.conftest import DATA, SAMPLE_QUERIES, HashingEmbeddings, fake_cli_embeddings
 
 BEIR_CORPUS = [
     {"_id": "d1", "title": "Solar batteries", "text": "Lithium iron phosphate batteries store solar energy."},
@@ -470,8 +470,14 @@ class TestByKind:
             self.report().kind_table(TOY_KINDS, "recall@10")
 
 
-@pytest.mark.local_model
 class TestEvalCommand:
+    """The eval command; ``--embeddings local`` is the deterministic fake here (tests.conftest.fake_cli_embeddings)."""
+
+    @pytest.fixture(autouse=True)
+    def fake_models(self) -> Iterator[None]:
+        with fake_cli_embeddings():
+            yield
+
     def test_beir_folder(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         folder = write_beir(tmp_path / "beir")
         plot = tmp_path / "alpha.png"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.evaluation import evaluate_retrievers, load_labelled, load_queries, sweep_floors
 from langchain_fusion.evaluation.harness import ANSWERED, NO_ANSWER_EMPTY, floor_name, value_grid
 from langchain_fusion.ingest.loading import load_files, split_documents
-from tests.conftest import DATA, SAMPLE_QUERIES, HashingEmbeddings
+from tests.conftest import DATA, SAMPLE_QUERIES, HashingEmbeddings, fake_cli_embeddings
 from tests.test_evaluation import write_beir
 
 NO_ANSWER = DATA / "no-answer.json"
@@ -124,8 +125,14 @@ class TestSweepFloors:
         ]
 
 
-@pytest.mark.local_model
 class TestEvalCommand:
+    """The eval command; ``--embeddings local`` is the deterministic fake here (tests.conftest.fake_cli_embeddings)."""
+
+    @pytest.fixture(autouse=True)
+    def fake_models(self) -> Iterator[None]:
+        with fake_cli_embeddings():
+            yield
+
     def test_floor_sweep_and_diversity_rows(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         folder = write_beir(tmp_path / "beir")
         (tmp_path / "none.txt").write_text("banana bread recipe\nfootball world cup\n")

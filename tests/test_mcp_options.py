@@ -127,7 +127,9 @@ class TestServerDefaults:
             build_mcp_server(tmp_path / "ghost", max_per_source=0)
 
     def test_a_hierarchical_index_refuses_them(self, index: FusionIndex) -> None:
-        with pytest.raises(InvalidParameterError, match="lambda_mult apply to fused search, not to hierarchical search"):
+        with pytest.raises(
+            InvalidParameterError, match="lambda_mult apply to fused search, not to hierarchical search"
+        ):
             build_mcp_server(_hierarchical(index), lambda_mult=0.5)
 
     def test_a_retriever_brings_its_own(self, index: FusionIndex) -> None:

@@ -62,6 +62,7 @@ def kernel_specs(tmp_path_factory: pytest.TempPathFactory) -> KernelSpecManager:
 
 @pytest.mark.notebook
 @pytest.mark.local_model
+@pytest.mark.timeout(3 * HANG_GUARD)  # the kernel's start and each cell have HANG_GUARD; the whole notebook more
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_offline(
     path: Path, kernel_specs: KernelSpecManager, monkeypatch: pytest.MonkeyPatch, tmp_path: Path

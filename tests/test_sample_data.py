@@ -17,7 +17,7 @@ from langchain_fusion import metadata as keys
 from langchain_fusion.cli.app import main
 from langchain_fusion.evaluation import SIDES, EvalDataset, Report, evaluate_sides, load_labelled
 from langchain_fusion.ingest.loading import load_files
-from tests.conftest import DATA, REPO, SAMPLE_QUERIES
+from tests.conftest import DATA, REPO, SAMPLE_QUERIES, CliRun
 
 KINDS = ("keyword", "paraphrase", "mixed")
 METRICS = ("ndcg@10", "recall@10", "mrr@10")
@@ -82,11 +82,10 @@ class TestLabels:
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Report, EvalDataset, dict[str, Any]]:
+def measured(bundled_sample_index: CliRun) -> tuple[Report, EvalDataset, dict[str, Any]]:
     """The sample indexed as the README says (``index data``), evaluated by the CLI and by the harness."""
-    out = tmp_path_factory.mktemp("sample") / "arden-index"
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        assert main(["index", str(DATA), "--out", str(out), "--embeddings", "local", "--quiet"]) == 0
+    out, status, _, stderr = bundled_sample_index
+    assert status == 0, stderr
     stdout = io.StringIO()
     argv = ["eval", "--index", str(out), "--labels", str(SAMPLE_QUERIES), "--alpha", "0:1:0.1", "--json", "-q"]
     with contextlib.redirect_stdout(stdout):
@@ -98,6 +97,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Report, EvalData
 
 
 @pytest.mark.local_model
+@pytest.mark.timeout(600)  # bundled_sample_index embeds the whole sample (180 s seen on a loaded 2-core machine)
 class TestSampleResults:
     def test_table_structure(self, measured: tuple[Report, EvalDataset, dict[str, Any]]) -> None:
         report, dataset, payload = measured
