@@ -19,6 +19,7 @@ from langchain_openai import OpenAIEmbeddings
 from langchain_fusion import FusionIndex, LocalEmbeddings, default_embeddings, resolve_embeddings
 from langchain_fusion.errors import FusionError, InvalidParameterError, MissingCredentialsError, MissingDependencyError
 from langchain_fusion.models.embeddings import (
+    EMBEDDING_CACHE_ENV,
     EMBEDDINGS_ENV,
     LOCAL_MODEL_NAME,
     OPENAI_DEFAULT_MODEL,
@@ -211,6 +212,15 @@ class TestDefaultEmbeddings:
     @pytest.fixture(autouse=True)
     def no_choice(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(EMBEDDINGS_ENV, raising=False)
+        monkeypatch.delenv(EMBEDDING_CACHE_ENV, raising=False)
+
+    def test_the_cache_variable_caches_document_vectors(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        from langchain_fusion.models.embedding_cache import CachedEmbeddings
+
+        monkeypatch.setenv(EMBEDDING_CACHE_ENV, str(tmp_path / "cache"))
+        embeddings = default_embeddings()
+        assert isinstance(embeddings, CachedEmbeddings) and type(embeddings.underlying_embeddings) is LocalEmbeddings
+        assert embeddings_id(embeddings) == LOCAL_ID  # an index records the model, not the cache
 
     def test_without_key_is_local(self, no_openai_key: None) -> None:
         embeddings = default_embeddings()

@@ -60,12 +60,18 @@ def kernel_specs(tmp_path_factory: pytest.TempPathFactory) -> KernelSpecManager:
     return KernelSpecManager(kernel_dirs=[str(folder.parent)])
 
 
+@pytest.fixture(scope="session")
+def embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One embedding cache for every notebook of this run (each xdist worker has its own)."""
+    return tmp_path_factory.getbasetemp() / "notebook-embeddings"
+
+
 @pytest.mark.notebook
 @pytest.mark.local_model
 @pytest.mark.timeout(3 * HANG_GUARD)  # the kernel's start and each cell have HANG_GUARD; the whole notebook more
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_offline(
-    path: Path, kernel_specs: KernelSpecManager, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    path: Path, kernel_specs: KernelSpecManager, embedding_cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     # The kernel inherits this environment: the fake chat model, no provider key, no model downloads.
     monkeypatch.setenv("LANGCHAIN_FUSION_FAKE_LLM", "1")
@@ -75,6 +81,8 @@ def test_notebook_runs_offline(
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))  # no user startup files or history
+    # The notebooks embed the same sample files: each text is embedded once for the whole run.
+    monkeypatch.setenv("LANGCHAIN_FUSION_EMBEDDING_CACHE", str(embedding_cache))
     notebook = nbformat.read(path, as_version=4)
     manager = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=kernel_specs)
     client = NotebookClient(

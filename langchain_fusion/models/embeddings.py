@@ -33,6 +33,10 @@ OPENAI_DEFAULT_MODEL = "text-embedding-3-small"
 """The OpenAI embedding model used when an OpenAI key is available."""
 
 EMBEDDINGS_ENV = "LANGCHAIN_FUSION_EMBEDDINGS"
+EMBEDDING_CACHE_ENV = "LANGCHAIN_FUSION_EMBEDDING_CACHE"
+"""A folder that caches the document vectors of the default embeddings (see
+:class:`~langchain_fusion.models.embedding_cache.CachedEmbeddings`): rebuilding an index of the same
+texts (a notebook run again, a script, other BM25 settings) then embeds nothing already embedded."""
 """Environment variable holding the default embeddings spec (e.g. ``openai:text-embedding-3-small``);
 unset or empty: the bundled local model. Read from the real environment only, never from ``.env``."""
 
@@ -238,14 +242,21 @@ def default_embeddings() -> Embeddings:
 
     An ``OPENAI_API_KEY`` (in the environment or a ``.env`` file) does not change the default:
     choose OpenAI explicitly, e.g. ``LANGCHAIN_FUSION_EMBEDDINGS=openai`` or ``--embeddings openai``.
+    With :data:`EMBEDDING_CACHE_ENV` set to a folder, document vectors are cached there.
     """
     spec = os.environ.get(EMBEDDINGS_ENV, "").strip()
+    embeddings: Embeddings = LocalEmbeddings()
     if spec and spec != "auto":
         try:
-            return resolve_embeddings(spec)
+            embeddings = resolve_embeddings(spec)
         except FusionError as exc:
             raise type(exc)(f"{EMBEDDINGS_ENV}={spec!r}: {exc}") from None
-    return LocalEmbeddings()
+    cache = os.environ.get(EMBEDDING_CACHE_ENV, "").strip()
+    if cache:
+        from langchain_fusion.models.embedding_cache import CachedEmbeddings
+
+        return CachedEmbeddings(embeddings, cache)
+    return embeddings
 
 
 def resolve_embeddings(spec: str | None) -> Embeddings:
