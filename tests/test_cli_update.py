@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import pytest
 from langchain_fusion import FusionIndex
 from langchain_fusion import metadata as keys
 from langchain_fusion.cli import main
-from tests.conftest import fake_cli_embeddings
+from tests.conftest import HashingEmbeddings, fake_cli_embeddings
 
 NOTES = {
     "a.txt": "The GC-9 controller reboots nightly. " * 30,
@@ -122,6 +122,24 @@ class TestIncrementalIndex:
         _index(docs, out)
         summary = _index(docs, out, "--chunk-size", "300", "--chunk-overlap", "30")
         assert summary["files_updated"] == 3 and summary["files_unchanged"] == 0
+
+    def test_a_token_bound_is_recorded_and_a_rerun_keeps_it(
+        self, docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        def words(self: HashingEmbeddings, texts: Sequence[str]) -> list[int]:  # a model counting words
+            return [len(text.split()) for text in texts]
+
+        out = tmp_path / "idx"
+        plain = _index(docs, out)
+        status, _, err = _run("index", str(docs), "--out", str(out), "--max-chunk-tokens", "40", "-q")
+        assert status == 2 and len(err.splitlines()) == 1, err
+        assert "max_chunk_tokens counts the embedding model's tokens, and HashingEmbeddings has no count_tokens" in err
+        monkeypatch.setattr(HashingEmbeddings, "count_tokens", words, raising=False)
+        bounded = _index(docs, out, "--max-chunk-tokens", "40")
+        assert bounded["files_updated"] == 3 and bounded["chunks"] > plain["chunks"]
+        assert max(len(d.page_content.split()) for d in FusionIndex.load(out).documents) <= 40
+        assert _index(docs, out, "--max-chunk-tokens", "40")["files_unchanged"] == 3
+        assert _index(docs, out)["files_updated"] == 3  # the bound is part of the chunking
 
     def test_ctrl_c_keeps_the_work_done_and_a_rerun_finishes(
         self, docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -413,14 +413,23 @@ class TestTextsLongerThanTheModelReads:
         with caplog.at_level(logging.WARNING, logger="langchain_fusion.models.embeddings"):
             embeddings.embed_documents(["a short chunk", "word " * 300])
             embeddings.embed_documents(["word " * 300, "word " * 250])  # 252 pieces: read whole
-        assert embeddings.max_word_pieces == 256
+        assert embeddings.max_word_pieces == 254  # 256 with the model's two markers
         assert embeddings.truncated_texts == (2, 4)
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert warnings == [
-            "1 of 2 texts are longer than the 256 word pieces sentence-transformers/all-MiniLM-L6-v2 reads: "
-            "only their start is embedded (BM25 indexes all of it); smaller chunks (about 800 characters) "
-            "are embedded whole"
-        ]
+            "1 of 2 texts are longer than the 254 word pieces sentence-transformers/all-MiniLM-L6-v2 reads: "
+            "only their start is embedded (BM25 indexes all of it). To embed each chunk whole, index chunks of "
+            "about 1140 characters (chunk_size=1140, --chunk-size 1140) or chunks bounded in the model's word "
+            "pieces (max_chunk_tokens=254, --max-chunk-tokens 254)"
+        ]  # 5 characters per word piece in "word word ...": 254 * 5 * 0.9
+
+    def test_chinese_is_about_one_word_piece_per_character(self) -> None:
+        embeddings = LocalEmbeddings()
+        text = "电池在洪水中完好无损，因为它们被安装在高处的机架上。" * 20
+        assert embeddings.count_tokens([text, "get_logger"]) == [len(text), 4]  # get, _, logger
+        embeddings.embed_documents([text])
+        size = embeddings.fitting_chunk_size()
+        assert size is not None and 200 <= size <= 254, size
 
     def test_queries_are_not_counted(self) -> None:
         embeddings = LocalEmbeddings()

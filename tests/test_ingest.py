@@ -7,9 +7,11 @@ import itertools
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+import regex
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from pypdf import PdfReader, PdfWriter
@@ -24,6 +26,7 @@ from langchain_fusion.ingest.loading import (
     clean_text,
     load_files,
     load_pdf,
+    merge_chunks,
     split_documents,
 )
 
@@ -456,6 +459,37 @@ class TestSplitDocuments:
         for prev, nxt in itertools.pairwise(chunks):
             assert nxt.metadata[keys.START_INDEX] >= prev.metadata[keys.START_INDEX] + len(prev.page_content)
         assert " ".join(c.page_content for c in chunks) == words
+
+    def test_max_tokens_splits_only_the_chunks_with_more_tokens(self) -> None:
+        def count(texts: Sequence[str]) -> list[int]:  # one token per Han character or per other word
+            return [len(regex.findall(r"\p{Han}|[^\s\p{Han}]+", text)) for text in texts]
+
+        english = " ".join(f"word{i}" for i in range(120))  # about 7 characters per token
+        chinese = "电池在洪水中完好无损因为它们被安装在高处的机架上" * 20  # one character per token
+        docs = [
+            Document(page_content=english, metadata={keys.SOURCE: "en.txt"}),
+            Document(page_content=chinese, metadata={keys.SOURCE: "zh.txt"}),
+        ]
+        plain = split_documents(docs, chunk_size=300, chunk_overlap=60)
+        bounded = split_documents(docs, chunk_size=300, chunk_overlap=60, max_tokens=50, count_tokens=count)
+        assert [c for c in bounded if c.metadata[keys.SOURCE] == "en.txt"] == [
+            c for c in plain if c.metadata[keys.SOURCE] == "en.txt"
+        ]  # English chunks of 300 characters have fewer than 50 tokens: untouched
+        zh = [c for c in bounded if c.metadata[keys.SOURCE] == "zh.txt"]
+        assert max(count([c.page_content for c in zh])) <= 50 < max(count([c.page_content for c in plain]))
+        assert [c.metadata[keys.CHUNK_INDEX] for c in zh] == list(range(len(zh)))
+        for chunk in zh:  # offsets still point into the page
+            start = chunk.metadata[keys.START_INDEX]
+            assert chinese[start : start + len(chunk.page_content)] == chunk.page_content
+        assert merge_chunks(zh) == chinese  # neighbours overlap; nothing is lost
+        assert len({c.id for c in bounded}) == len(bounded)
+
+    def test_max_tokens_needs_a_counter(self) -> None:
+        doc = Document(page_content="text", metadata={keys.SOURCE: "a.txt"})
+        with pytest.raises(ValueError, match="max_tokens needs count_tokens"):
+            split_documents([doc], max_tokens=10)
+        with pytest.raises(ValueError, match="max_tokens must be a positive whole number"):
+            split_documents([doc], max_tokens=0, count_tokens=lambda texts: [1] * len(texts))
 
     def test_short_document_is_one_chunk(self) -> None:
         doc = Document(page_content="Short text.", metadata={keys.SOURCE: "s.txt", keys.PAGE: 3})

@@ -75,6 +75,13 @@ def _add_embedding_arguments(index: argparse.ArgumentParser) -> None:
         help="characters per chunk (default: %(default)s)",
     )
     index.add_argument(
+        "--max-chunk-tokens",
+        type=positive_int,
+        metavar="N",
+        help="also bound each chunk to N word pieces of the bundled model (254 embeds every chunk whole; "
+        "Chinese and Japanese have about one per character). Default: chunks bounded by --chunk-size only",
+    )
+    index.add_argument(
         "--chunk-overlap",
         type=int,
         default=DEFAULT_CHUNK_OVERLAP,
@@ -307,6 +314,7 @@ def _sync(
                 record,
                 chunk_size=args.chunk_size,
                 chunk_overlap=args.chunk_overlap,
+                max_chunk_tokens=args.max_chunk_tokens,
                 keep_missing=args.keep_missing,
                 transform=enrich if args.contextual else None,
                 on_file=show_file,
@@ -336,7 +344,9 @@ def _summary(
         "embeddings": index.embeddings_id,
         "dimension": index.dimension,
         "vector_index": str(getattr(index.store, "vector_index", "-")),
-        "chunks_longer_than_the_model_reads": _truncated(index.embeddings)[0],
+        "chunks_longer_than_the_model_reads": _truncating_model(index.embeddings).truncated_texts[0]
+        if _truncating_model(index.embeddings)
+        else 0,
     }
 
 
@@ -355,12 +365,13 @@ def _summary_lines(
         f"this run: {report.summary()}",
         f"embeddings: {index.embeddings_id} ({index.dimension} dimensions); vector index: {summary['vector_index']}",
     ]
-    longer, embedded, limit = _truncated(index.embeddings)
-    if longer:
+    model = _truncating_model(index.embeddings)
+    if model is not None:
+        longer, embedded = model.truncated_texts
         lines.append(
-            f"note: {longer} of the {embedded} chunks embedded this run are longer than the {limit} word pieces "
-            "the local model reads; only their start is embedded (BM25 indexes all of it); a smaller "
-            "--chunk-size (e.g. 800) embeds each whole"
+            f"note: {longer} of the {embedded} chunks embedded this run are longer than the {model.max_word_pieces} "
+            f"word pieces the local model reads; only their start is embedded (BM25 indexes all of it). "
+            + model.chunking_advice()
         )
     lines.extend(r.summary() for r in reports.values())
     if cache is not None:
@@ -376,13 +387,12 @@ def _progress_bar(total: int, quiet: bool, desc: str = "embedding chunks", unit:
     return tqdm(total=total, desc=desc, unit=unit, disable=quiet, file=sys.stderr)
 
 
-def _truncated(embeddings: Any) -> tuple[int, int, int]:
-    """Chunks the bundled model embedded only in part this run, chunks it embedded, and its limit (zeros otherwise)."""
-    from langchain_fusion.models.embeddings import LocalEmbeddings
+def _truncating_model(embeddings: Any) -> Any:
+    """The bundled model behind ``embeddings`` when it embedded some chunks only in part this run, else None."""
+    from langchain_fusion.models.embeddings import bundled_model_of
 
-    if not isinstance(embeddings, LocalEmbeddings) or not embeddings.truncated_texts[1]:
-        return 0, 0, 0
-    return (*embeddings.truncated_texts, embeddings.max_word_pieces)
+    model = bundled_model_of(embeddings)
+    return model if model is not None and model.truncated_texts[0] else None
 
 
 @contextlib.contextmanager

@@ -38,6 +38,7 @@ from langchain_fusion.ingest.loading import (
 from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, TextField, check_text_fields, content_id, indexed_text
 from langchain_fusion.models.embeddings import (
     aembed_queries,
+    chunk_token_counter,
     default_embeddings,
     embed_queries,
     embeddings_from_id,
@@ -198,11 +199,16 @@ class FusionIndex(VectorStore):
         *,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
+        max_chunk_tokens: int | None = None,
         progress: ProgressCallback | None = None,
         max_file_chars: int = DEFAULT_MAX_FILE_CHARS,
         **kwargs: Any,
     ) -> FusionIndex:
         """Load PDFs, text and markdown (files or directories), split them and index the chunks.
+
+        ``max_chunk_tokens`` also bounds each chunk in the bundled model's word pieces (at most
+        its :attr:`~langchain_fusion.models.embeddings.LocalEmbeddings.max_word_pieces`, 254, to
+        embed every chunk whole): see :func:`~langchain_fusion.ingest.loading.split_documents`.
 
         A file yielding more than ``max_file_chars`` characters is skipped (see
         :data:`~langchain_fusion.ingest.loading.DEFAULT_MAX_FILE_CHARS`).
@@ -220,7 +226,17 @@ class FusionIndex(VectorStore):
         if not loaded.documents:
             reasons = "; ".join(f"{s.path}: {s.reason}" for s in loaded.skipped[:3]) or "no PDF, .txt or .md files"
             raise FusionError(f"no readable documents in {', '.join(map(str, paths))} ({reasons})")
-        chunks = split_documents(loaded.documents, chunk_size=chunk_size, chunk_overlap=chunk_overlap)
+        counter = None
+        if max_chunk_tokens is not None:
+            embeddings = embeddings if embeddings is not None else default_embeddings()
+            counter = chunk_token_counter(embeddings)
+        chunks = split_documents(
+            loaded.documents,
+            chunk_size=chunk_size,
+            chunk_overlap=chunk_overlap,
+            max_tokens=max_chunk_tokens,
+            count_tokens=counter,
+        )
         return cls.from_documents(chunks, embeddings, progress=progress, **kwargs)
 
     @classmethod

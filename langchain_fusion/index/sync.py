@@ -37,6 +37,7 @@ from langchain_fusion.ingest.loading import (
     source_name,
     split_documents,
 )
+from langchain_fusion.models.embeddings import chunk_token_counter
 from langchain_fusion.stores.local.folder import saved_index_reason, sha256_file
 
 SYNC_INFO_KEY = "files"
@@ -100,6 +101,7 @@ def sync_files(
     *,
     chunk_size: int,
     chunk_overlap: int,
+    max_chunk_tokens: int | None = None,
     keep_missing: bool = False,
     transform: Transform | None = None,
     on_file: Callable[[str], None] | None = None,
@@ -112,14 +114,18 @@ def sync_files(
     """Bring ``index`` in line with the files under ``paths``; ``record`` is updated in place.
 
     ``record`` is the file record saved with the index (``{}`` for a new one): file -> its
-    sha256, and the chunking that made the chunks. ``on_file`` is called after each file,
-    ``on_skip`` for each unreadable file as it is found, ``before_embedding`` once before the
+    sha256, and the chunking that made the chunks (``max_chunk_tokens`` also bounds chunks in the
+    model's tokens, see :func:`~langchain_fusion.ingest.loading.split_documents`). ``on_file`` is
+    called after each file, ``on_skip`` for each unreadable file as it is found, ``before_embedding`` once before the
     first chunk is embedded (to load a model only when there is work), ``progress`` with the
     number of chunks just embedded. A file yielding more than ``max_file_chars`` characters is
     skipped (reported). A ``KeyboardInterrupt`` stops the run after the current
     file's all-or-nothing update, with ``report.interrupted`` set.
     """
-    run = _Sync(index, record, chunk_size, chunk_overlap, transform, on_skip, before_embedding, progress, batch_size)
+    chunking = {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap}
+    if max_chunk_tokens is not None:  # recorded only when set, so older records still match the default
+        chunking["max_tokens"] = check_positive_int(max_chunk_tokens, "max_chunk_tokens")
+    run = _Sync(index, record, chunking, transform, on_skip, before_embedding, progress, batch_size)
     run.max_file_chars = check_positive_int(max_file_chars, "max_file_chars")
     found, unreadable = find_files(paths, skip_folder=saved_index_reason)
     for skipped in unreadable:
@@ -154,8 +160,7 @@ class _Sync:
         self,
         index: FusionIndex,
         record: dict[str, Any],
-        chunk_size: int,
-        chunk_overlap: int,
+        chunking: dict[str, int],
         transform: Transform | None,
         on_skip: Callable[[SkippedFile], None] | None,
         before_embedding: Callable[[], None] | None,
@@ -163,10 +168,10 @@ class _Sync:
         batch_size: int | None,
     ) -> None:
         self.index, self.report = index, SyncReport()
-        self.chunk_size, self.chunk_overlap = chunk_size, chunk_overlap
+        self.chunking = chunking
+        self.count_tokens = chunk_token_counter(index.embeddings) if "max_tokens" in chunking else None
         self.transform, self.on_skip, self.before_embedding = transform, on_skip, before_embedding
         self.progress, self.batch_size = progress, batch_size
-        chunking = {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap}
         self.rechunk = record.get("chunking") not in (None, chunking)
         record["chunking"] = chunking
         self.files: dict[str, Any] = record.setdefault("by_path", {})
@@ -193,7 +198,13 @@ class _Sync:
             for skipped in loaded.skipped:
                 self.skip(skipped)
             return
-        chunks = split_documents(loaded.documents, chunk_size=self.chunk_size, chunk_overlap=self.chunk_overlap)
+        chunks = split_documents(
+            loaded.documents,
+            chunk_size=self.chunking["chunk_size"],
+            chunk_overlap=self.chunking["chunk_overlap"],
+            max_tokens=self.chunking.get("max_tokens"),
+            count_tokens=self.count_tokens,
+        )
         if chunks and not self.embedding_started:
             self.embedding_started = True
             if self.before_embedding is not None:

