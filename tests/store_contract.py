@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,23 +24,52 @@ from langchain_fusion import metadata as keys
 from langchain_fusion.stores.base import FusionStore
 from tests.conftest import HashingEmbeddings
 
-VOCABULARY = [f"w{i}" for i in range(50)]
-QUERIES = ["w0 w3", "w7", "w1 w1 w12 w30", "w49 w48", "nothing known here", "w2 w5 w9 w11"]
 ALPHAS = [0.0, 0.3, 0.5, 0.8, 1.0]
 
 
-def corpus(seed: int, size: int, prefix: str = "d") -> list[Document]:
+@dataclass(frozen=True)
+class Language:
+    """The words documents are written in, how they are joined, and the queries asked of them."""
+
+    vocabulary: list[str]
+    """Words, most frequent first (drawn from a Zipf distribution)."""
+    queries: list[str]
+    """Queries the suite asks (one of them matches nothing)."""
+    separator: str = " "
+    """What joins words: a space, or nothing for scripts written without spaces."""
+
+
+WORDS = Language(
+    vocabulary=[f"w{i}" for i in range(50)],
+    queries=["w0 w3", "w7", "w1 w1 w12 w30", "w49 w48", "nothing known here", "w2 w5 w9 w11"],
+)
+"""Plain space-separated words: one token each."""
+
+CJK = Language(
+    vocabulary=(
+        "の は 東京 日本 首都 が を 电池 洪水 中 完好 无损 机架 安装 高处 検索 データ 서울 무사히 도착 "
+        "getLogger get_logger KV-3300 KV3300 HTTPStatus http_status 它们 因为 被 上 文書 全文 索引 形態素 "
+        "ひらがな カタカナ 漢字 简体 繁體 한국어 문장 v2 GC-9 富士山 大阪 北京 上海 深圳 인천"
+    ).split(),
+    queries=["東京の首都", "电池", "get logger", "KV3300データ検索", "nothing known here", "서울 무사히"],
+    separator="",
+)
+"""Chinese, Japanese and Korean written without spaces, with identifiers in several styles among them:
+every token comes from the default analyzer's bigrams and identifier splits."""
+
+
+def corpus(seed: int, size: int, prefix: str = "d", language: Language = WORDS) -> list[Document]:
     """Random documents over a Zipf vocabulary, with a bucket and a source for filters."""
     rng = np.random.default_rng(seed)
-    weights = 1.0 / np.arange(1, len(VOCABULARY) + 1)
+    weights = 1.0 / np.arange(1, len(language.vocabulary) + 1)
     weights /= weights.sum()
     docs = []
     for i in range(size):
-        words = rng.choice(VOCABULARY, size=int(rng.integers(3, 30)), p=weights)
+        words = rng.choice(language.vocabulary, size=int(rng.integers(3, 30)), p=weights)
         docs.append(
             Document(
                 id=f"{prefix}{seed}-{i}",
-                page_content=" ".join(words),
+                page_content=language.separator.join(words),
                 metadata={"bucket": int(i % 3), "source": f"s{i % 5}.txt", "chunk_index": i // 5},
             )
         )
@@ -155,8 +185,15 @@ class StoreContract:
     whole_corpus: int | None = None
     """The fetch_k that scores every row (None in process; a store that refuses None sets a number > corpus)."""
 
+    language: Language = WORDS
+    """What the documents and queries are written in (:data:`CJK` runs the suite on Chinese, Japanese and Korean)."""
+
     def make_store(self, analyzer: Analyzer, bm25_params: BM25Params) -> FusionStore:
         raise NotImplementedError
+
+    def corpus(self, seed: int, size: int, prefix: str = "d") -> list[Document]:
+        """:func:`corpus` in the suite's :attr:`language`."""
+        return corpus(seed, size, prefix, self.language)
 
     def new_index(self, docs: list[Document] | None = None) -> FusionIndex:
         index = FusionIndex(HashingEmbeddings(), store=self.make_store(Analyzer(), self.params))
@@ -168,10 +205,10 @@ class StoreContract:
 
     @pytest.mark.parametrize("method", ["weighted", "zscore", "rrf"])
     def test_fused_results_equal_the_reference(self, method: str) -> None:
-        docs = corpus(1, 90)
+        docs = self.corpus(1, 90)
         index = self.new_index(docs)
         reference = Reference(docs, HashingEmbeddings(), self.params)
-        for query in QUERIES:
+        for query in self.language.queries:
             for alpha in ALPHAS:
                 expected = reference.search(query, k=8, alpha=alpha, method=method)
                 assert_same(results(index, query, k=8, alpha=alpha, method=method, fetch_k=self.whole_corpus), expected)
@@ -180,11 +217,11 @@ class StoreContract:
 
     def test_floors_and_diversity_equal_the_reference(self) -> None:
         """Relevance floors, maximal marginal relevance and the per-source cap, over the whole corpus."""
-        docs = corpus(13, 60)
+        docs = self.corpus(13, 60)
         index = self.new_index(docs)
         reference = Reference(docs, HashingEmbeddings(), self.params)
         row = {d.id: i for i, d in enumerate(docs)}
-        for query in QUERIES[:4]:
+        for query in self.language.queries[:4]:
             cosine, bm25 = reference.cosine(query), reference.bm25(query)
             # Floors halfway between two observed scores, so float rounding cannot move a document across one.
             vector_floor = float(np.mean(np.sort(cosine)[29:31]))
@@ -234,10 +271,10 @@ class StoreContract:
             ]
 
     def test_bounded_pool_scores_every_candidate_on_both_sides(self) -> None:
-        docs = corpus(2, 120)
+        docs = self.corpus(2, 120)
         index = self.new_index(docs)
         reference = Reference(docs, HashingEmbeddings(), self.params)
-        for query in QUERIES[:4]:
+        for query in self.language.queries[:4]:
             cosine, bm25 = reference.cosine(query), reference.bm25(query)
             by_id = {d.id: i for i, d in enumerate(docs)}
             for doc in index.as_retriever(k=10, fetch_k=5).invoke(query):
@@ -246,7 +283,7 @@ class StoreContract:
                 assert doc.metadata[keys.BM25_SCORE] == pytest.approx(bm25[row], abs=1e-4)
 
     def test_provenance_on_every_result(self) -> None:
-        index = self.new_index(corpus(3, 40))
+        index = self.new_index(self.corpus(3, 40))
         for doc in index.as_retriever(k=5).invoke("w1 w2"):
             for key in keys.SCORE_KEYS:
                 assert key in doc.metadata
@@ -254,7 +291,7 @@ class StoreContract:
             assert 0.0 <= doc.metadata[keys.FUSION_SCORE] <= 1.0
 
     def test_results_are_copies(self) -> None:
-        index = self.new_index(corpus(4, 30))
+        index = self.new_index(self.corpus(4, 30))
         first = index.as_retriever(k=3).invoke("w1")
         first[0].metadata["changed"] = True
         first[0].page_content = "changed"
@@ -265,7 +302,7 @@ class StoreContract:
 
     @pytest.mark.parametrize("spec", [{"bucket": 1}, {"bucket": [0, 2]}, {"source": "s3.txt", "bucket": 0}])
     def test_filters_apply_before_ranking(self, spec: dict[str, Any]) -> None:
-        docs = corpus(5, 90)
+        docs = self.corpus(5, 90)
         index = self.new_index(docs)
         reference = Reference(docs, HashingEmbeddings(), self.params)
 
@@ -275,7 +312,7 @@ class StoreContract:
             )
 
         allowed = np.array([matches(d) for d in docs])
-        for query in QUERIES[:4]:
+        for query in self.language.queries[:4]:
             for alpha in (0.0, 0.5, 1.0):
                 expected = reference.search(query, k=6, alpha=alpha, method="weighted", allowed=allowed)
                 got = results(index, query, k=6, alpha=alpha, fetch_k=self.whole_corpus, filter=spec)
@@ -283,17 +320,17 @@ class StoreContract:
                 assert all(matches(d) for d in index.as_retriever(k=6, alpha=alpha, filter=spec).invoke(query))
 
     def test_a_filter_that_matches_nothing(self) -> None:
-        index = self.new_index(corpus(6, 20))
+        index = self.new_index(self.corpus(6, 20))
         assert index.as_retriever(filter={"bucket": 99}).invoke("w1") == []
 
     # --- updates and deletes -------------------------------------------------------------------
 
     def test_any_sequence_of_adds_and_deletes_equals_a_fresh_build(self) -> None:
         rng = np.random.default_rng(7)
-        index = self.new_index(corpus(7, 60))
-        live = {d.id: d for d in corpus(7, 60)}
+        index = self.new_index(self.corpus(7, 60))
+        live = {d.id: d for d in self.corpus(7, 60)}
         for step in range(6):
-            added = corpus(100 + step, int(rng.integers(1, 25)), prefix=f"a{step}-")
+            added = self.corpus(100 + step, int(rng.integers(1, 25)), prefix=f"a{step}-")
             index.add_documents(added)
             live.update({d.id: d for d in added})
             victims = list(rng.choice(sorted(live), size=int(rng.integers(1, 15)), replace=False))
@@ -302,7 +339,7 @@ class StoreContract:
                 del live[victim]
         fresh = self.new_index(list(index.documents))
         assert sorted(d.id for d in index.documents) == sorted(live)
-        for query in QUERIES:
+        for query in self.language.queries:
             for alpha in (0.0, 0.5, 1.0):
                 for fetch_k in (100, self.whole_corpus):
                     assert_same(
@@ -311,7 +348,7 @@ class StoreContract:
                     )
 
     def test_upsert_replaces_a_document(self) -> None:
-        docs = corpus(8, 30)
+        docs = self.corpus(8, 30)
         index = self.new_index(docs)
         changed = Document(id=docs[4].id, page_content="zebra zebra w1", metadata={"bucket": 9})
         index.upsert_documents([changed])
@@ -322,35 +359,35 @@ class StoreContract:
         assert index.as_retriever(k=30, filter={"bucket": 9}).invoke("w1")[0].id == docs[4].id
         expected = [*[d for d in docs if d.id != changed.id], changed]
         fresh = self.new_index(expected)
-        for query in QUERIES[:3]:
+        for query in self.language.queries[:3]:
             assert_same(
                 results(index, query, k=10, fetch_k=self.whole_corpus),
                 results(fresh, query, k=10, fetch_k=self.whole_corpus),
             )
 
     def test_deleted_documents_are_gone_everywhere(self) -> None:
-        docs = corpus(9, 40)
+        docs = self.corpus(9, 40)
         index = self.new_index(docs)
         victims = [d.id or "" for d in docs[::4]]
         index.delete(victims)
         assert len(index) == 30
         assert index.get_by_ids(victims) == []
-        for query in QUERIES:
+        for query in self.language.queries:
             for alpha in (0.0, 0.5, 1.0):
                 for fetch_k in (5, self.whole_corpus):
                     found = index.as_retriever(k=40, alpha=alpha, fetch_k=fetch_k).invoke(query)
                     assert not {d.id for d in found} & set(victims)
 
     def test_delete_everything_then_add(self) -> None:
-        docs = corpus(10, 12)
+        docs = self.corpus(10, 12)
         index = self.new_index(docs)
         index.delete([d.id or "" for d in docs])
         assert len(index) == 0 and index.as_retriever().invoke("w1") == []
-        index.add_documents(corpus(11, 5))
+        index.add_documents(self.corpus(11, 5))
         assert len(index) == 5 and index.as_retriever(k=2).invoke("w1")
 
     def test_delete_of_unknown_ids_removes_nothing(self) -> None:
-        docs = corpus(12, 10)
+        docs = self.corpus(12, 10)
         index = self.new_index(docs)
         assert index.store.delete(["nope", "also-nope"]) == 0
         assert len(index) == 10

@@ -169,7 +169,57 @@ class TestAnalyzer:
             "charg",
             "kv",
             "3300",
+            "kv3300",
         ]
+
+    def test_indexes_saved_before_keep_their_analysis(self) -> None:
+        legacy = Analyzer.model_validate(Analyzer.from_saved({"stemmer": "english", "stopwords": "english"}))
+        assert legacy.is_legacy and not Analyzer().is_legacy
+        assert legacy.tokenize("The Batteries were CHARGING: KV-3300! 東京は日本") == [
+            "batteri",
+            "were",
+            "charg",
+            "kv",
+            "3300",
+            "東京は日本",
+        ]
+
+    @pytest.mark.parametrize(
+        ("forms", "tokens"),
+        [
+            (["getLogger", "get_logger", "get-logger", "GetLogger"], ["get", "logger", "getlogger"]),
+            (["HTTPStatus", "http_status", "HTTP-Status"], ["http", "status", "httpstatus"]),
+            (["KV3300", "KV-3300", "kv_3300"], ["kv", "3300", "kv3300"]),
+            (["parseJSON2XML"], ["pars", "json", "2", "xml", "parsejson2xml"]),
+        ],
+    )
+    def test_identifiers_meet_whatever_their_style(self, forms: list[str], tokens: list[str]) -> None:
+        for form in forms:
+            assert Analyzer().tokenize(form) == tokens, form
+        assert Analyzer().tokenize("get logger") == ["get", "logger"]  # the words meet the parts
+        assert Analyzer(identifiers=False).tokenize("getLogger get_logger") == ["getlogg", "get_logg"]
+
+    def test_unspaced_scripts_become_bigrams(self) -> None:
+        assert Analyzer().tokenize("東京は日本の首都") == ["東京", "京は", "は日", "日本", "本の", "の首", "首都"]
+        assert Analyzer().tokenize("北京") == ["北京"] and Analyzer().tokenize("京") == ["京"]
+        assert Analyzer().tokenize("서울은 한국의 수도") == ["서울", "울은", "한국", "국의", "수도"]
+        assert Analyzer().tokenize("ภาษาไทย") == ["ภา", "าษ", "ษา", "าไ", "ไท", "ทย"]
+        assert Analyzer().tokenize("iPhone15は便利") == ["i", "phone", "15", "iphone15", "は便", "便利"]
+        assert Analyzer(scripts="runs").tokenize("東京は日本") == ["東京は日本"]
+
+    def test_words_keep_their_marks_and_compatibility_forms_fold(self) -> None:
+        assert Analyzer().tokenize("हिन्दी भाषा") == ["हिन्दी", "भाषा"]  # vowel signs stay inside the word
+        assert Analyzer().tokenize("Ｆｕｌｌ ｗｉｄｔｈ ２０２４") == ["full", "width", "2024"]
+        assert Analyzer().tokenize("ﬁnance") == Analyzer().tokenize("finance")
+
+    def test_stemming_and_stopwords_only_in_their_script(self) -> None:
+        assert Analyzer().tokenize("Москва running") == ["москва", "run"]
+        russian = Analyzer(language="russian")
+        assert (russian.stemmer, russian.stopwords) == ("russian", "russian")
+        assert russian.tokenize("Москва и Россия running") == ["москв", "росс", "running"]
+        assert Analyzer(language="greek").stopwords is None  # no list for Greek: stemming only
+        with pytest.raises(ValueError):
+            Analyzer(language="klingon")
 
     def test_unicode(self) -> None:
         assert Analyzer(stemmer=None).tokenize("Über Café naïve") == ["über", "café", "naïve"]

@@ -941,3 +941,29 @@ class TestFormat2:
         _rewrite_manifest(saved, lambda m: m["files"].update({"documents/ids.json": {"sha256": "0", "bytes": 0}}))
         with pytest.raises(IndexFormatError, match=r"lists an unexpected file 'documents/ids\.json'"):
             FusionIndex.load(saved, embeddings)
+
+
+class TestAnalyzerOfOlderIndexes:
+    """An index saved before the analyzer's script, identifier and normalisation options keeps its analysis."""
+
+    def test_loads_with_the_analysis_it_was_built_with(self, tmp_path: Path, embeddings) -> None:
+        texts = ("getLogger writes 東京は日本の首都", "get logger", "the KV-3300 unit")
+        docs = [Document(page_content=t) for t in texts]
+        built = FusionIndex.from_documents(docs, embeddings, analyzer=Analyzer(**Analyzer.LEGACY))
+        folder = built.save(tmp_path / "old")
+
+        def as_saved_before(manifest: dict[str, Any]) -> None:
+            for option in Analyzer.LEGACY:
+                del manifest["bm25"]["analyzer"][option]
+
+        _rewrite_manifest(folder, as_saved_before)
+        loaded = FusionIndex.load(folder, embeddings)
+        assert loaded.analyzer.is_legacy and loaded.analyzer == built.analyzer
+        _assert_same_results(loaded, built, exact=True)
+        assert [d.page_content for d in loaded.as_retriever(alpha=0.0, k=3).invoke("logger")] == ["get logger"]
+
+    def test_a_new_index_records_every_option(self, animal_index: FusionIndex, saved: Path) -> None:
+        manifest = json.loads((saved / "manifest.json").read_text(encoding="utf-8"))
+        assert {"scripts": "bigrams", "identifiers": True, "normalization": "NFKC"}.items() <= manifest["bm25"][
+            "analyzer"
+        ].items()

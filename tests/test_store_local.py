@@ -12,12 +12,18 @@ from langchain_fusion.stores.local import bm25 as bm25_module
 from langchain_fusion.stores.local import snapshot
 from langchain_fusion.stores.local.snapshot import LocalView
 from langchain_fusion.stores.local.store import LocalStore
-from tests.store_contract import StoreContract, corpus
+from tests.store_contract import CJK, StoreContract, corpus
 
 
 class TestLocalStoreContract(StoreContract):
     def make_store(self, analyzer: Analyzer, bm25_params: BM25Params) -> FusionStore:
         return LocalStore(analyzer, bm25_params)
+
+
+class TestLocalStoreContractCJK(TestLocalStoreContract):
+    """The whole contract on Chinese, Japanese and Korean text (as the Milvus store runs it)."""
+
+    language = CJK
 
 
 class TestLocalStoreWithSmallSegmentsContract(StoreContract):

@@ -18,7 +18,7 @@ from langchain_fusion import (
 )
 from langchain_fusion.stores.base import FusionStore
 from tests.conftest import HashingEmbeddings
-from tests.store_contract import QUERIES, Reference, StoreContract, corpus, results
+from tests.store_contract import CJK, Reference, StoreContract, corpus, results
 
 pytest.importorskip("pymilvus")
 if not os.environ.get("MILVUS_URI"):
@@ -50,17 +50,23 @@ class TestMilvusStoreContract(StoreContract):
         if method != "rrf":
             super().test_fused_results_equal_the_reference(method)
             return
-        docs = corpus(1, 90)
+        docs = self.corpus(1, 90)
         index = self.new_index(docs)
         reference = Reference(docs, HashingEmbeddings(), self.params)
         agree = total = 0
-        for query in QUERIES:
+        for query in self.language.queries:
             for alpha in (0.3, 0.5, 0.8):
                 expected = {i for i, _ in reference.search(query, k=8, alpha=alpha, method="rrf")}
                 got = {i for i, _ in results(index, query, k=8, alpha=alpha, method="rrf", fetch_k=self.whole_corpus)}
                 agree += len(expected & got)
                 total += len(expected)
         assert agree >= 0.9 * total
+
+
+class TestMilvusStoreContractCJK(TestMilvusStoreContract):
+    """The whole contract on Chinese, Japanese and Korean text: Milvus indexes our analyzer's tokens."""
+
+    language = CJK
 
 
 class TestMilvusSpecifics:

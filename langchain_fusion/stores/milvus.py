@@ -171,8 +171,10 @@ class MilvusStore(FusionStore):
     def _read_settings(self) -> StoreSettings:
         described = self._call("describe_collection", collection_name=self.collection_name)
         try:
-            record = json.loads(described.get("description") or "")
-            return StoreSettings.model_validate(record["langchain_fusion"])
+            record = json.loads(described.get("description") or "")["langchain_fusion"]
+            if isinstance(record, dict) and isinstance(record.get("analyzer"), dict):
+                record = {**record, "analyzer": Analyzer.from_saved(record["analyzer"])}  # saved before an option
+            return StoreSettings.model_validate(record)
         except (ValueError, KeyError, TypeError, ValidationError):
             raise FusionError(
                 f"collection {self.collection_name!r} was not made by langchain-fusion (no settings in its "

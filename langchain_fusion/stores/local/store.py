@@ -371,6 +371,7 @@ def _parse_manifest(
 
 def _analyzer_for(folder: Path, saved_class: Any, config: Any, given: Analyzer | None) -> Analyzer:
     base = f"{Analyzer.__module__}.{Analyzer.__qualname__}"
+    config = Analyzer.from_saved(config)  # an index saved before an option existed keeps how it was built
     if given is None:
         if saved_class != base:
             raise IndexFormatError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from itertools import chain
 
 import numpy as np
 from numpy.typing import NDArray
@@ -33,17 +34,15 @@ def text_token_ids(
             tokens = tokenize(analyzer, text)
             out.append(np.fromiter((vocabulary.setdefault(t, len(vocabulary)) for t in tokens), dtype=np.int64))
     else:
-        # Each distinct word is analysed once per analyzer (token_of) and looked up in C per call.
-        normalize = analyzer.token_of
+        # Each distinct unit (word, identifier, bigram) is analysed once per analyzer and looked up in C per call.
+        tokens_of = analyzer.unit_tokens
 
-        def word_id(word: str) -> int:
-            token = normalize(word)
-            return -1 if token is None else vocabulary.setdefault(token, len(vocabulary))
+        def unit_ids(unit: str) -> tuple[int, ...]:
+            return tuple(vocabulary.setdefault(token, len(vocabulary)) for token in tokens_of(unit))
 
-        memo = WordMemo(word_id)
+        memo = WordMemo(unit_ids)
         for text in texts:
-            ids = np.fromiter(map(memo.__getitem__, analyzer.split_words(text)), dtype=np.int64)
-            out.append(ids[ids >= 0])
+            out.append(np.fromiter(chain.from_iterable(map(memo.__getitem__, analyzer.units(text))), dtype=np.int64))
     lengths = np.fromiter((ids.size for ids in out), dtype=np.int32, count=len(out))
     return out, lengths
 
