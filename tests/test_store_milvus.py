@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
+from langchain_core.documents import Document
 
 from langchain_fusion import (
     Analyzer,
@@ -80,6 +83,33 @@ class TestMilvusSpecifics:
         assert [d.id for d in again.as_retriever(k=5).invoke("w1 w2")] == [
             d.id for d in first.as_retriever(k=5).invoke("w1 w2")
         ]
+
+    def test_a_collection_made_before_the_new_analyzer_options_keeps_its_analysis(
+        self, milvus_uri: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        name = f"o{uuid.uuid4().hex[:12]}"
+        texts = ["getLogger 東京は日本の首都", "get logger"]
+        docs = [Document(id=f"d{i}", page_content=t) for i, t in enumerate(texts)]
+        built = FusionIndex.from_documents(
+            docs, HashingEmbeddings(), store=MilvusStore(milvus_uri, name, analyzer=Analyzer(**Analyzer.LEGACY))
+        )
+        real_call = MilvusStore._call
+
+        def described_as_before(self: MilvusStore, method: str, **kwargs: Any) -> Any:
+            answer = real_call(self, method, **kwargs)
+            if method == "describe_collection":
+                record = json.loads(answer["description"])
+                for option in Analyzer.LEGACY:
+                    del record["langchain_fusion"]["analyzer"][option]
+                answer = {**answer, "description": json.dumps(record)}
+            return answer
+
+        monkeypatch.setattr(MilvusStore, "_call", described_as_before)
+        reopened = FusionIndex(HashingEmbeddings(), store=MilvusStore(milvus_uri, name))
+        assert reopened.analyzer.is_legacy and reopened.analyzer == built.analyzer
+        assert [d.id for d in reopened.as_retriever(alpha=0.0, k=2).invoke("logger")] == ["d1"]
 
     def test_callable_filters_and_whole_corpus_are_refused(self, milvus_uri: str) -> None:
         from langchain_fusion.stores.milvus import MilvusStore
