@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from langchain_fusion import FusionIndex
+from langchain_fusion import Analyzer, FusionIndex
 from langchain_fusion import metadata as keys
 from langchain_fusion.cli import main
 from tests.conftest import HashingEmbeddings, fake_cli_embeddings
@@ -140,6 +140,33 @@ class TestIncrementalIndex:
         assert max(len(d.page_content.split()) for d in FusionIndex.load(out).documents) <= 40
         assert _index(docs, out, "--max-chunk-tokens", "40")["files_unchanged"] == 3
         assert _index(docs, out)["files_updated"] == 3  # the bound is part of the chunking
+
+    def test_a_language_is_chosen_for_a_new_index_and_kept(self, docs: Path, tmp_path: Path) -> None:
+        out = tmp_path / "idx"
+        _index(docs, out, "--language", "german")
+        analyzer = FusionIndex.load(out).analyzer
+        assert (analyzer.stemmer, analyzer.stopwords) == ("german", "german")
+        assert _index(docs, out)["files_unchanged"] == 3  # a rerun keeps it
+        assert _index(docs, out, "--language", "german")["files_unchanged"] == 3
+        status, _, err = _run("index", str(docs), "--out", str(out), "--language", "french", "-q")
+        assert status == 2 and len(err.splitlines()) == 1, err
+        assert "was built with another analyzer" in err and "choose a new location" in err
+        with pytest.raises(SystemExit) as exited, contextlib.redirect_stderr(io.StringIO()) as stderr:
+            main(["index", str(docs), "--out", str(tmp_path / "x"), "--language", "klingon"])
+        assert exited.value.code == 2 and "argument --language: invalid choice: 'klingon'" in stderr.getvalue()
+
+    def test_an_index_built_before_the_new_analyzer_says_how_to_move(self, docs: Path, tmp_path: Path) -> None:
+        out = tmp_path / "idx"
+        FusionIndex(HashingEmbeddings(), analyzer=Analyzer(**Analyzer.LEGACY)).save(out)
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(io.StringIO()):
+            assert main(["index", str(docs), "--out", str(out), "-q"]) == 0
+        assert "note: this index keeps the BM25 analysis it was built with before 0.2" in buffer.getvalue()
+        assert FusionIndex.load(out).analyzer.is_legacy
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(io.StringIO()):
+            assert main(["index", str(docs), "--out", str(tmp_path / "new"), "-q"]) == 0
+        assert "before 0.2" not in buffer.getvalue()
 
     def test_ctrl_c_keeps_the_work_done_and_a_rerun_finishes(
         self, docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

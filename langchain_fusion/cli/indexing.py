@@ -58,6 +58,14 @@ def add_index_parser(commands: Any) -> None:
     index.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
 
 
+def _stemmer_languages() -> list[str]:
+    from typing import get_args
+
+    from langchain_fusion.stores.analyzer import StemmerLanguage
+
+    return list(get_args(StemmerLanguage))
+
+
 def _add_embedding_arguments(index: argparse.ArgumentParser) -> None:
     from langchain_fusion.models.embeddings import EMBEDDINGS_ENV
 
@@ -73,6 +81,15 @@ def _add_embedding_arguments(index: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=DEFAULT_CHUNK_SIZE,
         help="characters per chunk (default: %(default)s)",
+    )
+    index.add_argument(
+        "--language",
+        choices=_stemmer_languages(),
+        metavar="LANG",
+        help="BM25 stemming and stopwords of a new index in LANG, applied to words in its script only "
+        "(default: english; the text of every language is indexed either way). One of: "
+        + ", ".join(_stemmer_languages())
+        + ". An existing index keeps its own",
     )
     index.add_argument(
         "--max-chunk-tokens",
@@ -159,6 +176,7 @@ class _Target:
 
     def __init__(self, out: str, args: argparse.Namespace) -> None:
         from langchain_fusion.index.opening import hierarchical_folder, keeps_summaries
+        from langchain_fusion.stores.analyzer import Analyzer
         from langchain_fusion.stores.registry import NewStoreOptions, engine_for
 
         self.out = out
@@ -167,7 +185,8 @@ class _Target:
             raise UserError(
                 "page summaries (--summaries) are kept in index folders only: give --out a folder, or drop --summaries"
             )
-        self.options = NewStoreOptions(args.vector_index, args.vector_search_params)
+        analyzer = Analyzer(language=args.language) if args.language else None
+        self.options = NewStoreOptions(args.vector_index, args.vector_search_params, analyzer)
         self.engine.check_target(out, self.options)
         self.hierarchical = hierarchical_folder(out)
         if self.hierarchical is not None and not args.summaries:
@@ -372,6 +391,11 @@ def _summary_lines(
             f"note: {longer} of the {embedded} chunks embedded this run are longer than the {model.max_word_pieces} "
             f"word pieces the local model reads; only their start is embedded (BM25 indexes all of it). "
             + model.chunking_advice()
+        )
+    if index.analyzer.is_legacy:
+        lines.append(
+            "note: this index keeps the BM25 analysis it was built with before 0.2 (no bigrams for Chinese, "
+            "Japanese and Korean, no identifier splits); index its files into a new --out to use the current one"
         )
     lines.extend(r.summary() for r in reports.values())
     if cache is not None:

@@ -156,6 +156,10 @@ class Analyzer(BaseModel):
     normalization: Literal["NFKC"] | None = "NFKC"
     """Unicode normalisation of the text before it is split (None: none)."""
 
+    language: StemmerLanguage | None = Field(default=None, exclude=True, repr=False)
+    """Shorthand for ``stemmer`` and ``stopwords`` together (stopwords where the language has a list); it sets
+    them and is not kept itself (always None once constructed)."""
+
     LEGACY: ClassVar[dict[str, Any]] = {"scripts": "runs", "identifiers": False, "normalization": None}
     """What an analyzer saved before these options existed was: read back as it was built."""
 

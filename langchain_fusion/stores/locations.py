@@ -156,9 +156,9 @@ class MilvusEngine(StoreEngine):
             )
 
     def open_or_create(self, location: str, options: NewStoreOptions) -> OpenedStore:
-        """The collection (created by the first upsert when it does not exist)."""
+        """The collection (created by the first upsert when it does not exist; an existing one keeps its analyzer)."""
         self.check_target(location, options)
-        store = self._store(location)
+        store = parse_location(location).open(analyzer=options.analyzer)
         return OpenedStore(store, store.read_info() if store.exists else {}, created=not store.exists)
 
     def save(self, location: str, store: FusionStore, info: Mapping[str, Any]) -> str:

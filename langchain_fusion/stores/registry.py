@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from langchain_fusion.errors import InvalidParameterError
+from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.base import FusionStore
 
 LLM_CACHE_SUFFIX = ".llm-cache"
@@ -31,16 +32,19 @@ LLM_CACHE_SUFFIX = ".llm-cache"
 
 @dataclass(frozen=True)
 class NewStoreOptions:
-    """How a new store is made (an existing one keeps its own): the vector index and its search parameters."""
+    """How a new store is made (an existing one keeps its own): vector index, search parameters, analyzer."""
 
     vector_index: str | None = None
     """The dense index, e.g. a FAISS factory string such as ``"HNSW32"`` (None: the engine's default, exact)."""
     vector_search_params: str | None = None
     """Search parameters of an approximate index, e.g. ``"efSearch=128"`` (None: the engine's defaults)."""
+    analyzer: Analyzer | None = None
+    """The BM25 analyzer, e.g. ``Analyzer(language="german")`` (None: the default); an existing store must have
+    been built with it."""
 
     @property
     def given(self) -> list[str]:
-        """The options that are set, as the Python API and the command line name them."""
+        """The vector index options that are set, as the Python API and the command line name them."""
         names = [name for name in ("vector_index", "vector_search_params") if getattr(self, name) is not None]
         return [f"{name} (--{name.replace('_', '-')})" for name in names]
 

@@ -42,7 +42,9 @@ class FolderEngine(StoreEngine):
         folder = check_save_target(self.folder(location))
         if not (folder / MANIFEST).is_file():
             store = LocalStore(
-                vector_index=options.vector_index or "Flat", vector_search_params=options.vector_search_params
+                options.analyzer,
+                vector_index=options.vector_index or "Flat",
+                vector_search_params=options.vector_search_params,
             )
             return OpenedStore(store, created=True)
         opened = self.open(str(folder))
@@ -52,6 +54,11 @@ class FolderEngine(StoreEngine):
             raise FusionError(
                 f"{folder} uses vector index {kept!r}, not {options.vector_index!r}: keep its own (drop vector_index, "
                 "--vector-index) or choose a new location"
+            )
+        if options.analyzer is not None and options.analyzer != opened.store.settings.analyzer:
+            raise FusionError(
+                f"{folder} was built with another analyzer ({opened.store.settings.analyzer!r}): keep its own (drop "
+                "analyzer, --language) or choose a new location"
             )
         return opened
 
