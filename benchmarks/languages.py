@@ -142,8 +142,7 @@ def recall(retriever: object, questions: list[tuple[str, str]]) -> float:
 
 
 def question_sets(with_vector: bool) -> list[str]:
-    from langchain_fusion.models.embedding_cache import CachedEmbeddings
-    from langchain_fusion.models.embeddings import LocalEmbeddings
+    from langchain_fusion.models.embeddings import CachedEmbeddings, LocalEmbeddings
 
     embeddings = (
         CachedEmbeddings(LocalEmbeddings(), Path.home() / ".cache" / "langchain-fusion" / "embeddings")
@@ -179,8 +178,7 @@ def _ndcg10(ranked: list[str], relevance: dict[str, int]) -> float:
 def english() -> list[str]:
     """SciFact train: BM25 and default fusion, legacy against default analyzer (bundled model, cached vectors)."""
     from langchain_fusion.evaluation import load_beir
-    from langchain_fusion.models.embedding_cache import CachedEmbeddings
-    from langchain_fusion.models.embeddings import LocalEmbeddings
+    from langchain_fusion.models.embeddings import CachedEmbeddings, LocalEmbeddings
 
     dataset = load_beir(SCIFACT, split="train")
     embeddings = CachedEmbeddings(LocalEmbeddings(), Path.home() / ".cache" / "langchain-fusion" / "embeddings")

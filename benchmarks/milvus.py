@@ -61,8 +61,7 @@ def bucket(doc_id: str) -> int:
 
 def query_embeddings(cache: Path) -> Any:
     """The bundled model behind the document cache, with query vectors memoised (each query runs many times)."""
-    from langchain_fusion.models.embedding_cache import CachedEmbeddings
-    from langchain_fusion.models.embeddings import LocalEmbeddings
+    from langchain_fusion.models.embeddings import CachedEmbeddings, LocalEmbeddings
 
     class Memoised(CachedEmbeddings):
         def __init__(self) -> None:

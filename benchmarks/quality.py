@@ -245,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         parse_metric,
         sweep_alpha,
     )
-    from langchain_fusion.models.embedding_cache import CachedEmbeddings
+    from langchain_fusion.models.embeddings import CachedEmbeddings
     from langchain_fusion.search.fusion import check_method
 
     metrics = args.metric_list

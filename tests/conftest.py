@@ -10,7 +10,7 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import pytest
@@ -57,6 +57,12 @@ class HashingEmbeddings(Embeddings):
 
     def embed_query(self, text: str) -> list[float]:
         return self._embed(text)
+
+
+class EnglishOnlyEmbeddings(HashingEmbeddings):
+    """The fake embeddings, declaring that they read Latin script only, as the bundled model does."""
+
+    scripts: ClassVar[frozenset[str]] = frozenset({"Latin"})
 
 
 FAKE_ID = embedding_models.embeddings_id(HashingEmbeddings())

@@ -215,7 +215,7 @@ class TestDefaultEmbeddings:
         monkeypatch.delenv(EMBEDDING_CACHE_ENV, raising=False)
 
     def test_the_cache_variable_caches_document_vectors(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        from langchain_fusion.models.embedding_cache import CachedEmbeddings
+        from langchain_fusion.models.embeddings import CachedEmbeddings
 
         monkeypatch.setenv(EMBEDDING_CACHE_ENV, str(tmp_path / "cache"))
         embeddings = default_embeddings()

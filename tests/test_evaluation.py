@@ -36,8 +36,7 @@ from langchain_fusion.evaluation import (
     sweep_alpha,
 )
 from langchain_fusion.ingest.loading import load_files, split_documents
-from langchain_fusion.models.embedding_cache import CachedEmbeddings
-from langchain_fusion.models.embeddings import embeddings_id
+from langchain_fusion.models.embeddings import CachedEmbeddings, embeddings_id
 from tests.conftest import DATA, SAMPLE_QUERIES, HashingEmbeddings, fake_cli_embeddings
 
 BEIR_CORPUS = [

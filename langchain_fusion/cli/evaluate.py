@@ -167,8 +167,7 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     from langchain_fusion.index.fusion_index import FusionIndex
     from langchain_fusion.index.hierarchical import HierarchicalIndex
     from langchain_fusion.index.opening import open_index
-    from langchain_fusion.models.embedding_cache import CachedEmbeddings
-    from langchain_fusion.models.embeddings import resolve_embeddings
+    from langchain_fusion.models.embeddings import CachedEmbeddings, resolve_embeddings
 
     if args.beir and (args.index or args.labels):
         raise UserError("use either --beir FOLDER, or --index DIR with --labels FILE, not both")

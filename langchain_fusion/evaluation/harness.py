@@ -382,10 +382,11 @@ def _sweep_runs(
             sides = zip(vector_scorers(view, vectors), bm25_scorers(view, texts), strict=True)
             for position, (vector, bm25) in enumerate(sides):
                 scorers = QueryScorers(vector=vector, bm25=bm25)
+                evidence = index.reads(texts[position])
                 for run, options in zip(runs, searches, strict=True):
                     hits = fused_search(
                         view, texts[position], vectors[position : position + 1], k=depth, where=None, scorers=scorers,
-                        **options,
+                        vector_evidence=evidence, **options,
                     )  # fmt: skip
                     documents = view.documents(np.fromiter((h.key for h in hits), dtype=np.int64, count=len(hits)))
                     run[chunk[position][0]] = [doc.id or "" for doc in documents]

@@ -36,6 +36,7 @@ from langchain_fusion.ingest.loading import (
     split_documents,
 )
 from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, TextField, check_text_fields, content_id, indexed_text
+from langchain_fusion.models import scripts
 from langchain_fusion.models.embeddings import (
     aembed_queries,
     chunk_token_counter,
@@ -139,6 +140,7 @@ class FusionIndex(VectorStore):
             raise InvalidParameterError(f"store must be a FusionStore; got {type(store).__name__}")
         self.store = store
         self._embeddings = embeddings if embeddings is not None else default_embeddings()
+        self._scripts = scripts.declared_scripts(self._embeddings)
         self.embeddings_id = embeddings_id(self._embeddings)
         self.embedding_batch_size = embedding_batch_size
         self.saved_info: dict[str, Any] = {}
@@ -288,6 +290,15 @@ class FusionIndex(VectorStore):
         return self.store.settings.dimension
 
     # --- reading ----------------------------------------------------------------------------
+
+    def reads(self, query: str) -> bool:
+        """Whether the embedding model can read ``query`` (see :mod:`~langchain_fusion.models.scripts`).
+
+        False when most of the query's letters are in scripts the model declares it was not trained
+        on (the bundled model reads Latin script): the fused search then gives the vector side no
+        weight for that query.
+        """
+        return scripts.reads(self._scripts, query)
 
     def view(self) -> StoreView:
         """A consistent read view of the rows (what one query sees)."""

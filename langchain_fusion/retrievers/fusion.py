@@ -155,5 +155,6 @@ class FusionRetriever(SearchOptions, _IndexRetriever):
             scorers=scorers,
             floors=Floors.of(options),
             diversity=Diversity.of(options),
+            vector_evidence=self.index.reads(query),
         )
         return hits_to_documents(view, hits, options["method"])

@@ -77,6 +77,7 @@ class HierarchicalRetriever(HierarchyOptions, FilterOption, FusionOptions, Searc
             )
             summary_where = Where(ids=covering)
         method, alpha = options["method"], options["alpha"]
+        evidence = self.index.chunks.reads(query)
         summary_hits = fused_search(
             summaries,
             query,
@@ -86,6 +87,7 @@ class HierarchicalRetriever(HierarchyOptions, FilterOption, FusionOptions, Searc
             fetch_k=options["fetch_k"],
             method=method,
             where=summary_where,
+            vector_evidence=evidence,
         )
         summary_docs = summaries.documents(np.fromiter((h.key for h in summary_hits), np.int64, len(summary_hits)))
         leader: dict[str, tuple[int, Hit, Document]] = {}
@@ -99,7 +101,15 @@ class HierarchicalRetriever(HierarchyOptions, FilterOption, FusionOptions, Searc
         # k and fetch_k = every allowed row: the pool is every chunk of the selected pages (on the vector
         # side; with alpha=0, those containing a query term), and only those rows are scored.
         chunk_hits = fused_search(
-            chunks, query, query_vector, k=allowed, alpha=alpha, fetch_k=allowed, method=method, where=chunk_where
+            chunks,
+            query,
+            query_vector,
+            k=allowed,
+            alpha=alpha,
+            fetch_k=allowed,
+            method=method,
+            where=chunk_where,
+            vector_evidence=evidence,
         )
         chunk_docs = chunks.documents(np.fromiter((h.key for h in chunk_hits), np.int64, len(chunk_hits)))
         weight = options["summary_weight"]

@@ -288,13 +288,22 @@ def fuse_pool(
     alpha: float,
     method: FusionMethod,
     tie_break: NDArray[np.int64] | None = None,
+    vector_evidence: bool = True,
 ) -> FusedPool:
-    """Normalise and fuse one pool (the scores of :func:`fuse`), ready to be ranked (:class:`FusedPool`)."""
+    """Normalise and fuse one pool (the scores of :func:`fuse`), ready to be ranked (:class:`FusedPool`).
+
+    ``vector_evidence`` False (the embedding model cannot read the query, see
+    :mod:`~langchain_fusion.models.scripts`) gives the vector side no part in the fused score: every
+    normalised vector score is 0, so the BM25 side ranks the pool; its raw scores still break ties
+    (with ``alpha`` 1, vector only, nothing changes).
+    """
     check_alpha(alpha)
     check_method(method)
     vector, bm25 = _aligned(vector_scores, bm25_scores)
     matched = bm25 > 0
     v_norm, b_norm, vector_rank, bm25_rank = NORMALISERS[method](vector, bm25, matched)
+    if not vector_evidence and alpha < 1:  # vector only (alpha 1) keeps its own ranking
+        v_norm = np.zeros_like(v_norm)
     fused = alpha * v_norm + (1.0 - alpha) * b_norm
     order = np.arange(fused.size, dtype=np.int64) if tie_break is None else tie_break
     return FusedPool(

@@ -140,6 +140,7 @@ def fused_search(
     scorers: QueryScorers | None = None,
     floors: Floors | None = None,
     diversity: Diversity | None = None,
+    vector_evidence: bool = True,
 ) -> list[Hit]:
     """Top ``k`` rows by fused score; see the module docstring for the candidate pool.
 
@@ -153,6 +154,8 @@ def fused_search(
     maximal marginal relevance among the best ``fetch_k`` fused candidates (all of them when
     ``fetch_k`` is None) and/or caps the results per source
     (:mod:`~langchain_fusion.search.diversity`). Neither changes a returned candidate's scores.
+    ``vector_evidence`` False: the embedding model cannot read the query, and its side gets no
+    weight in the fused scores (see :func:`~langchain_fusion.search.fusion.fuse_pool`).
     """
     if len(view) == 0:
         return []
@@ -172,7 +175,7 @@ def fused_search(
         bm25_pool = _complete(pool, scorers.bm25, found[-1] if alpha < 1 else None)
     if pool.size == 0:
         return []
-    fused = fuse_pool(vector_pool, bm25_pool, alpha, method, tie_break=pool)
+    fused = fuse_pool(vector_pool, bm25_pool, alpha, method, tie_break=pool, vector_evidence=vector_evidence)
     eligible = floors.passing(vector_pool, bm25_pool, alpha) if floors is not None else None
     if diversity is None or not diversity.active:
         positions = fused.order(k, eligible)
