@@ -186,6 +186,10 @@ TextField = Literal["context", "content"]
 """A part of a chunk that can be indexed: ``context`` (the :data:`CONTEXT` metadata written by
 contextual enrichment) or ``content`` (``page_content``, the original text)."""
 
+MAX_METADATA_DEPTH: Final = 64
+"""How deeply a document's metadata may nest mappings and lists (JSON itself is rarely nested past a
+dozen levels); deeper, or a mapping that contains itself, is refused when the document is added."""
+
 DEFAULT_TEXT_FIELDS: tuple[TextField, ...] = ("context", "content")
 """What both sides index by default: the context (when there is one), a blank line, the content."""
 

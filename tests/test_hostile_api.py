@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
 from langchain_fusion import (
@@ -17,6 +18,7 @@ from langchain_fusion import (
     VectorRetriever,
 )
 from langchain_fusion.errors import ProviderError
+from langchain_fusion.metadata import MAX_METADATA_DEPTH
 from tests.conftest import HashingEmbeddings
 
 
@@ -85,6 +87,34 @@ class TestWrongTypes:
         with pytest.raises(InvalidParameterError, match=r"^FusionRetriever: filter: ") as caught:
             index.as_retriever(filter=search_filter)
         assert "\n" not in str(caught.value)
+
+    def test_a_filter_value_nested_thousands_deep_is_one_clear_error(self, index: FusionIndex) -> None:
+        value: list[Any] = []
+        inner = value
+        for _ in range(5000):
+            inner.append([])
+            inner = inner[0]
+        with pytest.raises(InvalidParameterError, match="filter value for 's' must be a string") as caught:
+            index.as_retriever().invoke("alpha", filter={"s": value})
+        assert len(str(caught.value)) < 300
+
+    @pytest.mark.parametrize("shape", ["deep", "itself", "deep list"])
+    def test_metadata_nested_too_deep_is_refused_and_nothing_is_added(self, index: FusionIndex, shape: str) -> None:
+        metadata: dict[str, Any] = {}
+        if shape == "itself":
+            metadata["me"] = metadata
+        else:
+            inner: Any = metadata
+            for _ in range(5000):
+                inner["a"] = {} if shape == "deep" else [{}]
+                inner = inner["a"] if shape == "deep" else inner["a"][0]
+        ok = Document(id="fine", page_content="fine", metadata={"nested": {"a": [{"b": 1}]}})
+        bad = Document(id="bad", page_content="text", metadata=metadata)
+        with pytest.raises(InvalidParameterError, match=r"^document 1 of this batch: its metadata nests") as caught:
+            index.add_documents([ok, bad])
+        assert f"more than {MAX_METADATA_DEPTH} levels deep (or contains itself)" in str(caught.value)
+        assert len(index) == 2 and "fine" not in index  # all or nothing
+        index.add_documents([ok])  # the index is unharmed
 
     @pytest.mark.parametrize(
         "options",

@@ -374,6 +374,12 @@ class TestLoadErrors:
         with pytest.raises(IndexFormatError, match=r"manifest\.json is not valid JSON"):
             FusionIndex.load(saved, embeddings)
 
+    def test_a_number_too_long_to_read_in_the_manifest(self, saved: Path, embeddings) -> None:
+        text = (saved / "manifest.json").read_text(encoding="utf-8")
+        (saved / "manifest.json").write_text(re.sub(r'"k1": [0-9.]+', '"k1": ' + "9" * 5000, text), encoding="utf-8")
+        with pytest.raises(IndexFormatError, match=r"manifest\.json is not valid JSON \(a number too long to read\)"):
+            FusionIndex.load(saved, embeddings)
+
     def test_manifest_of_another_format(self, saved: Path, embeddings) -> None:
         _rewrite_manifest(saved, lambda m: m.update(format="something-else"))
         with pytest.raises(IndexFormatError, match=r"manifest\.json is not a langchain-fusion index manifest"):

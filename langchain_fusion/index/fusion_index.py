@@ -35,7 +35,14 @@ from langchain_fusion.ingest.loading import (
     load_files,
     split_documents,
 )
-from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, TextField, check_text_fields, content_id, indexed_text
+from langchain_fusion.metadata import (
+    DEFAULT_TEXT_FIELDS,
+    MAX_METADATA_DEPTH,
+    TextField,
+    check_text_fields,
+    content_id,
+    indexed_text,
+)
 from langchain_fusion.models import scripts
 from langchain_fusion.models.embeddings import (
     aembed_queries,
@@ -699,7 +706,13 @@ def _prepared(documents: Iterable[Document], ids: Sequence[str] | None = None) -
     seen: dict[str, int] = {}
     for position, doc in enumerate(new_docs):
         for where, value in (("id", doc.id), ("page_content", doc.page_content), ("metadata", doc.metadata)):
-            bad = _lone_surrogate(value)
+            try:
+                bad = _lone_surrogate(value)
+            except _NestedTooDeep:
+                raise InvalidParameterError(
+                    f"document {position} of this batch: its {where} nests mappings or lists more than "
+                    f"{MAX_METADATA_DEPTH} levels deep (or contains itself), which cannot be saved; flatten it"
+                ) from None
             if bad is not None:
                 raise InvalidParameterError(
                     f"document {position} of this batch: its {where} holds a lone surrogate ({bad!r}), which is "
@@ -717,8 +730,16 @@ def _prepared(documents: Iterable[Document], ids: Sequence[str] | None = None) -
     return new_docs
 
 
-def _lone_surrogate(value: Any) -> str | None:
-    """The first lone surrogate in a string or in the strings of a nested mapping or sequence, if any."""
+class _NestedTooDeep(Exception):
+    """A value nests deeper than :data:`~langchain_fusion.metadata.MAX_METADATA_DEPTH` (or contains itself)."""
+
+
+def _lone_surrogate(value: Any, depth: int = 0) -> str | None:
+    """The first lone surrogate in a string or in the strings of a nested mapping or sequence, if any.
+
+    Raises :class:`_NestedTooDeep` past :data:`~langchain_fusion.metadata.MAX_METADATA_DEPTH` levels, which
+    is also where a mapping that contains itself ends up.
+    """
     if isinstance(value, str):
         if value.isascii():
             return None
@@ -733,8 +754,10 @@ def _lone_surrogate(value: Any) -> str | None:
         items = value
     else:
         return None
+    if depth >= MAX_METADATA_DEPTH:
+        raise _NestedTooDeep
     for item in items:
-        found = _lone_surrogate(item)
+        found = _lone_surrogate(item, depth + 1)
         if found is not None:
             return found
     return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Callable, Mapping
 from typing import Any, Union
 
@@ -54,12 +55,12 @@ def check_filter(spec: Any) -> MetadataFilter | None:
         )
     for key, value in spec.items():
         if not isinstance(key, str):
-            raise InvalidParameterError(f"filter keys must be metadata key strings; got {key!r}")
+            raise InvalidParameterError(f"filter keys must be metadata key strings; got {reprlib.repr(key)}")
         choices = value if isinstance(value, (list, tuple, set, frozenset)) else (value,)
         for choice in choices:
             if choice is not None and not isinstance(choice, (str, int, float)):  # bool is an int
                 raise InvalidParameterError(
                     f"filter value for {key!r} must be a string, number, boolean or None, or a list of them; "
-                    f"got {choice!r:.80}"
+                    f"got {reprlib.repr(choice)}"  # reprlib: a value nested thousands deep has a short repr too
                 )
     return spec

@@ -137,8 +137,13 @@ def read_manifest(folder: Path) -> Any:
         raise IndexFormatError(f"{path} is larger than any manifest this library writes; the index is damaged")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+    except (ValueError, RecursionError) as exc:  # ValueError: bad JSON, bad UTF-8, or an integer of 4,300+ digits
+        if isinstance(exc, RecursionError):
+            reason = "nested too deeply"
+        elif isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError)):
+            reason = str(exc)
+        else:
+            reason = "a number too long to read"
         raise IndexFormatError(f"{path} is not valid JSON ({reason}); the index is damaged, rebuild it") from None
 
 
