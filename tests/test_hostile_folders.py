@@ -147,6 +147,16 @@ class TestFileNames:
         os.symlink(outside, saved / "vectors.npy")
         refused(saved, embeddings, "symbolic link")
 
+    @pytest.mark.parametrize("sub_folder", ["bm25", "documents"])
+    def test_a_sub_folder_replaced_by_a_symbolic_link_from_any_working_folder(
+        self, saved: Path, embeddings: HashingEmbeddings, sub_folder: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        outside = saved.parent / f"outside-{sub_folder}"
+        (saved / sub_folder).rename(outside)
+        os.symlink(outside, saved / sub_folder)
+        monkeypatch.chdir(saved.parent)  # the check once looked the sub-folder up in the working folder
+        refused(saved, embeddings, "symbolic link")
+
     def test_a_hierarchical_part_outside_the_folder(self, tmp_path: Path, embeddings: HashingEmbeddings) -> None:
         from tests.test_persistence import _hierarchical
 

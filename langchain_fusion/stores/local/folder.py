@@ -185,8 +185,8 @@ def verify_files(folder: Path, manifest: Mapping[str, Any], allowed: Callable[[s
         if not isinstance(name, str) or not allowed(name) or not isinstance(expected, dict):
             raise IndexFormatError(f"{folder / MANIFEST} lists an unexpected file {name!r}; the index is damaged")
         path = folder / name
-        if path.is_symlink() or any(
-            parent.is_symlink() for parent in path.relative_to(folder).parents if str(parent) != "."
+        if path.is_symlink() or any(  # each sub-folder, as a path under the index folder (not the working one)
+            (folder / parent).is_symlink() for parent in path.relative_to(folder).parents if str(parent) != "."
         ):
             raise IndexFormatError(f"{path} is a symbolic link; a saved index holds only its own files")
         require_file(path)
