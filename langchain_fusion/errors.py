@@ -7,10 +7,29 @@ and what to do about it.
 
 from __future__ import annotations
 
+import os
+
+SECRET_NAME_ENDINGS = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_ACCESS_KEY")
+"""Environment variables whose names end so hold secrets (``OPENAI_API_KEY``, ``MILVUS_TOKEN``...)."""
+
+_SHORTEST_SECRET = 8  # shorter values ("1", "true") are settings, and replacing them would garble messages
+
+
+def redact(text: str) -> str:
+    """``text`` with the value of every secret in the environment (see :data:`SECRET_NAME_ENDINGS`) as ``***``.
+
+    A provider or proxy may echo the key it was sent in its error; the library relays those messages
+    (the CLI's error line, warnings, a server's 502 and log) only through this.
+    """
+    for name, value in os.environ.items():
+        if len(value) >= _SHORTEST_SECRET and name.upper().endswith(SECRET_NAME_ENDINGS) and value in text:
+            text = text.replace(value, "***")
+    return text
+
 
 def describe_error(exc: BaseException) -> str:
-    """``Type: message`` on one line (a provider's multi-line message folded)."""
-    message = " ".join(str(exc).split())
+    """``Type: message`` on one line (a provider's multi-line message folded), with secrets redacted."""
+    message = redact(" ".join(str(exc).split()))
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 

@@ -55,7 +55,7 @@ from langchain_core.runnables.utils import AnyConfigurableField
 from pydantic import StringConstraints, TypeAdapter, ValidationError
 
 from langchain_fusion import sockets
-from langchain_fusion.errors import InvalidParameterError, MissingDependencyError, ProviderError
+from langchain_fusion.errors import InvalidParameterError, MissingDependencyError, ProviderError, redact
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex
 from langchain_fusion.pipeline import Pipeline, PipelineSpec, ServeLimits, build
@@ -216,8 +216,9 @@ def _configurable_retriever(pipeline: Pipeline, limits: ServeLimits) -> Runnable
 
 async def _provider_failed(request: Request, exc: Exception) -> JSONResponse:
     """A chat model that failed for good is the upstream's fault: 502 with its one-line error."""
-    logger.warning("%s %s: %s", request.method, request.url.path, exc)
-    return JSONResponse({"detail": str(exc)}, status_code=502)
+    message = redact(str(exc))
+    logger.warning("%s %s: %s", request.method, request.url.path, message)
+    return JSONResponse({"detail": message}, status_code=502)
 
 
 class _RequestGuard:

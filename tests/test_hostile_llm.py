@@ -7,6 +7,7 @@ of range and too-long contexts are also covered in test_rerank.py and test_enric
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -281,6 +282,26 @@ class TestRagChainProviderFailures:
         assert str(caught.value) == expected
         assert isinstance(caught.value, FusionError) and caught.value.__cause__ is error
         assert model.calls == 1
+
+    def test_a_key_echoed_by_the_provider_is_redacted(
+        self, index: FusionIndex, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        key = "sk-proj-0123456789abcdefSECRET"
+        monkeypatch.setenv("OPENAI_API_KEY", key)
+        monkeypatch.setenv("MILVUS_TOKEN", "root:Milvus-secret-token")
+        monkeypatch.setenv("LANGCHAIN_FUSION_RETRIES", "12345678")  # not a secret's name: left alone
+        echoed = PermissionError(f"Incorrect API key provided: {key} (token root:Milvus-secret-token) 12345678")
+        chain = build_rag_chain(index.as_retriever(k=1), ScriptedModel(script=[echoed]), retry=quick_retry(1))
+        with pytest.raises(ProviderError) as caught:
+            chain.invoke("alpha")
+        assert str(caught.value) == (
+            "the chat model failed: PermissionError: Incorrect API key provided: *** (token ***) 12345678"
+        )
+        docs = [Document(page_content=f"passage {i}", metadata={keys.FUSION_SCORE: 1 / (i + 1)}) for i in range(3)]
+        reranker = LLMReranker(llm=ScriptedModel(script=[ValueError(f"bad request for key {key}")] * 3), top_n=None)
+        with caplog.at_level(logging.WARNING):
+            reranker.rerank(docs, "alpha")
+        assert "bad request for key ***" in caplog.text and key not in caplog.text
 
     async def test_async_timeout_cancels(self, index: FusionIndex) -> None:
         held = Gate()  # opened only once the chain has given up

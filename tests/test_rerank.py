@@ -30,6 +30,7 @@ from langchain_fusion import (
     build_rag_chain,
 )
 from langchain_fusion import metadata as keys
+from langchain_fusion.errors import ProviderError
 from langchain_fusion.retrievers.rerank import RatingError, RelevanceRating, parse_ranking, parse_rating
 from tests.conftest import HashingEmbeddings
 from tests.fake_chat_models import HANG_GUARD, Gate, RatingModel, RunRecorder, keyword_rule
@@ -98,6 +99,18 @@ class TestParseRanking:
         assert parse_ranking("[2] > [4] > [1]", 4) == ([2, 4, 1], [])
 
 
+class AuthenticationError(Exception):
+    """Named like OpenAI's and Anthropic's error for a bad key."""
+
+
+class HttpError(Exception):
+    """An HTTP error with a status code, as provider SDKs raise them."""
+
+    def __init__(self, status_code: int) -> None:
+        super().__init__(f"HTTP {status_code}")
+        self.status_code = status_code
+
+
 class TestLLMReranker:
     def test_orders_by_rating_and_keeps_top_n(self) -> None:
         model = RatingModel(rule=keyword_rule({"alpha": 2, "beta": 9, "gamma": 5, "delta": 7}))
@@ -140,12 +153,10 @@ class TestLLMReranker:
         ratings = {w: d.metadata[keys.RERANK_RATING] for w, d in zip(words_of(result), result, strict=True)}
         assert ratings == {"gamma": 9, "beta": None, "zeta": 5, "delta": None, "eps": None, "alpha": 3}
         assert result[1].metadata[keys.RERANK_SCORE] is None
-        messages = [r.getMessage() for r in caplog.records]
-        assert len(messages) == 3
-        assert any("candidate 2 (RuntimeError: provider exploded)" in m for m in messages)
-        assert any("candidate 4 (RatingError" in m for m in messages)
-        assert any("42 is outside 1-10" in m or "42" in m for m in messages)
-        assert all("keeps its fusion position" in m for m in messages)
+        (message,) = [r.getMessage() for r in caplog.records]  # one line for the whole rerank
+        assert message.startswith("rerank: no rating for 3 of 6 candidates, which keep their fusion positions: ")
+        assert "candidate 2 (RuntimeError: provider exploded)" in message
+        assert "candidate 4 (RatingError" in message and "candidate 5 (RatingError" in message and "42" in message
 
     def test_structured_output_failures_fall_back_too(self, caplog: pytest.LogCaptureFixture) -> None:
         rule = keyword_rule({"alpha": None, "beta": {"nonsense": 1}, "gamma": 6})
@@ -153,7 +164,23 @@ class TestLLMReranker:
         with caplog.at_level(logging.WARNING, logger="langchain_fusion.retrievers.rerank"):
             result = LLMReranker(llm=RatingModel(rule=rule), top_n=2).rerank(docs, "q")
         assert words_of(result) == ["alpha", "beta"]
-        assert len(caplog.records) == 2
+        assert len(caplog.records) == 1 and "no rating for 2 of 3 candidates" in caplog.records[0].getMessage()
+
+    def test_the_same_error_for_every_candidate_is_one_line(self, caplog: pytest.LogCaptureFixture) -> None:
+        docs = candidates(*(f"word{i}" for i in range(20)))
+        with caplog.at_level(logging.WARNING, logger="langchain_fusion.retrievers.rerank"):
+            result = LLMReranker(llm=RatingModel(rule=lambda d: ValueError("down")), top_n=None).rerank(docs, "q")
+        assert words_of(result) == [f"word{i}" for i in range(20)]
+        (message,) = [r.getMessage() for r in caplog.records]
+        assert message.endswith(f"candidates {', '.join(str(i) for i in range(1, 21))} (ValueError: down)")
+
+    @pytest.mark.parametrize("error", [AuthenticationError("Incorrect API key provided: sk-abc***"), HttpError(401)])
+    def test_a_refused_key_fails_the_rerank_once(self, error: Exception, caplog: pytest.LogCaptureFixture) -> None:
+        docs = candidates(*(f"word{i}" for i in range(20)))
+        with caplog.at_level(logging.WARNING), pytest.raises(ProviderError, match=r"^rerank failed: ") as caught:
+            LLMReranker(llm=RatingModel(rule=lambda d: error), top_n=None).rerank(docs, "q")
+        assert "\n" not in str(caught.value)
+        assert caplog.records == []  # no warning per candidate
 
     def test_all_failures_keep_the_fusion_order(self) -> None:
         docs = candidates("alpha", "beta", "gamma")
@@ -347,6 +374,11 @@ class TestLLMListwiseReranker:
             result = LLMListwiseReranker(llm=model, top_n=2).rerank(candidates("alpha", "beta", "gamma"), "q")
         assert words_of(result) == ["alpha", "beta"]
         assert "no ranking (RuntimeError: boom)" in caplog.text
+
+    def test_a_refused_key_fails_the_rerank(self) -> None:
+        model = RatingModel(rule=lambda prompt: HttpError(403))
+        with pytest.raises(ProviderError, match=r"^rerank failed: HttpError: HTTP 403$"):
+            LLMListwiseReranker(llm=model, top_n=2).rerank(candidates("alpha", "beta", "gamma"), "q")
 
     def test_text_answers(self) -> None:
         model = GenericFakeChatModel(messages=iter(["2, 3, 1"]))

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from langchain_fusion.cli.arguments import EXIT_USER_ERROR
 from langchain_fusion.cli.errors import UserError
-from langchain_fusion.errors import FusionError
+from langchain_fusion.errors import FusionError, redact
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return handler(args)
     except (UserError, FusionError, ValidationError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"langchain-fusion: error: {message}", file=sys.stderr)
+        print(f"langchain-fusion: error: {redact(message)}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("langchain-fusion: interrupted", file=sys.stderr)

@@ -174,6 +174,30 @@ def is_transient(exc: BaseException) -> bool:
     return status is not None and (status in TRANSIENT_STATUS_CODES or 500 <= status <= 599)
 
 
+CREDENTIAL_ERROR_NAMES = ("Authentication", "PermissionDenied", "Unauthorized", "Forbidden")
+"""An error whose class (or a base class) has one of these in its name is a bad key or one without access."""
+
+
+def is_credential_error(exc: BaseException) -> bool:
+    """True when a provider refused the key itself (HTTP 401 or 403, OpenAI's ``AuthenticationError``...).
+
+    Such an error is never transient and fails every other call alike, so a step that calls the
+    model many times (a rerank rating each candidate) fails once instead of degrading call by call.
+    Looks through the errors it was raised from (a :class:`~langchain_fusion.errors.ProviderError`
+    wrapping the provider's).
+    """
+    seen: BaseException | None = exc
+    for _ in range(8):  # a short chain: ProviderError <- the provider's error <- its HTTP error
+        if seen is None:
+            return False
+        if any(part in cls.__name__ for cls in type(seen).__mro__ for part in CREDENTIAL_ERROR_NAMES):
+            return True
+        if _status_of(seen) in (401, 403):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def _retry_after(exc: BaseException) -> float | None:
     """Seconds from a ``Retry-After`` header on the error's response, if any."""
     headers = getattr(getattr(exc, "response", None), "headers", None)

@@ -39,9 +39,16 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from langchain_fusion import metadata as keys
 from langchain_fusion._checks import CheckedModel
-from langchain_fusion.errors import FusionError, InvalidParameterError
+from langchain_fusion.errors import FusionError, InvalidParameterError, ProviderError, describe_error
 from langchain_fusion.models.llm_calls import Prompt as Prompt  # re-exported: chains imports it from here
-from langchain_fusion.models.llm_calls import RetryPolicy, ainvoke_bounded, answer_text, check_prompt, invoke_bounded
+from langchain_fusion.models.llm_calls import (
+    RetryPolicy,
+    ainvoke_bounded,
+    answer_text,
+    check_prompt,
+    invoke_bounded,
+    is_credential_error,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -199,6 +206,35 @@ def fusion_scores(documents: Sequence[Document]) -> list[float | None]:
 def descending(value: float | None) -> float:
     """A sort key putting higher values first and None last."""
     return math.inf if value is None else -value
+
+
+def _report_failures(answers: Sequence[Any]) -> None:
+    """Raise a :class:`ProviderError` when the model refused the key; else one warning for the unrated candidates.
+
+    A bad key fails every rating alike, so it fails the rerank once (the CLI's one error line, the
+    server's 502) instead of leaving every candidate unrated. Other failures leave those candidates
+    in their fusion positions, reported in one line that groups the candidates by error.
+    """
+    failed = [(position, answer) for position, answer in enumerate(answers, 1) if isinstance(answer, BaseException)]
+    refused = next((answer for _, answer in failed if is_credential_error(answer)), None)
+    if refused is not None:
+        raise ProviderError(f"rerank failed: {describe_error(refused)}") from refused
+    if not failed:
+        return
+    by_error: dict[str, list[int]] = {}
+    for position, answer in failed:
+        by_error.setdefault(describe_error(answer), []).append(position)
+    reasons = "; ".join(f"{_positions(positions)} ({error})" for error, positions in by_error.items())
+    logger.warning(
+        "rerank: no rating for %d of %d candidates, which keep their fusion positions: %s",
+        len(failed),
+        len(answers),
+        reasons,
+    )
+
+
+def _positions(positions: list[int]) -> str:
+    return ("candidate " if len(positions) == 1 else "candidates ") + ", ".join(map(str, positions))
 
 
 def _normalized_fusion(scores: list[float | None]) -> list[float]:
@@ -427,15 +463,10 @@ class LLMReranker(BaseLLMReranker):
     def _order(self, documents: list[Document], answers: list[int | Exception], top_n: int | None) -> list[Document]:
         fusion = fusion_scores(documents)
         normalized = _normalized_fusion(fusion)
+        _report_failures(answers)
         scores: list[float | None] = []
         for position, answer in enumerate(answers):
             if isinstance(answer, BaseException):
-                logger.warning(
-                    "rerank: no rating for candidate %d (%s: %s); it keeps its fusion position",
-                    position + 1,
-                    type(answer).__name__,
-                    answer,
-                )
                 scores.append(None)
             else:
                 w = self.rating_weight
@@ -507,7 +538,9 @@ class LLMListwiseReranker(BaseLLMReranker):
     def _order(self, documents: list[Document], texts: list[str], answer: Any, top_n: int | None) -> list[Document]:
         ids: list[int] = []
         if isinstance(answer, BaseException):
-            logger.warning("rerank: no ranking (%s: %s); keeping the fusion order", type(answer).__name__, answer)
+            if is_credential_error(answer):
+                raise ProviderError(f"rerank failed: {describe_error(answer)}") from answer
+            logger.warning("rerank: no ranking (%s); keeping the fusion order", describe_error(answer))
         else:
             try:
                 ids, problems = parse_ranking(answer, len(texts))
