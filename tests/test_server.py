@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import queue
 import re
@@ -541,10 +542,17 @@ class TestBadRequests:
 
 
 class _KeyRefused(FakeListChatModel):
-    """A provider refusing the API key on every call."""
+    """A provider refusing the API key on every call, streamed or not."""
 
     def _call(self, *args: Any, **kwargs: Any) -> str:
         raise PermissionError("Incorrect API key provided")
+
+    def _stream(self, *args: Any, **kwargs: Any) -> Any:
+        raise PermissionError("Incorrect API key provided")
+
+    async def _astream(self, *args: Any, **kwargs: Any) -> Any:
+        raise PermissionError("Incorrect API key provided")
+        yield  # an async generator that fails before its first chunk
 
 
 class TestProviderFailures:
@@ -555,6 +563,23 @@ class TestProviderFailures:
             assert response.status_code == 502
             assert response.json() == {"detail": "the chat model failed: PermissionError: Incorrect API key provided"}
             assert client.post("/retriever/invoke", json={"input": "cat"}).status_code == 200  # still serving
+
+    def test_a_stream_whose_chat_model_fails_ends_with_an_error_event(
+        self, index: FusionIndex, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        app = create_app(index, llm=_KeyRefused(responses=["x"]), llm_timeout=5)
+        with TestClient(app) as client, caplog.at_level(logging.WARNING):  # raises if the app raised
+            response = client.post("/rag/stream", json={"input": "cat"})
+            assert response.status_code == 200
+            events = _sse_events(response.text)
+            assert [event for event, _ in events] == ["metadata", "data", "error"]
+            assert json.loads(events[-1][1]) == {
+                "status_code": 502,
+                "message": "the chat model failed: PermissionError: Incorrect API key provided",
+            }
+            assert client.post("/retriever/stream", json={"input": "cat"}).status_code == 200  # still serving
+        assert "Traceback" not in caplog.text
+        assert "POST /rag/stream: the chat model failed: PermissionError: Incorrect API key provided" in caplog.text
 
     @pytest.mark.parametrize("timeout", [0, -1.0, True, "5"])
     def test_a_bad_llm_timeout_is_refused(self, index: FusionIndex, timeout: Any) -> None:
