@@ -365,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name, retriever, data in plan:
         t0 = time.perf_counter()
         retriever.invoke(next(iter(data.queries.values())), k=depth)  # warm-up, untimed
-        report = evaluate_retrievers({name: retriever}, data, metrics, progress=progress)
+        report = evaluate_retrievers({name: retriever}, data, metrics, progress=progress, batch_size=1)
         results.append(report.results[0])
         log(f"{name}: {report.results[0].means[main_metric]:.4f} {main_metric} in {time.perf_counter() - t0:.0f}s")
     rows = [row_of(r) for r in results]
