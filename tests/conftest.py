@@ -22,6 +22,8 @@ from langchain_fusion.models import embeddings as embedding_models
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "data"
+LOOPBACK_URL = "http://127.0.0.1"
+"""Where test clients reach the LangServe app: a server on a loopback address answers only this machine's names."""
 SAMPLE_PDF = DATA / "arden-microgrids-report.pdf"
 SAMPLE_MD = DATA / "maintenance-handbook.md"
 SAMPLE_QUERIES = DATA / "queries.json"

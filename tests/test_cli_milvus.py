@@ -19,7 +19,7 @@ from langchain_fusion import metadata as keys
 from langchain_fusion.cli import main
 from langchain_fusion.index.opening import open_index
 from langchain_fusion.stores.locations import parse_location
-from tests.conftest import HashingEmbeddings, fake_cli_embeddings
+from tests.conftest import LOOPBACK_URL, HashingEmbeddings, fake_cli_embeddings
 from tests.store_contract import corpus
 
 pytest.importorskip("pymilvus")
@@ -156,7 +156,9 @@ class TestServer:
         from langchain_fusion.server import create_app
 
         FusionIndex.from_documents(corpus(3, 20), HashingEmbeddings(), store=parse_location(location).open())
-        with TestClient(create_app(location, embeddings=HashingEmbeddings(), llm=None)) as client:
+        with TestClient(
+            create_app(location, embeddings=HashingEmbeddings(), llm=None), base_url=LOOPBACK_URL
+        ) as client:
             health = client.get("/health").json()
             assert health["index"]["documents"] == 20
             assert health["index"]["manifest"]["store"] == "milvus"

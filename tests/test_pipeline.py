@@ -39,7 +39,7 @@ from langchain_fusion.search.options import (
     FusionOptions,
     request_annotation,
 )
-from tests.conftest import ANIMALS, HashingEmbeddings
+from tests.conftest import ANIMALS, LOOPBACK_URL, HashingEmbeddings
 from tests.fake_chat_models import RatingModel
 
 EDGES: dict[str, tuple[list[Any], list[Any]]] = {
@@ -275,7 +275,7 @@ class TestFacesAgree:
         assert status == 0, err
         assert [r["id"] for r in json.loads(out)] == expected
         app = create_app(saved, embeddings=HashingEmbeddings(), llm=None, **options)
-        with TestClient(app) as client:
+        with TestClient(app, base_url=LOOPBACK_URL) as client:
             served = client.post("/retriever/invoke", json={"input": "cat dog"}).json()["output"]
             assert [d["id"] for d in served] == expected
             assert client.get("/health").json()["pipeline"]["window"] == {"n": 1, "max_chars": 4000}
@@ -286,7 +286,7 @@ class TestFacesAgree:
 
         from langchain_fusion.server import create_app
 
-        with TestClient(create_app(index, llm=None)) as client:
+        with TestClient(create_app(index, llm=None), base_url=LOOPBACK_URL) as client:
             for configurable in (
                 {"min_vector_score": 0.3},
                 {"filter": {"source": "doc1.txt"}},
@@ -343,7 +343,7 @@ class TestServedRequests:
 
         def served(configurable: dict[str, Any]) -> list[str]:
             body = {"input": "cat", "config": {"configurable": configurable}}
-            response = TestClient(app).post("/retriever/invoke", json=body)
+            response = TestClient(app, base_url=LOOPBACK_URL).post("/retriever/invoke", json=body)
             assert response.status_code == 200, response.text
             return [d["id"] for d in response.json()["output"]]
 

@@ -32,6 +32,7 @@ from langchain_fusion import FusionError, FusionIndex, HierarchicalIndex, IndexF
 from langchain_fusion import metadata as keys
 from langchain_fusion.cli.app import main
 from langchain_fusion.errors import InvalidParameterError
+from langchain_fusion.pipeline.spec import ServeLimits
 from langchain_fusion.search.options import SELECTION_OPTIONS as SELECTION
 from langchain_fusion.server import (
     DEFAULT_MAX_BATCH_SIZE,
@@ -43,7 +44,7 @@ from langchain_fusion.server import (
     url_of,
 )
 from langchain_fusion.stores.local.store import LocalStore
-from tests.conftest import ANIMALS, DATA, HashingEmbeddings
+from tests.conftest import ANIMALS, DATA, LOOPBACK_URL, HashingEmbeddings
 from tests.test_cli import _assert_one_line_error, _run
 
 ANSWER = "Cats purr when they are content [1]."
@@ -73,7 +74,7 @@ def saved(index: FusionIndex, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def client(index: FusionIndex) -> Iterator[TestClient]:
     """An app over the in-memory index with a fake chat model; one event loop for all its requests."""
-    with TestClient(create_app(index, llm=fake_llm())) as test_client:
+    with TestClient(create_app(index, llm=fake_llm()), base_url=LOOPBACK_URL) as test_client:
         yield test_client
 
 
@@ -239,7 +240,7 @@ class TestRetrieverRoutes:
     def test_streams_on_a_second_event_loop(self, index: FusionIndex) -> None:
         app = create_app(index, llm=fake_llm())
         for _ in range(2):  # each client runs its own loop; sse-starlette's exit event must follow
-            with TestClient(app) as client:
+            with TestClient(app, base_url=LOOPBACK_URL) as client:
                 response = client.post("/retriever/stream", json={"input": "cat"})
                 assert [e for e, _ in _sse_events(response.text)] == ["metadata", "data", "end"]
 
@@ -302,7 +303,7 @@ class TestHealth:
 
     def test_folder_reports_its_manifest(self, saved: Path, index: FusionIndex) -> None:
         app = create_app(saved, embeddings=HashingEmbeddings(), llm=fake_llm(), k=3, alpha=0.7, method="zscore")
-        with TestClient(app) as client:
+        with TestClient(app, base_url=LOOPBACK_URL) as client:
             health = client.get("/health").json()
             manifest = json.loads((saved / "manifest.json").read_text(encoding="utf-8"))
             assert health["index"]["manifest"] == manifest
@@ -527,7 +528,7 @@ class TestBadRequests:
         app = create_app(
             index, llm=fake_llm(), k=2, max_query_chars=10, max_k=3, max_batch_size=2, max_request_bytes=300
         )
-        with TestClient(app) as client:
+        with TestClient(app, base_url=LOOPBACK_URL) as client:
             assert client.post("/retriever/invoke", json={"input": "cat dog bird"}).status_code == 422
             assert client.post("/retriever/invoke", json={"input": "cat dog"}).status_code == 200
             k4 = {"input": "cat", "config": {"configurable": {"k": 4}}}
@@ -555,10 +556,52 @@ class _KeyRefused(FakeListChatModel):
         yield  # an async generator that fails before its first chunk
 
 
+class TestCrossSiteRequests:
+    """What a web page the user visits could send a server on this machine: refused before anything runs."""
+
+    @pytest.mark.parametrize("host", ["evil.example", "evil.example:8000", "127.0.0.1.evil.example", ""])
+    def test_a_foreign_host_is_refused_on_a_loopback_address(self, client: TestClient, host: str) -> None:
+        response = client.post("/rag/invoke", json={"input": "cat"}, headers={"host": host})
+        assert response.status_code == 421
+        assert "this server does not answer for the host" in response.json()["detail"]
+        assert client.get("/health", headers={"host": host}).status_code == 421
+
+    @pytest.mark.parametrize("host", ["127.0.0.1:8000", "localhost", "LOCALHOST:8000", "[::1]:8000", "::1"])
+    def test_this_machines_names_are_answered(self, client: TestClient, host: str) -> None:
+        assert client.post("/retriever/invoke", json={"input": "cat"}, headers={"host": host}).status_code == 200
+
+    @pytest.mark.parametrize(
+        "content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", None]
+    )
+    def test_a_body_that_is_not_json_is_refused(self, client: TestClient, content_type: str | None) -> None:
+        headers = {} if content_type is None else {"content-type": content_type}
+        response = client.post("/rag/invoke", content=b'{"input": "cat"}', headers=headers)
+        assert response.status_code == 415
+        assert "Content-Type: application/json" in response.json()["detail"]
+        headers = {"content-type": "application/json; charset=utf-8"}
+        assert client.post("/rag/invoke", content=b'{"input": "cat"}', headers=headers).status_code == 200
+
+    def test_allowed_hosts(self, index: FusionIndex) -> None:
+        limits = ServeLimits(allowed_hosts="search.example.com, Other.Example")
+        assert limits.allowed_hosts == ("search.example.com", "other.example")
+        with TestClient(create_app(index, llm=None, limits=limits), base_url="http://search.example.com") as client:
+            assert client.post("/retriever/invoke", json={"input": "cat"}).status_code == 200
+            assert client.get("/health", headers={"host": "other.example"}).status_code == 200
+            assert client.get("/health", headers={"host": "evil.example"}).status_code == 421
+        anywhere = create_app(index, llm=None, limits=ServeLimits(allowed_hosts=("*",)))
+        with TestClient(anywhere, base_url="http://evil.example") as client:
+            assert client.get("/health").status_code == 200
+        exposed = create_app(index, llm=None, limits=ServeLimits(host="0.0.0.0"))  # the network decides
+        with TestClient(exposed, base_url="http://search.example.com") as client:
+            assert client.get("/health").status_code == 200
+        with pytest.raises(InvalidParameterError, match="allowed_hosts must be host names"):
+            ServeLimits(allowed_hosts=[3])
+
+
 class TestProviderFailures:
     def test_a_failing_chat_model_answers_502_in_one_line(self, index: FusionIndex) -> None:
         app = create_app(index, llm=_KeyRefused(responses=["x"]), llm_timeout=5)
-        with TestClient(app, raise_server_exceptions=False) as client:
+        with TestClient(app, raise_server_exceptions=False, base_url=LOOPBACK_URL) as client:
             response = client.post("/rag/invoke", json={"input": "cat"})
             assert response.status_code == 502
             assert response.json() == {"detail": "the chat model failed: PermissionError: Incorrect API key provided"}
@@ -568,7 +611,10 @@ class TestProviderFailures:
         self, index: FusionIndex, caplog: pytest.LogCaptureFixture
     ) -> None:
         app = create_app(index, llm=_KeyRefused(responses=["x"]), llm_timeout=5)
-        with TestClient(app) as client, caplog.at_level(logging.WARNING):  # raises if the app raised
+        with (
+            TestClient(app, base_url=LOOPBACK_URL) as client,
+            caplog.at_level(logging.WARNING),
+        ):  # raises if the app raised
             response = client.post("/rag/stream", json={"input": "cat"})
             assert response.status_code == 200
             events = _sse_events(response.text)
@@ -597,7 +643,7 @@ class TestCreateApp:
         monkeypatch.setattr(FusionIndex, "load", refuse)
         monkeypatch.setattr(HierarchicalIndex, "load", refuse)
         monkeypatch.setattr(LocalStore, "load", refuse)
-        with TestClient(app) as client:
+        with TestClient(app, base_url=LOOPBACK_URL) as client:
             assert client.post("/retriever/invoke", json={"input": "cat"}).status_code == 200
             assert client.post("/retriever/batch", json={"inputs": ["cat", "dog"]}).status_code == 200
             assert client.post("/rag/invoke", json={"input": "cat"}).status_code == 200
@@ -608,7 +654,7 @@ class TestCreateApp:
     ) -> None:
         with caplog.at_level("INFO", logger="langchain_fusion.server"):
             app = create_app(index)
-        with TestClient(app) as client:
+        with TestClient(app, base_url=LOOPBACK_URL) as client:
             health = client.get("/health").json()
             assert health["routes"] == {"retriever": "/retriever", "rag": None}
             assert health["rag"]["enabled"] is False
@@ -689,7 +735,7 @@ class TestPipeline:
         reference = RerankRetriever(
             retriever=index.as_retriever(k=6), reranker=CrossEncoderReranker(model=str(tiny_cross_encoder))
         )
-        with TestClient(app) as client:
+        with TestClient(app, base_url=LOOPBACK_URL) as client:
             docs = _as_docs(client.post("/retriever/invoke", json={"input": "cat"}).json()["output"])
             assert [d.id for d in docs] == [d.id for d in reference.invoke("cat", top_n=4)]
             assert all(keys.RERANK_SCORE in d.metadata and keys.FUSION_SCORE in d.metadata for d in docs)
@@ -718,7 +764,7 @@ class TestPipeline:
             return 9 if "purr" in prompt else 2
 
         app = create_app(index, llm=RatingModel(rule=rule), reranker="llm", multi_query=2)
-        with TestClient(app) as client:
+        with TestClient(app, base_url=LOOPBACK_URL) as client:
             body = {"input": "cats", "config": {"configurable": {"k": 3}}}
             docs = _as_docs(client.post("/retriever/invoke", json=body).json()["output"])
             assert len(docs) == 3
@@ -740,7 +786,9 @@ class TestPipeline:
             ) -> Sequence[Document]:
                 return list(reversed(documents))
 
-        with TestClient(create_app(index, llm=fake_llm(), reranker=Reverse(), rerank_candidates=5)) as client:
+        with TestClient(
+            create_app(index, llm=fake_llm(), reranker=Reverse(), rerank_candidates=5), base_url=LOOPBACK_URL
+        ) as client:
             docs = _as_docs(client.post("/retriever/invoke", json={"input": "cat"}).json()["output"])
         assert [d.id for d in docs] == [d.id for d in reversed(index.as_retriever(k=5).invoke("cat"))][:4]
         assert [d.metadata[keys.RERANK_RANK] for d in docs] == [1, 2, 3, 4]
@@ -778,7 +826,7 @@ class TestHierarchicalFolder:
     def test_serves_the_hierarchical_retriever(self, hierarchical: Path) -> None:
         loaded = HierarchicalIndex.load(hierarchical, HashingEmbeddings())
         app = create_app(hierarchical, embeddings=HashingEmbeddings(), llm=fake_llm())
-        with TestClient(app) as client:
+        with TestClient(app, base_url=LOOPBACK_URL) as client:
             health = client.get("/health").json()
             assert health["index"]["kind"] == "hierarchical"
             assert (health["index"]["documents"], health["index"]["summaries"]) == (len(ANIMALS), 2)

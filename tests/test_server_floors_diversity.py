@@ -16,7 +16,7 @@ from langchain_fusion import FusionIndex, HierarchicalIndex
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.server import create_app
-from tests.conftest import ANIMALS, BAD_SELECTION_OPTIONS, HashingEmbeddings
+from tests.conftest import ANIMALS, BAD_SELECTION_OPTIONS, LOOPBACK_URL, HashingEmbeddings
 
 OPTIONS = {"min_vector_score": 0.2, "min_bm25_score": 1.0, "lambda_mult": 0.6, "max_per_source": 1}
 
@@ -39,7 +39,7 @@ def fake_llm() -> FakeListChatModel:
 
 
 def test_served_results_equal_the_retriever(index: FusionIndex) -> None:
-    with TestClient(create_app(index, llm=fake_llm(), k=3, **OPTIONS)) as client:
+    with TestClient(create_app(index, llm=fake_llm(), k=3, **OPTIONS), base_url=LOOPBACK_URL) as client:
         health = client.get("/health").json()
         assert health["defaults"] == {"k": 3, "alpha": 0.5, "method": "weighted", "fetch_k": 100, **OPTIONS}
         for query in ("cat and dog", "zebra", "stock market"):
@@ -73,7 +73,9 @@ def test_multi_query_caps_the_fused_results(index: FusionIndex) -> None:
     rewrites = "photosynthesis\nsunlight energy\nchemical energy from sunlight"  # doc1's other chunk, thrice
     model = RatingModel(rule=lambda prompt: rewrites, structured=False)
     expected = MultiQueryFusionRetriever.from_llm(index.as_retriever(k=3, max_per_source=1), model, n=3, k=3)
-    with TestClient(create_app(index, llm=model, k=3, max_per_source=1, multi_query=3)) as client:
+    with TestClient(
+        create_app(index, llm=model, k=3, max_per_source=1, multi_query=3), base_url=LOOPBACK_URL
+    ) as client:
         docs = client.post("/retriever/invoke", json={"input": "cats"}).json()["output"]
     assert [d["id"] for d in docs] == [d.id for d in expected.invoke("cats")]
     assert sorted(d["metadata"][keys.SOURCE] for d in docs) == ["doc0.txt", "doc1.txt", "doc2.txt"]

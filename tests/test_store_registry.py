@@ -32,7 +32,7 @@ from langchain_fusion.stores.registry import (
     register_engine,
     unregister_engine,
 )
-from tests.conftest import DATA, HashingEmbeddings
+from tests.conftest import DATA, LOOPBACK_URL, HashingEmbeddings
 from tests.test_cli import _assert_one_line_error, _run
 
 
@@ -145,7 +145,7 @@ class TestEveryFace:
         pipeline = build_pipeline(PipelineSpec.of("memory://docs", k=2))
         assert len(pipeline.retriever.invoke("flood")) == 2
         assert pipeline.describe()["index"]["manifest"]["store"] == "memory"
-        with TestClient(create_app("memory://docs", llm=None)) as client:
+        with TestClient(create_app("memory://docs", llm=None), base_url=LOOPBACK_URL) as client:
             health = client.get("/health").json()
             assert health["index"]["manifest"] == {
                 "store": "memory",

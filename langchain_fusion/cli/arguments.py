@@ -288,6 +288,10 @@ def add_limit_flags(sub: argparse.ArgumentParser, names: tuple[str, ...]) -> Non
     """A flag per serving limit (``--host``, ``--port``, ``--max-k``...), help and default from the schema."""
     for name in names:
         field = ServeLimits.model_fields[name]
+        if name == "allowed_hosts":  # names, comma-separated: the field splits them
+            text = " ".join((field.description or "").split())
+            sub.add_argument(flag_of(name), type=str, default="", metavar="HOSTS", help=f"{text} (default: none)")
+            continue
         text = f"{' '.join((field.description or '').split())} (default: %(default)s)"
         kind: Callable[[str], Any] = port if name == "port" else str if name == "host" else positive_int
         metavar = None if name in ("host", "port") else "N"

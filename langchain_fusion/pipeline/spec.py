@@ -92,6 +92,17 @@ def _check_port(value: Any) -> int:
     return value
 
 
+def _host_names(value: Any) -> Any:
+    """``allowed_hosts`` from a tuple, a list or one comma-separated string, lowercased."""
+    if isinstance(value, str):
+        value = value.split(",")
+    if isinstance(value, (list, tuple)) and all(isinstance(name, str) for name in value):
+        return tuple(name.strip().lower() for name in value if name.strip())
+    raise InvalidParameterError(
+        f"allowed_hosts must be host names such as 'search.example.com' (or '*' for any); got {value!r}"
+    )
+
+
 class ServeLimits(CheckedModel):
     """Where a server listens, and the bounds every request is checked against (4xx answers or tool errors beyond)."""
 
@@ -110,6 +121,10 @@ class ServeLimits(CheckedModel):
     """Most inputs in one batch request."""
     max_request_bytes: Annotated[int, _positive("max_request_bytes", "the largest request body")] = 1_000_000
     """Largest request body, in bytes."""
+    allowed_hosts: Annotated[tuple[str, ...], BeforeValidator(_host_names)] = ()
+    """Host names a request to the LangServe server may name, comma-separated (* for any), besides localhost,
+    127.0.0.1 and ::1 when it listens on a loopback address. Another Host is refused (421): a web page cannot
+    reach a server on this machine through a DNS name it controls."""
 
     REQUEST_BOUNDS: ClassVar[tuple[str, ...]] = ("max_query_chars", "max_k", "max_batch_size", "max_request_bytes")
     """The limits that bound a request (the others say where the server listens)."""
