@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 from langchain_fusion import Analyzer, FusionIndex
 from langchain_fusion import metadata as keys
 from langchain_fusion.cli import main
+from langchain_fusion.stores.local.engine import FolderEngine
 from tests.conftest import HashingEmbeddings, fake_cli_embeddings
 
 NOTES = {
@@ -168,6 +170,41 @@ class TestIncrementalIndex:
             assert main(["index", str(docs), "--out", str(tmp_path / "new"), "-q"]) == 0
         assert "before 0.2" not in buffer.getvalue()
 
+    def test_two_runs_on_one_folder_keep_both_runs_files(self, docs: Path, tmp_path: Path) -> None:
+        """The second run waits for the first's save, then updates what it saved (it used to save over it)."""
+        other = tmp_path / "other"
+        other.mkdir()
+        (other / "d.txt").write_text("Inverters need their fans cleaned every spring. " * 20, encoding="utf-8")
+        out = tmp_path / "idx"
+        outcome: dict[str, Any] = {}
+
+        def second_run() -> None:
+            outcome["result"] = _run("index", str(other), "--out", str(out), "--json")
+
+        with FolderEngine().updating(str(out)):  # a first run, between its load and its save
+            runner = threading.Thread(target=second_run)
+            runner.start()
+            runner.join(timeout=1.0)
+            assert runner.is_alive()  # the second run waits; it has not loaded the index
+            _save_first_run(docs, out)
+        runner.join(timeout=60)
+        status, summary, err = outcome["result"]
+        assert status == 0, err
+        assert "waiting for another index run on" not in err  # --json is quiet
+        assert set(_sources(out)) == {"a.txt", "b.md", "c.txt", "d.txt"}
+        assert summary is not None and (summary["files_added"], summary["files"]) == (1, 4)
+
+    def test_a_waiting_run_says_so(self, docs: Path, tmp_path: Path) -> None:
+        out = tmp_path / "idx"
+        outcome: dict[str, Any] = {}
+        with FolderEngine().updating(str(out)):
+            runner = threading.Thread(target=lambda: outcome.update(result=_run("index", str(docs), "--out", str(out))))
+            runner.start()
+            runner.join(timeout=1.0)
+        runner.join(timeout=60)
+        status, _, err = outcome["result"]
+        assert status == 0 and f"waiting for another index run on {out} to finish..." in err
+
     def test_ctrl_c_keeps_the_work_done_and_a_rerun_finishes(
         self, docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
@@ -208,3 +245,13 @@ class TestIncrementalIndex:
         assert "this run: 0 files added, 0 updated, 0 removed, 3 unchanged; 0 chunks embedded, 0 removed" in (
             buffer.getvalue()
         )
+
+
+def _save_first_run(docs: Path, out: Path) -> None:
+    """What a first ``index docs --out out`` run saves, written while the test holds the update lock."""
+    from langchain_fusion.index.sync import SYNC_INFO_KEY, sync_files
+
+    index = FusionIndex(HashingEmbeddings())
+    record: dict[str, Any] = {}
+    sync_files(index, [docs], record, chunk_size=1000, chunk_overlap=200)
+    index.save(out, info={SYNC_INFO_KEY: record})

@@ -207,6 +207,15 @@ class _Target:
         except EmbeddingsMismatchError as exc:
             raise UserError(f"{exc}; to use other embeddings, choose a new --out") from None
 
+    def updating(self, quiet: bool) -> Any:
+        """The engine's update lock on the location, saying so on stderr when another run holds it."""
+
+        def waiting() -> None:
+            if not quiet:
+                print(f"waiting for another index run on {self.out} to finish...", file=sys.stderr)
+
+        return self.engine.updating(self.out, waiting)
+
     def save(self, index: Any, record: dict[str, Any], hierarchical: Any = None) -> str:
         """Persist ``index`` (or ``hierarchical``, built on it) with the file record; returns where, for people."""
         from langchain_fusion.index.sync import SYNC_INFO_KEY
@@ -249,7 +258,14 @@ def run_index(args: argparse.Namespace) -> int:
     split_documents([], chunk_size=args.chunk_size, chunk_overlap=args.chunk_overlap)  # checks the two
     uses_llm = _check_llm_options(args)
     chat_model = chat.resolve_chat_model(args.llm) if uses_llm else None  # a missing key fails before any work
-    index = target.open(resolve_embeddings(args.embeddings) if args.embeddings else None)
+    embeddings = resolve_embeddings(args.embeddings) if args.embeddings else None
+    with target.updating(quiet=args.quiet or args.json):  # load -> update -> save: one run at a time
+        return _update(target, embeddings, chat_model, uses_llm, args)
+
+
+def _update(target: _Target, embeddings: Any, chat_model: Any, uses_llm: bool, args: argparse.Namespace) -> int:
+    """Open the index, bring it up to date with the files, save it and print the summary (under the update lock)."""
+    index = target.open(embeddings)
     quiet = args.quiet or args.json
     cache_dir = Path(args.llm_cache) if args.llm_cache else target.default_llm_cache()
     llm_options = {

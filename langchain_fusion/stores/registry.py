@@ -14,10 +14,12 @@ so an engine's dependencies (e.g. pymilvus) are imported only when one of its lo
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -90,6 +92,14 @@ class StoreEngine(ABC):
     @abstractmethod
     def describe(self, location: str, store: FusionStore) -> dict[str, Any]:
         """What a health check shows about the store at ``location`` (JSON values)."""
+
+    def updating(self, location: str, on_wait: Callable[[], None] | None = None) -> AbstractContextManager[None]:
+        """Held for a whole update of ``location`` (load, change, save), so two updates never lose each other's work.
+
+        The default holds nothing (an engine whose store writes each change as it comes); a folder is
+        locked, and a second updater waits (``on_wait`` says so) and then loads what the first saved.
+        """
+        return contextlib.nullcontext()
 
     def folder(self, location: str) -> Path | None:
         """The folder on this machine that holds the index, for engines that keep one (None otherwise).

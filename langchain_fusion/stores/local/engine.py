@@ -7,13 +7,14 @@ See :mod:`langchain_fusion.stores.registry`. A folder is saved atomically and cr
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from langchain_fusion.errors import FusionError
 from langchain_fusion.stores.base import FusionStore
-from langchain_fusion.stores.local.folder import MANIFEST, check_save_target
+from langchain_fusion.stores.local.folder import MANIFEST, check_save_target, update_lock
 from langchain_fusion.stores.local.store import LocalStore
 from langchain_fusion.stores.registry import LLM_CACHE_SUFFIX, NewStoreOptions, OpenedStore, StoreEngine
 
@@ -26,6 +27,10 @@ class FolderEngine(StoreEngine):
     def folder(self, location: str) -> Path:
         """The folder itself."""
         return Path(location).expanduser()
+
+    def updating(self, location: str, on_wait: Callable[[], None] | None = None) -> AbstractContextManager[None]:
+        """The folder's update lock (see :func:`~langchain_fusion.stores.local.folder.update_lock`)."""
+        return update_lock(self.folder(location), on_wait)
 
     def open(self, location: str) -> OpenedStore:
         """The store saved in the folder, verified (manifest and checksums), with the manifest's ``info``."""

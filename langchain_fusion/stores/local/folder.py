@@ -366,6 +366,36 @@ def save_lock(folder: Path) -> Iterator[None]:
             os.close(fd)  # closing releases the lock
 
 
+UPDATE_LOCK_SUFFIX = ".update.lock"
+"""The lock an update of a folder (load, change, save) holds for its whole run: ``.NAME.update.lock`` beside it."""
+
+
+@contextlib.contextmanager
+def update_lock(folder: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """Exclusive lock on updating ``folder`` from load to save, across threads and processes.
+
+    A second updater waits (``on_wait`` is called once if it must), then loads what the first saved,
+    so no update is lost. Readers and :func:`save_lock` are not involved: serving goes on meanwhile.
+    """
+    if sys.platform == "win32":  # pragma: no cover - no flock
+        yield
+        return
+    import fcntl
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder.parent / f".{folder.name}{UPDATE_LOCK_SUFFIX}", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 @contextlib.contextmanager
 def load_lock(folder: Path) -> Iterator[None]:
     """Shared lock for reading ``folder``: no save replaces it meanwhile (saves take it exclusively).
