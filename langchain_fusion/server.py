@@ -764,6 +764,10 @@ def url_of(sock: socket.socket) -> str:
     return sockets.base_url(sock)
 
 
+SHUTDOWN_GRACE_SECONDS = 10
+"""How long a stopping server lets requests in flight finish (it waited for them without limit, 52-79 s seen)."""
+
+
 def serve(
     app: FastAPI,
     *,
@@ -772,10 +776,15 @@ def serve(
     sock: socket.socket | None = None,
     log_level: str = "info",
 ) -> None:
-    """Run ``app`` with uvicorn until interrupted (Ctrl-C); on ``sock`` if given, else on ``host:port``."""
+    """Run ``app`` with uvicorn until interrupted (Ctrl-C); on ``sock`` if given, else on ``host:port``.
+
+    On SIGTERM or Ctrl-C, requests in flight get :data:`SHUTDOWN_GRACE_SECONDS` to finish (a RAG
+    answer still streaming is cut then), so a stop never waits on a slow chat model.
+    """
     bound = sock if sock is not None else bind_socket(host, port)
+    config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS)
     try:
-        uvicorn.Server(uvicorn.Config(app, log_level=log_level)).run(sockets=[bound])
+        uvicorn.Server(config).run(sockets=[bound])
     finally:
         if sock is None:
             bound.close()

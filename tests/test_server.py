@@ -989,6 +989,20 @@ class TestServeCommand:
         for flag in ("--max-k", "--max-query-chars", "--max-batch-size", "--log-level", "127.0.0.1", "/health"):
             assert flag in text
 
+    def test_a_stop_gives_requests_in_flight_a_deadline(
+        self, index: FusionIndex, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        import uvicorn
+
+        from langchain_fusion import server
+
+        configs: list[Any] = []
+        monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: configs.append(self.config))
+        with bind_socket("127.0.0.1", 0) as sock:
+            server.serve(create_app(index, llm=None), sock=sock)
+        (config,) = configs
+        assert config.timeout_graceful_shutdown == server.SHUTDOWN_GRACE_SECONDS == 10
+
     def test_missing_folder(self, tmp_path: Path) -> None:
         _assert_one_line_error(*_run(["serve", str(tmp_path / "ghost"), "--port", "0"]), "is not a folder")
 
