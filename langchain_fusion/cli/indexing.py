@@ -369,6 +369,7 @@ def _summary(
 ) -> dict[str, Any]:
     documents = index.documents
     pages = len({(d.metadata.get(keys.SOURCE), d.metadata[keys.PAGE]) for d in documents if keys.PAGE in d.metadata})
+    truncating = _truncating_model(index.embeddings)
     return {
         "index": folder,
         "files": len(record.get("by_path", {})),
@@ -379,9 +380,7 @@ def _summary(
         "embeddings": index.embeddings_id,
         "dimension": index.dimension,
         "vector_index": str(getattr(index.store, "vector_index", "-")),
-        "chunks_longer_than_the_model_reads": _truncating_model(index.embeddings).truncated_texts[0]
-        if _truncating_model(index.embeddings)
-        else 0,
+        "chunks_longer_than_the_model_reads": truncating.truncated_texts[0] if truncating else 0,
     }
 
 

@@ -224,12 +224,20 @@ class LocalEmbeddings(CheckedModel, Embeddings):
         return self.embed_queries([text])[0]
 
 
+def model_behind(embeddings: Any) -> Any:
+    """The model that embeds for ``embeddings``: itself, or the one inside a cache wrapper.
+
+    :class:`CachedEmbeddings` (and LangChain's own cache) hold it as ``underlying_embeddings``.
+    """
+    return getattr(embeddings, "underlying_embeddings", embeddings)
+
+
 def bundled_model_of(embeddings: Embeddings | None) -> LocalEmbeddings | None:
     """The bundled model behind ``embeddings`` (itself, or inside :class:`CachedEmbeddings`), else None.
 
     It is the model whose tokenizer the library knows: chunks can be measured in its word pieces.
     """
-    inner = getattr(embeddings, "underlying_embeddings", embeddings)
+    inner = model_behind(embeddings)
     return inner if isinstance(inner, LocalEmbeddings) else None
 
 
@@ -239,7 +247,7 @@ def chunk_token_counter(embeddings: Embeddings) -> Callable[[Sequence[str]], lis
     The bundled model has one (:meth:`LocalEmbeddings.count_tokens`); any embeddings object with a
     ``count_tokens(texts) -> list[int]`` method (itself or behind :class:`CachedEmbeddings`) works too.
     """
-    inner = getattr(embeddings, "underlying_embeddings", embeddings)
+    inner = model_behind(embeddings)
     counter = getattr(inner, "count_tokens", None)
     if not callable(counter):
         raise InvalidParameterError(

@@ -17,13 +17,14 @@ from typing import Any
 
 import regex
 
+from langchain_fusion.models.embeddings import model_behind
+
 _LETTER = regex.compile(r"\p{L}")
 
 
 def declared_scripts(embeddings: Any) -> frozenset[str] | None:
     """The scripts ``embeddings`` (or the model inside :class:`CachedEmbeddings`) reads; None: any script."""
-    inner = getattr(embeddings, "underlying_embeddings", embeddings)
-    scripts = getattr(inner, "scripts", None)
+    scripts = getattr(model_behind(embeddings), "scripts", None)
     return frozenset(scripts) if scripts is not None else None
 
 
