@@ -216,9 +216,8 @@ def _report_failures(answers: Sequence[Any]) -> None:
     in their fusion positions, reported in one line that groups the candidates by error.
     """
     failed = [(position, answer) for position, answer in enumerate(answers, 1) if isinstance(answer, BaseException)]
-    refused = next((answer for _, answer in failed if is_credential_error(answer)), None)
-    if refused is not None:
-        raise ProviderError(f"rerank failed: {describe_error(refused)}") from refused
+    for _, answer in failed:
+        _fail_if_key_refused(answer)
     if not failed:
         return
     by_error: dict[str, list[int]] = {}
@@ -231,6 +230,12 @@ def _report_failures(answers: Sequence[Any]) -> None:
         len(answers),
         reasons,
     )
+
+
+def _fail_if_key_refused(error: BaseException) -> None:
+    """A :class:`ProviderError` when the provider refused the key: every other call of the rerank would fail alike."""
+    if is_credential_error(error):
+        raise ProviderError(f"rerank failed: {describe_error(error)}") from error
 
 
 def _positions(positions: list[int]) -> str:
@@ -538,8 +543,7 @@ class LLMListwiseReranker(BaseLLMReranker):
     def _order(self, documents: list[Document], texts: list[str], answer: Any, top_n: int | None) -> list[Document]:
         ids: list[int] = []
         if isinstance(answer, BaseException):
-            if is_credential_error(answer):
-                raise ProviderError(f"rerank failed: {describe_error(answer)}") from answer
+            _fail_if_key_refused(answer)
             logger.warning("rerank: no ranking (%s); keeping the fusion order", describe_error(answer))
         else:
             try:
