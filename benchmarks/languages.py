@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
-import json
 import math
 import os
 import re
@@ -46,8 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from langchain_fusion import Analyzer, BM25Retriever, FusionIndex, FusionRetriever, VectorRetriever
 from tests.conftest import HashingEmbeddings
+from tests.question_sets import CJK_DATA, SETS, Pairs, read_cmrc, read_jsquad, recall
 
-CJK = Path(__file__).resolve().parents[2] / "shared" / "data" / "cjk"
 SCIFACT = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact"
 TABLES = ("cjk", "english", "identifiers")
 
@@ -113,32 +112,14 @@ MODULES = [
 ]
 
 
-def jsquad() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+def jsquad() -> tuple[Pairs, Pairs]:
     """(passage id, text) and (question, passage id) of JSQuAD v1.3 validation (answerable questions)."""
-    data = json.loads((CJK / "jsquad-v1.3-valid.json").read_text(encoding="utf-8"))
-    passages, questions = [], []
-    for article in data["data"]:
-        for paragraph in article["paragraphs"]:
-            passage_id = f"p{len(passages)}"
-            passages.append((passage_id, paragraph["context"]))
-            questions += [(qa["question"], passage_id) for qa in paragraph["qas"] if not qa.get("is_impossible")]
-    return passages, questions
+    return read_jsquad(CJK_DATA / SETS["jsquad"][0])
 
 
-def cmrc() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+def cmrc() -> tuple[Pairs, Pairs]:
     """(passage id, text) and (question, passage id) of CMRC 2018 trial."""
-    data = json.loads((CJK / "cmrc2018-trial.json").read_text(encoding="utf-8"))
-    passages = [(item["context_id"], item["context_text"]) for item in data]
-    questions = [(qa["query_text"], item["context_id"]) for item in data for qa in item["qas"]]
-    return passages, questions
-
-
-def recall(retriever: object, questions: list[tuple[str, str]]) -> float:
-    """Share of questions whose passage is among the retriever's results."""
-    found = retriever.batch([q for q, _ in questions])  # type: ignore[attr-defined]
-    return sum(any(d.id == gold for d in docs) for docs, (_, gold) in zip(found, questions, strict=True)) / len(
-        questions
-    )
+    return read_cmrc(CJK_DATA / SETS["cmrc"][0])
 
 
 def question_sets(with_vector: bool) -> list[str]:

@@ -7,45 +7,21 @@ measures the whole sets with the bundled model.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 from langchain_core.documents import Document
 
 from langchain_fusion import Analyzer, BM25Retriever, FusionIndex, FusionRetriever
-from tests.conftest import REPO, EnglishOnlyEmbeddings, HashingEmbeddings
+from tests.conftest import EnglishOnlyEmbeddings, HashingEmbeddings
+from tests.question_sets import CJK_DATA, SETS, recall
 
-CJK = REPO.parent / "shared" / "data" / "cjk"
 PASSAGES = 200
 """Passages of each set used here (the questions are those asked about them)."""
-
-
-def _jsquad(path: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    data = json.loads(path.read_text(encoding="utf-8"))
-    passages, questions = [], []
-    for article in data["data"]:
-        for paragraph in article["paragraphs"]:
-            passage_id = f"p{len(passages)}"
-            passages.append((passage_id, paragraph["context"]))
-            questions += [(qa["question"], passage_id) for qa in paragraph["qas"] if not qa.get("is_impossible")]
-    return passages, questions
-
-
-def _cmrc(path: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    data = json.loads(path.read_text(encoding="utf-8"))
-    passages = [(item["context_id"], item["context_text"]) for item in data]
-    questions = [(qa["query_text"], item["context_id"]) for item in data for qa in item["qas"]]
-    return passages, questions
-
-
-SETS = {"jsquad": ("jsquad-v1.3-valid.json", _jsquad), "cmrc": ("cmrc2018-trial.json", _cmrc)}
 
 
 @pytest.fixture(scope="module", params=list(SETS))
 def question_set(request: pytest.FixtureRequest) -> tuple[list[Document], list[tuple[str, str]]]:
     name, read = SETS[request.param]
-    path = CJK / name
+    path = CJK_DATA / name
     if not path.is_file():
         pytest.skip(f"{path} is not on this machine (the development sets are not shipped)")
     passages, questions = read(path)
@@ -54,19 +30,12 @@ def question_set(request: pytest.FixtureRequest) -> tuple[list[Document], list[t
     return [Document(id=i, page_content=text) for i, text in kept], [(q, g) for q, g in questions if g in ids]
 
 
-def _recall(retriever: object, questions: list[tuple[str, str]]) -> float:
-    found = retriever.batch([q for q, _ in questions])  # type: ignore[attr-defined]
-    return sum(any(d.id == gold for d in docs) for docs, (_, gold) in zip(found, questions, strict=True)) / len(
-        questions
-    )
-
-
 def test_bm25_finds_the_passage_of_nine_questions_in_ten(question_set: tuple[list[Document], list]) -> None:
     docs, questions = question_set
     default = FusionIndex.from_documents(docs, HashingEmbeddings(16))
     legacy = FusionIndex.from_documents(docs, HashingEmbeddings(16), analyzer=Analyzer(**Analyzer.LEGACY))
-    assert _recall(BM25Retriever(index=default, k=10), questions) >= 0.9
-    assert _recall(BM25Retriever(index=legacy, k=10), questions) < 0.5  # whole clauses as tokens, before 0.2
+    assert recall(BM25Retriever(index=default, k=10), questions) >= 0.9
+    assert recall(BM25Retriever(index=legacy, k=10), questions) < 0.5  # whole clauses as tokens, before 0.2
 
 
 def test_fusion_is_as_good_as_bm25_with_a_model_that_cannot_read_the_questions(
@@ -74,6 +43,4 @@ def test_fusion_is_as_good_as_bm25_with_a_model_that_cannot_read_the_questions(
 ) -> None:
     docs, questions = question_set
     index = FusionIndex.from_documents(docs, EnglishOnlyEmbeddings())
-    assert _recall(FusionRetriever(index=index, k=10), questions) >= _recall(
-        BM25Retriever(index=index, k=10), questions
-    )
+    assert recall(FusionRetriever(index=index, k=10), questions) >= recall(BM25Retriever(index=index, k=10), questions)
