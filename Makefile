@@ -9,7 +9,7 @@ INSTALL := $(PIP) install --quiet -c constraints.txt
 DEMO_INDEX ?= .demo-index
 DEMO_QUERY ?= Why did the batteries come through the flood without harm?
 
-.PHONY: demo test lint bench bench-scale bench-quality bench-quick bench-startup bench-updates bench-milvus bench-languages clean
+.PHONY: demo test lint bench bench-scale bench-quality bench-quick bench-startup bench-updates bench-milvus bench-languages bench-serve clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,9 @@ bench-milvus: $(VENV)/.installed-dev
 
 bench-languages: $(VENV)/.installed-dev
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/languages.py
+
+bench-serve: $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/serve_load.py
 
 bench-startup: $(VENV)/.installed-dev
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/cli_startup.py --runs 3

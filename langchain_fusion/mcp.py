@@ -61,6 +61,7 @@ from langchain_fusion.search.options import (
     request_annotation,
 )
 from langchain_fusion.sockets import is_loopback
+from langchain_fusion.threads import one_blas_thread
 
 try:
     import anyio
@@ -308,7 +309,12 @@ def build_mcp_server(
 def server_for(
     pipeline: Pipeline, limits: ServeLimits, *, name: str = "langchain-fusion", log_level: LogLevel = "INFO"
 ) -> FastMCP:
-    """The MCP server of a built pipeline within ``limits`` (what :func:`build_mcp_server` returns)."""
+    """The MCP server of a built pipeline within ``limits`` (what :func:`build_mcp_server` returns).
+
+    Limits BLAS to one thread for the process (:func:`~langchain_fusion.threads.one_blas_thread`):
+    concurrent calls, each on a worker thread, are the server's parallelism.
+    """
+    one_blas_thread()
     accepted = ("query", *(n for n in pipeline.per_call_options() if n not in FusionOptions.LOCAL_ONLY))
     described = pipeline.describe()
     index_info = {name: value for name, value in described["index"].items() if name != "manifest"}

@@ -63,6 +63,7 @@ from langchain_fusion.pipeline.spec import serving_spec
 from langchain_fusion.search.options import OPTION_CHECKS, FusionOptions, describe_option, request_annotation
 from langchain_fusion.sockets import is_loopback
 from langchain_fusion.stores.local.folder import library_version
+from langchain_fusion.threads import one_blas_thread
 
 try:
     import uvicorn
@@ -685,7 +686,12 @@ def create_app(
 
 
 def app_for(pipeline: Pipeline, limits: ServeLimits, title: str = "langchain-fusion") -> FastAPI:
-    """The app serving a built pipeline within ``limits`` (what :func:`create_app` returns)."""
+    """The app serving a built pipeline within ``limits`` (what :func:`create_app` returns).
+
+    Limits BLAS to one thread for the process (:func:`~langchain_fusion.threads.one_blas_thread`):
+    concurrent requests, each on a worker thread, are the server's parallelism.
+    """
+    one_blas_thread()
     query = query_type(limits.max_query_chars)
     retriever = _configurable_retriever(pipeline, limits)
     guard = _RequestGuard(limits, pipeline)

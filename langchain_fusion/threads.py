@@ -1,10 +1,13 @@
-"""Worker threads: how many cores the process may use, and thread pools that survive a fork."""
+"""Worker threads: how many cores the process may use, thread pools that survive a fork, the BLAS thread policy."""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+
+logger = logging.getLogger(__name__)
 
 
 def usable_cores() -> int:
@@ -43,3 +46,47 @@ class LazyPool:
     def _forget(self) -> None:
         self._pool = None
         self._lock = threading.Lock()  # a lock held by another thread at the fork stays held in the child
+
+
+class _BlasPolicy:
+    """Whether this process's BLAS libraries were limited to one thread (done at most once)."""
+
+    lock = threading.Lock()
+    limited = False
+
+
+def one_blas_thread() -> bool:
+    """Limit the BLAS libraries of this process (numpy's, FAISS's) to one thread each, once; whether it did.
+
+    The library's BLAS work is small and frequent: embedding a query with the bundled model is a
+    few (length x 384) matrix products. BLAS's own threads spin waiting for cores that other
+    threads or processes hold, so, measured on 2 cores, a query embedded under BLAS's default
+    costs 29-71 ms of CPU where one thread costs 15, and with 16 clients served at once (each
+    request on a worker thread) 290 ms where one thread costs 22. Changing the limit around each
+    call (what 0.2 and earlier did) spins the pools up and down against each other.
+
+    Called once when the query encoder loads on a machine of at most two cores, and when a server
+    is made (:func:`langchain_fusion.server.create_app`, :func:`langchain_fusion.mcp.build_mcp_server`),
+    whose parallelism is its clients. Call it yourself in a service of your own that runs queries
+    on many threads. The limit is process-wide (BLAS libraries have no per-thread setting that
+    works across vendors) and kept; needs threadpoolctl (the ``local`` extra), else does nothing.
+    False when it could not (no threadpoolctl, or another thread holds OpenBLAS's limit).
+    """
+    with _BlasPolicy.lock:
+        if _BlasPolicy.limited:
+            return True
+        try:
+            import threadpoolctl
+        except ImportError:
+            return False
+        threadpoolctl.threadpool_limits(limits=1, user_api="blas")
+        # threadpoolctl 3.8+ lets only the thread that first set OpenBLAS's process-wide pool set it again; this
+        # may be any worker thread, so give the control back (the user's own threadpool_limits keeps working).
+        release = getattr(getattr(threadpoolctl, "OpenBLASController", None), "clear_controlling_thread", None)
+        if release is not None:
+            release()
+        _BlasPolicy.limited = all(
+            info["num_threads"] == 1 for info in threadpoolctl.threadpool_info() if info["user_api"] == "blas"
+        )
+        logger.debug("BLAS limited to one thread for this process: %s", _BlasPolicy.limited)
+        return _BlasPolicy.limited

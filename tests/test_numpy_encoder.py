@@ -128,34 +128,3 @@ class TestRefusesOtherModels:
         (folder / "config.json").unlink()
         with pytest.raises(UnsupportedModelError, match="cannot read"):
             NumpySentenceEncoder.from_folder(folder)
-
-
-class TestBlasThreads:
-    """Small encodes limit BLAS to one thread only while they run, also when they overlap."""
-
-    def test_limit_is_set_inside_and_restored_after_overlapping_use(self) -> None:
-        threadpoolctl = pytest.importorskip("threadpoolctl")
-        from langchain_fusion.models.numpy_encoder import _OneBlasThread
-
-        def blas_threads() -> list[int]:
-            return [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
-
-        before = blas_threads()
-        if not before:
-            pytest.skip("no BLAS library loaded that threadpoolctl can control")
-        limiter = _OneBlasThread(small_machine=False)
-        with limiter:  # alone on a big machine: no limit
-            assert blas_threads() == before
-            with limiter:  # a second query at the same time: one thread
-                assert set(blas_threads()) == {1}
-            assert set(blas_threads()) == {1}  # still limited while the first is inside
-        assert blas_threads() == before
-        small = _OneBlasThread(small_machine=True)
-        with small:
-            assert set(blas_threads()) == {1}
-        assert blas_threads() == before
-
-    def test_encoder_gives_the_same_vectors_with_and_without_the_limit(self, encoder: NumpySentenceEncoder) -> None:
-        few = encoder.encode(TEXTS[:2])
-        many = encoder.encode(TEXTS[:2] * 3)[:2]
-        np.testing.assert_allclose(few, many, atol=1e-5)

@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -53,6 +54,9 @@ EMBEDDING_CACHE_ENV = "LANGCHAIN_FUSION_EMBEDDING_CACHE"
 texts (a notebook run again, a script, other BM25 settings) then embeds nothing already embedded."""
 """Environment variable holding the default embeddings spec (e.g. ``openai:text-embedding-3-small``);
 unset or empty: the bundled local model. Read from the real environment only, never from ``.env``."""
+
+_ENCODER_LOAD = threading.Lock()
+"""Held while a query encoder loads."""
 
 _MARKERS = 2
 """The special tokens BERT-style models add around each text ([CLS] and [SEP])."""
@@ -113,11 +117,13 @@ class LocalEmbeddings(CheckedModel, Embeddings):
     def _queries_encoder(self) -> NumpySentenceEncoder | None:
         """The numpy encoder for queries, or None where it cannot run this model (then torch does)."""
         if self._query_encoder is None:
-            try:
-                self._query_encoder = NumpySentenceEncoder.from_folder(_bundled_model_path())
-            except UnsupportedModelError as exc:
-                logger.debug("queries are embedded with sentence-transformers: %s", exc)
-                self._query_encoder = False
+            with _ENCODER_LOAD:  # the first requests of a server arrive together: load the weights once
+                if self._query_encoder is None:
+                    try:
+                        self._query_encoder = NumpySentenceEncoder.from_folder(_bundled_model_path())
+                    except UnsupportedModelError as exc:
+                        logger.debug("queries are embedded with sentence-transformers: %s", exc)
+                        self._query_encoder = False
         return self._query_encoder or None
 
     @property

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from langchain_fusion.errors import FusionError
+from langchain_fusion.threads import one_blas_thread, usable_cores
 
 _SUPPORTED_MODULES = (
     "sentence_transformers.models.Transformer",
@@ -160,9 +159,12 @@ class NumpySentenceEncoder:
         if any(array.dtype != np.float32 for name, array in weights.items() if name.endswith(("weight", "bias"))):
             raise UnsupportedModelError(f"{root}: weights are not float32")
         try:
-            return cls(tokenizer, weights, config, normalize=len(types) == 3)
+            encoder = cls(tokenizer, weights, config, normalize=len(types) == 3)
         except KeyError as exc:
             raise UnsupportedModelError(f"{root}: weight {exc} is missing") from None
+        if usable_cores() <= 2:
+            one_blas_thread()
+        return encoder
 
     def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """Token states of a padded batch (``ids`` and ``mask`` of shape batch x length)."""
@@ -193,19 +195,9 @@ class NumpySentenceEncoder:
     def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
         """Embed ``texts`` (float32, one row each), padding texts of similar length together.
 
-        On a machine with at most two cores every call runs on one BLAS thread, and elsewhere a
-        few texts (a query) do while other queries are being embedded at the same time. BLAS's
-        own threads wait for cores that other work holds: on 2 cores with both busy, 24 queries
-        took 1.2-17 s with BLAS's default threads and 0.6-0.8 s on one; one query, with one core
-        busy, p95 21 ms instead of 128. On an idle 2-core machine one thread costs about 20%
-        (one query 12 ms instead of 8). Larger batches on larger machines use BLAS's threads.
+        Safe to call from several threads at once. On a machine of at most two cores, loading
+        the encoder limited BLAS to one thread for the process (:func:`~langchain_fusion.threads.one_blas_thread`).
         """
-        if len(texts) > _FEW_TEXTS and not _ONE_BLAS_THREAD.small_machine:
-            return self._encode(texts, batch_size)
-        with _ONE_BLAS_THREAD:
-            return self._encode(texts, batch_size)
-
-    def _encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
         encodings = self._tokenizer.encode_batch(list(texts))
         order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
         out = np.zeros((len(encodings), self._word.shape[1]), dtype=np.float32)
@@ -224,54 +216,3 @@ class NumpySentenceEncoder:
         if self._normalize:
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out
-
-
-_FEW_TEXTS = 4
-"""Up to this many texts are embedded on one BLAS thread while other queries embed (on any machine)."""
-
-
-class _OneBlasThread:
-    """A context for small BLAS work: one BLAS thread on a small machine or while others are inside.
-
-    Safe to enter from several threads at once: BLAS thread counts are process-wide, so the
-    limit is set once and restored when the last thread leaves (threadpoolctl's own context
-    would restore a limit another thread had set). Without threadpoolctl it does nothing.
-    """
-
-    def __init__(self, small_machine: bool) -> None:
-        self.small_machine = small_machine
-        """Whether every use limits BLAS to one thread (else only overlapping uses do)."""
-        self._lock = threading.Lock()
-        self._inside = 0
-        self._limit: Any = None
-        self._controller: Any = None
-        self._unavailable = False  # threadpoolctl is not installed: looked up once, not per query
-
-    def __enter__(self) -> None:
-        with self._lock:
-            self._inside += 1
-            if self._limit is None and (self.small_machine or self._inside > 1):
-                self._limit = self._one_thread()
-
-    def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            self._inside -= 1
-            if self._inside == 0 and self._limit is not None:
-                self._limit.restore_original_limits()
-                self._limit = None
-
-    def _one_thread(self) -> Any:
-        """Limit the loaded BLAS libraries to one thread; the limiter (to restore), or None without threadpoolctl."""
-        if self._unavailable:
-            return None
-        if self._controller is None:
-            try:
-                from threadpoolctl import ThreadpoolController
-            except ImportError:
-                self._unavailable = True
-                return None
-            self._controller = ThreadpoolController()  # finds the libraries once (numpy's BLAS is loaded by now)
-        return self._controller.limit(limits=1, user_api="blas")
-
-
-_ONE_BLAS_THREAD = _OneBlasThread(small_machine=(os.cpu_count() or 1) <= 2)
