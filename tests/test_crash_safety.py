@@ -244,3 +244,105 @@ class TestHostileFolders:
         assert sibling_copy.is_dir()
         assert _loads(tmp_path / "idx.old-1") == 4  # recovered for its own name only
         assert _loads(tmp_path / "idx") == 4
+
+
+SERVER = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, {repo!r})
+    from langchain_fusion import FusionIndex, IndexFormatError
+    from tests.conftest import HashingEmbeddings
+    if {map_everything!r}:
+        from langchain_fusion.stores.local import mapped
+        mapped.MAP_MIN_BYTES = 0
+    retriever = FusionIndex.load({folder!r}, HashingEmbeddings()).as_retriever(k=5)
+    for line in sys.stdin:  # one query per line, one JSON answer per line
+        try:
+            answer = [d.page_content for d in retriever.invoke(line.strip())]
+        except IndexFormatError as exc:
+            answer = "error: " + str(exc)
+        print(json.dumps(answer), flush=True)
+    """
+)
+QUERY = "w39 w3 w22 w16"
+
+
+class TestOverwritesInPlace:
+    """A serving process survives its folder's files rewritten in place (``cp`` over it, ``rsync --inplace``).
+
+    Small files are read into memory at load, so the old answers go on; files large enough to be
+    mapped (all of them with ``map_everything``) are checked before each query, and a changed one
+    is one clear error, never SIGBUS or silently changed texts.
+    """
+
+    @staticmethod
+    def _serve(tmp_path: Path, folder: Path, map_everything: bool) -> subprocess.Popen[str]:
+        script = tmp_path / "server.py"
+        script.write_text(SERVER.format(repo=str(REPO), folder=str(folder), map_everything=map_everything))
+        return subprocess.Popen(
+            [sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO
+        )
+
+    @staticmethod
+    def _ask(process: subprocess.Popen[str], query: str) -> object:
+        import json
+
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write(query + "\n")
+        process.stdin.flush()
+        line = process.stdout.readline()
+        return json.loads(line) if line else None
+
+    def _check(self, process: subprocess.Popen[str], before: object, after: object, map_everything: bool) -> None:
+        assert process.stdin is not None
+        process.stdin.close()
+        assert process.wait(timeout=60) == 0  # not killed by a signal (SIGBUS: -7)
+        if map_everything:
+            assert isinstance(after, str) and after.startswith("error: ") and "\n" not in after
+            assert "changed on disk since it was loaded" in after and "load the index again" in after
+        else:
+            assert after == before
+
+    @pytest.mark.parametrize("map_everything", [False, True])
+    def test_a_smaller_index_copied_over_the_files(self, tmp_path: Path, map_everything: bool) -> None:
+        import shutil
+
+        folder = FusionIndex.from_documents(corpus(1, 60), HashingEmbeddings()).save(tmp_path / "idx")
+        other = FusionIndex.from_documents(corpus(2, 5), HashingEmbeddings()).save(tmp_path / "other")
+        process = self._serve(tmp_path, folder, map_everything)
+        before = self._ask(process, QUERY)
+        assert isinstance(before, list) and len(before) == 5
+        inode = (folder / "vectors.npy").stat().st_ino
+        for path in sorted(p for p in other.rglob("*") if p.is_file()):
+            shutil.copyfile(path, folder / path.relative_to(other))  # as `cp -r other/* idx/`: truncates, rewrites
+        assert (folder / "vectors.npy").stat().st_ino == inode  # the same file, now shorter
+        self._check(process, before, self._ask(process, QUERY), map_everything)
+
+    @pytest.mark.parametrize("map_everything", [False, True])
+    def test_texts_rewritten_to_the_same_size(self, tmp_path: Path, map_everything: bool) -> None:
+        folder = FusionIndex.from_documents(corpus(1, 60), HashingEmbeddings()).save(tmp_path / "idx")
+        process = self._serve(tmp_path, folder, map_everything)
+        before = self._ask(process, QUERY)
+        path = folder / "documents" / "texts.txt"
+        with path.open("r+b") as handle:  # as `rsync --inplace`: same file, same size, other bytes
+            data = handle.read()
+            handle.seek(0)
+            handle.write(data.upper())
+        self._check(process, before, self._ask(process, QUERY), map_everything)
+
+
+class TestMappedFilesAndSaves:
+    """Saving over a loaded index replaces the folder, not its files: the loaded index keeps answering."""
+
+    def test_a_save_over_a_loaded_and_mapped_index(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        from langchain_fusion.stores.local import mapped
+
+        monkeypatch.setattr(mapped, "MAP_MIN_BYTES", 0)
+        folder = FusionIndex.from_documents(corpus(1, 60), HashingEmbeddings()).save(tmp_path / "idx")
+        loaded = FusionIndex.load(folder, HashingEmbeddings())
+        before = [d.page_content for d in loaded.as_retriever(k=5).invoke(QUERY)]
+        FusionIndex.from_documents(corpus(2, 5), HashingEmbeddings()).save(folder)
+        loaded.add_documents(corpus(3, 2, prefix="new"))
+        assert [d.page_content for d in loaded.as_retriever(k=5).invoke(QUERY)][:1] == before[:1]
+        loaded.save(folder)  # reads its mapped rows to write them
+        assert len(FusionIndex.load(folder, HashingEmbeddings())) == 62

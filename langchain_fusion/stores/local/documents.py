@@ -4,7 +4,8 @@ A :class:`DocumentBlock` holds the documents of one segment of rows. Texts are s
 UTF-8 bytes and metadata as compact JSON, each concatenated into one byte array with an offset
 per row, so a million chunks cost their bytes plus 16 bytes of offsets each instead of a Python
 ``Document`` apiece. A ``Document`` is materialised only for a row that is returned. A block
-read from a saved folder maps its files, so loading reads no text at all.
+read from a saved folder maps its files when they are large (see
+:mod:`~langchain_fusion.stores.local.mapped`), so loading keeps no second copy of their text.
 
 Metadata filters need one key across every row: :meth:`DocumentBlock.column` parses the
 block's metadata once per key and keeps each value as a small integer code, so a mapping

@@ -6,15 +6,19 @@ Layout of a saved store (format version 3)::
                         settings, analyzer (class and configuration) and BM25 parameters, text
                         fields, counts, and the size and sha256 of every other file
     documents/ids.json  the document ids, one per row, in row order
-    documents/texts.txt the rows' page_content, UTF-8, concatenated (memory-mapped on load)
+    documents/texts.txt the rows' page_content, UTF-8, concatenated
     documents/text_offsets.npy      where each row's text starts (and the last one ends), int64
-    documents/metadata.jsonl        one compact JSON object per row and line (memory-mapped on load)
+    documents/metadata.jsonl        one compact JSON object per row and line
     documents/metadata_offsets.npy  where each row's line starts, int64
-    vectors.npy         the unit vectors, float32, one row per document (memory-mapped on load)
+    vectors.npy         the unit vectors, float32, one row per document
     vectors.ann         the approximate FAISS index, when one is configured (FAISS's format)
     bm25/vocabulary.json  the BM25 tokens; position = term id
     bm25/indptr.npy, bm25/rows.npy, bm25/tf.npy, bm25/lengths.npy
                         term postings (CSC: rows of each term and its frequency) and row lengths
+
+Loading reads small files into memory and memory-maps large ones, watching them for changes (see
+:mod:`~langchain_fusion.stores.local.mapped`): replace a served folder by saving, never by copying files
+over it.
 
 Version 2 kept the documents as one ``documents.jsonl`` of ``{"id", "page_content",
 "metadata"}`` records; it is still read (and written as version 3 by the next save).
@@ -264,29 +268,30 @@ def save_bytes(path: Path, data: NDArray[np.uint8]) -> None:
             handle.write(np.ascontiguousarray(data[lo : lo + (1 << 24)]).tobytes())
 
 
-def map_bytes(path: Path) -> NDArray[np.uint8]:
-    """A plain file's bytes, memory-mapped read-only (an empty file is an empty array)."""
-    if path.stat().st_size == 0:
-        return np.zeros(0, dtype=np.uint8)
-    return np.memmap(path, dtype=np.uint8, mode="r")
-
-
 def save_array(path: Path, array: NDArray[Any]) -> None:
     """Write one array as ``.npy`` (never with pickled objects)."""
     np.save(path, np.ascontiguousarray(array), allow_pickle=False)
 
 
-def load_array(path: Path, dtype: Any, ndim: int, *, mmap: bool = False) -> NDArray[Any]:
-    """Read an ``.npy`` array, checking dtype and rank; ``mmap`` maps it read-only."""
+def load_array(path: Path, dtype: Any, ndim: int) -> NDArray[Any]:
+    """Read an ``.npy`` array into memory, checking dtype and rank (see :func:`check_array`)."""
     try:
-        array = np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
+        array = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise IndexFormatError(f"{path}: not a readable array ({exc}); rebuild the index") from None
-    if array.dtype not in (np.dtype(d) for d in (dtype if isinstance(dtype, tuple) else (dtype,))):
-        raise IndexFormatError(f"{path} holds {array.dtype} values, expected {dtype}; the index is damaged")
-    if array.ndim != ndim:
-        raise IndexFormatError(f"{path} has {array.ndim} dimensions, expected {ndim}; the index is damaged")
-    return np.asarray(array) if not mmap else array
+    check_array(path, array.dtype, array.ndim, dtype, ndim)
+    return np.asarray(array)
+
+
+def check_array(path: Path, found: np.dtype[Any], found_ndim: int, dtype: Any, ndim: int) -> None:
+    """IndexFormatError unless an array of ``found`` values and rank ``found_ndim`` is of ``dtype`` and ``ndim``.
+
+    ``dtype`` is one dtype or a tuple of the allowed ones.
+    """
+    if found not in (np.dtype(d) for d in (dtype if isinstance(dtype, tuple) else (dtype,))):
+        raise IndexFormatError(f"{path} holds {found} values, expected {dtype}; the index is damaged")
+    if found_ndim != ndim:
+        raise IndexFormatError(f"{path} has {found_ndim} dimensions, expected {ndim}; the index is damaged")
 
 
 # --- crash-safe replacement --------------------------------------------------------------------

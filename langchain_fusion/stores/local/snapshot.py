@@ -34,6 +34,7 @@ from langchain_fusion.stores.local.bm25 import (
     postings_of_texts,
 )
 from langchain_fusion.stores.local.documents import DocumentBlock
+from langchain_fusion.stores.local.mapped import MappedFiles
 from langchain_fusion.stores.local.tokens import query_term_counts
 from langchain_fusion.stores.local.vectors import AnnIndex, check_vector_index, inner_products
 from langchain_fusion.stores.ranking import top_rows
@@ -108,6 +109,8 @@ class Snapshot:
     """Live rows containing each term."""
     live_length: int = 0
     """Total BM25 tokens of live rows."""
+    mapped: MappedFiles | None = None
+    """The memory-mapped files of the folder the rows were loaded from, checked before serving; None if none."""
     _cache: dict[Any, Any] = field(default_factory=dict, repr=False)
     """Derived data computed on first use (safe: the snapshot never changes)."""
 

@@ -30,6 +30,7 @@ from langchain_fusion.stores.base import FloatMatrix, FusionStore
 from langchain_fusion.stores.local import folder as fmt
 from langchain_fusion.stores.local.bm25 import Postings
 from langchain_fusion.stores.local.documents import DocumentBlock
+from langchain_fusion.stores.local.mapped import MappedFiles
 from langchain_fusion.stores.local.snapshot import LocalView, Segment, Snapshot, ann_min_rows, empty_snapshot
 from langchain_fusion.stores.local.tokens import tokenize
 from langchain_fusion.stores.local.vectors import AnnIndex, check_vector_index
@@ -133,12 +134,15 @@ class LocalStore(FusionStore):
 
     def view(self) -> LocalView:
         """The current snapshot, for reading."""
-        return LocalView(self._snapshot)
+        return LocalView(self.snapshot)
 
     @property
     def snapshot(self) -> Snapshot:
-        """The current immutable snapshot."""
-        return self._snapshot
+        """The current immutable snapshot; IndexFormatError if files it maps changed on disk since loading."""
+        snapshot = self._snapshot
+        if snapshot.mapped is not None:
+            snapshot.mapped.check()
+        return snapshot
 
     def upsert(self, documents: Sequence[Document], vectors: FloatMatrix, bm25_texts: Sequence[str]) -> None:
         """Add rows, replacing live rows with the same ids; all or nothing."""
@@ -148,24 +152,24 @@ class LocalStore(FusionStore):
                 f"{vectors.shape[0]} vectors, {len(bm25_texts)} texts"
             )
         with self._write_lock:
-            self._snapshot = self._snapshot.upserted(documents, vectors, bm25_texts)
+            self._snapshot = self.snapshot.upserted(documents, vectors, bm25_texts)
 
     def delete(self, ids: Sequence[str]) -> int:
         """Remove the rows with these ids; unknown ids are ignored. All or nothing."""
         with self._write_lock:
-            self._snapshot, removed = self._snapshot.deleted(ids)
+            self._snapshot, removed = self.snapshot.deleted(ids)
         return removed
 
     def compact(self) -> None:
         """Rewrite the rows into one segment without tombstones (saves do this on their copy)."""
         with self._write_lock:
-            self._snapshot = self._snapshot.compacted()._maintained()
+            self._snapshot = self.snapshot.compacted()._maintained()
 
     # --- the folder format -----------------------------------------------------------------------
 
     def save(self, folder: Path, extra: dict[str, Any] | None = None) -> Path:
         """Save the current snapshot to ``folder`` atomically (see :mod:`~langchain_fusion.stores.local.folder`)."""
-        snapshot = self._snapshot  # a consistent state, whatever writers do meanwhile
+        snapshot = self.snapshot  # a consistent state, whatever writers do meanwhile
         return fmt.save_folder(folder, lambda staging: write_snapshot(snapshot, staging, extra or {}))
 
     @classmethod
@@ -289,15 +293,15 @@ def write_documents(folder: Path, block: DocumentBlock) -> None:
     fmt.save_array(folder / METADATA_OFFSETS, block.metadata_offsets)
 
 
-def read_documents(folder: Path, paths: dict[str, Path]) -> DocumentBlock:
-    """The documents of a saved folder: mapped from format 3's files, or parsed from format 2's records."""
+def read_documents(folder: Path, paths: dict[str, Path], files: MappedFiles) -> DocumentBlock:
+    """The documents of a saved folder: format 3's files read or mapped (``files``), or format 2's records parsed."""
     if DOCUMENTS_V2 in paths:
         return DocumentBlock.from_documents(fmt.read_documents(paths[DOCUMENTS_V2]))
     ids = _read_ids(paths[IDS])
     parts: list[NDArray[Any]] = []
     for data_name, offsets_name in ((TEXTS, TEXT_OFFSETS), (METADATA, METADATA_OFFSETS)):
-        data = fmt.map_bytes(paths[data_name])
-        offsets = fmt.load_array(paths[offsets_name], np.int64, 1, mmap=True)
+        data = files.data(paths[data_name])
+        offsets = files.array(paths[offsets_name], np.int64, 1)
         if (
             offsets.size != len(ids) + 1
             or offsets[0] != 0
@@ -391,18 +395,22 @@ def _analyzer_for(folder: Path, saved_class: Any, config: Any, given: Analyzer |
 def read_snapshot(
     folder: Path, paths: dict[str, Path], settings: StoreSettings, vector_conf: dict[str, Any], counts: dict[str, Any]
 ) -> Snapshot:
-    """The snapshot saved in ``folder`` (files already verified), checked for consistency."""
-    documents = read_documents(folder, paths)
+    """The snapshot saved in ``folder`` (files already verified), checked for consistency.
+
+    Small files are read into memory, large ones mapped (see :mod:`~langchain_fusion.stores.local.mapped`).
+    """
+    files = MappedFiles(folder)
+    documents = read_documents(folder, paths, files)
     factory, search_params = vector_conf["factory"], vector_conf.get("search_params")
     vocabulary_list = _read_vocabulary(folder / VOCABULARY)
     arrays = {}
     for name, (dtype, ndim) in BM25_ARRAYS.items():
         path = folder / BM25_DIR / f"{name}.npy"
         fmt.require_file(path)
-        arrays[name] = fmt.load_array(path, dtype, ndim, mmap=True)
+        arrays[name] = files.array(path, dtype, ndim)
     vectors = None
     if VECTORS in paths:
-        vectors = fmt.load_array(paths[VECTORS], np.float32, 2, mmap=True)
+        vectors = files.array(paths[VECTORS], np.float32, 2)
     actual = {
         "documents": len(documents),
         "vectors": 0 if vectors is None else int(vectors.shape[0]),
@@ -441,7 +449,7 @@ def read_snapshot(
     mismatch = _postings_mismatch(documents, vocabulary_list, postings, settings)
     if mismatch:
         raise IndexFormatError(f"{folder}: the BM25 index does not match the documents ({mismatch}); rebuild the index")
-    snapshot = empty_snapshot(settings, factory, search_params)
+    snapshot = replace(empty_snapshot(settings, factory, search_params), mapped=files if len(files) else None)
     if not n:
         return replace(
             snapshot,
