@@ -211,6 +211,7 @@ class TestHostileFolders:
         folder = FusionIndex.from_documents(corpus(2, 5), HashingEmbeddings()).save(tmp_path / "idx")
         manifest = json.loads((folder / "manifest.json").read_text())
         del manifest["files"]["documents/ids.json"]
+        manifest[fmt.CHECKSUM] = fmt.manifest_checksum(manifest)  # crafted: past the manifest's own checksum
         (folder / "manifest.json").write_text(json.dumps(manifest))
         with pytest.raises(IndexFormatError, match=r"does not list \['documents/ids.json'\]"):
             FusionIndex.load(folder, HashingEmbeddings())
@@ -232,6 +233,7 @@ class TestHostileFolders:
         (folder / "documents" / "texts.txt").write_bytes(data)
         manifest = json.loads((folder / "manifest.json").read_text())
         manifest["files"]["documents/texts.txt"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+        manifest[fmt.CHECKSUM] = fmt.manifest_checksum(manifest)  # crafted: past the manifest's own checksum
         (folder / "manifest.json").write_text(json.dumps(manifest))
         with pytest.raises(IndexFormatError, match="is not valid UTF-8"):
             FusionIndex.load(folder, HashingEmbeddings())

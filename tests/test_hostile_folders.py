@@ -2,7 +2,8 @@
 
 What a fault-injection pass tried, and what a careful reviewer would try next: manifests nested
 deeply, fields of the wrong type, file names that leave the folder, files that are consistent
-with their checksums and with each other but not with the documents, versions from the future.
+with their checksums (the manifest's own checksum recomputed too) and with each other but not
+with the documents, versions from the future.
 A folder is refused by ``load`` (an :class:`IndexFormatError`), never at the first query.
 (Missing, truncated and altered files are covered in test_persistence.py.)
 """
@@ -21,6 +22,7 @@ import pytest
 
 from langchain_fusion import FusionIndex, HierarchicalIndex, IndexFormatError
 from langchain_fusion.index.opening import open_index
+from langchain_fusion.stores.local.folder import CHECKSUM, manifest_checksum
 from tests.conftest import HashingEmbeddings
 
 TEXTS = [f"document {i} about {word} and {other}" for i, (word, other) in enumerate(
@@ -43,8 +45,10 @@ def manifest_of(folder: Path) -> dict[str, Any]:
 
 
 def rewrite_manifest(folder: Path, change: Callable[[dict[str, Any]], Any]) -> None:
+    """Change the manifest and its own checksum with it (a crafted manifest: the checks behind that one)."""
     manifest = manifest_of(folder)
     change(manifest)
+    manifest[CHECKSUM] = manifest_checksum(manifest)
     (folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
 
 

@@ -117,10 +117,23 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 
 def _rewrite_manifest(folder: Path, change: Any) -> None:
+    """Change the manifest and its own checksum with it: a crafted manifest, for the checks behind that one."""
+    from langchain_fusion.stores.local.folder import CHECKSUM, manifest_checksum
+
     path = folder / "manifest.json"
     manifest = json.loads(path.read_text(encoding="utf-8"))
     change(manifest)
+    if CHECKSUM in manifest:
+        manifest[CHECKSUM] = manifest_checksum(manifest)
     path.write_text(json.dumps(manifest), encoding="utf-8")
+
+
+def _edit_manifest(folder: Path, pattern: str, replacement: str) -> None:
+    """Edit the manifest's text as a person in an editor would (its checksum left as it was)."""
+    path = folder / "manifest.json"
+    text, count = re.subn(pattern, replacement, path.read_text(encoding="utf-8"))
+    assert count == 1
+    path.write_text(text, encoding="utf-8")
 
 
 @pytest.fixture
@@ -306,7 +319,9 @@ class TestLayoutAndManifest:
             "counts",
             "info",
             "files",
+            "body_sha256",
         }
+        assert list(manifest)[-1] == "body_sha256"
         assert manifest["info"] == {}
         assert manifest["library_version"] == library_version()
         assert datetime.fromisoformat(manifest["created_at"]).tzinfo is not None
@@ -489,6 +504,81 @@ class TestLoadErrors:
     def test_errors_are_fusion_errors(self) -> None:
         assert issubclass(IndexFormatError, FusionError)
         assert issubclass(EmbeddingsMismatchError, FusionError)
+
+
+class TestManifestChecksum:
+    """The manifest carries the sha256 of its other fields: an edited setting is refused, not used to re-rank."""
+
+    @pytest.mark.parametrize(
+        ("pattern", "replacement"),
+        [
+            (r'"k1": [0-9.]+', '"k1": 1.2'),
+            (r'"b": [0-9.]+', '"b": 0.75'),
+            (r'"min_token_length": 1', '"min_token_length": 3'),
+            (r'"stopwords": "english"', '"stopwords": null'),
+        ],
+    )
+    def test_an_edited_setting_is_refused(self, saved: Path, embeddings, pattern: str, replacement: str) -> None:
+        _edit_manifest(saved, pattern, replacement)
+        with pytest.raises(IndexFormatError, match=r"manifest\.json was edited after it was saved") as caught:
+            FusionIndex.load(saved, embeddings)
+        assert "\n" not in str(caught.value) and "rebuild" in str(caught.value)
+
+    def test_an_unedited_save_loads(self, animal_index: FusionIndex, saved: Path, embeddings) -> None:
+        manifest = json.loads((saved / "manifest.json").read_text(encoding="utf-8"))
+        assert re.fullmatch(r"[0-9a-f]{64}", manifest["body_sha256"])
+        _assert_same_results(FusionIndex.load(saved, embeddings), animal_index, exact=True)
+
+    def test_reformatting_the_manifest_is_not_an_edit(self, saved: Path, embeddings) -> None:
+        path = saved / "manifest.json"
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        path.write_text(json.dumps(dict(reversed(manifest.items())), indent=7), encoding="utf-8")
+        assert len(FusionIndex.load(saved, embeddings)) == 8
+
+    def test_a_manifest_saved_before_checksums_loads(self, animal_index: FusionIndex, saved: Path, embeddings) -> None:
+        path = saved / "manifest.json"
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        del manifest["body_sha256"]
+        path.write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+        _assert_same_results(FusionIndex.load(saved, embeddings), animal_index, exact=True)
+
+    @pytest.mark.parametrize("value", [None, 5, "0" * 64])
+    def test_a_damaged_checksum_is_refused(self, saved: Path, embeddings, value: Any) -> None:
+        path = saved / "manifest.json"
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        path.write_text(json.dumps({**manifest, "body_sha256": value}), encoding="utf-8")
+        with pytest.raises(IndexFormatError, match=r"was edited after it was saved"):
+            FusionIndex.load(saved, embeddings)
+
+    def test_an_edited_hierarchical_manifest_is_refused(self, tmp_path: Path, embeddings) -> None:
+        from langchain_fusion import HierarchicalIndex
+
+        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        _edit_manifest(folder, r'"summaries": 2', '"summaries": 3')
+        with pytest.raises(IndexFormatError, match=r"hier/manifest\.json was edited after it was saved"):
+            HierarchicalIndex.load(folder, embeddings)
+
+    @pytest.mark.parametrize(
+        ("change", "message"),
+        [
+            (lambda m: m["bm25"]["analyzer"].update(min_token_length=10**100), r"min_token_length"),
+            (lambda m: m["bm25"]["analyzer"].update(min_token_length=100_000), r"min_token_length"),
+            (lambda m: m["embeddings"].update(dimension=10**30), r"dimension"),
+            (lambda m: m["counts"].update(documents=2**64), r"counts"),
+            (lambda m: m["counts"].update(vectors=-1), r"counts"),
+        ],
+    )
+    def test_whole_numbers_are_bounded(self, saved: Path, embeddings, change: Any, message: str) -> None:
+        """Also in a manifest without a checksum (saved before them, or crafted): a bound, not silence."""
+
+        def without_checksum(manifest: dict[str, Any]) -> None:
+            change(manifest)
+            manifest.pop("body_sha256", None)
+
+        _rewrite_manifest(saved, without_checksum)
+        with pytest.raises(IndexFormatError, match=rf"incomplete or invalid \(.*{message}") as caught:
+            FusionIndex.load(saved, embeddings)
+        assert len(str(caught.value)) < 1000
 
 
 class TestEmbeddingsCheck:

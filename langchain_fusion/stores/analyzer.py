@@ -142,8 +142,8 @@ class Analyzer(BaseModel):
     stemmer: StemmerLanguage | None = "english"
     """Snowball stemmer language (PyStemmer), for words of that language's script; None: no stemming."""
 
-    min_token_length: int = Field(default=1, ge=1)
-    """Tokens shorter than this many characters are dropped."""
+    min_token_length: int = Field(default=1, ge=1, le=1000)
+    """Tokens shorter than this many characters are dropped (1 to 1000)."""
 
     scripts: Literal["bigrams", "runs"] = "bigrams"
     """Runs of scripts written without spaces (Han, Kana, Hangul, Thai, Lao, Khmer, Myanmar): overlapping

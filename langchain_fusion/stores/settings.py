@@ -14,6 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, TextField
 from langchain_fusion.stores.analyzer import Analyzer
 
+MAX_DIMENSION = 1 << 16
+"""The largest embedding dimension an index records (models today use a few thousand at most)."""
+
 BM25Method = Literal["lucene", "robertson", "atire", "bm25l", "bm25+"]
 """The BM25 variants (Kamphuis et al., ECIR 2020), named as bm25s names them."""
 
@@ -40,7 +43,7 @@ class StoreSettings(BaseModel):
 
     embeddings_id: str | None = None
     """Identifier of the embedding model that made the vectors (None until the first row)."""
-    dimension: int | None = Field(default=None, ge=1)
+    dimension: int | None = Field(default=None, ge=1, le=MAX_DIMENSION)
     """Embedding dimension (None until the first row)."""
     analyzer: Analyzer = Field(default_factory=Analyzer)
     """How the BM25 side tokenizes text."""

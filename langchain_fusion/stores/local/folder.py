@@ -4,7 +4,8 @@ Layout of a saved store (format version 3)::
 
     manifest.json       format and library version, embeddings id and dimension, vector index
                         settings, analyzer (class and configuration) and BM25 parameters, text
-                        fields, counts, and the size and sha256 of every other file
+                        fields, counts, the size and sha256 of every other file, and last
+                        ``body_sha256``: the sha256 of all that (so an edited setting is refused)
     documents/ids.json  the document ids, one per row, in row order
     documents/texts.txt the rows' page_content, UTF-8, concatenated
     documents/text_offsets.npy      where each row's text starts (and the last one ends), int64
@@ -64,6 +65,8 @@ LOCK_SUFFIX = ".lock"
 _STAGING_MARK = ".saving-"
 _RETIRED_MARK = ".old-"
 _MAX_MANIFEST_BYTES = 16 << 20
+CHECKSUM = "body_sha256"
+"""The manifest field holding the sha256 of the manifest's other fields (see :func:`manifest_checksum`)."""
 
 _thread_locks: dict[str, threading.Lock] = {}
 _thread_locks_guard = threading.Lock()
@@ -99,9 +102,17 @@ def file_entries(folder: Path) -> dict[str, dict[str, Any]]:
     }
 
 
+def manifest_checksum(manifest: Mapping[str, Any]) -> str:
+    """Hex sha256 of the manifest's fields but :data:`CHECKSUM`, as canonical JSON (sorted keys, no spaces, ASCII)."""
+    body = {key: value for key, value in manifest.items() if key != CHECKSUM}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode("ascii")).hexdigest()
+
+
 def write_manifest(folder: Path, manifest: Mapping[str, Any]) -> None:
-    """Write ``manifest.json`` (indented, UTF-8)."""
-    text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+    """Write ``manifest.json`` (indented, UTF-8), its own checksum (:data:`CHECKSUM`) last."""
+    # Checksum what a reader will parse (tuples become lists, keys strings), not the Python objects given.
+    body = json.loads(json.dumps({key: value for key, value in manifest.items() if key != CHECKSUM}))
+    text = json.dumps({**body, CHECKSUM: manifest_checksum(body)}, indent=2, ensure_ascii=False) + "\n"
     (folder / MANIFEST).write_text(text, encoding="utf-8")
 
 
@@ -154,9 +165,10 @@ def read_manifest(folder: Path) -> Any:
 def check_format(
     folder: Path, manifest: Any, name: str, version: int, kind: str, older: Collection[int] = ()
 ) -> dict[str, Any]:
-    """``manifest`` if it is a dict of format ``name`` and ``version``; IndexFormatError otherwise.
+    """``manifest`` if it is a dict of format ``name`` and ``version`` matching its checksum; else IndexFormatError.
 
-    ``older`` lists the earlier versions the caller still reads.
+    ``older`` lists the earlier versions the caller still reads. A manifest saved before manifests
+    had a checksum (no :data:`CHECKSUM` field) is read as it is.
     """
     if not isinstance(manifest, dict) or manifest.get("format") != name:
         raise IndexFormatError(f"{folder / MANIFEST} is not a langchain-fusion {kind} manifest")
@@ -171,6 +183,12 @@ def check_format(
         raise IndexFormatError(
             f"{folder} uses {kind} format version {found!r}; this langchain-fusion ({library_version()}) "
             f"reads version {version}. Rebuild the index with this version."
+        )
+    if CHECKSUM in manifest and manifest[CHECKSUM] != manifest_checksum(manifest):
+        raise IndexFormatError(
+            f"{folder / MANIFEST} was edited after it was saved (its {CHECKSUM} does not match its contents), and "
+            "an edited setting would silently change the results: restore the saved manifest, or rebuild the index "
+            "(re-index its files)"
         )
     return manifest
 

@@ -34,7 +34,7 @@ from langchain_fusion.stores.local.mapped import MappedFiles
 from langchain_fusion.stores.local.snapshot import LocalView, Segment, Snapshot, ann_min_rows, empty_snapshot
 from langchain_fusion.stores.local.tokens import tokenize
 from langchain_fusion.stores.local.vectors import AnnIndex, check_vector_index
-from langchain_fusion.stores.settings import BM25Params, StoreSettings
+from langchain_fusion.stores.settings import MAX_DIMENSION, BM25Params, StoreSettings
 
 logger = logging.getLogger(__name__)
 
@@ -339,12 +339,14 @@ def _parse_manifest(
         if not isinstance(vector_conf.get("search_params"), (str, type(None))):
             raise TypeError("vector_index.search_params must be a string or null")
         if not isinstance(counts, dict) or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in counts.values()
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63 for v in counts.values()
         ):
-            raise TypeError("counts must be whole numbers")
+            raise TypeError("counts must be whole numbers from 0 to 2**63 - 1")
         dimension = embeddings["dimension"]
-        if dimension is not None and (not isinstance(dimension, int) or isinstance(dimension, bool) or dimension < 1):
-            raise TypeError(f"embeddings.dimension must be a positive whole number; got {dimension!r}")
+        if dimension is not None and (
+            not isinstance(dimension, int) or isinstance(dimension, bool) or not 1 <= dimension <= MAX_DIMENSION
+        ):
+            raise TypeError(f"embeddings.dimension must be a whole number from 1 to {MAX_DIMENSION}")
         if not isinstance(embeddings["id"], (str, type(None))):
             raise TypeError("embeddings.id must be a string")
         fields = manifest.get("text_fields", {})
@@ -446,7 +448,7 @@ def read_snapshot(
     if rows.size and not _lengths_agree(rows, tf, lengths):
         raise IndexFormatError(f"{folder}: BM25 row lengths disagree with the postings; rebuild the index")
     postings = Postings(indptr=np.asarray(indptr), rows=rows, tf=tf)
-    mismatch = _postings_mismatch(documents, vocabulary_list, postings, settings)
+    mismatch = _postings_mismatch(documents, vocabulary_list, postings, lengths, settings)
     if mismatch:
         raise IndexFormatError(f"{folder}: the BM25 index does not match the documents ({mismatch}); rebuild the index")
     snapshot = replace(empty_snapshot(settings, factory, search_params), mapped=files if len(files) else None)
@@ -510,13 +512,18 @@ SPOT_CHECK_ROWS = 64
 
 
 def _postings_mismatch(
-    documents: DocumentBlock, vocabulary: list[str], postings: Postings, settings: StoreSettings
+    documents: DocumentBlock,
+    vocabulary: list[str],
+    postings: Postings,
+    lengths: NDArray[np.int32],
+    settings: StoreSettings,
 ) -> str | None:
     """What disagrees between a spread sample of rows' texts and the postings, or None.
 
     The checksums only prove the files are the ones the manifest lists; this catches files that
     are consistent with each other but not with the documents (a replaced or reordered
-    vocabulary, postings of another corpus), at the cost of analysing a few dozen texts.
+    vocabulary, postings of another corpus, an analyzer that no longer gives a row's tokens), at
+    the cost of analysing a few dozen texts.
     """
     n = len(documents)
     if not n:
@@ -529,6 +536,8 @@ def _postings_mismatch(
             if term is None:
                 return f"row {row} has the token {token!r}, which the vocabulary lacks"
             counts[term] = counts.get(term, 0) + 1
+        if sum(counts.values()) != int(lengths[row]):  # fewer tokens now: an analyzer edited to drop some
+            return f"row {row} has {sum(counts.values())} tokens, the BM25 index {int(lengths[row])}"
         for term, count in counts.items():
             start, end = int(postings.indptr[term]), int(postings.indptr[term + 1])
             at = start + int(np.searchsorted(postings.rows[start:end], row))  # a term's rows ascend
