@@ -15,8 +15,11 @@ The ``search`` tool takes ``query`` (required) and, optionally, every search opt
 search takes per call except ``fetch_k`` (which bounds a call's cost): its input schema is derived
 from the option schema (:mod:`langchain_fusion.search.options`), with each option's bounds and
 description. Arguments are checked as sent, by the same checks as every retriever option:
-``true`` is not a number, ``"0.5"`` is not a float, NaN is refused. A bad argument is a tool error
-(``isError``) with a one-line message, and the server keeps serving. A result is a readable text
+``true`` is not a number, ``"0.5"`` is not a float, NaN is refused. So are the numbers JSON has no
+room for, which Python's JSON readers accept anyway: ``NaN``, ``Infinity`` and ``-Infinity``
+literals, and numbers beyond the float range such as ``1e400``, anywhere in the arguments (a
+``filter`` value too). A bad argument is a tool error (``isError``) with a one-line message, and
+the server keeps serving. A result is a readable text
 block for the model and structured content (:class:`SearchResults`) for programs. The resource
 ``langchain-fusion://index`` describes the served index, the server's defaults and its pipeline.
 
@@ -35,6 +38,7 @@ import contextlib
 import inspect
 import io
 import json
+import math
 import os
 import socket
 import sys
@@ -66,9 +70,21 @@ from langchain_fusion.threads import one_blas_thread
 try:
     import anyio
     import uvicorn
+    from anyio.abc import ObjectReceiveStream, ObjectSendStream
     from mcp.server.fastmcp import FastMCP
     from mcp.server.stdio import stdio_server
-    from mcp.types import CallToolResult, TextContent, ToolAnnotations
+    from mcp.shared.message import SessionMessage
+    from mcp.types import (
+        INVALID_PARAMS,
+        CallToolResult,
+        ErrorData,
+        JSONRPCError,
+        JSONRPCMessage,
+        JSONRPCRequest,
+        JSONRPCResponse,
+        TextContent,
+        ToolAnnotations,
+    )
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise MissingDependencyError(
         f"serving over MCP needs the 'mcp' extra ({exc.name} is missing): pip install 'langchain-fusion[mcp]'"
@@ -242,12 +258,103 @@ class _CheckedArgumentsServer(FastMCP):
         self.limits = limits
         self.accepted = tuple(accepted)
         self.info = info
+        # Every transport (stdio, streamable HTTP, in memory) hands its streams to the low-level
+        # server's run, the last place where a request still holds the numbers as sent: the session
+        # re-reads it from a JSON dump that writes NaN and Infinity as null.
+        lowlevel = self._mcp_server
+        run = lowlevel.run
+
+        async def run_finite_only(read_stream: Any, write_stream: Any, *args: Any, **kwargs: Any) -> None:
+            # The SDK annotates a memory stream; its session only iterates over the stream and closes it.
+            filtered = _FiniteNumbersOnly(read_stream, write_stream)
+            await run(filtered, write_stream, *args, **kwargs)  # type: ignore[arg-type]
+
+        lowlevel.run = run_finite_only  # type: ignore[method-assign]
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         """Run a tool; a refused search argument is raised, and the SDK answers it with a tool error."""
         if name == SEARCH_TOOL:
             arguments = check_search_arguments(arguments, self.limits, self.accepted)
         return await super().call_tool(name, arguments)
+
+
+def _first_non_finite(value: Any, path: str = "") -> tuple[str, float] | None:
+    """The path (``alpha``, ``filter['page'][1]``) and value of the first NaN or infinite float in it, or None."""
+    pending = [(path, value)]
+    while pending:  # a loop, not recursion: a request may nest as deep as its parser allowed
+        where, item = pending.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return where, item
+        if isinstance(item, dict):
+            children = [(f"{where}[{key!r}]" if where else str(key), child) for key, child in item.items()]
+        elif isinstance(item, list):
+            children = [(f"{where}[{i}]", child) for i, child in enumerate(item)]
+        else:
+            continue
+        pending.extend(reversed(children))  # depth first, in the order sent
+    return None
+
+
+def _refusal(message: SessionMessage | Exception) -> SessionMessage | None:
+    """The answer to a request carrying a number JSON has no room for (None for any other message).
+
+    A ``tools/call`` is answered with a tool error, as any other bad argument; other requests, with
+    a JSON-RPC invalid-params error. Notifications and responses pass as they are: nothing answers them.
+    """
+    if isinstance(message, Exception) or not isinstance(message.message.root, JSONRPCRequest):
+        return None
+    request = message.message.root
+    params = request.params or {}
+    arguments = params.get("arguments") if request.method == "tools/call" else None
+    found = _first_non_finite(arguments) if isinstance(arguments, dict) else None
+    if found is None:
+        found = _first_non_finite(params, "params")
+        if found is None:
+            return None
+        answer: JSONRPCResponse | JSONRPCError = JSONRPCError(
+            jsonrpc="2.0",
+            id=request.id,
+            error=ErrorData(code=INVALID_PARAMS, message=f"Invalid request parameters: {_not_finite(*found)}"),
+        )
+    else:
+        result = CallToolResult(content=[TextContent(type="text", text=_not_finite(*found))], isError=True)
+        answer = JSONRPCResponse(
+            jsonrpc="2.0", id=request.id, result=result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        )
+    return SessionMessage(JSONRPCMessage(answer))
+
+
+def _not_finite(where: str, number: float) -> str:
+    shown = "NaN" if math.isnan(number) else ("Infinity" if number > 0 else "-Infinity")
+    return (
+        f"{where} must be a finite number; got {shown} (JSON has no NaN or Infinity, and a number beyond the "
+        "float range, such as 1e400, reads as Infinity)"
+    )
+
+
+class _FiniteNumbersOnly(ObjectReceiveStream[SessionMessage | Exception]):
+    """A transport's incoming messages, less the requests carrying a NaN or infinite number: those are answered here."""
+
+    def __init__(
+        self,
+        messages: ObjectReceiveStream[SessionMessage | Exception],
+        answers: ObjectSendStream[SessionMessage],
+    ) -> None:
+        self._messages = messages
+        self._answers = answers
+
+    async def receive(self) -> SessionMessage | Exception:
+        """The next message that may go on to the session."""
+        while True:
+            message = await self._messages.receive()
+            refusal = _refusal(message)
+            if refusal is None:
+                return message
+            await self._answers.send(refusal)
+
+    async def aclose(self) -> None:
+        """Close the transport's stream."""
+        await self._messages.aclose()
 
 
 def describe_server(server: FastMCP) -> dict[str, Any]:
