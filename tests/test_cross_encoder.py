@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import shutil
+import socket
 import sys
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +33,8 @@ from tests.conftest import ANIMALS
 from tests.tiny_models import MAX_POSITIONS, build_cross_encoder
 
 MS_MARCO = "cross-encoder/ms-marco-MiniLM-L6-v2"
+CLOSED_PORT = "http://127.0.0.1:9"
+"""A Hub that cannot be reached: nothing listens on the discard port of this machine."""
 
 
 def candidates(texts: list[str]) -> list[Document]:
@@ -49,6 +56,62 @@ def reference(tiny_cross_encoder: Path) -> Any:
 @pytest.fixture(scope="module")
 def reranker(tiny_cross_encoder: Path) -> CrossEncoderReranker:
     return CrossEncoderReranker(model=str(tiny_cross_encoder), top_n=3)
+
+
+HubSwitch = Callable[[str], None]
+"""Points the Hugging Face client at the Hub at a URL (the ``hub`` fixture)."""
+
+
+@pytest.fixture
+def empty_hub_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """An empty Hugging Face cache and online mode, in the environment and in the client's settings (read on import)."""
+    import huggingface_hub.constants
+
+    cache = tmp_path / "hub"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("SENTENCE_TRANSFORMERS_HOME", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # the bundled model's loading sets it in this process
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    return cache
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch) -> HubSwitch:
+    import huggingface_hub.constants
+
+    def at(url: str) -> None:
+        monkeypatch.setenv("HF_ENDPOINT", url)
+        monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", url)
+
+    return at
+
+
+@contextlib.contextmanager
+def _hanging_up_hub() -> Iterator[tuple[str, list[int]]]:
+    """A Hub on a loopback port that hangs up on every connection; yields its URL and [connections so far]."""
+    connections = [0]
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.settimeout(0.1)
+        done = threading.Event()
+
+        def serve() -> None:
+            while not done.is_set():
+                with contextlib.suppress(TimeoutError):
+                    connection, _ = listener.accept()
+                    connections[0] += 1
+                    connection.close()
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{listener.getsockname()[1]}", connections
+        finally:
+            done.set()
+            thread.join(timeout=10)
 
 
 class ScoringSpy:
@@ -191,6 +254,49 @@ class TestErrors:
         message = str(error.value)
         assert "\n" not in message
         assert message.startswith("cross-encoder 'nobody/no-such-cross-encoder' could not be loaded")
+        assert "HF_HUB_OFFLINE is set: download it where the Hub is reachable (hf download " in message
+
+    def test_name_not_in_the_cache_hub_unreachable(self, empty_hub_cache: Path, hub: HubSwitch) -> None:
+        hub(CLOSED_PORT)
+        with pytest.raises(ModelNotFoundError) as error:
+            CrossEncoderReranker(model="nobody/no-such-cross-encoder").load_model()
+        message = str(error.value)
+        assert "\n" not in message
+        assert message.startswith(
+            f"cross-encoder 'nobody/no-such-cross-encoder' could not be loaded: it is not in the Hugging Face cache "
+            f"({empty_hub_cache}) and the Hub ({CLOSED_PORT}) cannot be reached (ConnectError: "
+        )
+        assert message.endswith(
+            "download it where the Hub is reachable (hf download nobody/no-such-cross-encoder), "
+            "or give a folder saved with save_pretrained"
+        )
+
+    def test_an_unreachable_hub_is_asked_once(self, empty_hub_cache: Path, hub: HubSwitch) -> None:
+        """One request decides: the Hub client's retries (about 20 s for each file) never start."""
+        with _hanging_up_hub() as (url, connections):
+            hub(url)
+            with pytest.raises(ModelNotFoundError, match=r"the Hub \(http://127\.0\.0\.1:\d+\) cannot be reached"):
+                load_cross_encoder("nobody/no-such-cross-encoder")
+        assert connections == [1]
+
+    def test_a_cached_name_loads_without_the_hub(
+        self, empty_hub_cache: Path, hub: HubSwitch, tiny_cross_encoder: Path, reference: Any
+    ) -> None:
+        revision = "0" * 40
+        repo = empty_hub_cache / "models--nobody--tiny-cross-encoder"
+        shutil.copytree(tiny_cross_encoder, repo / "snapshots" / revision)
+        (repo / "refs").mkdir()
+        (repo / "refs" / "main").write_text(revision)
+        with _hanging_up_hub() as (url, connections):
+            hub(url)
+            reranker = CrossEncoderReranker(model="nobody/tiny-cross-encoder", top_n=None)
+            scores = reranker.score("cat", ANIMALS[:3])
+        assert connections == [0]
+        assert scores == pytest.approx([float(s) for s in reference.predict([("cat", t) for t in ANIMALS[:3]])])
+
+    def test_not_a_hub_name(self) -> None:
+        with pytest.raises(ModelNotFoundError, match="'bad name!' is neither a folder nor a Hugging Face model name"):
+            load_cross_encoder("bad name!")
 
     def test_without_the_local_extra(self, monkeypatch: pytest.MonkeyPatch, tiny_cross_encoder: Path) -> None:
         monkeypatch.setitem(sys.modules, "sentence_transformers", None)

@@ -1,8 +1,11 @@
 """Loading a sentence-transformers ``CrossEncoder``: a Hugging Face name or a local folder, with clear errors.
 
-Needs the ``local`` extra (sentence-transformers). A name is looked up in the Hugging Face cache
-(and downloaded when the machine is online); a folder is a model saved with ``save_pretrained``
-(``config.json``, the weights and the tokenizer). Whatever goes wrong comes back as one line: a
+Needs the ``local`` extra (sentence-transformers). A name in the Hugging Face cache loads from
+there without asking the Hub (``hf download NAME`` updates it); a name not in the cache is
+downloaded, after one short request has found the Hub reachable; otherwise the error comes at once,
+naming the model and how to fetch it, where the Hub's own retries would take a minute or more. A
+folder is a model saved with ``save_pretrained`` (``config.json``, the weights and the tokenizer).
+Whatever goes wrong comes back as one line: a
 :class:`~langchain_fusion.errors.MissingDependencyError` without the extra, a
 :class:`~langchain_fusion.errors.ModelNotFoundError` for a model that cannot be found or read.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +26,9 @@ _LOCAL_EXTRA_HINT = "pip install 'langchain-fusion[local]'"
 _UNBOUNDED = 1_000_000
 """Tokenizers without a saved limit report a huge ``model_max_length``; anything above this is no limit."""
 _PATH_LIKE = re.compile(r"^(?:\.{1,2}[\\/]|[\\/]|~|[A-Za-z]:[\\/])")
+HUB_PROBE_TIMEOUT = 5.0
+"""Seconds the one request asking whether the Hugging Face Hub is reachable may take (``HF_HUB_ETAG_TIMEOUT``
+overrides it), before a model that is not in the cache is downloaded."""
 
 
 @contextlib.contextmanager
@@ -83,21 +90,58 @@ def load_cross_encoder(model: str, *, device: str = "cpu", max_length: int | Non
                 f"cross-encoder {model!r} is not a saved model: the folder has no config.json "
                 "(save one with CrossEncoder.save_pretrained, or give a Hugging Face name)"
             )
-        source = str(folder)
+        source, local, where = str(folder), True, "the folder"
     elif _PATH_LIKE.match(model):
         raise ModelNotFoundError(f"cross-encoder folder {model!r} does not exist")
     else:
-        source = model
+        local = _in_hub_cache(model)
+        source, where = model, ("the Hugging Face cache" if local else "the Hub")
     try:
         with _quiet_loading():
-            loaded = CrossEncoder(source, device=device)
+            loaded = CrossEncoder(source, device=device, local_files_only=local)
     except Exception as exc:
-        where = "the folder" if source != model else "the Hugging Face cache (or the Hub, when online)"
         raise ModelNotFoundError(
             f"cross-encoder {model!r} could not be loaded from {where}: {describe_error(exc)}"
         ) from None
     set_max_length(loaded, model, max_length)
     return loaded
+
+
+def _in_hub_cache(model: str) -> bool:
+    """Whether the Hugging Face name ``model`` is in the cache; if not, ModelNotFoundError unless the Hub is reachable.
+
+    The Hub's client retries an unreachable Hub for about 20 seconds per file, and a model has
+    several files: one request without retries decides instead.
+    """
+    from huggingface_hub import HfApi, constants, try_to_load_from_cache
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    cache = os.environ.get("SENTENCE_TRANSFORMERS_HOME") or constants.HF_HUB_CACHE  # where sentence-transformers looks
+    try:
+        if isinstance(try_to_load_from_cache(model, "config.json", cache_dir=cache), str):
+            return True
+    except ValueError as exc:  # the Hub's check of a repository name
+        raise ModelNotFoundError(
+            f"cross-encoder {model!r} is neither a folder nor a Hugging Face model name: {describe_error(exc)}"
+        ) from None
+    fetch = f"hf download {model}" + (f" --cache-dir {cache}" if cache != constants.HF_HUB_CACHE else "")
+    missing = f"cross-encoder {model!r} could not be loaded: it is not in the Hugging Face cache ({cache}) and"
+    advice = f"download it where the Hub is reachable ({fetch}), or give a folder saved with save_pretrained"
+    if constants.HF_HUB_OFFLINE:
+        raise ModelNotFoundError(f"{missing} HF_HUB_OFFLINE is set: {advice}")
+    timeout = constants.HF_HUB_ETAG_TIMEOUT if "HF_HUB_ETAG_TIMEOUT" in os.environ else HUB_PROBE_TIMEOUT
+    try:
+        HfApi().model_info(model, timeout=timeout)
+    except RepositoryNotFoundError:
+        raise ModelNotFoundError(
+            f"{missing} the Hub ({constants.ENDPOINT}) has no model by that name (a private or gated model needs "
+            "a login: hf auth login)"
+        ) from None
+    except Exception as exc:
+        raise ModelNotFoundError(
+            f"{missing} the Hub ({constants.ENDPOINT}) cannot be reached ({describe_error(exc)}): {advice}"
+        ) from None
+    return False
 
 
 def set_max_length(loaded: Any, model: str, max_length: int | None) -> None:
