@@ -72,7 +72,7 @@ def empty_hub_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     monkeypatch.delenv("SENTENCE_TRANSFORMERS_HOME", raising=False)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # the bundled model's loading sets it in this process
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # make test sets it
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     return cache
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -56,6 +57,15 @@ class TestSameVectorsAsSentenceTransformers:
         assert embeddings._model is None  # sentence-transformers was not loaded for a query
         np.testing.assert_allclose(query, embeddings.embed_documents([TEXTS[1]])[0], atol=2e-6)
         assert embeddings.embed_queries([]) == []
+
+    def test_loading_the_model_leaves_the_hub_settings_alone(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        # Setting HF_HUB_OFFLINE for the process would stop a cross-encoder named later from downloading.
+        for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_PROGRESS_BARS"):
+            monkeypatch.delenv(name, raising=False)
+        embeddings = LocalEmbeddings()
+        embeddings.load_model()
+        assert not {"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_PROGRESS_BARS"} & set(os.environ)
+        assert len(embeddings.embed_documents([TEXTS[0]])[0]) == 384
 
     def test_falls_back_to_sentence_transformers(self, monkeypatch: pytest.MonkeyPatch) -> None:
         def refuse(folder: object) -> NumpySentenceEncoder:

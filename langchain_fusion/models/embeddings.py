@@ -100,7 +100,6 @@ class LocalEmbeddings(CheckedModel, Embeddings):
     def load_model(self) -> Any:
         """Load the sentence-transformers model now (otherwise it loads on first use) and return it."""
         if self._model is None:
-            _offline_hub()
             model_path = _bundled_model_path()
             try:
                 from sentence_transformers import SentenceTransformer
@@ -111,7 +110,9 @@ class LocalEmbeddings(CheckedModel, Embeddings):
             from transformers.utils import logging as transformers_logging
 
             transformers_logging.disable_progress_bar()  # no "Loading weights" bar in our CLI output
-            self._model = SentenceTransformer(str(model_path), device=self.device)
+            # The weights are in site-packages: never ask the Hub, without setting HF_HUB_OFFLINE for the whole
+            # process (that would stop a cross-encoder named later from downloading).
+            self._model = SentenceTransformer(str(model_path), device=self.device, local_files_only=True)
         return self._model
 
     def _queries_encoder(self) -> NumpySentenceEncoder | None:
@@ -301,13 +302,6 @@ async def aembed_queries(embeddings: Embeddings, texts: Sequence[str], max_concu
             return await embeddings.aembed_query(text)
 
     return list(await asyncio.gather(*(one(text) for text in texts)))
-
-
-def _offline_hub() -> None:
-    """Never reach for the Hugging Face hub: the weights are in site-packages."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 def _bundled_model_path() -> Path:
