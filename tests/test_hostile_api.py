@@ -88,6 +88,12 @@ class TestWrongTypes:
             index.as_retriever(filter=search_filter)
         assert "\n" not in str(caught.value)
 
+    @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), [1, float("nan")]])
+    def test_a_non_finite_filter_value_is_refused(self, index: FusionIndex, value: Any) -> None:
+        # NaN equals nothing: such a filter would silently match no row.
+        with pytest.raises(InvalidParameterError, match="filter value for 's' must be a finite number"):
+            index.as_retriever().invoke("alpha", filter={"s": value})
+
     def test_a_filter_value_nested_thousands_deep_is_one_clear_error(self, index: FusionIndex) -> None:
         value: list[Any] = []
         inner = value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import reprlib
 from collections.abc import Callable, Mapping
 from typing import Any, Union
@@ -62,5 +63,9 @@ def check_filter(spec: Any) -> MetadataFilter | None:
                 raise InvalidParameterError(
                     f"filter value for {key!r} must be a string, number, boolean or None, or a list of them; "
                     f"got {reprlib.repr(choice)}"  # reprlib: a value nested thousands deep has a short repr too
+                )
+            if isinstance(choice, float) and not math.isfinite(choice):
+                raise InvalidParameterError(
+                    f"filter value for {key!r} must be a finite number; got {choice!r}, which no metadata value equals"
                 )
     return spec
