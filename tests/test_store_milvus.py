@@ -248,3 +248,42 @@ class TestMilvusErrors:
         completed = scorer.scores(keys)
         assert completed[0] == 0.0
         assert completed[1:] == pytest.approx(scores[1:], abs=1e-5)
+
+    def test_bulk_reads_page_by_id_whatever_the_ids(self, milvus_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Listing, select, id lists and delete-all in pages of 3: the id cursor escapes quotes and backslashes."""
+        from langchain_core.documents import Document
+
+        from langchain_fusion.stores import milvus
+        from langchain_fusion.stores.base import Where
+
+        monkeypatch.setattr(milvus, "PAGE", 3)
+        odd = ['say "hi"', 'say "hi" again', "back\\slash", "back\\slash\\", "tab\there", "ünï", "a", "a b", "Z"]
+        docs = [Document(id=i, page_content=f"text {n}", metadata={"even": n % 2 == 0}) for n, i in enumerate(odd)]
+        index = FusionIndex.from_documents(
+            docs, HashingEmbeddings(), store=milvus.MilvusStore(milvus_uri, self._name())
+        )
+        assert sorted(d.id or "" for d in index.documents) == sorted(odd)
+        view = index.view()
+        assert sorted(view.ids(view.select(Where(metadata={"even": True})))) == sorted(odd[::2])
+        assert [d.id for d in index.get_by_ids(odd)] == odd
+        assert index.store.delete([*odd[:4], *odd[:4], "unknown"]) == 4
+        assert index.store.clear() == len(odd) - 4 and len(index) == 0
+
+    def test_a_delete_that_leaves_rows_behind_is_an_error(
+        self, milvus_uri: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        store = MilvusStore(milvus_uri, self._name())
+        FusionIndex.from_documents(corpus(1, 6), HashingEmbeddings(), store=store)
+        ids = [d.id or "" for d in FusionIndex(HashingEmbeddings(), store=store).documents]
+        real_call = MilvusStore._call
+
+        def deletes_nothing(self: MilvusStore, method: str, **kwargs: Any) -> Any:
+            return {"delete_count": 0} if method == "delete" else real_call(self, method, **kwargs)
+
+        monkeypatch.setattr(MilvusStore, "_call", deletes_nothing)
+        with pytest.raises(FusionError, match=r"Milvus deleted 0 of 6 rows .* 6 are still there"):
+            store.delete(ids)
+        with pytest.raises(FusionError, match=r"deleting every row .* left 6 of 6 rows"):
+            store.clear()

@@ -399,8 +399,9 @@ class FusionIndex(VectorStore):
         if isinstance(ids, str):
             raise InvalidParameterError(f"delete takes a list of ids; got the string {ids!r}")
         if ids is None:
-            ids = [doc.id or "" for doc in self.store.view().iter_documents()]
-        self.store.delete(list(ids))
+            self.store.clear()
+        else:
+            self.store.delete(list(ids))
         return True
 
     def remove(self, ids: Sequence[str]) -> int:

@@ -185,6 +185,10 @@ class FusionStore(ABC):
     def delete(self, ids: Sequence[str]) -> int:
         """Remove the rows with these ids (unknown ids are ignored); returns how many were removed."""
 
+    def clear(self) -> int:
+        """Remove every row; returns how many were removed (an engine may do it in one operation)."""
+        return self.delete([doc.id or "" for doc in self.view().iter_documents()])
+
     def describe(self) -> Mapping[str, Any]:
         """A JSON-able description for health checks and logs (engine, counts, settings)."""
         view = self.view()

@@ -19,6 +19,10 @@ Differences from the in-process store, all deliberate:
 - **Filters.** Mapping filters become Milvus expressions on the JSON metadata and apply to both
   searches and the completion calls; Python callables cannot run on a server and are refused.
 - **Whole corpus.** ``fetch_k=None`` is refused: it would ship every row; use a bounded ``fetch_k``.
+- **Result window.** Milvus returns at most 16,384 rows per search or query (offset included).
+  Bulk reads (every document, :meth:`MilvusView.select`, the file record) page with a cursor on
+  the primary key instead of an offset, id lists go in chunks of 4,096, and each bulk read or
+  delete checks its count: a short read is an error, never a silent loss.
 
 Fusion stays in the library: each candidate's missing side is completed with an id-restricted
 search (BM25) or the stored vector (dot product), never given 0 or a rank as engines' hybrid
@@ -48,8 +52,11 @@ from langchain_fusion.stores.settings import BM25Params, StoreSettings
 
 logger = logging.getLogger(__name__)
 
-MAX_LIMIT = 16384
-"""Milvus's largest ``limit`` for one search or query."""
+RESULT_WINDOW = 16384
+"""The most rows Milvus returns for one search (top-k) or query (offset + limit)."""
+
+PAGE = 4096
+"""Rows per page of a cursor read, and ids per ``id in [...]`` expression: well inside the window."""
 
 BATCH = 1000
 """Rows per upsert call."""
@@ -258,7 +265,7 @@ class MilvusStore(FusionStore):
         name = self.collection_name + INFO_SUFFIX
         if not self._call("has_collection", collection_name=name):
             return {}
-        rows = self._call("query", collection_name=name, filter='id != ""', output_fields=["id", "piece"])
+        rows = [row for page in self._pages("", ["piece"], collection=name) for row in page]
         try:
             pieces = sorted((int(row["id"]), row["piece"]) for row in rows)
             if [n for n, _ in pieces] != list(range(len(pieces))):
@@ -347,18 +354,46 @@ class MilvusStore(FusionStore):
         """Delete rows by id; returns how many existed."""
         if not self._created or not ids:
             return 0
+        usable = list(dict.fromkeys(i for i in ids if "\n" not in i and "\r" not in i))
         present = 0
-        for start in range(0, len(ids), MAX_LIMIT):
-            chunk = [i for i in ids[start : start + MAX_LIMIT] if "\n" not in i and "\r" not in i]
-            if not chunk:
-                continue
-            found = self._call(
-                "query", collection_name=self.collection_name, filter=_id_filter(chunk), output_fields=["id"]
-            )
-            present += len(found)
+        for start in range(0, len(usable), PAGE):
+            found = self._existing(usable[start : start + PAGE])
             if found:
-                self._call("delete", collection_name=self.collection_name, filter=_id_filter([r["id"] for r in found]))
+                answer = self._call("delete", collection_name=self.collection_name, filter=_id_filter(found))
+                reported = int(answer.get("delete_count", 0)) if isinstance(answer, Mapping) else len(answer)
+                if reported != len(found):
+                    # Milvus Lite reports the rows it deleted, a server the ids it was given: either way a
+                    # shortfall is checked against what is left (a concurrent delete explains it harmlessly).
+                    left = self._existing(found)
+                    if left:
+                        raise FusionError(
+                            f"Milvus deleted {reported:,} of {len(found):,} rows of {self.collection_name!r}; "
+                            f"{len(left):,} are still there (e.g. {left[0]!r}): try again"
+                        )
+            present += len(found)
         return present
+
+    def clear(self) -> int:
+        """Delete every row with one delete by expression (the collection, its settings and record stay)."""
+        if not self._created:
+            return 0
+        before = self.count()
+        if before:
+            self._call("delete", collection_name=self.collection_name, filter='id != ""')
+        left = self.count()
+        if left:
+            raise FusionError(
+                f"deleting every row of {self.collection_name!r} left {left:,} of {before:,} rows "
+                "(another client writing at the same time?): try again"
+            )
+        return before
+
+    def _existing(self, ids: Sequence[str]) -> list[str]:
+        """Which of at most :data:`PAGE` distinct ``ids`` are rows of the collection."""
+        found = self._call(
+            "query", collection_name=self.collection_name, filter=_id_filter(ids), output_fields=["id"], limit=len(ids)
+        )
+        return [str(row["id"]) for row in found]
 
     # --- plumbing -----------------------------------------------------------------------------------
 
@@ -370,12 +405,56 @@ class MilvusStore(FusionStore):
         except Exception as exc:
             raise FusionError(f"Milvus {method} on {self.collection_name!r} failed: {_reason(exc)}") from None
 
-    def count(self) -> int:
-        """Rows in the collection."""
+    def count(self, expression: str = "") -> int:
+        """Rows in the collection (those matching the Milvus ``expression`` when one is given)."""
         if not self._created:
             return 0
-        result = self._call("query", collection_name=self.collection_name, filter="", output_fields=["count(*)"])
+        result = self._call(
+            "query", collection_name=self.collection_name, filter=expression, output_fields=["count(*)"]
+        )
         return int(result[0]["count(*)"]) if result else 0
+
+    def _pages(self, expression: str, fields: list[str], *, collection: str | None = None) -> Iterator[list[Any]]:
+        """Every row matching ``expression`` (every row for ''), a page at a time in id order.
+
+        A cursor on the primary key (``id > last``) instead of an offset, so no page reaches past
+        Milvus's result window however many rows match. The query carries the options pymilvus's
+        own ``query_iterator`` sends, under which the server returns the smallest ids first (that
+        is what makes ``id > last`` resume exactly); pymilvus's iterator itself is not used because
+        it writes the cursor id into the expression unescaped (an id with a quote breaks it).
+        """
+        name = collection or self.collection_name
+        last: str | None = None
+        while True:
+            parts = [f"id > {_literal(last)}"] if last is not None else []
+            parts += [expression] if expression else []
+            page = self._call(
+                "query",
+                collection_name=name,
+                filter=" and ".join(f"({p})" for p in parts) or 'id != ""',
+                output_fields=list(dict.fromkeys(["id", *fields])),
+                limit=PAGE,
+                iterator="True",
+                reduce_stop_for_best="True",
+            )
+            if not page:  # a short page is not the end: the server may stop a page early to keep id order
+                return
+            yield list(page)
+            last = max(str(row["id"]) for row in page)
+
+    def read_all(self, expression: str, fields: list[str]) -> list[Any]:
+        """Every row matching ``expression`` ('' for all), checked against a count: a short read is an error."""
+        if not self._created:
+            return []
+        expected = self.count(expression)
+        rows = [row for page in self._pages(expression, fields) for row in page]
+        if len(rows) != expected:
+            matching = f" matching {expression}" if expression else ""
+            raise FusionError(
+                f"expected {expected:,} rows of {self.collection_name!r}{matching}, read {len(rows):,} "
+                "(another client writing at the same time?): try again"
+            )
+        return rows
 
 
 def _reason(exc: BaseException) -> str:
@@ -439,6 +518,15 @@ class MilvusView(StoreView):
             )
         )
 
+    def _by_ids(self, ids: Sequence[str], fields: list[str]) -> list[dict[str, Any]]:
+        """The rows of these ids that exist, :data:`PAGE` ids per query."""
+        distinct = list(dict.fromkeys(ids))
+        rows: list[dict[str, Any]] = []
+        for start in range(0, len(distinct), PAGE):
+            chunk = distinct[start : start + PAGE]
+            rows.extend(self._query(_id_filter(chunk), fields, limit=len(chunk)))
+        return rows
+
     def vector(self, query_vector: FloatMatrix) -> MilvusVectorScorer:
         """The vector side for one query."""
         return MilvusVectorScorer(self, query_vector)
@@ -450,18 +538,21 @@ class MilvusView(StoreView):
     def documents(self, keys: Keys) -> list[Document]:
         """The documents of ``keys`` (fetched once per view)."""
         ids = self.ids(keys)
-        missing = [i for i in ids if i not in self._documents]
-        for start in range(0, len(missing), MAX_LIMIT):
-            self.remember(self._query(_id_filter(missing[start : start + MAX_LIMIT]), _OUTPUT))
+        wanted = list(dict.fromkeys(i for i in ids if i not in self._documents))
+        if wanted:
+            self.remember(self._by_ids(wanted, _OUTPUT))
+            gone = [i for i in wanted if i not in self._documents]
+            if gone:
+                raise FusionError(
+                    f"expected {len(wanted):,} documents from {self.store.collection_name!r}, read "
+                    f"{len(wanted) - len(gone):,} ({gone[0]!r} is gone: deleted by another client?): try again"
+                )
         return [self._documents[i] for i in ids]
 
     def vectors(self, keys: Keys) -> FloatMatrix:
         """The stored vectors of ``keys``."""
         ids = self.ids(keys)
-        found: dict[str, Any] = {}
-        for start in range(0, len(ids), MAX_LIMIT):
-            for row in self._query(_id_filter(ids[start : start + MAX_LIMIT]), ["id", "vector"]):
-                found[row["id"]] = row["vector"]
+        found = {row["id"]: row["vector"] for row in self._by_ids(ids, ["id", "vector"])}
         dimension = self.settings.dimension or 0
         out = np.zeros((len(ids), dimension), dtype=np.float32)
         for position, doc_id in enumerate(ids):
@@ -472,26 +563,15 @@ class MilvusView(StoreView):
 
     def keys_of(self, ids: Sequence[str]) -> Keys:
         """Keys of the ids that exist (-1 for the others)."""
-        present: set[str] = set()
-        usable = [i for i in ids if "\n" not in i and "\r" not in i]
-        for start in range(0, len(usable), MAX_LIMIT):
-            rows = self._query(_id_filter(usable[start : start + MAX_LIMIT]), _OUTPUT)
-            self.remember(rows)
-            present.update(row["id"] for row in rows)
+        rows = self._by_ids([i for i in ids if "\n" not in i and "\r" not in i], _OUTPUT)
+        self.remember(rows)
+        present = {row["id"] for row in rows}
         return np.fromiter((self.key(i) if i in present else -1 for i in ids), dtype=np.int64, count=len(ids))
 
     def select(self, where: Where) -> Keys:
         """Keys of every row allowed by ``where``."""
-        rows = self._query_all(filter_expression(where) or 'id != ""', ["id"])
+        rows = self.store.read_all(filter_expression(where), ["id"])
         return np.asarray(sorted(self.key(row["id"]) for row in rows), dtype=np.int64)
-
-    def _query_all(self, expression: str, fields: list[str]) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
-        while True:
-            page = self._query(expression, fields, limit=MAX_LIMIT, offset=len(rows))
-            rows.extend(page)
-            if len(page) < MAX_LIMIT:
-                return rows
 
     def neighbours(self, source: str, chunk_indexes: Sequence[int]) -> dict[int, Document]:
         """Chunks of ``source`` at these positions."""
@@ -510,8 +590,8 @@ class MilvusView(StoreView):
         return out
 
     def iter_documents(self) -> Iterator[Document]:
-        """Every document (in key order of this view)."""
-        rows = self._query_all('id != ""', _OUTPUT)
+        """Every document, in id order."""
+        rows = self.store.read_all("", _OUTPUT)
         self.remember(rows)
         return iter([self._documents[row["id"]] for row in rows])
 
@@ -541,7 +621,7 @@ class _MilvusScorer(ABC):
             collection_name=store.collection_name,
             data=[self._data()],
             anns_field=self.field,
-            limit=min(limit, MAX_LIMIT),
+            limit=min(limit, RESULT_WINDOW),
             filter=expression,
             search_params={"metric_type": self.metric},
             output_fields=fields,
@@ -616,8 +696,8 @@ class MilvusBM25Scorer(_MilvusScorer):
             return out
         ids = self.view.ids(keys)
         position = {doc_id: i for i, doc_id in enumerate(ids)}
-        for start in range(0, len(ids), MAX_LIMIT):
-            chunk = ids[start : start + MAX_LIMIT]
+        for start in range(0, len(ids), PAGE):
+            chunk = ids[start : start + PAGE]
             hits = self._search(len(chunk), _id_filter(chunk), ["id"])
             for hit in hits:
                 out[position[str(hit["id"])]] = float(hit["distance"]) / self.factor
