@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from langchain_core.documents import Document
 
-from langchain_fusion import FusionError, FusionIndex
+from langchain_fusion import FusionError, FusionIndex, InvalidParameterError
 from langchain_fusion import metadata as keys
 from langchain_fusion.cli import main
 from langchain_fusion.index.sync import SYNC_INFO_KEY, sync_files
@@ -137,6 +137,14 @@ class TestReadsPastTheWindow:
         monkeypatch.setattr(MilvusStore, "count", lambda self, expression="": ROWS + 1)
         with pytest.raises(FusionError, match=f"expected {ROWS + 1:,} rows .* read {ROWS:,}"):
             index.documents  # noqa: B018
+
+    def test_fetch_k_past_the_window_is_refused_not_cut(self, index: FusionIndex) -> None:
+        retriever = index.as_retriever(k=3, fetch_k=WINDOW + 1)
+        with pytest.raises(InvalidParameterError, match=r"at most 16,384 rows per search .* 16,385 candidates"):
+            retriever.invoke("w3 w5")
+        with pytest.raises(InvalidParameterError, match="at most 16,384"):
+            index.similarity_search("w3", k=WINDOW + 1)
+        assert len(index.as_retriever(k=3, fetch_k=WINDOW).invoke("w3 w5")) == 3
 
     def test_an_incremental_rerun_embeds_only_what_changed(
         self, built: Built, index: FusionIndex, fake_models: None

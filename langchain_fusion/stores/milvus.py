@@ -22,7 +22,9 @@ Differences from the in-process store, all deliberate:
 - **Result window.** Milvus returns at most 16,384 rows per search or query (offset included).
   Bulk reads (every document, :meth:`MilvusView.select`, the file record) page with a cursor on
   the primary key instead of an offset, id lists go in chunks of 4,096, and each bulk read or
-  delete checks its count: a short read is an error, never a silent loss.
+  delete checks its count: a short read is an error, never a silent loss. A candidate pool
+  (``fetch_k``, or ``k`` if larger) above the window is refused on a collection larger than it,
+  not cut: Milvus's search iterators page by score ranges, which is not an exact top-k.
 
 Fusion stays in the library: each candidate's missing side is completed with an id-restricted
 search (BM25) or the stored vector (dot product), never given 0 or a rank as engines' hybrid
@@ -621,7 +623,7 @@ class _MilvusScorer(ABC):
             collection_name=store.collection_name,
             data=[self._data()],
             anns_field=self.field,
-            limit=min(limit, RESULT_WINDOW),
+            limit=limit,
             filter=expression,
             search_params={"metric_type": self.metric},
             output_fields=fields,
@@ -636,6 +638,15 @@ class _MilvusScorer(ABC):
             )
         if self._empty():
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        if k > RESULT_WINDOW:
+            rows = len(self.view)
+            if rows > RESULT_WINDOW:
+                raise InvalidParameterError(
+                    f"Milvus returns at most {RESULT_WINDOW:,} rows per search and this collection holds {rows:,}: "
+                    f"a pool of {k:,} candidates per side (the larger of fetch_k and k) would be cut; "
+                    f"use fetch_k and k of at most {RESULT_WINDOW:,}"
+                )
+            k = RESULT_WINDOW  # the whole collection fits in one search: nothing is cut
         hits = self._search(k, filter_expression(where), _OUTPUT)
         self.view.remember(hits)
         pairs = sorted(
