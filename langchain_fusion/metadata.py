@@ -34,6 +34,14 @@ START_INDEX: Final = "start_index"
 
 # --- score keys (written by retrievers on returned copies) --------------------------------
 
+SCORE: Final = "score"
+"""The score the results are ordered by: the fused score (or a single side's raw score); the key that
+tracing tools such as OpenTelemetry's LangChain instrumentation read."""
+
+RELEVANCE: Final = "relevance"
+"""P(relevant), from the index's calibrated relevance model (:mod:`~langchain_fusion.search.relevance`): the same
+scale on every query. Only on results of a calibrated index; never made up."""
+
 FUSION_SCORE: Final = "fusion_score"
 """The fused score the results are ordered by (its scale depends on ``fusion_method``)."""
 
@@ -62,6 +70,7 @@ CHUNK_KEYS: Final = (SOURCE, PAGE, CHUNK_INDEX, START_INDEX)
 """All chunk keys, in documentation order."""
 
 SCORE_KEYS: Final = (
+    SCORE,
     FUSION_SCORE,
     FUSION_METHOD,
     VECTOR_SCORE,
@@ -71,7 +80,7 @@ SCORE_KEYS: Final = (
     BM25_SCORE_NORMALIZED,
     BM25_RANK,
 )
-"""All score keys, in documentation order."""
+"""All score keys every fused result carries, in documentation order (:data:`RELEVANCE` only with calibration)."""
 
 # --- context window keys (written by ContextWindowRetriever on merged passages) -------------
 

@@ -222,6 +222,11 @@ async def _provider_failed(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": message}, status_code=502)
 
 
+async def _request_refused(request: Request, exc: Exception) -> JSONResponse:
+    """An option the served index cannot honour (e.g. min_relevance without calibration): 422 with the reason."""
+    return JSONResponse({"detail": str(exc)}, status_code=422)
+
+
 class _RequestGuard:
     """Checks what LangServe's input schema cannot: configurable bounds, batch size and batch inputs."""
 
@@ -704,6 +709,7 @@ def app_for(pipeline: Pipeline, limits: ServeLimits, title: str = "langchain-fus
     app.add_middleware(_RequestBody, max_bytes=limits.max_request_bytes)
     app.add_middleware(_SameOrigin, allowed=allowed_hosts(limits))  # the outermost: before any body is read
     app.add_exception_handler(ProviderError, _provider_failed)
+    app.add_exception_handler(InvalidParameterError, _request_refused)
     app.router.on_startup.append(_fresh_stream_exit_event)
     routes: dict[str, Any] = {
         "enabled_endpoints": ENDPOINTS,

@@ -49,7 +49,7 @@ from tests.conftest import ANIMALS, DATA, HashingEmbeddings
 from tests.test_cli import _assert_one_line_error, _run
 
 REPO = Path(__file__).resolve().parent.parent
-SELECTION = ("min_vector_score", "min_bm25_score", "lambda_mult", "max_per_source")
+SELECTION = ("min_vector_score", "min_bm25_score", "lambda_mult", "max_per_source", "min_relevance")
 ERROR_PREFIX = "langchain-fusion: error: "
 TIMEOUT = timedelta(seconds=60)
 
@@ -124,6 +124,7 @@ class TestSearchTool:
             ("min_bm25_score", "number", 0.0, None),
             ("lambda_mult", "number", 0.0, 1.0),
             ("max_per_source", "integer", 1, None),
+            ("min_relevance", "number", 0.0, 1.0),
         ):
             bounds = schema["properties"][name]["anyOf"][0]
             assert (bounds["type"], bounds["minimum"], bounds.get("maximum")) == (kind, low, high)

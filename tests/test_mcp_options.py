@@ -31,7 +31,7 @@ ONE_AT_A_TIME = [
     {"lambda_mult": 0.3},
     {"max_per_source": 1},
 ]
-SELECTION = ("min_vector_score", "min_bm25_score", "lambda_mult", "max_per_source")
+SELECTION = ("min_vector_score", "min_bm25_score", "lambda_mult", "max_per_source", "min_relevance")
 REWRITES = "photosynthesis\nsunlight energy\nchemical energy from sunlight"
 """Three rewrites of "cats" that all find the same chunk of doc1 (not the one "cats" finds there)."""
 
@@ -404,7 +404,18 @@ class TestMcpCommand:
 
         monkeypatch.setattr(pipeline, "build", stop)
         flags = ["--min-vector-score", "0.2", "--min-bm25-score", "1", "--mmr", "--max-per-source", "2"]
-        flags += ["--rerank", "cross-encoder:m", "--rerank-candidates", "7", "--multi-query", "3", "--llm", "x:y"]
+        flags += [
+            "--min-relevance",
+            "0.4",
+            "--rerank",
+            "cross-encoder:m",
+            "--rerank-candidates",
+            "7",
+            "--multi-query",
+            "3",
+            "--llm",
+            "x:y",
+        ]
         flags += ["--window", "1", "--k-summaries", "2"]
         _assert_one_line_error(*_run(["mcp", str(saved), *flags, "--llm-timeout", "5"]), "stopped here")
         [spec] = received
@@ -414,6 +425,7 @@ class TestMcpCommand:
             "min_bm25_score": 1.0,
             "lambda_mult": 0.5,
             "max_per_source": 2,
+            "min_relevance": 0.4,
         }
         assert (spec.reranker, spec.rerank_candidates, spec.multi_query) == ("cross-encoder:m", 7, 3)
         assert (spec.llm, spec.llm_timeout, spec.window, spec.hierarchy.k_summaries) == ("x:y", 5.0, 1, 2)

@@ -53,6 +53,7 @@ EDGES: dict[str, tuple[list[Any], list[Any]]] = {
     "min_bm25_score": ([0, 3.5, None], [-0.1, float("nan")]),
     "lambda_mult": ([0, 1, None], [-0.1, 1.1]),
     "max_per_source": ([1, 3, None], [0, 1.5, False]),
+    "min_relevance": ([0, 0.3, 1, None], [-0.1, 1.1, float("nan"), "0.3", True]),
     "k_summaries": ([1, 5], [0, 2.0]),
     "summary_weight": ([0, 1], [1.5, -0.5]),
 }
@@ -101,7 +102,13 @@ class TestOptionSchema:
             assert FusionRetriever.model_fields[name].default == field.default
         expected = (*FusionOptions.model_fields, "filter", *HierarchyOptions.model_fields)
         assert set(HierarchicalRetriever.per_call_option_names()) == set(expected)
-        assert SELECTION_OPTIONS == ("min_vector_score", "min_bm25_score", "lambda_mult", "max_per_source")
+        assert SELECTION_OPTIONS == (
+            "min_vector_score",
+            "min_bm25_score",
+            "lambda_mult",
+            "max_per_source",
+            "min_relevance",
+        )
 
     def test_each_fusion_method_has_a_normaliser(self) -> None:
         assert set(NORMALISERS) == set(FUSION_METHODS)

@@ -220,7 +220,7 @@ class _Target:
         """Persist ``index`` (or ``hierarchical``, built on it) with the file record; returns where, for people."""
         from langchain_fusion.index.sync import SYNC_INFO_KEY
 
-        info = {SYNC_INFO_KEY: record}
+        info = index.info_to_save({SYNC_INFO_KEY: record})  # a calibrated index keeps its relevance model
         if hierarchical is not None:
             return str(hierarchical.save(Path(self.out).expanduser(), info=info))
         return self.engine.save(self.out, index.store, info)

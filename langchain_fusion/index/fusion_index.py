@@ -23,6 +23,7 @@ from langchain_fusion._checks import check_k, check_positive_int
 from langchain_fusion.errors import (
     EmbeddingsMismatchError,
     FusionError,
+    IndexFormatError,
     InvalidParameterError,
     ProviderError,
     UnknownDocumentError,
@@ -54,6 +55,7 @@ from langchain_fusion.models.embeddings import (
 )
 from langchain_fusion.search.diversity import DEFAULT_MMR_WEIGHT, MMR_WEIGHT, check_lambda_mult
 from langchain_fusion.search.options import SEARCH_DEFAULTS
+from langchain_fusion.search.relevance import RELEVANCE_INFO_KEY, RelevanceModel
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.base import FloatMatrix, FusionStore, StoreView, Where
 from langchain_fusion.stores.filters import check_filter
@@ -63,6 +65,7 @@ from langchain_fusion.stores.local.vectors import normalize_rows
 from langchain_fusion.stores.settings import BM25Params
 
 if TYPE_CHECKING:
+    from langchain_fusion.evaluation.datasets import EvalDataset
     from langchain_fusion.retrievers.fusion import FusionRetriever
 
 ProgressCallback = Callable[[int], None]
@@ -151,7 +154,9 @@ class FusionIndex(VectorStore):
         self.embeddings_id = embeddings_id(self._embeddings)
         self.embedding_batch_size = embedding_batch_size
         self.saved_info: dict[str, Any] = {}
-        """The ``info`` given to :meth:`save`, as read back by :meth:`load` (empty otherwise)."""
+        """The ``info`` given to :meth:`save`, as read back by :meth:`load` (empty otherwise); it also keeps the
+        relevance model (:meth:`calibrate`)."""
+        self._relevance: tuple[Any, RelevanceModel | None] = (None, None)
         settings = store.settings
         fields = {
             "embed_fields": check_text_fields(embed_fields, "embed_fields") if embed_fields is not None else None,
@@ -575,6 +580,50 @@ class FusionIndex(VectorStore):
             raise FusionError("the index is empty: add documents before querying the vector side")
         return normalize_rows([vector], self.dimension)
 
+    # --- calibrated relevance ----------------------------------------------------------------
+
+    @property
+    def relevance_model(self) -> RelevanceModel | None:
+        """The calibrated relevance model (:meth:`calibrate`), saved with the index; None when not calibrated."""
+        saved = self.saved_info.get(RELEVANCE_INFO_KEY)
+        if saved is None:
+            return None
+        if self._relevance[0] is not saved:
+            try:
+                self._relevance = (saved, RelevanceModel.model_validate(saved))
+            except (ValueError, TypeError) as exc:
+                raise IndexFormatError(
+                    f"the relevance model saved with this index is not valid ({exc}); calibrate it again"
+                ) from None
+        return self._relevance[1]
+
+    def calibrate(self, dataset: EvalDataset, *, k: int = 10, **options: Any) -> RelevanceModel:
+        """Fit the index's relevance model on labelled queries; every result then carries ``metadata["relevance"]``.
+
+        ``dataset``: queries with relevance labels over this index's documents, e.g.
+        ``load_beir(folder, split="train")`` or ``load_labelled(path, documents)``; labels are
+        matched by ``Document.id``. Each query's top ``k`` under the default search (or the
+        search ``options`` given: those you will query with) is scored as
+        :class:`~langchain_fusion.search.relevance.RelevanceModel` reads it, and the model is
+        fitted (its held-out quality in ``model.quality``). It replaces any earlier model and is
+        kept in :attr:`saved_info`: :meth:`save` (or a store's own persistence) keeps it with the index.
+        """
+        from langchain_fusion.search.relevance import fit_relevance
+
+        k = check_k(k)
+        if not dataset.queries:
+            raise InvalidParameterError(f"{dataset.name}: no labelled queries to calibrate on")
+        retriever = self.as_retriever(k=k, **options)
+        texts = list(dataset.queries.values())
+        ranked = retriever.batch(texts)
+        labels = [
+            [dataset.qrels.get(query_id, {}).get(str(doc.id), 0) > 0 for doc in docs]
+            for query_id, docs in zip(dataset.queries, ranked, strict=True)
+        ]
+        model = fit_relevance(ranked, labels, k=k, dataset=dataset.name)
+        self.saved_info = {**self.saved_info, RELEVANCE_INFO_KEY: model.model_dump(mode="json")}
+        return model
+
     # --- persistence ------------------------------------------------------------------------
 
     def save(self, folder: str | Path, *, info: Mapping[str, Any] | None = None) -> Path:
@@ -582,13 +631,18 @@ class FusionIndex(VectorStore):
 
         Only the in-process store is saved as a folder; a remote store persists itself. ``info``
         (any JSON-able mapping, e.g. which files were indexed) is kept in the manifest and comes
-        back as :attr:`saved_info` after :meth:`load`.
+        back as :attr:`saved_info` after :meth:`load`, with the relevance model of a calibrated index.
         """
         if not isinstance(self.store, LocalStore):
             raise FusionError(
                 f"{type(self.store).__name__} keeps its rows on its engine; save() writes the in-process store only"
             )
-        return self.store.save(Path(folder), {"info": dict(info or {})})
+        return self.store.save(Path(folder), {"info": self.info_to_save(info)})
+
+    def info_to_save(self, info: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``info`` with what the index itself keeps there (its relevance model), as saving writes it."""
+        kept = {RELEVANCE_INFO_KEY: self.saved_info[RELEVANCE_INFO_KEY]} if self.relevance_model is not None else {}
+        return {**dict(info or {}), **kept}
 
     @classmethod
     def load(

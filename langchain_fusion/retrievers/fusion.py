@@ -29,6 +29,7 @@ from langchain_fusion.search.pool import (
     vector_scorers,
     vector_search,
 )
+from langchain_fusion.search.relevance import with_relevance
 from langchain_fusion.stores.base import FloatMatrix, Where
 
 __all__ = ["BM25Retriever", "FusionRetriever", "SearchRetriever", "VectorRetriever"]
@@ -129,7 +130,8 @@ class FusionRetriever(SearchOptions, _IndexRetriever):
     results. Its options are the fields of
     :class:`~langchain_fusion.search.options.SearchOptions`; each can be set here, per call
     (``invoke(q, k=3, alpha=0.7)``) or through ``configurable_fields``. Returned documents
-    carry the full score provenance.
+    carry the full score provenance, and on a calibrated index (:meth:`FusionIndex.calibrate`)
+    their relevance, which ``min_relevance`` floors.
     """
 
     def _search(
@@ -157,4 +159,5 @@ class FusionRetriever(SearchOptions, _IndexRetriever):
             diversity=Diversity.of(options),
             vector_evidence=self.index.reads(query),
         )
-        return hits_to_documents(view, hits, options["method"])
+        documents = hits_to_documents(view, hits, options["method"])
+        return with_relevance(documents, self.index.relevance_model, options["min_relevance"])

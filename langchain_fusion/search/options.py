@@ -28,6 +28,7 @@ from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.search.diversity import check_lambda_mult, check_max_per_source
 from langchain_fusion.search.floors import check_min_bm25_score, check_min_vector_score
 from langchain_fusion.search.fusion import FusionMethod, check_alpha, check_method
+from langchain_fusion.search.relevance import check_min_relevance
 from langchain_fusion.stores.filters import MetadataFilter, check_filter
 
 FilterValue = Union[str, int, float, bool, None, list[Union[str, int, float, bool, None]]]
@@ -136,6 +137,11 @@ class SearchOptions(FilterOption, FusionOptions):
     max_per_source: Annotated[Annotated[int, Field(ge=1)] | None, BeforeValidator(check_max_per_source)] = None
     """At most this many results from one source (file), the next best taking the place of the others.
     None: no cap."""
+    min_relevance: Annotated[Annotated[float, Field(ge=0.0, le=1.0)] | None, BeforeValidator(check_min_relevance)] = (
+        None
+    )
+    """Floor on a result's calibrated relevance, P(relevant) from 0 to 1 (needs an index calibrated on labelled
+    queries): lower results are left out, so a question the documents do not answer gets none. None: no floor."""
 
 
 class HierarchyOptions(_Options):

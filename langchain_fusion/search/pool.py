@@ -331,6 +331,7 @@ def scored_copy(document: Document, hit: Hit, method: str | None = None) -> Docu
     """A copy of ``document`` whose metadata also holds the hit's score provenance."""
     meta = copy.deepcopy(document.metadata)
     if hit.fused is not None:
+        meta[keys.SCORE] = hit.fused
         meta[keys.FUSION_SCORE] = hit.fused
         meta[keys.FUSION_METHOD] = method
         meta[keys.VECTOR_SCORE] = hit.vector_score
@@ -340,9 +341,11 @@ def scored_copy(document: Document, hit: Hit, method: str | None = None) -> Docu
         meta[keys.BM25_SCORE_NORMALIZED] = hit.bm25_normalized
         meta[keys.BM25_RANK] = hit.bm25_rank
     elif hit.vector_score is not None:
+        meta[keys.SCORE] = hit.vector_score
         meta[keys.VECTOR_SCORE] = hit.vector_score
         meta[keys.VECTOR_RANK] = hit.vector_rank
     else:
+        meta[keys.SCORE] = hit.bm25_score
         meta[keys.BM25_SCORE] = hit.bm25_score
         meta[keys.BM25_RANK] = hit.bm25_rank
     return Document(id=document.id, page_content=document.page_content, metadata=meta)

@@ -1,0 +1,189 @@
+"""Calibrated relevance: fitted on labelled queries, saved with the index, floored per call, never made up."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from langchain_fusion import FusionIndex, VectorRetriever
+from langchain_fusion import metadata as keys
+from langchain_fusion.errors import FusionError, IndexFormatError, InvalidParameterError
+from langchain_fusion.evaluation.datasets import EvalDataset
+from langchain_fusion.index.opening import open_index
+from langchain_fusion.search.relevance import (
+    RELEVANCE_INFO_KEY,
+    RelevanceModel,
+    expected_calibration_error,
+    fit_relevance,
+)
+from tests.conftest import HashingEmbeddings
+
+TOPICS = ["battery flood", "inverter rating", "solar panel", "wind turbine", "grid outage", "diesel backup"]
+FILLER = ["alpha", "beta", "gamma", "delta", "site", "team", "north", "south"]
+
+
+def _corpus() -> tuple[list[str], list[str]]:
+    rng = random.Random(0)
+    texts, ids = [], []
+    for t, topic in enumerate(TOPICS):
+        for j in range(20):
+            texts.append(f"{topic} report {j} " + " ".join(rng.choice(FILLER) for _ in range(20)))
+            ids.append(f"{t}-{j}")
+    return texts, ids
+
+
+def _dataset(step: int = 2) -> EvalDataset:
+    """Each query names one report (its topic and number): that report is the one relevant result."""
+    queries = {f"q{t}-{j}": f"{topic} report {j}" for t, topic in enumerate(TOPICS) for j in range(0, 20, step)}
+    qrels = {f"q{t}-{j}": {f"{t}-{j}": 1} for t, topic in enumerate(TOPICS) for j in range(0, 20, step)}
+    return EvalDataset(name="reports", queries=queries, qrels=qrels)
+
+
+@pytest.fixture
+def index() -> FusionIndex:
+    texts, ids = _corpus()
+    return FusionIndex.from_texts(texts, HashingEmbeddings(), ids=ids)
+
+
+@pytest.fixture
+def calibrated(index: FusionIndex) -> FusionIndex:
+    index.calibrate(_dataset())
+    return index
+
+
+class TestCalibrate:
+    def test_fit_reports_its_quality(self, index: FusionIndex) -> None:
+        model = index.calibrate(_dataset())
+        assert index.relevance_model == model
+        assert (model.quality.queries, model.quality.results, model.quality.relevant) == (60, 600, 60)
+        assert 0.0 <= model.quality.expected_calibration_error < 0.05
+        assert 0.0 <= model.quality.brier_score < 0.05
+        assert model.dataset == "reports" and model.k == 10
+
+    def test_every_result_carries_its_relevance(self, calibrated: FusionIndex) -> None:
+        docs = calibrated.as_retriever(k=5).invoke("solar panel report 7")  # a query it was not fitted on
+        assert docs[0].id == "2-7"
+        relevance = [doc.metadata[keys.RELEVANCE] for doc in docs]
+        assert all(0.0 <= value <= 1.0 for value in relevance)
+        assert relevance[0] > 0.5 > max(relevance[1:])
+
+    def test_min_relevance_leaves_out_what_is_not_relevant(self, calibrated: FusionIndex) -> None:
+        retriever = calibrated.as_retriever(k=5, min_relevance=0.5)
+        assert [doc.id for doc in retriever.invoke("wind turbine report 9")] == ["3-9"]
+        assert retriever.invoke("an unrelated question about cooking pasta") == []
+        assert len(retriever.invoke("wind turbine report 9", min_relevance=0.0)) == 5  # per call
+        assert calibrated.as_retriever(k=5).batch(["grid outage report 3", "cooking pasta"], min_relevance=0.5)[1] == []
+
+    def test_too_few_relevant_results_is_one_clear_error(self, index: FusionIndex) -> None:
+        empty = EvalDataset(name="none", queries={"q": "battery flood report 1"}, qrels={"q": {"nowhere": 1}})
+        with pytest.raises(FusionError, match="calibration needs relevant and non-relevant results"):
+            index.calibrate(empty)
+
+    def test_search_options_of_the_fit(self, index: FusionIndex) -> None:
+        model = index.calibrate(_dataset(), k=5, alpha=0.3)
+        assert model.k == 5 and model.quality.results == 300
+
+
+class TestWithoutCalibration:
+    def test_no_relevance_is_made_up(self, index: FusionIndex) -> None:
+        for doc in index.as_retriever(k=3).invoke("battery flood report 2"):
+            assert keys.RELEVANCE not in doc.metadata
+        assert index.relevance_model is None
+
+    def test_a_floor_without_a_model_is_one_clear_error(self, index: FusionIndex) -> None:
+        with pytest.raises(InvalidParameterError, match=r"min_relevance needs a calibrated index: .*calibrate"):
+            index.as_retriever(min_relevance=0.3).invoke("battery flood report 2")
+
+    @pytest.mark.parametrize("value", [-0.1, 1.5, "0.3", True, float("nan")])
+    def test_the_floor_is_a_probability(self, index: FusionIndex, value: object) -> None:
+        with pytest.raises(InvalidParameterError, match="min_relevance must be a probability"):
+            index.as_retriever(min_relevance=value)
+
+
+class TestScoreKey:
+    def test_score_is_the_ranking_score(self, index: FusionIndex) -> None:
+        for doc in index.as_retriever(k=3).invoke("battery flood report 2"):
+            assert doc.metadata[keys.SCORE] == doc.metadata[keys.FUSION_SCORE]
+        for doc in VectorRetriever(index=index, k=3).invoke("battery flood report 2"):
+            assert doc.metadata[keys.SCORE] == doc.metadata[keys.VECTOR_SCORE]
+
+
+class TestSaved:
+    def test_saved_and_loaded_with_the_index(self, calibrated: FusionIndex, tmp_path: Path) -> None:
+        calibrated.save(tmp_path / "index", info={"note": "kept too"})
+        for loaded in (
+            FusionIndex.load(tmp_path / "index", HashingEmbeddings()),
+            open_index(tmp_path / "index", HashingEmbeddings()),
+        ):
+            assert isinstance(loaded, FusionIndex)
+            assert loaded.relevance_model == calibrated.relevance_model
+            assert loaded.saved_info["note"] == "kept too"
+            query = "diesel backup report 11"
+            assert [d.metadata[keys.RELEVANCE] for d in loaded.as_retriever().invoke(query)] == pytest.approx(
+                [d.metadata[keys.RELEVANCE] for d in calibrated.as_retriever().invoke(query)]
+            )
+
+    def test_an_update_keeps_it(self, calibrated: FusionIndex) -> None:
+        info = calibrated.info_to_save({"sync": {"by_path": {}}})
+        assert info["sync"] == {"by_path": {}} and RELEVANCE_INFO_KEY in info
+
+    def test_an_invalid_saved_model_is_an_index_format_error(self, calibrated: FusionIndex) -> None:
+        saved = dict(calibrated.saved_info[RELEVANCE_INFO_KEY])
+        calibrated.saved_info = {RELEVANCE_INFO_KEY: {**saved, "weights": [1.0]}}
+        with pytest.raises(IndexFormatError, match="relevance model saved with this index is not valid"):
+            calibrated.as_retriever().invoke("battery flood report 2")
+
+
+class TestModel:
+    def test_expected_calibration_error(self) -> None:
+        assert expected_calibration_error([0.1] * 10, [1] + [0] * 9) == pytest.approx(0.0)
+        assert expected_calibration_error([0.9, 0.9], [0, 0]) == pytest.approx(0.9)
+        assert expected_calibration_error([0.05, 0.95], [0, 1]) == pytest.approx(0.05)
+
+    def test_recovers_a_known_logistic_relation(self) -> None:
+        from langchain_core.documents import Document
+
+        rng = np.random.default_rng(1)
+        ranked, labels = [], []
+        for _ in range(400):
+            cosines = np.sort(rng.uniform(0, 1, 10))[::-1]
+            docs = [Document(page_content="x", metadata={"vector_score": float(c), "bm25_score": 0.0}) for c in cosines]
+            p = 1 / (1 + np.exp(-(8 * cosines - 6)))
+            ranked.append(docs)
+            labels.append(list(rng.uniform(0, 1, 10) < p))
+        model = fit_relevance(ranked, labels, k=10, dataset="synthetic")
+        assert model.quality.expected_calibration_error < 0.03
+        probe = [Document(page_content="x", metadata={"vector_score": c, "bm25_score": 0.0}) for c in (0.9, 0.5)]
+        high, low = model.relevance(probe)
+        assert high == pytest.approx(1 / (1 + np.exp(-(8 * 0.9 - 6))), abs=0.1)
+        assert low < high
+        assert RelevanceModel.model_validate(model.model_dump(mode="json")) == model
+
+
+class TestServed:
+    """A served request may set min_relevance like any option; on an index without a model it is a 422."""
+
+    def _post(self, index: FusionIndex, min_relevance: float) -> object:
+        pytest.importorskip("langserve")
+        from fastapi.testclient import TestClient
+
+        from langchain_fusion.server import create_app
+        from tests.conftest import LOOPBACK_URL
+
+        client = TestClient(create_app(index, k=5), base_url=LOOPBACK_URL)
+        body = {"input": "wind turbine report 9", "config": {"configurable": {"min_relevance": min_relevance}}}
+        return client.post("/retriever/invoke", json=body)
+
+    def test_calibrated(self, calibrated: FusionIndex) -> None:
+        response = self._post(calibrated, 0.5)
+        assert response.status_code == 200  # type: ignore[attr-defined]
+        output = response.json()["output"]  # type: ignore[attr-defined]
+        assert [doc["id"] for doc in output] == ["3-9"] and output[0]["metadata"]["relevance"] > 0.5
+
+    def test_not_calibrated(self, index: FusionIndex) -> None:
+        response = self._post(index, 0.5)
+        assert response.status_code == 422  # type: ignore[attr-defined]
+        assert "min_relevance needs a calibrated index" in response.json()["detail"]  # type: ignore[attr-defined]
