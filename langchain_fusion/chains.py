@@ -18,7 +18,7 @@ from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel, RunnablePassthrough
+from langchain_core.runnables import Runnable, RunnableBranch, RunnableLambda, RunnableParallel, RunnablePassthrough
 
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import FusionError, InvalidParameterError
@@ -43,6 +43,10 @@ DEFAULT_RAG_PROMPT = ChatPromptTemplate.from_messages(
     ]
 )
 """The answer prompt; variables ``context`` (from :func:`format_docs`) and ``question``."""
+
+
+NO_SOURCES_ANSWER = "The documents do not cover this question: no passage was relevant enough to answer from."
+"""What the RAG chain answers, without calling the model, when the retriever returns nothing (relevance floors)."""
 
 
 class RagOutput(TypedDict):
@@ -112,6 +116,7 @@ def build_rag_chain(
     reranker: BaseDocumentCompressor | None = None,
     timeout: float | None = None,
     retry: RetryPolicy | None = None,
+    no_sources_answer: str | None = NO_SOURCES_ANSWER,
 ) -> Runnable[str, RagOutput]:
     """An LCEL chain from a question to ``{"answer": ..., "sources": [...]}``.
 
@@ -135,6 +140,9 @@ def build_rag_chain(
         retry: retries of rate limits, timeouts and other transient errors (default
             :data:`~langchain_fusion.models.guarded_model.ANSWER_RETRY`: three tries in a few
             seconds; a stream is retried only before its first chunk).
+        no_sources_answer: the answer when the retriever returns no passage (a relevance floor
+            such as ``min_relevance`` left everything out), given without calling the model;
+            None asks the model anyway.
 
     A model that fails for good raises :class:`~langchain_fusion.errors.ProviderError` with the
     provider's error on one line.
@@ -164,7 +172,11 @@ def build_rag_chain(
         assert isinstance(retriever, BaseRetriever)
         retriever = RerankRetriever(retriever=retriever, reranker=reranker)
     model = GuardedModel(llm, timeout=timeout, retry=retry)
-    answer = RunnableLambda(_prompt_inputs, name="format_docs") | prompt | model | StrOutputParser()
+    answer: Runnable[Any, str] = RunnableLambda(_prompt_inputs, name="format_docs") | prompt | model | StrOutputParser()
+    if no_sources_answer is not None:
+        answer = RunnableBranch(
+            (lambda value: not value["sources"], RunnableLambda(lambda _: no_sources_answer)), answer
+        )
     chain = (
         RunnableLambda(_question, name="question")
         | RunnableParallel(question=RunnablePassthrough(), sources=retriever)

@@ -187,3 +187,33 @@ class TestServed:
         response = self._post(index, 0.5)
         assert response.status_code == 422  # type: ignore[attr-defined]
         assert "min_relevance needs a calibrated index" in response.json()["detail"]  # type: ignore[attr-defined]
+
+
+class TestRagChain:
+    """A question nothing relevant answers is answered as such, without calling the model."""
+
+    def test_no_passage_no_model_call(self, calibrated: FusionIndex) -> None:
+        from langchain_core.language_models import GenericFakeChatModel
+        from langchain_core.messages import AIMessage
+
+        from langchain_fusion.chains import NO_SOURCES_ANSWER, build_rag_chain
+
+        calls: list[object] = []
+
+        def answers() -> object:
+            while True:
+                calls.append(1)
+                yield AIMessage(content="The report says so [1].")
+
+        model = GenericFakeChatModel(messages=answers())
+        chain = build_rag_chain(calibrated.as_retriever(k=4, min_relevance=0.5), model)
+        assert chain.invoke("how do I cook pasta") == {"answer": NO_SOURCES_ANSWER, "sources": []}
+        chunks = list(chain.stream("how do I cook pasta"))
+        assert {"sources": []} in chunks and "".join(c.get("answer", "") for c in chunks) == NO_SOURCES_ANSWER
+        assert calls == []
+        covered = chain.invoke("wind turbine report 9")
+        assert covered["answer"] == "The report says so [1]." and [d.id for d in covered["sources"]] == ["3-9"]
+        assert len(calls) == 1
+        asked = build_rag_chain(calibrated.as_retriever(k=4, min_relevance=0.5), model, no_sources_answer=None)
+        assert asked.invoke("how do I cook pasta")["answer"] == "The report says so [1]."
+        assert len(calls) == 2
