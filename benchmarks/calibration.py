@@ -4,8 +4,9 @@ For every SciFact train query, and for off-topic questions from other domains
 (``offtopic_questions.txt``, written for this benchmark), the default fused top-10 and, per
 result, the signals a calibration model could read at query time: raw cosine, raw BM25, fused
 score, fused rank, each side's rank, the top scores of each side's pool, and the IDF-weighted
-share of the query's terms the result contains. Logistic models over several feature sets are
-fitted on half of the queries (seeded split) and measured on the other half:
+share of the query's terms the result contains. The library's own model (``index.calibrate`` on
+half of the queries, seeded split) and logistic models over other feature sets, fitted on the
+same half, are measured on the other half:
 
 - ECE (10 equal-width bins) and Brier score over the held-out top-10 results;
 - answered: held-out SciFact queries with a result at or above ``--floor`` (0.3);
@@ -101,6 +102,7 @@ def collect(index: object, queries: Sequence[tuple[str, str, str]], qrels: dict[
                 "log_bm25_rank": math.log(meta.get("bm25_rank") or POOL + 1),
                 "cosine_gap": cosine - float(vector_scores[0]),
                 "bm25_share": bm25 / top_bm25 if top_bm25 > 0 else 0.0,
+                "relevance": float(meta.get("relevance", float("nan"))),
             }
             relevant = int(qrels.get(qid, {}).get(str(doc.id), 0) > 0)
             rows.append(Row(qid, kind, relevant, features))
@@ -154,7 +156,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from langchain_fusion import FusionIndex, LocalEmbeddings
-    from langchain_fusion.evaluation.datasets import load_beir
+    from langchain_fusion.evaluation.datasets import EvalDataset, load_beir
     from langchain_fusion.models.embeddings import CachedEmbeddings
 
     dataset = load_beir(args.data, "train")
@@ -170,11 +172,20 @@ def main() -> None:
     queries += [(f"off-{i}", text, "off") for i, text in enumerate(off_topic)]
 
     log(f"indexing {len(dataset.corpus)} abstracts")
-    rows = collect(FusionIndex.from_documents(dataset.corpus, embeddings), queries, dataset.qrels)
+    full = FusionIndex.from_documents(dataset.corpus, embeddings)
+    fit_set = EvalDataset(
+        name="scifact-train-fit",
+        queries={q: dataset.queries[q] for q in sorted(fit_ids)},
+        qrels={q: dataset.qrels[q] for q in sorted(fit_ids)},
+    )
+    shipped = full.calibrate(fit_set)  # what a user runs: the library's own model, on the fitted half
+    rows = collect(full, queries, dataset.qrels)
     kept = [doc for doc in dataset.corpus if doc.id not in removed]
     log(f"indexing {len(kept)} abstracts (the relevant ones of {len(removed_for)} held-out queries removed)")
     held = set(held_ids)
-    near = collect(FusionIndex.from_documents(kept, embeddings), [q for q in queries if q[0] in held], dataset.qrels)
+    reduced = FusionIndex.from_documents(kept, embeddings)
+    reduced.saved_info = dict(full.saved_info)  # the same relevance model
+    near = collect(reduced, [q for q in queries if q[0] in held], dataset.qrels)
     answerable = {q: int(any(g > 0 and d not in removed for d, g in dataset.qrels[q].items())) for q in held}
 
     print(
@@ -183,7 +194,13 @@ def main() -> None:
     )
     print("| features | ECE | Brier | answered | abstained (off-topic) | near-miss AUROC |")
     print("|---|---|---|---|---|---|")
-    for name, features in FEATURE_SETS.items():
+    sets = {
+        f"**shipped: `index.calibrate`** (held-out ECE in its fit: {shipped.quality.expected_calibration_error:.4f})": [
+            "relevance"
+        ],
+        **FEATURE_SETS,
+    }
+    for name, features in sets.items():
 
         def matrix(subset: Sequence[Row], features: list[str] = features) -> np.ndarray:
             return np.array([[row.features[f] for f in features] for row in subset])
@@ -191,7 +208,10 @@ def main() -> None:
         train = [r for r in rows if r.query in fit_ids]
         test = [r for r in rows if r.kind == "scifact" and r.query not in fit_ids]
         off = [r for r in rows if r.kind == "off"]
-        model = fit_logistic(matrix(train), np.array([r.relevant for r in train], dtype=float))
+        if features == ["relevance"]:
+            model: Callable[[np.ndarray], np.ndarray] = lambda z: z[:, 0]  # noqa: E731  # already P(relevant)
+        else:
+            model = fit_logistic(matrix(train), np.array([r.relevant for r in train], dtype=float))
         p_test, y_test = model(matrix(test)), np.array([r.relevant for r in test], dtype=float)
         answered = np.mean([v >= args.floor for v in top_by_query(test, p_test).values()])
         abstained = np.mean([v < args.floor for v in top_by_query(off, model(matrix(off))).values()])
