@@ -530,6 +530,32 @@ class TestEvalCommand:
         assert main([*argv, "--alpha", "0.5", "--rerank", "cross-encoder:./no-such-model"]) == 2
         assert "cross-encoder folder './no-such-model' does not exist" in capsys.readouterr().err
 
+    def test_calibrate_writes_the_model_into_the_index(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        out = tmp_path / "sample-index"
+        assert main(["index", str(DATA), "--out", str(out), "--embeddings", "local", "-q"]) == 0
+        argv = ["eval", "--index", str(out), "--labels", str(SAMPLE_QUERIES), "--alpha", "0.5", "-q"]
+        assert main([*argv, "--calibrate"]) == 0
+        assert "calibrated relevance saved into the index: fitted on 54 queries" in capsys.readouterr().out
+        model = FusionIndex.load(out, HashingEmbeddings()).relevance_model
+        assert model is not None and model.quality.queries == 54
+        assert main(["query", str(out), "recipe for banana bread", "--min-relevance", "0.99", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == []
+        assert main(["query", str(out), "KV-5500 inverter rating kVA", "-k", "2"]) == 0
+        assert "P(rel)" in capsys.readouterr().out.splitlines()[0]  # the table shows each result's relevance
+        assert main(["query", str(out), "recipe for banana bread", "--min-relevance", "0.99"]) == 0
+        assert capsys.readouterr().out.strip() == "no results above the relevance floor"
+        # An index rerun keeps the model (and embeds nothing new).
+        assert main(["index", str(DATA), "--out", str(out), "--embeddings", "local", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["chunks_embedded"] == 0
+        assert FusionIndex.load(out, HashingEmbeddings()).relevance_model == model
+
+    def test_calibrate_needs_a_saved_index(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        folder = write_beir(tmp_path / "beir")
+        assert main(["eval", "--beir", str(folder), "--calibrate", "--embeddings", "local"]) == 2
+        assert "--calibrate writes the relevance model into a saved index" in capsys.readouterr().err
+
     @pytest.mark.parametrize(
         "argv,message",
         [

@@ -45,6 +45,12 @@ def add_eval_parser(commands: Any) -> None:
     _add_sweep_arguments(parser)
     _add_row_arguments(parser)
     _add_floor_arguments(parser.add_argument_group("relevance floors and diversity (optional)"))
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="with --index and --labels: fit the index's relevance model on the labels and save it into the index, "
+        "so results carry a calibrated relevance and --min-relevance works",
+    )
     parser.add_argument("--plot", metavar="PNG", help="save a plot of the first metric against alpha")
     parser.add_argument("--json", action="store_true", help="print all results as JSON")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
@@ -185,6 +191,22 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     return index, load_labelled(args.labels, index.documents)
 
 
+def _calibrate(args: argparse.Namespace, plan: _Plan) -> Any:
+    """Fit the relevance model of the index at ``--index`` on ``--labels`` and save it there (under its update lock)."""
+    from langchain_fusion.evaluation.datasets import load_labelled
+    from langchain_fusion.index.opening import hierarchical_folder, open_for_update
+    from langchain_fusion.stores.registry import engine_for
+
+    if hierarchical_folder(args.index) is not None:
+        raise UserError("--calibrate fits a plain index: hierarchical search takes no relevance floor")
+    engine = engine_for(args.index)
+    with engine.updating(args.index):  # another run's update is not lost, nor is this model
+        index = open_for_update(args.index)
+        model = index.calibrate(load_labelled(args.labels, index.documents), fetch_k=plan.fetch_k)
+        engine.save(args.index, index.store, index.info_to_save(index.saved_info))
+    return model
+
+
 def _selection_rows(args: argparse.Namespace, lambdas: Sequence[float]) -> dict[str, Callable[[Any], Any]]:
     """The extra fusion rows asked for by --mmr (``lambdas``, checked) and --max-per-source: row name -> wrapper."""
 
@@ -257,6 +279,8 @@ def run_eval(args: argparse.Namespace) -> int:
     from langchain_fusion.evaluation.harness import SIDES, evaluate_sides, sweep_alpha, sweep_floors
 
     plan = _plan(args)
+    if args.calibrate and not (args.index and args.labels):
+        raise UserError("--calibrate writes the relevance model into a saved index: give --index INDEX --labels FILE")
     index, dataset = _load(args)
     dataset.no_answer.update(plan.no_answer)
     progress = not (args.quiet or args.json)
@@ -284,7 +308,8 @@ def run_eval(args: argparse.Namespace) -> int:
         from langchain_fusion.evaluation.plots import plot_alpha_sweep
 
         plot_path = str(plot_alpha_sweep(sweep, main_metric, args.plot))
-    report = _Report(dataset, index, baselines, sweep, floors, comparisons, best, plot_path)
+    calibration = _calibrate(args, plan) if args.calibrate else None
+    report = _Report(dataset, index, baselines, sweep, floors, comparisons, best, plot_path, calibration)
     if args.json:
         print(json.dumps(report.payload(), indent=2))
     else:
@@ -304,6 +329,7 @@ class _Report:
     comparisons: list[dict[str, Any]]
     best: dict[str, dict[str, float]]
     plot_path: str | None
+    calibration: Any = None
 
     def payload(self) -> dict[str, Any]:
         by_kind = self.baselines.by_kind(self.dataset.kinds)
@@ -320,6 +346,7 @@ class _Report:
             "per_query": self.comparisons,
             "floors": self.floors.rows() if self.floors is not None else None,
             "plot": self.plot_path,
+            "calibration": self.calibration.model_dump(mode="json") if self.calibration is not None else None,
         }
 
     def text(self, plan: _Plan) -> str:
@@ -347,6 +374,13 @@ class _Report:
             lines.append(self.floors.to_markdown())
         if self.plot_path:
             lines.append(f"plot saved to {self.plot_path}")
+        if self.calibration is not None:
+            quality = self.calibration.quality
+            lines.append(
+                f"\ncalibrated relevance saved into the index: fitted on {quality.queries} queries ({quality.results} "
+                f"results, {quality.relevant} relevant); held out: expected calibration error "
+                f"{quality.expected_calibration_error:.4f}, Brier score {quality.brier_score:.4f}"
+            )
         return "\n".join(lines)
 
 

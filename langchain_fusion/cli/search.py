@@ -93,7 +93,7 @@ def run_query(args: argparse.Namespace) -> int:
     if not docs:
         from langchain_fusion.search.floors import Floors
 
-        floors = Floors.of(dict(pipeline.spec.search)).active
+        floors = Floors.of(dict(pipeline.spec.search)).active or pipeline.spec.search.min_relevance is not None
         print("no results above the relevance floor" if floors else "no results")
         return 0
     _print_table(docs, args)
@@ -105,7 +105,10 @@ def _print_table(docs: list[Any], args: argparse.Namespace) -> None:
     cross_encoded = args.rerank is not None and not rated_by_llm
     rating = f"  {'rating':>6}" if rated_by_llm else f"  {'rerank':>6}" if cross_encoded else ""
     hier = f"  {'hier':>6}  {'sum#':>4}" if args.hierarchical else ""
-    header = f"{'rank':>4}{hier}  {'fused':>6}  {'vector':>6}  {'bm25':>6}{rating}  {'source':<28} {'page':>4}  text"
+    calibrated = any(keys.RELEVANCE in doc.metadata for doc in docs)
+    relevance = f"  {'P(rel)':>6}" if calibrated else ""
+    scores = f"{'fused':>6}  {'vector':>6}  {'bm25':>6}{relevance}{rating}"
+    header = f"{'rank':>4}{hier}  {scores}  {'source':<28} {'page':>4}  text"
     print(header)
     print("-" * len(header.expandtabs()) + "-" * 40)
     for rank, doc in enumerate(docs, 1):
@@ -122,9 +125,11 @@ def _print_table(docs: list[Any], args: argparse.Namespace) -> None:
             if args.hierarchical
             else ""
         )
+        relevance = f"  {_fmt(meta.get(keys.RELEVANCE), 2):>6}" if calibrated else ""
         print(
             f"{rank:>4}{hier}  {_fmt(meta.get(keys.FUSION_SCORE)):>6}  {_fmt(meta.get(keys.VECTOR_SCORE)):>6}  "
-            f"{_fmt(meta.get(keys.BM25_SCORE), 2):>6}{rating}  {textwrap.shorten(source, 28, placeholder='...'):<28} "
+            f"{_fmt(meta.get(keys.BM25_SCORE), 2):>6}{relevance}{rating}  "
+            f"{textwrap.shorten(source, 28, placeholder='...'):<28} "
             f"{_pages(meta):>4}  {_snippet(doc.page_content, 70)}"
         )
 
