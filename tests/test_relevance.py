@@ -87,6 +87,18 @@ class TestCalibrate:
         assert model.k == 5 and model.quality.results == 300
 
 
+class TestAnswerability:
+    def test_a_gate_before_answering(self, calibrated: FusionIndex) -> None:
+        covered = calibrated.answerability("inverter rating report 13")
+        assert covered == calibrated.as_retriever(k=1).invoke("inverter rating report 13")[0].metadata[keys.RELEVANCE]
+        assert covered > 0.5 > calibrated.answerability("how do I cook pasta")
+        assert calibrated.answerability("inverter rating report 13", filter={"nothing": "matches"}) == 0.0
+
+    def test_needs_a_calibrated_index(self, index: FusionIndex) -> None:
+        with pytest.raises(InvalidParameterError, match="answerability needs a calibrated index"):
+            index.answerability("battery flood report 2")
+
+
 class TestWithoutCalibration:
     def test_no_relevance_is_made_up(self, index: FusionIndex) -> None:
         for doc in index.as_retriever(k=3).invoke("battery flood report 2"):

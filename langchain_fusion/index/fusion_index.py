@@ -39,6 +39,7 @@ from langchain_fusion.ingest.loading import (
 from langchain_fusion.metadata import (
     DEFAULT_TEXT_FIELDS,
     MAX_METADATA_DEPTH,
+    RELEVANCE,
     TextField,
     check_text_fields,
     content_id,
@@ -623,6 +624,19 @@ class FusionIndex(VectorStore):
         model = fit_relevance(ranked, labels, k=k, dataset=dataset.name)
         self.saved_info = {**self.saved_info, RELEVANCE_INFO_KEY: model.model_dump(mode="json")}
         return model
+
+    def answerability(self, query: str, **options: Any) -> float:
+        """How likely the index answers ``query``: the calibrated relevance of its best result (0.0 if none).
+
+        A gate before answering: below a threshold (0.3 is a start; measure yours with ``eval``),
+        say the documents do not cover the question instead of calling a model. ``options`` are
+        search options (e.g. ``filter``). Needs a calibrated index (:meth:`calibrate`).
+        """
+        from langchain_fusion.search.relevance import require_model
+
+        require_model(self.relevance_model, "answerability")
+        results = self.as_retriever(k=1, **options).invoke(query)
+        return float(results[0].metadata[RELEVANCE]) if results else 0.0
 
     # --- persistence ------------------------------------------------------------------------
 

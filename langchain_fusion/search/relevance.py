@@ -212,6 +212,16 @@ def fit_relevance(
     )
 
 
+def require_model(model: RelevanceModel | None, asked: str) -> RelevanceModel:
+    """``model``, or the one error that says ``asked`` (what needed it) needs a calibrated index."""
+    if model is None:
+        raise InvalidParameterError(
+            f"{asked} needs a calibrated index: fit one with index.calibrate(dataset) (labelled queries, e.g. "
+            f"load_beir(folder, split='train') or load_labelled, or langchain-fusion eval --calibrate) and save it"
+        )
+    return model
+
+
 def with_relevance(documents: list[Document], model: RelevanceModel | None, floor: float | None) -> list[Document]:
     """``documents`` (one ranked list) with ``metadata["relevance"]``, those below ``floor`` left out.
 
@@ -219,10 +229,7 @@ def with_relevance(documents: list[Document], model: RelevanceModel | None, floo
     """
     if model is None:
         if floor is not None:
-            raise InvalidParameterError(
-                "min_relevance needs a calibrated index: fit one with index.calibrate(dataset) (labelled queries, "
-                "e.g. load_beir(folder, split='train') or load_labelled) and save it, or drop min_relevance"
-            )
+            require_model(model, "min_relevance")
         return documents
     for doc, value in zip(documents, model.relevance(documents), strict=True):
         doc.metadata[keys.RELEVANCE] = value
