@@ -166,3 +166,27 @@ class TestServer:
             response = client.post("/retriever/invoke", json={"input": "w1 w2", "config": {"configurable": {"k": 3}}})
             assert response.status_code == 200, response.text
             assert len(response.json()["output"]) == 3
+
+
+class TestCalibration:
+    """A collection keeps its relevance model like a folder does: eval --calibrate, then query and index reruns."""
+
+    @pytest.fixture(autouse=True)
+    def fake_models(self) -> Iterator[None]:
+        with fake_cli_embeddings():
+            yield
+
+    def test_calibrate_a_collection(self, location: str) -> None:
+        from tests.conftest import DATA, SAMPLE_QUERIES
+
+        assert _run("index", str(DATA), "--out", location, "--embeddings", "local", "-q")[0] == 0
+        eval_args = ["--labels", str(SAMPLE_QUERIES), "--calibrate", "--alpha", "0.5", "--methods", "weighted", "-q"]
+        status, text, err = _run("eval", "--index", location, *eval_args)
+        assert status == 0 and "calibrated relevance saved into the index: fitted on 54 queries" in text, err
+        status, results, err = _run("query", location, "KV-5500 inverter rating kVA", "-k", "2", "--json")
+        assert status == 0 and all(0.0 <= r["metadata"][keys.RELEVANCE] <= 1.0 for r in results), err
+        assert _run("query", location, "recipe for banana bread", "--min-relevance", "0.99", "--json")[1] == []
+        status, again, err = _run("index", str(DATA), "--out", location, "--json")
+        assert status == 0 and again["chunks_embedded"] == 0, err
+        reopened = open_index(location, HashingEmbeddings())
+        assert isinstance(reopened, FusionIndex) and reopened.relevance_model is not None

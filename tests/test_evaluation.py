@@ -535,7 +535,18 @@ class TestEvalCommand:
     ) -> None:
         out = tmp_path / "sample-index"
         assert main(["index", str(DATA), "--out", str(out), "--embeddings", "local", "-q"]) == 0
-        argv = ["eval", "--index", str(out), "--labels", str(SAMPLE_QUERIES), "--alpha", "0.5", "-q"]
+        argv = [
+            "eval",
+            "--index",
+            str(out),
+            "--labels",
+            str(SAMPLE_QUERIES),
+            "--alpha",
+            "0.5",
+            "--methods",
+            "weighted",
+            "-q",
+        ]
         assert main([*argv, "--calibrate"]) == 0
         assert "calibrated relevance saved into the index: fitted on 54 queries" in capsys.readouterr().out
         model = FusionIndex.load(out, HashingEmbeddings()).relevance_model
