@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 import zlib
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,32 @@ def query_embeddings(cache: Path) -> Any:
             return self._queries[text]
 
     return Memoised()
+
+
+class CallCounter:
+    """Stands for a store's pymilvus client and counts its calls by method (each call is a round trip)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.client, name)
+        if not callable(method):
+            return method
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            is_count = name == "query" and "count(*)" in (kwargs.get("output_fields") or [])
+            self.calls["count" if is_count else name] += 1
+            return method(*args, **kwargs)
+
+        return counted
+
+    def summary(self, queries: int) -> str:
+        """Calls per query, e.g. ``3 (search 3)``."""
+        total = sum(self.calls.values()) / queries
+        parts = ", ".join(f"{name} {count / queries:g}" for name, count in sorted(self.calls.items()))
+        return f"{total:g} ({parts})"
 
 
 def equivalence(data: Path, split: str, cache: Path, max_queries: int | None, workdir: Path) -> list[str]:
@@ -168,6 +195,9 @@ def latency(sizes: Sequence[int], dim: int, workdir: Path) -> list[str]:
             retriever = index.as_retriever(k=5)
             for query in corpus.queries[:10]:
                 retriever.invoke(query)
+            counter = CallCounter(store.client) if store is not None else None
+            if store is not None:
+                store.client = counter
             times = []
             for query in corpus.queries[10 : 10 + LATENCY_QUERIES]:
                 t0 = time.perf_counter()
@@ -175,21 +205,22 @@ def latency(sizes: Sequence[int], dim: int, workdir: Path) -> list[str]:
                 times.append(time.perf_counter() - t0)
             p50 = statistics.median(times) * 1000
             p95 = float(np.percentile(times, 95)) * 1000
-            rows.append((n, name, build, p50, p95))
-            log(f"  build {build:.1f} s, query p50 {p50:.2f} ms")
+            calls = "" if counter is None else f"{counter.summary(LATENCY_QUERIES)}"
+            rows.append((n, name, build, p50, p95, calls))
+            log(f"  build {build:.1f} s, query p50 {p50:.2f} ms {calls}")
             del index, retriever
     lines = [
         f"### Build and query latency: in process vs Milvus Lite (synthetic, {dim} dimensions, k=5, fetch_k 100)",
         "",
-        "| chunks | store | build (s) | build ratio | query p50 (ms) | query p95 (ms) | p50 ratio |",
-        "|---|---|---|---|---|---|---|",
+        "| chunks | store | build (s) | build ratio | query p50 (ms) | query p95 (ms) | p50 ratio | calls per query |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     base: dict[int, tuple[float, float]] = {}
-    for n, name, build, p50, p95 in rows:
+    for n, name, build, p50, p95, calls in rows:
         base.setdefault(n, (build, p50))
         lines.append(
             f"| {n:,} | {name} | {build:.1f} | {build / base[n][0]:.1f}x | {p50:.2f} | {p95:.2f} | "
-            f"{p50 / base[n][1]:.1f}x |"
+            f"{p50 / base[n][1]:.1f}x | {calls or '-'} |"
         )
     return lines
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -287,3 +289,55 @@ class TestMilvusErrors:
             store.delete(ids)
         with pytest.raises(FusionError, match=r"deleting every row .* left 6 of 6 rows"):
             store.clear()
+
+
+class _Recorder:
+    """Stands for a store's pymilvus client and records each call: method, thread, and its filter."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.calls: list[tuple[str, int, str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.client, name)
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((name, threading.get_ident(), str(kwargs.get("filter", ""))))
+            return method(*args, **kwargs)
+
+        return recorded
+
+
+class TestMilvusRoundTrips:
+    """A fused query is two searches in flight at once, then one completion: no count, nothing on the event loop."""
+
+    @pytest.fixture
+    def index(self, milvus_uri: str) -> FusionIndex:
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        store = MilvusStore(milvus_uri, f"t{uuid.uuid4().hex[:12]}")
+        return FusionIndex.from_documents(corpus(3, 200), HashingEmbeddings(), store=store)
+
+    def test_a_fused_query_is_three_calls_in_two_rounds(self, index: FusionIndex) -> None:
+        expected = [d.id for d in index.as_retriever(k=5, fetch_k=20).invoke("w1 w2 w30")]
+        recorder = index.store.client = _Recorder(index.store.client)  # type: ignore[attr-defined]
+        assert [d.id for d in index.as_retriever(k=5, fetch_k=20).invoke("w1 w2 w30")] == expected
+        methods = [name for name, _, _ in recorder.calls]
+        assert methods == ["search", "search", "search"], recorder.calls
+        first, second, completion = recorder.calls
+        assert first[1] != second[1]  # the two sides were searched from two threads, side by side
+        assert first[2] == second[2] == "" and completion[2].startswith("id in [")
+
+    def test_the_async_path_makes_no_call_on_the_event_loop(self, index: FusionIndex) -> None:
+        recorder = index.store.client = _Recorder(index.store.client)  # type: ignore[attr-defined]
+        retriever = index.as_retriever(k=5, fetch_k=20)
+
+        async def run() -> tuple[int, list[Document]]:
+            return threading.get_ident(), await retriever.ainvoke("w1 w2 w30")
+
+        loop_thread, found = asyncio.run(run())
+        assert len(found) == 5 and recorder.calls
+        assert all(thread != loop_thread for _, thread, _ in recorder.calls), recorder.calls
+        again = asyncio.run(retriever.abatch(["w1", "w2 w3"]))
+        assert [len(x) for x in again] == [5, 5]
+        assert all(thread != loop_thread for _, thread, _ in recorder.calls[-6:])

@@ -448,7 +448,7 @@ class FusionIndex(VectorStore):
         _no_extra_options("similarity_search", kwargs)
         k = check_k(k)
         view = self.store.view()
-        if len(view) == 0:
+        if view.known_empty():
             return []
         where = None if filter is None else Where(metadata=check_filter(filter))
         keys, scores = view.vector(self._query_matrix(embedding)).top(k, where)
@@ -489,7 +489,7 @@ class FusionIndex(VectorStore):
         k, fetch_k = check_k(k), check_positive_int(fetch_k, "fetch_k")
         weight = check_lambda_mult(lambda_mult, optional=False)
         view = self.store.view()
-        if len(view) == 0:
+        if view.known_empty():
             return []
         where = None if filter is None else Where(metadata=check_filter(filter))
         hits = fused_search(

@@ -30,7 +30,7 @@ from langchain_fusion.search.pool import (
     vector_search,
 )
 from langchain_fusion.search.relevance import with_relevance
-from langchain_fusion.stores.base import FloatMatrix, Where
+from langchain_fusion.stores.base import BatchScorer, FloatMatrix, Where
 
 __all__ = ["BM25Retriever", "FusionRetriever", "SearchRetriever", "VectorRetriever"]
 
@@ -45,14 +45,16 @@ class _IndexRetriever(SearchRetriever):
         return self.index
 
     def _is_empty(self) -> bool:
-        return len(self.index) == 0
+        return self.index.view().known_empty()
 
     @staticmethod
     def _where(options: dict[str, Any]) -> Where | None:
         return None if options["filter"] is None else Where(metadata=options["filter"])
 
     def _batch_step(self) -> int:
-        return queries_per_pass(len(self.index))
+        view = self.index.view()
+        # Only a view that scores a batch in one pass holds its score arrays (and a count may be a round trip).
+        return queries_per_pass(len(view)) if isinstance(view, BatchScorer) else super()._batch_step()
 
     def _score_many(
         self, texts: list[str], vectors: FloatMatrix | None, options: dict[str, Any]

@@ -26,6 +26,7 @@ from langchain_fusion.stores.base import (
     BatchScorer,
     ConcurrentSides,
     FloatMatrix,
+    JointCompletion,
     Keys,
     SideScorer,
     StoreView,
@@ -105,7 +106,7 @@ def vector_search(
 
     ``scorer`` is the query's vector side when it was scored already (in a batch).
     """
-    if len(view) == 0:
+    if view.known_empty():
         return []
     found, scores = (scorer or view.vector(query_vector)).top(k, where)
     return [
@@ -118,7 +119,7 @@ def bm25_search(
     view: StoreView, query: str, k: int, where: Where | None, scorer: SideScorer | None = None
 ) -> list[Hit]:
     """Top ``k`` rows by BM25 among rows that match at least one query term (``scorer``: see :func:`vector_search`)."""
-    if len(view) == 0:
+    if view.known_empty():
         return []
     found, scores = (scorer or view.bm25(query)).top(k, where)
     return [
@@ -157,7 +158,7 @@ def fused_search(
     ``vector_evidence`` False: the embedding model cannot read the query, and its side gets no
     weight in the fused scores (see :func:`~langchain_fusion.search.fusion.fuse_pool`).
     """
-    if len(view) == 0:
+    if view.known_empty():
         return []
     if scorers is None:
         scorers = query_scorers(view, query, query_vector)
@@ -171,8 +172,9 @@ def fused_search(
     else:
         found = _side_tops(view, scorers, pool_size, where, alpha)
         pool = _sorted_union([keys_ for keys_, _ in found])
-        vector_pool = _complete(pool, scorers.vector, found[0] if alpha > 0 else None)
-        bm25_pool = _complete(pool, scorers.bm25, found[-1] if alpha < 1 else None)
+        vector_pool, bm25_pool = _complete(
+            view, pool, scorers, found[0] if alpha > 0 else None, found[-1] if alpha < 1 else None
+        )
     if pool.size == 0:
         return []
     fused = fuse_pool(vector_pool, bm25_pool, alpha, method, tie_break=pool, vector_evidence=vector_evidence)
@@ -269,18 +271,41 @@ def _sorted_union(parts: list[Keys]) -> Keys:
     return merged[np.concatenate(([True], merged[1:] != merged[:-1]))]
 
 
-def _complete(pool: Keys, side: SideScorer, found: tuple[Keys, NDArray[np.float64]] | None) -> NDArray[np.float64]:
-    """Every pooled key's score on ``side``: those it returned, then the real score of the rest."""
+def _complete(
+    view: StoreView,
+    pool: Keys,
+    scorers: QueryScorers,
+    vector_found: tuple[Keys, NDArray[np.float64]] | None,
+    bm25_found: tuple[Keys, NDArray[np.float64]] | None,
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Every pooled key's score on each side: those the side returned, then the real score of the rest.
+
+    A view with the :class:`~langchain_fusion.stores.base.JointCompletion` capability completes
+    both sides in one request (a remote store's round trip), others ask each side.
+    """
+    vector, vector_missing = _known(pool, vector_found)
+    bm25, bm25_missing = _known(pool, bm25_found)
+    if vector_missing.size and bm25_missing.size and isinstance(view, JointCompletion):
+        vector[vector_missing], bm25[bm25_missing] = view.complete_both(
+            scorers.vector, pool[vector_missing], scorers.bm25, pool[bm25_missing]
+        )
+        return vector, bm25
+    if vector_missing.size:
+        vector[vector_missing] = scorers.vector.scores(pool[vector_missing])
+    if bm25_missing.size:
+        bm25[bm25_missing] = scorers.bm25.scores(pool[bm25_missing])
+    return vector, bm25
+
+
+def _known(pool: Keys, found: tuple[Keys, NDArray[np.float64]] | None) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+    """The pool's scores on one side where ``found`` has them, and the positions still missing."""
     scores = np.empty(pool.size, dtype=np.float64)
     known = np.zeros(pool.size, dtype=bool)
     if found is not None and found[0].size:
         positions = np.searchsorted(pool, found[0])
         scores[positions] = found[1]
         known[positions] = True
-    missing = np.flatnonzero(~known)
-    if missing.size:
-        scores[missing] = side.scores(pool[missing])
-    return scores
+    return scores, np.flatnonzero(~known)
 
 
 def rank_pool(

@@ -103,6 +103,17 @@ class ConcurrentSides(Protocol):
         ...
 
 
+@runtime_checkable
+class JointCompletion(Protocol):
+    """Optional capability of a view: complete both sides' missing scores of one query in one request."""
+
+    def complete_both(
+        self, vector: SideScorer, vector_keys: Keys, bm25: SideScorer, bm25_keys: Keys
+    ) -> tuple[Scores, Scores]:
+        """``vector.scores(vector_keys)`` and ``bm25.scores(bm25_keys)``, equal to asking each side."""
+        ...
+
+
 class StoreView(ABC):
     """A consistent read view of a store: what one query (or one batch) sees."""
 
@@ -114,6 +125,14 @@ class StoreView(ABC):
     @abstractmethod
     def __len__(self) -> int:
         """Number of live rows."""
+
+    def known_empty(self) -> bool:
+        """True when the view is known to hold no rows, answered without a round trip to an engine.
+
+        Exact in process. A remote store answers from what it knows (no collection yet) and says
+        False for an existing collection, which may be empty: searching it then finds nothing.
+        """
+        return len(self) == 0
 
     @abstractmethod
     def vector(self, query_vector: FloatMatrix) -> SideScorer:

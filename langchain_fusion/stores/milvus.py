@@ -47,7 +47,7 @@ from pydantic import ValidationError
 from langchain_fusion import metadata as keys_
 from langchain_fusion.errors import FusionError, InvalidParameterError, MissingDependencyError
 from langchain_fusion.stores.analyzer import Analyzer
-from langchain_fusion.stores.base import FloatMatrix, FusionStore, Keys, Scores, StoreView, Where
+from langchain_fusion.stores.base import FloatMatrix, FusionStore, Keys, Scores, SideScorer, StoreView, Where
 from langchain_fusion.stores.filters import check_filter
 from langchain_fusion.stores.local.tokens import tokenize
 from langchain_fusion.stores.settings import BM25Params, StoreSettings
@@ -472,7 +472,9 @@ class MilvusView(StoreView):
         self.store = store
         self._ids: list[str] = []
         self._keys: dict[str, int] = {}
+        self._rows: dict[str, Mapping[str, Any]] = {}
         self._documents: dict[str, Document] = {}
+        self._vectors: dict[str, Any] = {}
         self._length: int | None = None
 
     @property
@@ -483,6 +485,36 @@ class MilvusView(StoreView):
     def mask_capable(self) -> bool:
         """Callables cannot be sent to a server."""
         return False
+
+    def known_empty(self) -> bool:
+        """True only before the collection exists: an existing one is searched without counting it first."""
+        return not self.store._created
+
+    def sides_in_parallel(self, where: Where | None) -> bool:
+        """Both searches are in flight at once: a query waits for the slower, not for the sum."""
+        return True
+
+    def complete_both(
+        self, vector: SideScorer, vector_keys: Keys, bm25: SideScorer, bm25_keys: Keys
+    ) -> tuple[Scores, Scores]:
+        """Both sides' missing scores from one id-restricted BM25 search that also returns the stored vectors.
+
+        The rows missing a vector score were found by BM25, so they match a query term and that
+        search returns them with their vectors; one it does not return (deleted by another
+        client since) has its vector asked for on its own, and scores 0 if it is gone.
+        """
+        if not (isinstance(vector, MilvusVectorScorer) and isinstance(bm25, MilvusBM25Scorer)) or bm25._empty():
+            return vector.scores(vector_keys), bm25.scores(bm25_keys)
+        ids = list(dict.fromkeys([*self.ids(vector_keys), *self.ids(bm25_keys)]))
+        found: dict[str, float] = {}
+        for start in range(0, len(ids), PAGE):
+            chunk = ids[start : start + PAGE]
+            for hit in bm25._search(len(chunk), _id_filter(chunk), ["id", "vector"]):
+                entity = hit.get("entity", hit)
+                found[str(hit["id"])] = float(hit["distance"]) / bm25.factor
+                self._vectors[str(hit["id"])] = entity["vector"]
+        bm25_scores = np.fromiter((found.get(i, 0.0) for i in self.ids(bm25_keys)), dtype=np.float64)
+        return vector.scores(vector_keys), bm25_scores
 
     def __len__(self) -> int:
         if self._length is None:
@@ -502,14 +534,20 @@ class MilvusView(StoreView):
         return [self._ids[int(k)] for k in keys]
 
     def remember(self, hits: Sequence[Mapping[str, Any]]) -> None:
-        """Keep the documents that searches return, so results need no second round trip."""
+        """Keep the rows that searches return, so results need no second round trip (documents made when asked)."""
         for hit in hits:
             entity = hit.get("entity", hit)
-            doc_id = str(hit.get("id", entity.get("id")))
-            if "text" in entity and doc_id not in self._documents:
-                self._documents[doc_id] = Document(
-                    id=doc_id, page_content=entity["text"], metadata=dict(entity.get("metadata") or {})
-                )
+            if "text" in entity:
+                self._rows.setdefault(str(hit.get("id", entity.get("id"))), entity)
+
+    def _document(self, doc_id: str) -> Document:
+        found = self._documents.get(doc_id)
+        if found is None:
+            entity = self._rows[doc_id]
+            found = self._documents[doc_id] = Document(
+                id=doc_id, page_content=entity["text"], metadata=dict(entity.get("metadata") or {})
+            )
+        return found
 
     def _query(self, expression: str, fields: list[str], **paging: int) -> list[dict[str, Any]]:
         if not self.store._created:
@@ -540,21 +578,23 @@ class MilvusView(StoreView):
     def documents(self, keys: Keys) -> list[Document]:
         """The documents of ``keys`` (fetched once per view)."""
         ids = self.ids(keys)
-        wanted = list(dict.fromkeys(i for i in ids if i not in self._documents))
+        wanted = list(dict.fromkeys(i for i in ids if i not in self._rows))
         if wanted:
             self.remember(self._by_ids(wanted, _OUTPUT))
-            gone = [i for i in wanted if i not in self._documents]
+            gone = [i for i in wanted if i not in self._rows]
             if gone:
                 raise FusionError(
                     f"expected {len(wanted):,} documents from {self.store.collection_name!r}, read "
                     f"{len(wanted) - len(gone):,} ({gone[0]!r} is gone: deleted by another client?): try again"
                 )
-        return [self._documents[i] for i in ids]
+        return [self._document(i) for i in ids]
 
     def vectors(self, keys: Keys) -> FloatMatrix:
-        """The stored vectors of ``keys``."""
+        """The stored vectors of ``keys`` (those a search of this view returned are not asked for again)."""
         ids = self.ids(keys)
-        found = {row["id"]: row["vector"] for row in self._by_ids(ids, ["id", "vector"])}
+        wanted = [i for i in ids if i not in self._vectors]
+        found = {row["id"]: row["vector"] for row in self._by_ids(wanted, ["id", "vector"])} if wanted else {}
+        found.update((i, self._vectors[i]) for i in ids if i in self._vectors)
         dimension = self.settings.dimension or 0
         out = np.zeros((len(ids), dimension), dtype=np.float32)
         for position, doc_id in enumerate(ids):
@@ -587,7 +627,7 @@ class MilvusView(StoreView):
         self.remember(rows)
         out: dict[int, Document] = {}
         for row in rows:
-            doc = self._documents[row["id"]]
+            doc = self._document(row["id"])
             out.setdefault(int(doc.metadata[keys_.CHUNK_INDEX]), doc)
         return out
 
@@ -595,7 +635,7 @@ class MilvusView(StoreView):
         """Every document, in id order."""
         rows = self.store.read_all("", _OUTPUT)
         self.remember(rows)
-        return iter([self._documents[row["id"]] for row in rows])
+        return iter([self._document(row["id"]) for row in rows])
 
 
 class _MilvusScorer(ABC):
