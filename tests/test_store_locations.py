@@ -39,8 +39,11 @@ class TestParse:
             ("milvus://localhost:port/docs", "port"),
             ("milvus:///docs", "names no server"),
             ("milvus://user:secret@localhost/docs", MILVUS_TOKEN_ENV),
-            ("milvus://localhost/docs?token=x", r"only location option is \?db=NAME"),
+            ("milvus://localhost/docs?token=x", r"location options are \?db=NAME .* and consistency=LEVEL"),
             ("milvus://localhost/docs?db=a&db=b", r"\?db=NAME"),
+            ("milvus://localhost/docs?consistency=fresh", r"consistency level must be one of Strong, Bounded"),
+            ("milvus://localhost/docs?consistency=strong&consistency=bounded", "each once"),
+            ("milvus+lite:./x.db/docs?db=a", r"location options are \?consistency=LEVEL"),
             ("milvus+lite:./index/docs", "PATH.db/COLLECTION"),
             ("milvus+lite:docs", "PATH.db/COLLECTION"),
             ("milvus+lite:./x.db/" + "a" * 201, "at most 200"),
@@ -70,9 +73,30 @@ class TestOpen:
         parse_location("milvus://h:1/c?db=team").open()
         parse_location("milvus+lite:./x.db/c").open()
         assert seen == [
-            {"uri": "http://h:1", "collection_name": "c", "db_name": "team", "token": "root:Milvus"},
-            {"uri": "./x.db", "collection_name": "c"},
+            {
+                "uri": "http://h:1",
+                "collection_name": "c",
+                "db_name": "team",
+                "token": "root:Milvus",
+                "consistency": "Strong",
+            },
+            {"uri": "./x.db", "collection_name": "c", "consistency": "Strong"},
         ]
         monkeypatch.delenv(MILVUS_TOKEN_ENV)
         MilvusLocation("http://h:1", "c").open()
-        assert seen[-1] == {"uri": "http://h:1", "collection_name": "c"}
+        assert seen[-1] == {"uri": "http://h:1", "collection_name": "c", "consistency": "Strong"}
+        parse_location("milvus+lite:./x.db/c?consistency=eventually").open()
+        assert seen[-1] == {"uri": "./x.db", "collection_name": "c", "consistency": "Eventually"}
+
+    @pytest.mark.parametrize(
+        ("text", "level"),
+        [
+            ("milvus://h/c", "Strong"),
+            ("milvus://h/c?consistency=bounded", "Bounded"),
+            ("milvus+https://h/c?db=x&consistency=Session", "Session"),
+            ("milvus+lite:./x.db/c?consistency=EVENTUALLY", "Eventually"),
+        ],
+    )
+    def test_the_consistency_level_is_a_location_option(self, text: str, level: str) -> None:
+        location = parse_location(text)
+        assert location.consistency == level and location.collection_name == "c"

@@ -341,3 +341,38 @@ class TestMilvusRoundTrips:
         again = asyncio.run(retriever.abatch(["w1", "w2 w3"]))
         assert [len(x) for x in again] == [5, 5]
         assert all(thread != loop_thread for _, thread, _ in recorder.calls[-6:])
+
+
+class TestMilvusConsistency:
+    def test_queries_use_the_store_level_and_write_checks_stay_strong(self, milvus_uri: str) -> None:
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        name = f"k{uuid.uuid4().hex[:12]}"
+        FusionIndex.from_documents(corpus(4, 30), HashingEmbeddings(), store=MilvusStore(milvus_uri, name))
+        store = MilvusStore(milvus_uri, name, consistency="bounded")
+        assert store.consistency == "Bounded"
+        index = FusionIndex(HashingEmbeddings(), store=store)
+        levels: list[tuple[str, Any]] = []
+        client = store.client
+
+        class Levels:
+            def __getattr__(self, method: str) -> Any:
+                def call(*args: Any, **kwargs: Any) -> Any:
+                    levels.append((method, kwargs.get("consistency_level")))
+                    return getattr(client, method)(*args, **kwargs)
+
+                return call
+
+        store.client = Levels()  # type: ignore[assignment]
+        assert len(index.as_retriever(k=3, fetch_k=10).invoke("w1 w2 w3")) == 3
+        assert index.get_by_ids(["d4-0"])[0].id == "d4-0"
+        assert levels and all(level == "Bounded" for _, level in levels), levels
+        levels.clear()
+        assert store.delete(["d4-1", "d4-2"]) == 2 and len(index) == 28
+        assert levels and all(level is None for _, level in levels), levels  # the collection's own: Strong
+
+    def test_an_unknown_level_is_refused(self, milvus_uri: str) -> None:
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        with pytest.raises(InvalidParameterError, match="one of Strong, Bounded, Session, Eventually; got 'fresh'"):
+            MilvusStore(milvus_uri, "x", consistency="fresh")

@@ -11,7 +11,9 @@ collection:
 - ``milvus+lite:PATH/COLLECTION``: a Milvus Lite file in this process (``PATH`` ends in
   ``.db``), e.g. ``milvus+lite:./docs.db/docs``.
 
-A server's database is chosen with ``?db=NAME``. Credentials never go in the location (it is
+A server's database is chosen with ``?db=NAME``, the consistency level of queries with
+``?consistency=LEVEL`` (``strong`` by default; ``bounded``, ``session`` or ``eventually``;
+on any Milvus location). Credentials never go in the location (it is
 printed and logged): the ``MILVUS_TOKEN`` environment variable (``user:password`` or an API
 key) is passed to the server when set.
 """
@@ -56,6 +58,8 @@ class MilvusLocation:
     """The server's database (``None``: the server's default)."""
     spec: str = ""
     """The location as written (without credentials, safe to print)."""
+    consistency: str = "Strong"
+    """The consistency level of queries (``?consistency=``; ``milvus.CONSISTENCY_LEVELS`` lists them)."""
 
     def open(self, **options: Any) -> MilvusStore:
         """A :class:`~langchain_fusion.stores.milvus.MilvusStore` on this collection (token from the environment)."""
@@ -67,7 +71,7 @@ class MilvusLocation:
         token = os.environ.get(MILVUS_TOKEN_ENV)
         if token and not self.is_lite:
             connection["token"] = token
-        return MilvusStore(self.uri, self.collection_name, **options, **connection)
+        return MilvusStore(self.uri, self.collection_name, consistency=self.consistency, **options, **connection)
 
     @property
     def is_lite(self) -> bool:
@@ -88,13 +92,17 @@ def parse_location(location: str) -> MilvusLocation:
     if not is_store_location(location):
         raise InvalidParameterError(f"{location!r} is not a Milvus location; write {_EXAMPLES}")
     if location.startswith("milvus+lite:"):
-        path, _, name = location[len("milvus+lite:") :].rpartition("/")
-        if not path.endswith(".db"):
+        head, _, name = location[len("milvus+lite:") :].rpartition("/")
+        name, _, options = name.partition("?")
+        if not head.endswith(".db"):
             raise InvalidParameterError(
                 f"{location!r}: a Milvus Lite location is milvus+lite:PATH.db/COLLECTION, "
                 "e.g. milvus+lite:./docs.db/docs"
             )
-        return MilvusLocation(os.path.expanduser(path), _collection(name, location), spec=location)
+        query = _options(location, options, ("consistency",))
+        return MilvusLocation(
+            os.path.expanduser(head), _collection(name, location), spec=location, **_consistency(location, query)
+        )
     parts = urlsplit(location)
     try:
         port = parts.port or _DEFAULT_PORTS[parts.scheme]
@@ -106,15 +114,39 @@ def parse_location(location: str) -> MilvusLocation:
         raise InvalidParameterError(
             f"{location!r}: put credentials in the {MILVUS_TOKEN_ENV} environment variable, not in the location"
         )
-    query = parse_qs(parts.query, keep_blank_values=True)
-    unknown = sorted(set(query) - {"db"})
-    if unknown or len(query.get("db", [])) > 1:
-        raise InvalidParameterError(f"{location!r}: the only location option is ?db=NAME (the server's database)")
+    query = _options(location, parts.query, ("db", "consistency"))
     name = parts.path.strip("/")
     scheme = "https" if parts.scheme == "milvus+https" else "http"
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    db_name = query["db"][0] if "db" in query else None
-    return MilvusLocation(f"{scheme}://{host}:{port}", _collection(name, location), db_name or None, location)
+    return MilvusLocation(
+        f"{scheme}://{host}:{port}",
+        _collection(name, location),
+        query.get("db") or None,
+        location,
+        **_consistency(location, query),
+    )
+
+
+def _options(location: str, text: str, allowed: tuple[str, ...]) -> dict[str, str]:
+    """The ``?name=value`` options of a location, each allowed and given once."""
+    query = parse_qs(text, keep_blank_values=True)
+    if set(query) - set(allowed) or any(len(values) > 1 for values in query.values()):
+        forms = {"db": "db=NAME (the server's database)", "consistency": "consistency=LEVEL"}
+        raise InvalidParameterError(
+            f"{location!r}: the location options are ?{' and '.join(forms[name] for name in allowed)}, each once"
+        )
+    return {name: values[0] for name, values in query.items()}
+
+
+def _consistency(location: str, query: Mapping[str, str]) -> dict[str, str]:
+    from langchain_fusion.stores.milvus import consistency_level
+
+    if "consistency" not in query:
+        return {}
+    try:
+        return {"consistency": consistency_level(query["consistency"])}
+    except InvalidParameterError as exc:
+        raise InvalidParameterError(f"{location!r}: {exc}") from None
 
 
 def _collection(name: str, location: str) -> str:

@@ -11,9 +11,11 @@ Differences from the in-process store, all deliberate:
 - **Score scale.** Milvus computes Okapi BM25 with the ``(k1 + 1)`` factor; scores are divided
   by it here, so BM25 scores are on the in-process (``lucene``) scale. Only the ``lucene``
   variant exists on Milvus.
-- **Consistency.** Every call uses ``Strong`` consistency: a writer reads its own writes. A
-  query is several calls, so a concurrent writer on another client may land between them
-  (there is no snapshot across calls, unlike the in-process store): a candidate deleted in
+- **Consistency.** Queries use ``Strong`` consistency by default (a writer reads its own
+  writes); ``consistency=`` picks a weaker level (:data:`CONSISTENCY_LEVELS`) for searches and
+  reads by id. Bulk reads checked against a count, and the checks of deletes, stay ``Strong``.
+  A query is two rounds of calls, so a concurrent writer on another client may land between
+  them (there is no snapshot across calls, unlike the in-process store): a candidate deleted in
   between scores 0 on the side being completed. Upserts of more than one batch are not atomic
   across batches.
 - **Filters.** Mapping filters become Milvus expressions on the JSON metadata and apply to both
@@ -114,6 +116,26 @@ def filter_expression(where: Where | None) -> str:
     return " and ".join(f"({p})" for p in parts)
 
 
+CONSISTENCY_LEVELS = ("Strong", "Bounded", "Session", "Eventually")
+"""Milvus's consistency levels for queries, strongest first.
+
+``Strong`` (the default): a query sees every write acknowledged before it began, from any
+client. ``Session``: this client's own writes, and others' as they arrive. ``Bounded``: the
+collection as of a moment ago (Milvus's staleness bound, a few seconds by default), skipping the
+wait for the newest writes. ``Eventually``: whatever the serving nodes hold now.
+"""
+
+
+def consistency_level(level: str) -> str:
+    """``level`` as Milvus names it (any capitalisation); InvalidParameterError for another word."""
+    for known in CONSISTENCY_LEVELS:
+        if isinstance(level, str) and level.lower() == known.lower():
+            return known
+    raise InvalidParameterError(
+        f"the Milvus consistency level must be one of {', '.join(CONSISTENCY_LEVELS)}; got {level!r}"
+    )
+
+
 _LITE_START_SECONDS = 20.0
 """How long a Milvus Lite file is retried while its server process starts."""
 _CONNECT_FAILED = 2
@@ -126,7 +148,8 @@ class MilvusStore(FusionStore):
     ``uri`` is a local file (``"./index.db"``, Milvus Lite in process) or a server address
     (``"http://localhost:19530"``); ``connection`` options (``token``, ``db_name``, ...) go to
     pymilvus's ``MilvusClient``. An existing collection is reopened with its settings (no
-    re-embedding); ``analyzer`` and ``bm25_params`` apply to a new one.
+    re-embedding); ``analyzer`` and ``bm25_params`` apply to a new one. ``consistency`` is the
+    Milvus consistency level of queries (see :data:`CONSISTENCY_LEVELS`).
     """
 
     def __init__(
@@ -137,6 +160,7 @@ class MilvusStore(FusionStore):
         analyzer: Analyzer | None = None,
         bm25_params: BM25Params | None = None,
         timeout: float = 60.0,
+        consistency: str = "Strong",
         **connection: Any,
     ) -> None:
         """Connect, and read the collection's settings if it exists."""
@@ -150,6 +174,7 @@ class MilvusStore(FusionStore):
             )
         self.collection_name = collection_name
         self.timeout = timeout
+        self.consistency = consistency_level(consistency)
         self.is_lite = not uri.startswith(("http://", "https://", "tcp://", "grpc://"))
         deadline = time.monotonic() + (min(timeout, _LITE_START_SECONDS) if self.is_lite else 0.0)
         while True:
@@ -312,7 +337,7 @@ class MilvusStore(FusionStore):
     # --- the seam ------------------------------------------------------------------------------------
 
     def view(self) -> MilvusView:
-        """A view (Milvus's Strong consistency; no snapshot across calls)."""
+        """A view: searches and reads by id at the store's consistency level (no snapshot across calls)."""
         return MilvusView(self)
 
     def upsert(self, documents: Sequence[Document], vectors: FloatMatrix, bm25_texts: Sequence[str]) -> None:
@@ -554,7 +579,12 @@ class MilvusView(StoreView):
             return []
         return list(
             self.store._call(
-                "query", collection_name=self.store.collection_name, filter=expression, output_fields=fields, **paging
+                "query",
+                collection_name=self.store.collection_name,
+                filter=expression,
+                output_fields=fields,
+                consistency_level=self.store.consistency,
+                **paging,
             )
         )
 
@@ -666,6 +696,7 @@ class _MilvusScorer(ABC):
             limit=limit,
             filter=expression,
             search_params={"metric_type": self.metric},
+            consistency_level=store.consistency,
             output_fields=fields,
         )
         return list(result[0]) if result else []
