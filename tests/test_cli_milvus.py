@@ -130,7 +130,7 @@ class TestCommandLine:
     def test_folder_only_options_are_refused_before_any_work(self, docs: Path, location: str) -> None:
         for extra, message in (
             (["--summaries", "--llm", "fake:x"], "kept in index folders only"),
-            (["--vector-index", "HNSW32"], "own exact (FLAT) index"),
+            (["--vector-index", "PQ16"], "a Milvus vector_index is 'Flat' (exact), 'HNSW<M>'"),
         ):
             status, _, err = _run("index", str(docs), "--out", location, *extra)
             assert status == 2 and message in err, err

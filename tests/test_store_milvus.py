@@ -376,3 +376,98 @@ class TestMilvusConsistency:
 
         with pytest.raises(InvalidParameterError, match="one of Strong, Bounded, Session, Eventually; got 'fresh'"):
             MilvusStore(milvus_uri, "x", consistency="fresh")
+
+
+class TestMilvusDenseIndex:
+    """vector_index and vector_search_params as the in-process store takes them, mapped to Milvus's indexes."""
+
+    def _index(self, uri: str, name: str, docs: list[Document], **options: Any) -> FusionIndex:
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        return FusionIndex.from_documents(docs, HashingEmbeddings(), store=MilvusStore(uri, name, **options))
+
+    def _description(self, uri: str, name: str) -> dict[str, Any]:
+        from pymilvus import MilvusClient
+
+        return dict(json.loads(MilvusClient(uri=uri).describe_collection(name)["description"]))
+
+    @pytest.mark.parametrize(
+        ("vector_index", "params", "index_type", "build", "search"),
+        [
+            (None, None, "FLAT", {}, {}),
+            ("HNSW32", "efSearch=200,efConstruction=64", "HNSW", {"M": 32, "efConstruction": 64}, {"ef": 200}),
+            ("HNSW16,Flat", None, "HNSW", {"M": 16, "efConstruction": 128}, {"ef": 128}),
+            ("IVF1024,Flat", "nprobe=16", "IVF_FLAT", {"nlist": 1024}, {"nprobe": 16}),
+            ("diskann", "search_list=100", "DISKANN", {}, {"search_list": 100}),
+            ("AUTOINDEX", None, "AUTOINDEX", {}, {}),
+        ],
+    )
+    def test_faiss_names_map_to_milvus_indexes(
+        self, vector_index: str | None, params: str | None, index_type: str, build: dict[str, int], search: Any
+    ) -> None:
+        from langchain_fusion.stores.milvus import DenseIndex
+
+        dense = DenseIndex.parse(vector_index, params)
+        assert (dense.index_type, dict(dense.build), dict(dense.search)) == (index_type, build, search)
+
+    @pytest.mark.parametrize(
+        ("vector_index", "params", "message"),
+        [
+            ("PQ16", None, "a Milvus vector_index is"),
+            ("HNSW32", "efSearch=lots", "NAME=INTEGER"),
+            (None, "x=1", "NAME"),
+        ],
+    )
+    def test_other_indexes_and_parameters_are_refused(self, vector_index: Any, params: Any, message: str) -> None:
+        from langchain_fusion.stores.milvus import DenseIndex
+
+        with pytest.raises(InvalidParameterError, match=message):
+            DenseIndex.parse(vector_index, params)
+
+    def test_ivf_on_lite_gives_exact_scores_and_is_recorded(self, milvus_uri: str) -> None:
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        docs = corpus(5, 300)
+        exact = self._index(milvus_uri, f"x{uuid.uuid4().hex[:12]}", docs)
+        name = f"i{uuid.uuid4().hex[:12]}"
+        ivf = self._index(milvus_uri, name, docs, vector_index="IVF8,Flat", vector_search_params="nprobe=8")
+        if not ivf.store.is_lite:  # type: ignore[attr-defined]
+            pytest.skip("checks Milvus Lite's own indexes")
+        assert ivf.store.vector_index == "IVF_FLAT nlist=8, nprobe=8"  # type: ignore[attr-defined]
+        for query in ("w1 w2", "w7", "w3 w30 w31"):
+            for alpha in (0.5, 1.0):
+                a = exact.as_retriever(k=8, alpha=alpha, fetch_k=40).invoke(query)
+                b = ivf.as_retriever(k=8, alpha=alpha, fetch_k=40).invoke(query)
+                assert [d.id for d in a] == [d.id for d in b]  # nprobe = nlist searches every list
+                assert [d.metadata["vector_score"] for d in a] == pytest.approx(
+                    [d.metadata["vector_score"] for d in b], abs=1e-6
+                )
+        description = self._description(milvus_uri, name)
+        assert description["vector_index"] == {
+            "index_type": "IVF_FLAT",
+            "build": {"nlist": 8},
+            "search": {"nprobe": 8},
+            "requested": "IVF8,Flat",
+        }
+        assert description["format"] == 1 and description["library"]
+        assert MilvusStore(milvus_uri, name).vector_index == "IVF_FLAT nlist=8, nprobe=8"
+        reopened = MilvusStore(milvus_uri, name, vector_search_params="nprobe=2")
+        assert reopened.vector_index == "IVF_FLAT nlist=8, nprobe=2"
+
+    def test_lite_falls_back_to_flat_in_one_warning_and_keeps_what_was_asked(
+        self, milvus_uri: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        name = f"h{uuid.uuid4().hex[:12]}"
+        with caplog.at_level("WARNING", logger="langchain_fusion.stores.milvus"):
+            index = self._index(milvus_uri, name, corpus(6, 20), vector_index="HNSW32")
+        if not index.store.is_lite:  # type: ignore[attr-defined]
+            pytest.skip("checks Milvus Lite's fallback")
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == 1 and "falls back to exact FLAT" in warnings[0] and "'HNSW32'" in warnings[0]
+        assert index.store.vector_index == "FLAT"  # type: ignore[attr-defined]
+        assert self._description(milvus_uri, name)["vector_index"]["requested"] == "HNSW32"
+        assert MilvusStore(milvus_uri, name, vector_index="HNSW32").vector_index == "FLAT"
+        with pytest.raises(FusionError, match="was built with vector_index 'HNSW32', not 'IVF8,Flat'"):
+            MilvusStore(milvus_uri, name, vector_index="IVF8,Flat")

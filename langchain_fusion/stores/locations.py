@@ -178,19 +178,20 @@ class MilvusEngine(StoreEngine):
         return OpenedStore(store, store.read_info())
 
     def check_target(self, location: str, options: NewStoreOptions) -> None:
-        """A well-formed location, and no FAISS options."""
+        """A well-formed location, and a dense index Milvus can build."""
+        from langchain_fusion.stores.milvus import DenseIndex
+
         parse_location(location)
-        if options.given:
-            given = options.given
-            raise InvalidParameterError(
-                f"{' and '.join(given)} {'configure' if len(given) > 1 else 'configures'} the in-process FAISS "
-                f"store; a Milvus collection uses its own exact (FLAT) index: drop {'them' if len(given) > 1 else 'it'}"
-            )
+        DenseIndex.parse(options.vector_index, options.vector_search_params)
 
     def open_or_create(self, location: str, options: NewStoreOptions) -> OpenedStore:
-        """The collection (created by the first upsert when it does not exist; an existing one keeps its analyzer)."""
+        """The collection (created by the first upsert when it does not exist; an existing one keeps its settings)."""
         self.check_target(location, options)
-        store = parse_location(location).open(analyzer=options.analyzer)
+        store = parse_location(location).open(
+            analyzer=options.analyzer,
+            vector_index=options.vector_index,
+            vector_search_params=options.vector_search_params,
+        )
         return OpenedStore(store, store.read_info() if store.exists else {}, created=not store.exists)
 
     def save(self, location: str, store: FusionStore, info: Mapping[str, Any]) -> str:

@@ -37,9 +37,11 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -136,6 +138,107 @@ def consistency_level(level: str) -> str:
     )
 
 
+FORMAT_VERSION = 1
+"""The layout of a collection this library writes (its fields and description), recorded in the description."""
+
+LITE_INDEXES = ("FLAT", "IVF_FLAT", "AUTOINDEX")
+"""The dense index types Milvus Lite builds; another one falls back to ``FLAT`` there."""
+
+EF_CONSTRUCTION = 128
+"""efConstruction of an HNSW index unless ``vector_search_params`` set it (the in-process store's default)."""
+EF_SEARCH = 128
+"""ef of an HNSW search unless ``vector_search_params`` set it (at least the candidate pool)."""
+
+_HNSW = re.compile(r"HNSW(\d+)(,Flat)?", re.IGNORECASE)
+_IVF = re.compile(r"IVF(\d+),Flat", re.IGNORECASE)
+_NAMED = {"FLAT": "FLAT", "DISKANN": "DISKANN", "AUTOINDEX": "AUTOINDEX"}
+_BUILD_PARAMETERS = {"efConstruction": "efConstruction"}
+_SEARCH_PARAMETERS = {"efSearch": "ef", "nprobe": "nprobe", "search_list": "search_list"}
+
+
+@dataclass(frozen=True)
+class DenseIndex:
+    """The Milvus index of the vector field, from the options the in-process store takes (FAISS names)."""
+
+    index_type: str = "FLAT"
+    """Milvus's index type: ``FLAT`` (exact), ``HNSW``, ``IVF_FLAT``, ``DISKANN`` or ``AUTOINDEX``."""
+    build: Mapping[str, int] = field(default_factory=dict)
+    """Build parameters (``M`` and ``efConstruction`` of HNSW, ``nlist`` of IVF_FLAT)."""
+    search: Mapping[str, int] = field(default_factory=dict)
+    """Search parameters (``ef`` of HNSW, ``nprobe`` of IVF_FLAT, ``search_list`` of DISKANN)."""
+
+    @classmethod
+    def parse(cls, vector_index: str | None, vector_search_params: str | None) -> DenseIndex:
+        """The index of a FAISS-style name, e.g. ``"HNSW32"`` with ``"efSearch=128"`` (InvalidParameterError otherwise).
+
+        Names: ``"Flat"`` (or None), ``"HNSW<M>"``, ``"IVF<nlist>,Flat"``, ``"DISKANN"``, ``"AUTOINDEX"``;
+        parameters: ``efSearch``, ``efConstruction``, ``nprobe``, ``search_list``.
+        """
+        params = _index_parameters(vector_search_params)
+        spec = (vector_index or "Flat").strip()
+        if hnsw := _HNSW.fullmatch(spec):
+            build = {"M": int(hnsw.group(1)), "efConstruction": params.get("efConstruction", EF_CONSTRUCTION)}
+            return cls("HNSW", build, {"ef": EF_SEARCH, **_searching("HNSW", params)})
+        if ivf := _IVF.fullmatch(spec):
+            return cls("IVF_FLAT", {"nlist": int(ivf.group(1))}, _searching("IVF_FLAT", params))
+        if spec.upper() in _NAMED:
+            named = _NAMED[spec.upper()]
+            return cls(named, {}, _searching(named, params))
+        raise InvalidParameterError(
+            f"a Milvus vector_index is 'Flat' (exact), 'HNSW<M>' (e.g. 'HNSW32'), 'IVF<nlist>,Flat', 'DISKANN' "
+            f"or 'AUTOINDEX'; got {vector_index!r}"
+        )
+
+    @property
+    def exact(self) -> bool:
+        """Whether a search scans every vector (FLAT)."""
+        return self.index_type == "FLAT"
+
+    def describe(self) -> str:
+        """One line for people, e.g. ``HNSW M=32 efConstruction=128, ef=128``."""
+        build = " ".join(f"{k}={v}" for k, v in self.build.items())
+        search = " ".join(f"{k}={v}" for k, v in self.search.items())
+        return self.index_type + (f" {build}" if build else "") + (f", {search}" if search else "")
+
+    def record(self) -> dict[str, Any]:
+        """What the collection's description keeps."""
+        return {"index_type": self.index_type, "build": dict(self.build), "search": dict(self.search)}
+
+    @classmethod
+    def recorded(cls, record: Any, vector_search_params: str | None) -> DenseIndex:
+        """The index a description recorded (FLAT before one was), searched with ``vector_search_params`` if given.
+
+        Otherwise with the search parameters recorded when the collection was made.
+        """
+        index_type = str(record.get("index_type", "FLAT"))
+        defaults = {"ef": EF_SEARCH} if index_type == "HNSW" else {}
+        recorded = dict(record.get("search") or {})
+        given = _searching(index_type, _index_parameters(vector_search_params))
+        return cls(index_type, dict(record.get("build") or {}), {**defaults, **recorded, **given})
+
+
+def _index_parameters(vector_search_params: str | None) -> dict[str, int]:
+    """``"efSearch=128,nprobe=16"`` as a mapping; InvalidParameterError for another name or a non-integer."""
+    params: dict[str, int] = {}
+    for part in (vector_search_params or "").split(","):
+        name, _, value = (piece.strip() for piece in part.partition("="))
+        if not part.strip():
+            continue
+        if name not in {*_BUILD_PARAMETERS, *_SEARCH_PARAMETERS} or not value.isdigit():
+            raise InvalidParameterError(
+                "Milvus vector_search_params are NAME=INTEGER pairs among efSearch, efConstruction, nprobe "
+                f"and search_list, e.g. 'efSearch=128'; got {vector_search_params!r}"
+            )
+        params[name] = int(value)
+    return params
+
+
+def _searching(index_type: str, params: Mapping[str, int]) -> dict[str, int]:
+    """The Milvus search parameters among ``params`` that ``index_type`` takes."""
+    takes = {"HNSW": "ef", "IVF_FLAT": "nprobe", "DISKANN": "search_list"}.get(index_type)
+    return {_SEARCH_PARAMETERS[k]: v for k, v in params.items() if _SEARCH_PARAMETERS.get(k) == takes}
+
+
 _LITE_START_SECONDS = 20.0
 """How long a Milvus Lite file is retried while its server process starts."""
 _CONNECT_FAILED = 2
@@ -148,8 +251,11 @@ class MilvusStore(FusionStore):
     ``uri`` is a local file (``"./index.db"``, Milvus Lite in process) or a server address
     (``"http://localhost:19530"``); ``connection`` options (``token``, ``db_name``, ...) go to
     pymilvus's ``MilvusClient``. An existing collection is reopened with its settings (no
-    re-embedding); ``analyzer`` and ``bm25_params`` apply to a new one. ``consistency`` is the
-    Milvus consistency level of queries (see :data:`CONSISTENCY_LEVELS`).
+    re-embedding); ``analyzer``, ``bm25_params`` and ``vector_index`` apply to a new one
+    (``vector_index`` and ``vector_search_params`` take the in-process store's FAISS names,
+    mapped by :class:`DenseIndex`; Milvus Lite builds only :data:`LITE_INDEXES` and falls back
+    to ``FLAT`` for others, saying so in one warning). ``consistency`` is the Milvus
+    consistency level of queries (see :data:`CONSISTENCY_LEVELS`).
     """
 
     def __init__(
@@ -159,6 +265,8 @@ class MilvusStore(FusionStore):
         *,
         analyzer: Analyzer | None = None,
         bm25_params: BM25Params | None = None,
+        vector_index: str | None = None,
+        vector_search_params: str | None = None,
         timeout: float = 60.0,
         consistency: str = "Strong",
         **connection: Any,
@@ -175,6 +283,8 @@ class MilvusStore(FusionStore):
         self.collection_name = collection_name
         self.timeout = timeout
         self.consistency = consistency_level(consistency)
+        self.dense = DenseIndex.parse(vector_index, vector_search_params)
+        self._requested = vector_index or "Flat"
         self.is_lite = not uri.startswith(("http://", "https://", "tcp://", "grpc://"))
         deadline = time.monotonic() + (min(timeout, _LITE_START_SECONDS) if self.is_lite else 0.0)
         while True:
@@ -191,8 +301,23 @@ class MilvusStore(FusionStore):
                 raise FusionError(f"cannot reach Milvus at {uri!r}: {_reason(exc)}") from None
         self._settings = StoreSettings(analyzer=analyzer or Analyzer(), bm25_params=bm25_params or BM25Params())
         self._created = exists
+        if not exists and self.is_lite and self.dense.index_type not in LITE_INDEXES:
+            logger.warning(
+                "Milvus Lite builds only %s indexes: vector_index %r falls back to exact FLAT (a server builds %s)",
+                ", ".join(LITE_INDEXES),
+                vector_index,
+                self.dense.index_type,
+            )
+            self.dense = DenseIndex()
         if exists:
-            stored = self._read_settings()
+            stored, record = self._read_settings()
+            self._requested = str(record.get("requested", "Flat"))
+            if vector_index is not None and vector_index != self._requested:
+                raise FusionError(
+                    f"collection {collection_name!r} was built with vector_index {self._requested!r}, "
+                    f"not {vector_index!r}"
+                )
+            self.dense = DenseIndex.recorded(record, vector_search_params)
             for name, given in (("analyzer", analyzer), ("bm25_params", bm25_params)):
                 if given is not None and given != getattr(stored, name):
                     raise FusionError(
@@ -202,13 +327,16 @@ class MilvusStore(FusionStore):
 
     # --- settings --------------------------------------------------------------------------------
 
-    def _read_settings(self) -> StoreSettings:
+    def _read_settings(self) -> tuple[StoreSettings, Mapping[str, Any]]:
+        """The settings the collection's description records, and its dense index record (``{}`` before one)."""
         described = self._call("describe_collection", collection_name=self.collection_name)
         try:
-            record = json.loads(described.get("description") or "")["langchain_fusion"]
+            description = json.loads(described.get("description") or "")
+            record = description["langchain_fusion"]
             if isinstance(record, dict) and isinstance(record.get("analyzer"), dict):
                 record = {**record, "analyzer": Analyzer.from_saved(record["analyzer"])}  # saved before an option
-            return StoreSettings.model_validate(record)
+            dense = description.get("vector_index")
+            return StoreSettings.model_validate(record), dense if isinstance(dense, dict) else {}
         except (ValueError, KeyError, TypeError, ValidationError):
             raise FusionError(
                 f"collection {self.collection_name!r} was not made by langchain-fusion (no settings in its "
@@ -219,6 +347,11 @@ class MilvusStore(FusionStore):
     def settings(self) -> StoreSettings:
         """How the rows were (or will be) indexed."""
         return self._settings
+
+    @property
+    def vector_index(self) -> str:
+        """The dense index as built (or to be built), e.g. ``FLAT`` or ``HNSW M=32 efConstruction=128, ef=128``."""
+        return self.dense.describe()
 
     def configure(self, settings: StoreSettings) -> None:
         """Record the settings; refused once the collection exists with other ones."""
@@ -232,7 +365,14 @@ class MilvusStore(FusionStore):
         from pymilvus import DataType, Function, FunctionType
 
         settings = self._settings.model_copy(update={"dimension": dimension})
-        description = json.dumps({"langchain_fusion": settings.model_dump(mode="json")})
+        description = json.dumps(
+            {
+                "langchain_fusion": settings.model_dump(mode="json"),
+                "vector_index": {**self.dense.record(), "requested": self._requested},
+                "library": _library_version(),
+                "format": FORMAT_VERSION,
+            }
+        )
         schema = self.client.create_schema(auto_id=False, enable_dynamic_field=False, description=description)
         schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=512)
         schema.add_field("text", DataType.VARCHAR, max_length=65535)
@@ -255,7 +395,9 @@ class MilvusStore(FusionStore):
             )
         )
         index = self.client.prepare_index_params()
-        index.add_index(field_name="vector", index_type="FLAT", metric_type="IP")
+        index.add_index(
+            field_name="vector", index_type=self.dense.index_type, metric_type="IP", params=dict(self.dense.build)
+        )
         params = settings.bm25_params
         index.add_index(
             field_name="sparse",
@@ -484,6 +626,12 @@ class MilvusStore(FusionStore):
         return rows
 
 
+def _library_version() -> str:
+    from langchain_fusion import __version__
+
+    return __version__
+
+
 def _reason(exc: BaseException) -> str:
     message = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {message}"[:300]
@@ -684,6 +832,18 @@ class _MilvusScorer(ABC):
     def _scale(self, scores: list[float]) -> list[float]:
         return scores
 
+    def _params(self, limit: int) -> dict[str, Any]:
+        """The index's search parameters for a search of ``limit`` rows."""
+        return {}
+
+    def _fields(self) -> list[str]:
+        """The fields a top-k search returns."""
+        return _OUTPUT
+
+    def _scores(self, hits: list[dict[str, Any]]) -> list[float]:
+        """The scores of the hits of a top-k search."""
+        return self._scale([float(h["distance"]) for h in hits])
+
     def _search(self, limit: int, expression: str, fields: list[str]) -> list[dict[str, Any]]:
         store = self.view.store
         if not store._created or limit <= 0:
@@ -695,7 +855,7 @@ class _MilvusScorer(ABC):
             anns_field=self.field,
             limit=limit,
             filter=expression,
-            search_params={"metric_type": self.metric},
+            search_params={"metric_type": self.metric, "params": self._params(limit)},
             consistency_level=store.consistency,
             output_fields=fields,
         )
@@ -718,13 +878,10 @@ class _MilvusScorer(ABC):
                     f"use fetch_k and k of at most {RESULT_WINDOW:,}"
                 )
             k = RESULT_WINDOW  # the whole collection fits in one search: nothing is cut
-        hits = self._search(k, filter_expression(where), _OUTPUT)
+        hits = self._search(k, filter_expression(where), self._fields())
         self.view.remember(hits)
         pairs = sorted(
-            (
-                (self.view.key(str(h["id"])), s)
-                for h, s in zip(hits, self._scale([float(h["distance"]) for h in hits]), strict=True)
-            ),
+            ((self.view.key(str(h["id"])), s) for h, s in zip(hits, self._scores(hits), strict=True)),
             key=lambda p: (-p[1], p[0]),
         )
         return np.asarray([p[0] for p in pairs], dtype=np.int64), np.asarray([p[1] for p in pairs], dtype=np.float64)
@@ -744,6 +901,24 @@ class MilvusVectorScorer(_MilvusScorer):
 
     def _data(self) -> Any:
         return self.query_vector.tolist()
+
+    def _params(self, limit: int) -> dict[str, Any]:
+        search = dict(self.view.store.dense.search)
+        if "ef" in search:
+            search["ef"] = max(search["ef"], limit)  # Milvus refuses an HNSW search narrower than its top-k
+        return search
+
+    def _fields(self) -> list[str]:
+        # An approximate index only proposes candidates: their scores come from the stored vectors, as in process.
+        return _OUTPUT if self.view.store.dense.exact else [*_OUTPUT, "vector"]
+
+    def _scores(self, hits: list[dict[str, Any]]) -> list[float]:
+        if self.view.store.dense.exact:
+            return super()._scores(hits)
+        for hit in hits:
+            self.view._vectors[str(hit["id"])] = hit.get("entity", hit)["vector"]
+        keys = np.fromiter((self.view.key(str(h["id"])) for h in hits), dtype=np.int64, count=len(hits))
+        return [float(score) for score in self.scores(keys)]
 
     def scores(self, keys: Keys) -> Scores:
         """Exact similarities of ``keys`` (dot products of the stored vectors)."""
