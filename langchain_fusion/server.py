@@ -19,7 +19,9 @@ and serves, with LangServe's ``add_routes``:
 - ``/rag/...``: the RAG chain of :func:`~langchain_fusion.chains.build_rag_chain`, from a question
   to ``{"answer", "sources"}``, when a chat model is available.
 - ``GET /health``: the index (kind, counts, embeddings, the saved manifest), whether ``/rag`` is
-  served (and if not, why), the defaults, the pipeline and the limits.
+  served (and if not, why), the defaults, the pipeline and the limits. A remote store (Milvus)
+  is asked whether it answers on each call: if not, 503 with ``"status": "unavailable"`` and the
+  error.
 
 The search options a request may set are LangServe configurable fields, derived from the option
 schema (:mod:`langchain_fusion.search.options`): every option the served search takes per call
@@ -55,7 +57,7 @@ from langchain_core.runnables.utils import AnyConfigurableField
 from pydantic import StringConstraints, TypeAdapter, ValidationError
 
 from langchain_fusion import sockets
-from langchain_fusion.errors import InvalidParameterError, MissingDependencyError, ProviderError, redact
+from langchain_fusion.errors import FusionError, InvalidParameterError, MissingDependencyError, ProviderError, redact
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex
 from langchain_fusion.pipeline import Pipeline, PipelineSpec, ServeLimits, build
@@ -67,7 +69,8 @@ from langchain_fusion.threads import one_blas_thread
 
 try:
     import uvicorn
-    from fastapi import Depends, FastAPI, Request
+    from fastapi import Depends, FastAPI, Request, Response
+    from fastapi.concurrency import run_in_threadpool
     from fastapi.exceptions import RequestValidationError
     from langserve import add_routes
     from langserve.server import EndpointName
@@ -724,8 +727,16 @@ def app_for(pipeline: Pipeline, limits: ServeLimits, title: str = "langchain-fus
     status = health_status(pipeline, limits)
     app.state.langchain_fusion = status
 
+    store = pipeline.chunks.store if pipeline.chunks is not None else None
+
     @app.get(HEALTH_PATH, tags=["health"], summary="The served index, its manifest, the chat model and the limits")
-    async def health() -> dict[str, Any]:
+    async def health(response: Response) -> dict[str, Any]:
+        if store is not None:
+            try:
+                await run_in_threadpool(store.check_reachable)
+            except FusionError as exc:
+                response.status_code = 503
+                return {**status, "status": "unavailable", "error": str(exc)}
         return status
 
     logger.info("serving %s at %s", served_summary(status), RETRIEVER_PATH)

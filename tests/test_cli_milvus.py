@@ -148,10 +148,17 @@ class TestCommandLine:
         assert status == 2 and "collection name 'my-docs'" in err and err.count("\n") == 1
 
 
+def _unavailable(*args: object, **kwargs: object) -> object:
+    from pymilvus.exceptions import MilvusException
+
+    raise MilvusException(code=2, message="Fail connecting to server")
+
+
 class TestServer:
     def test_create_app_serves_a_collection(self, location: str) -> None:
         pytest.importorskip("langserve")
         from fastapi.testclient import TestClient
+        from pymilvus import MilvusClient
 
         from langchain_fusion.server import create_app
 
@@ -166,6 +173,11 @@ class TestServer:
             response = client.post("/retriever/invoke", json={"input": "w1 w2", "config": {"configurable": {"k": 3}}})
             assert response.status_code == 200, response.text
             assert len(response.json()["output"]) == 3
+            with pytest.MonkeyPatch.context() as patch:  # the server stops answering
+                patch.setattr(MilvusClient, "has_collection", _unavailable)
+                gone = client.get("/health")
+            assert gone.status_code == 503 and gone.json()["status"] == "unavailable"
+            assert "does not answer" in gone.json()["error"]
 
 
 class TestCalibration:

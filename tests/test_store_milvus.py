@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import threading
 import uuid
 from pathlib import Path
@@ -471,3 +472,45 @@ class TestMilvusDenseIndex:
         assert MilvusStore(milvus_uri, name, vector_index="HNSW32").vector_index == "FLAT"
         with pytest.raises(FusionError, match="was built with vector_index 'HNSW32', not 'IVF8,Flat'"):
             MilvusStore(milvus_uri, name, vector_index="IVF8,Flat")
+
+
+class TestMilvusOperations:
+    def test_the_connection_waits_seconds_not_a_minute(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A server that accepts the connection and never answers is one line naming the URI after connect_timeout."""
+        import pymilvus
+
+        from langchain_fusion.stores.milvus import CONNECT_TIMEOUT, MilvusStore
+
+        timeouts: list[object] = []
+        real = pymilvus.MilvusClient
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            timeouts.append(kwargs.get("timeout"))
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(pymilvus, "MilvusClient", recorded)
+        with socket.socket() as silent:
+            silent.bind(("127.0.0.1", 0))
+            silent.listen(4)
+            uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
+            with pytest.raises(FusionError, match=f"cannot reach Milvus at '{uri}'") as caught:
+                MilvusStore(uri, "docs", connect_timeout=1)
+            with pytest.raises(FusionError, match=f"cannot reach Milvus at '{uri}'"):
+                MilvusStore(uri, "docs")
+        assert "\n" not in str(caught.value)
+        assert timeouts == [1, CONNECT_TIMEOUT] and CONNECT_TIMEOUT <= 5
+
+    def test_close_releases_the_store(self, milvus_uri: str) -> None:
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        name = f"c{uuid.uuid4().hex[:12]}"
+        store = MilvusStore(milvus_uri, name)
+        with FusionIndex.from_documents(corpus(7, 10), HashingEmbeddings(), store=store) as index:
+            assert len(index.as_retriever(k=2).invoke("w1")) == 2
+            index.store.check_reachable()
+        with pytest.raises(FusionError, match=f"the Milvus store of '{name}' is closed"):
+            index.as_retriever(k=2).invoke("w1")
+        with pytest.raises(FusionError, match=r"does not answer: the Milvus store .* is closed"):
+            index.store.check_reachable()
+        index.close()  # twice is harmless
+        assert len(FusionIndex(HashingEmbeddings(), store=MilvusStore(milvus_uri, name))) == 10

@@ -320,6 +320,16 @@ class FusionIndex(VectorStore):
     def __len__(self) -> int:
         return len(self.store.view())
 
+    def close(self) -> None:
+        """Release the store's connection (a Milvus client; nothing in process). ``with FusionIndex(...) as index:``."""
+        self.store.close()
+
+    def __enter__(self) -> FusionIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     @property
     def documents(self) -> tuple[Document, ...]:
         """The indexed documents in row order (shared objects: do not modify them)."""

@@ -208,6 +208,14 @@ class FusionStore(ABC):
         """Remove every row; returns how many were removed (an engine may do it in one operation)."""
         return self.delete([doc.id or "" for doc in self.view().iter_documents()])
 
+    def check_reachable(self) -> None:
+        """A FusionError when the engine cannot be reached (a remote store's health check; in process: never)."""
+        return None
+
+    def close(self) -> None:
+        """Release the engine's connection (nothing to release in process); the store is unusable afterwards."""
+        return None
+
     def describe(self) -> Mapping[str, Any]:
         """A JSON-able description for health checks and logs (engine, counts, settings)."""
         view = self.view()

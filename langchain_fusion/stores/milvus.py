@@ -239,6 +239,9 @@ def _searching(index_type: str, params: Mapping[str, int]) -> dict[str, int]:
     return {_SEARCH_PARAMETERS[k]: v for k, v in params.items() if _SEARCH_PARAMETERS.get(k) == takes}
 
 
+CONNECT_TIMEOUT = 5.0
+"""Seconds to wait for a server's connection (and a health check's answer) before failing in one line."""
+
 _LITE_START_SECONDS = 20.0
 """How long a Milvus Lite file is retried while its server process starts."""
 _CONNECT_FAILED = 2
@@ -250,12 +253,14 @@ class MilvusStore(FusionStore):
 
     ``uri`` is a local file (``"./index.db"``, Milvus Lite in process) or a server address
     (``"http://localhost:19530"``); ``connection`` options (``token``, ``db_name``, ...) go to
-    pymilvus's ``MilvusClient``. An existing collection is reopened with its settings (no
-    re-embedding); ``analyzer``, ``bm25_params`` and ``vector_index`` apply to a new one
-    (``vector_index`` and ``vector_search_params`` take the in-process store's FAISS names,
-    mapped by :class:`DenseIndex`; Milvus Lite builds only :data:`LITE_INDEXES` and falls back
-    to ``FLAT`` for others, saying so in one warning). ``consistency`` is the Milvus
-    consistency level of queries (see :data:`CONSISTENCY_LEVELS`).
+    pymilvus's ``MilvusClient``. A server that does not answer within ``connect_timeout`` seconds
+    is a one-line FusionError naming the URI; each later call may take ``timeout`` seconds.
+    An existing collection is reopened with its settings (no re-embedding); ``analyzer``,
+    ``bm25_params`` and ``vector_index`` apply to a new one (``vector_index`` and
+    ``vector_search_params`` take the in-process store's FAISS names, mapped by
+    :class:`DenseIndex`; Milvus Lite builds only :data:`LITE_INDEXES` and falls back to ``FLAT``
+    for others, saying so in one warning). ``consistency`` is the Milvus consistency level of
+    queries (see :data:`CONSISTENCY_LEVELS`). :meth:`close` releases the connection.
     """
 
     def __init__(
@@ -268,6 +273,7 @@ class MilvusStore(FusionStore):
         vector_index: str | None = None,
         vector_search_params: str | None = None,
         timeout: float = 60.0,
+        connect_timeout: float = CONNECT_TIMEOUT,
         consistency: str = "Strong",
         **connection: Any,
     ) -> None:
@@ -282,15 +288,18 @@ class MilvusStore(FusionStore):
             )
         self.collection_name = collection_name
         self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.uri = uri
+        self._closed = False
         self.consistency = consistency_level(consistency)
         self.dense = DenseIndex.parse(vector_index, vector_search_params)
         self._requested = vector_index or "Flat"
         self.is_lite = not uri.startswith(("http://", "https://", "tcp://", "grpc://"))
-        deadline = time.monotonic() + (min(timeout, _LITE_START_SECONDS) if self.is_lite else 0.0)
+        deadline = time.monotonic() + (_LITE_START_SECONDS if self.is_lite else 0.0)
         while True:
             try:
-                self.client = MilvusClient(uri=uri, timeout=timeout, **connection)
-                exists = self.client.has_collection(collection_name, timeout=timeout)
+                self.client = MilvusClient(uri=uri, timeout=connect_timeout, **connection)
+                exists = self.client.has_collection(collection_name, timeout=connect_timeout)
                 break
             except Exception as exc:
                 # Milvus Lite starts a server process and opens its socket a moment later; on a
@@ -566,9 +575,25 @@ class MilvusStore(FusionStore):
 
     # --- plumbing -----------------------------------------------------------------------------------
 
-    def _call(self, method: str, **kwargs: Any) -> Any:
+    def close(self) -> None:
+        """Release the connection; later calls fail in one line (closing twice is harmless)."""
+        if not self._closed:
+            self._closed = True
+            self.client.close()
+
+    def check_reachable(self) -> None:
+        """A FusionError naming the URI unless the server answers within :attr:`connect_timeout` seconds."""
         try:
-            return getattr(self.client, method)(timeout=self.timeout, **kwargs)
+            self._call("has_collection", collection_name=self.collection_name, timeout=self.connect_timeout)
+        except FusionError as exc:
+            raise FusionError(f"Milvus at {self.uri!r} does not answer: {exc}") from None
+
+    def _call(self, method: str, **kwargs: Any) -> Any:
+        if self._closed:
+            raise FusionError(f"the Milvus store of {self.collection_name!r} is closed")
+        kwargs.setdefault("timeout", self.timeout)
+        try:
+            return getattr(self.client, method)(**kwargs)
         except (FusionError, InvalidParameterError):
             raise
         except Exception as exc:
