@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from langchain_core.documents import Document
 
-from langchain_fusion import Analyzer, BM25Params, FusionIndex
+from langchain_fusion import Analyzer, BM25Params, FusionIndex, InvalidParameterError
 from langchain_fusion import metadata as keys
-from langchain_fusion.stores.base import FusionStore
+from langchain_fusion.stores.base import FusionStore, Where
 from tests.conftest import HashingEmbeddings
 
 ALPHAS = [0.0, 0.3, 0.5, 0.8, 1.0]
@@ -364,6 +364,28 @@ class StoreContract:
                 got = results(index, query, k=6, alpha=alpha, fetch_k=self.whole_corpus, filter=spec)
                 assert_same(got, expected)
                 assert all(matches(d) for d in index.as_retriever(k=6, alpha=alpha, filter=spec).invoke(query))
+
+    def test_filter_values_match_as_python_equality_does(self) -> None:
+        """``1 == 1.0 == True``, ``"1" != 1``, None matches a null (not a missing key), lists mix types."""
+        stored: list[Any] = [1, True, 1.0, "1", None, 0, False, 0.0, 2.5, "2.5", "x", [1], {"a": 1}, 2**60, -3]
+        docs = [Document(id=f"v{i}", page_content="w1 w2", metadata={"k": value}) for i, value in enumerate(stored)]
+        docs.append(Document(id="missing", page_content="w1 w2", metadata={"other": 1}))
+        index = self.new_index(docs)
+        specs: list[Any] = [1, True, 1.0, "1", None, 0, False, 2.5, "2.5", -3, 2**60, 2**60 + 1]
+        specs += [[1, "1"], [None, "x"], [2.5, 2, "x"], [False, 2.5], [], [[1]]]
+        for value in specs:
+            choices = value if isinstance(value, list) else [value]
+            expected = sorted(
+                d.id or "" for d in docs if "k" in d.metadata and any(d.metadata["k"] == c for c in choices)
+            )
+            if any(isinstance(c, list) for c in choices):
+                with pytest.raises(InvalidParameterError):
+                    index.as_retriever(filter={"k": value}).invoke("w1")
+                continue
+            view = index.view()
+            assert sorted(d.id or "" for d in view.documents(view.select(Where(metadata={"k": value})))) == expected
+            found = index.as_retriever(k=len(docs), filter={"k": value}).invoke("w1")
+            assert sorted(d.id or "" for d in found) == expected, value
 
     def test_a_filter_that_matches_nothing(self) -> None:
         index = self.new_index(self.corpus(6, 20))

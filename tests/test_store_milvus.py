@@ -514,3 +514,28 @@ class TestMilvusOperations:
             index.store.check_reachable()
         index.close()  # twice is harmless
         assert len(FusionIndex(HashingEmbeddings(), store=MilvusStore(milvus_uri, name))) == 10
+
+
+class TestMilvusFilters:
+    def test_a_collection_made_before_null_keys_refuses_none_in_one_line(
+        self, milvus_uri: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        name = f"n{uuid.uuid4().hex[:12]}"
+        docs = [Document(id="a", page_content="w1", metadata={"k": None}), Document(id="b", page_content="w1")]
+        FusionIndex.from_documents(docs, HashingEmbeddings(), store=MilvusStore(milvus_uri, name))
+        real_call = MilvusStore._call
+
+        def described_as_before(self: MilvusStore, method: str, **kwargs: Any) -> Any:
+            answer = real_call(self, method, **kwargs)
+            if method == "describe_collection":
+                record = json.loads(answer["description"])
+                answer = {**answer, "description": json.dumps({"langchain_fusion": record["langchain_fusion"]})}
+            return answer
+
+        monkeypatch.setattr(MilvusStore, "_call", described_as_before)
+        old = FusionIndex(HashingEmbeddings(), store=MilvusStore(milvus_uri, name))
+        with pytest.raises(InvalidParameterError, match="made before langchain-fusion could filter on None"):
+            old.as_retriever(filter={"k": None}).invoke("w1")
+        assert [d.id for d in old.as_retriever(filter={"k": [1, "1"]}).invoke("w1")] == []

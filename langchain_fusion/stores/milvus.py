@@ -95,8 +95,14 @@ def _id_filter(ids: Sequence[str]) -> str:
     return "id in [" + ",".join(_literal(i) for i in ids) + "]"
 
 
-def filter_expression(where: Where | None) -> str:
-    """The Milvus boolean expression of ``where`` ('' when nothing is restricted)."""
+def filter_expression(where: Where | None, nulls: bool = True) -> str:
+    """The Milvus boolean expression of ``where`` ('' when nothing is restricted).
+
+    A metadata value matches as Python's ``==`` matches in process: ``1``, ``1.0`` and ``True``
+    are equal, ``"1"`` is not ``1``, ``None`` matches a key that is present with a null value
+    (through the collection's ``null_keys`` field; ``nulls`` False: a collection made before it,
+    where such a filter is refused), and lists or objects in the metadata match no filter value.
+    """
     if where is None or where.is_empty:
         return ""
     parts = []
@@ -107,15 +113,47 @@ def filter_expression(where: Where | None) -> str:
                 "a Python callable cannot run on a Milvus server: use a mapping filter such as {'source': 'a.pdf'}"
             )
         for key, value in spec.items():
-            field = f"metadata[{_literal(key)}]"
-            if isinstance(value, (list, tuple, set, frozenset)):
-                # "Any of none" matches no row: an id no row has says so in the engine's own terms.
-                parts.append(f"{field} in [{','.join(_literal(v) for v in value)}]" if value else 'id == ""')
-            else:
-                parts.append(f"{field} == {_literal(value)}")
+            values = list(value) if isinstance(value, (list, tuple, set, frozenset)) else [value]
+            parts.append(_equals_any(key, values, nulls))
     if where.ids is not None:
         parts.append(_id_filter(sorted(where.ids)) if where.ids else 'id == ""')
     return " and ".join(f"({p})" for p in parts)
+
+
+_EXACT_FLOAT = 2**53
+"""Integers up to this magnitude are written as floats (Milvus compares JSON ints and floats by value)."""
+
+
+def _equals_any(key: str, values: Sequence[Any], nulls: bool) -> str:
+    """Metadata ``key`` equals one of ``values``, each type in its own ``in [...]`` (Milvus refuses mixed lists)."""
+    field = f"metadata[{_literal(key)}]"
+    strings = sorted({v for v in values if isinstance(v, str)})
+    numbers: set[float] = set()
+    big: set[int] = set()
+    booleans: set[bool] = set()
+    for v in values:
+        if v is None or isinstance(v, str):
+            continue
+        if v in (0, 1):  # True == 1 == 1.0 and False == 0 == 0.0, as in Python
+            booleans.add(bool(v))
+        if isinstance(v, float) or abs(v) <= _EXACT_FLOAT:
+            numbers.add(float(v))
+        else:
+            big.add(int(v))
+    clauses = [
+        f"{field} in [{','.join(_literal(v) for v in group)}]"
+        for group in (strings, sorted(numbers), sorted(big), sorted(booleans))
+        if group
+    ]
+    if any(v is None for v in values):
+        if not nulls:
+            raise InvalidParameterError(
+                f"this collection was made before langchain-fusion could filter on None ({key!r}: None); "
+                "re-index it into a new collection, or filter on a value"
+            )
+        clauses.append(f"null_keys[{_literal(key)}] == true")
+    # "Any of none" matches no row: an id no row has says so in the engine's own terms.
+    return " or ".join(clauses) or 'id == ""'
 
 
 CONSISTENCY_LEVELS = ("Strong", "Bounded", "Session", "Eventually")
@@ -139,7 +177,7 @@ def consistency_level(level: str) -> str:
 
 
 FORMAT_VERSION = 1
-"""The layout of a collection this library writes (its fields and description), recorded in the description."""
+"""The layout of a collection this library writes, recorded in its description (1: ``null_keys``, the index record)."""
 
 LITE_INDEXES = ("FLAT", "IVF_FLAT", "AUTOINDEX")
 """The dense index types Milvus Lite builds; another one falls back to ``FLAT`` there."""
@@ -310,6 +348,8 @@ class MilvusStore(FusionStore):
                 raise FusionError(f"cannot reach Milvus at {uri!r}: {_reason(exc)}") from None
         self._settings = StoreSettings(analyzer=analyzer or Analyzer(), bm25_params=bm25_params or BM25Params())
         self._created = exists
+        self.null_keys = True
+        """Whether the collection has the ``null_keys`` field that filters on None read (format 1 on)."""
         if not exists and self.is_lite and self.dense.index_type not in LITE_INDEXES:
             logger.warning(
                 "Milvus Lite builds only %s indexes: vector_index %r falls back to exact FLAT (a server builds %s)",
@@ -319,7 +359,8 @@ class MilvusStore(FusionStore):
             )
             self.dense = DenseIndex()
         if exists:
-            stored, record = self._read_settings()
+            stored, record, layout = self._read_settings()
+            self.null_keys = layout >= 1
             self._requested = str(record.get("requested", "Flat"))
             if vector_index is not None and vector_index != self._requested:
                 raise FusionError(
@@ -336,8 +377,8 @@ class MilvusStore(FusionStore):
 
     # --- settings --------------------------------------------------------------------------------
 
-    def _read_settings(self) -> tuple[StoreSettings, Mapping[str, Any]]:
-        """The settings the collection's description records, and its dense index record (``{}`` before one)."""
+    def _read_settings(self) -> tuple[StoreSettings, Mapping[str, Any], int]:
+        """The settings the collection's description records, its dense index record (``{}`` before one), its format."""
         described = self._call("describe_collection", collection_name=self.collection_name)
         try:
             description = json.loads(described.get("description") or "")
@@ -345,7 +386,8 @@ class MilvusStore(FusionStore):
             if isinstance(record, dict) and isinstance(record.get("analyzer"), dict):
                 record = {**record, "analyzer": Analyzer.from_saved(record["analyzer"])}  # saved before an option
             dense = description.get("vector_index")
-            return StoreSettings.model_validate(record), dense if isinstance(dense, dict) else {}
+            layout = description.get("format", 0)
+            return StoreSettings.model_validate(record), dense if isinstance(dense, dict) else {}, int(layout)
         except (ValueError, KeyError, TypeError, ValidationError):
             raise FusionError(
                 f"collection {self.collection_name!r} was not made by langchain-fusion (no settings in its "
@@ -395,6 +437,7 @@ class MilvusStore(FusionStore):
         schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dimension)
         schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
         schema.add_field("metadata", DataType.JSON)
+        schema.add_field("null_keys", DataType.JSON)  # {key: true} for each metadata key whose value is null
         schema.add_function(
             Function(
                 name="bm25",
@@ -521,6 +564,7 @@ class MilvusStore(FusionStore):
                     "bm25_text": " ".join(tokenize(analyzer, text)),
                     "vector": np.asarray(vector, dtype=np.float32).tolist(),
                     "metadata": metadata,
+                    **({"null_keys": {k: True for k, v in metadata.items() if v is None}} if self.null_keys else {}),
                 }
             )
         if not self._created:
@@ -815,7 +859,7 @@ class MilvusView(StoreView):
 
     def select(self, where: Where) -> Keys:
         """Keys of every row allowed by ``where``."""
-        rows = self.store.read_all(filter_expression(where), ["id"])
+        rows = self.store.read_all(filter_expression(where, self.store.null_keys), ["id"])
         return np.asarray(sorted(self.key(row["id"]) for row in rows), dtype=np.int64)
 
     def neighbours(self, source: str, chunk_indexes: Sequence[int]) -> dict[int, Document]:
@@ -903,7 +947,7 @@ class _MilvusScorer(ABC):
                     f"use fetch_k and k of at most {RESULT_WINDOW:,}"
                 )
             k = RESULT_WINDOW  # the whole collection fits in one search: nothing is cut
-        hits = self._search(k, filter_expression(where), self._fields())
+        hits = self._search(k, filter_expression(where, self.view.store.null_keys), self._fields())
         self.view.remember(hits)
         pairs = sorted(
             ((self.view.key(str(h["id"])), s) for h, s in zip(hits, self._scores(hits), strict=True)),
