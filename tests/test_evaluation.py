@@ -547,8 +547,12 @@ class TestEvalCommand:
             "weighted",
             "-q",
         ]
-        assert main([*argv, "--calibrate"]) == 0
-        assert "calibrated relevance saved into the index: fitted on 54 queries" in capsys.readouterr().out
+        sweep = ["--relevance-floors", "0.3,0.5", "--no-answer", str(DATA / "no-answer.json")]
+        assert main([*argv, "--calibrate", *sweep]) == 0
+        text = capsys.readouterr().out
+        assert "calibrated relevance saved into the index: fitted on 54 queries" in text
+        assert "relevance floors (min_relevance; 54 answerable and 16 no-answer queries)" in text
+        assert "| relevance>=0.3 |" in text and "| relevance>=0.5 |" in text
         model = FusionIndex.load(out, HashingEmbeddings()).relevance_model
         assert model is not None and model.quality.queries == 54
         assert main(["query", str(out), "recipe for banana bread", "--min-relevance", "0.99", "--json"]) == 0
@@ -561,6 +565,11 @@ class TestEvalCommand:
         assert main(["index", str(DATA), "--out", str(out), "--embeddings", "local", "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["chunks_embedded"] == 0
         assert FusionIndex.load(out, HashingEmbeddings()).relevance_model == model
+
+    def test_relevance_floors_are_probabilities(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        folder = write_beir(tmp_path / "beir")
+        assert main(["eval", "--beir", str(folder), "--relevance-floors", "0.3,1.5"]) == 2
+        assert "min_relevance must be a probability between 0 and 1" in capsys.readouterr().err
 
     def test_calibrate_needs_a_saved_index(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         folder = write_beir(tmp_path / "beir")

@@ -87,6 +87,27 @@ class TestCalibrate:
         assert model.k == 5 and model.quality.results == 300
 
 
+class TestRelevanceSweep:
+    def test_rows_trade_answers_for_abstentions(self, calibrated: FusionIndex) -> None:
+        from langchain_fusion.evaluation.harness import ANSWERED, NO_ANSWER_EMPTY, sweep_relevance
+
+        dataset = _dataset(step=3)
+        dataset.no_answer.update({"n1": "how do I cook pasta", "n2": "who won the world cup"})
+        report = sweep_relevance(calibrated, dataset, [0.9, 0.1, 0.5], ["ndcg@10", "recall@10"], progress=False)
+        assert [r.name for r in report.results] == ["no floor", "relevance>=0.1", "relevance>=0.5", "relevance>=0.9"]
+        answered = [r.extra[ANSWERED] for r in report.results]
+        empty = [r.extra[NO_ANSWER_EMPTY] for r in report.results]
+        assert answered == sorted(answered, reverse=True) and empty == sorted(empty)
+        assert (answered[0], empty[0], empty[2]) == (1.0, 0.0, 1.0)
+        assert report.results[0].means["recall@10"] == 1.0
+
+    def test_needs_a_calibrated_index(self, index: FusionIndex) -> None:
+        from langchain_fusion.evaluation.harness import sweep_relevance
+
+        with pytest.raises(InvalidParameterError, match="a relevance floor sweep needs a calibrated index"):
+            sweep_relevance(index, _dataset(), [0.3], progress=False)
+
+
 class TestAnswerability:
     def test_a_gate_before_answering(self, calibrated: FusionIndex) -> None:
         covered = calibrated.answerability("inverter rating report 13")

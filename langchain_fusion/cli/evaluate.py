@@ -24,6 +24,7 @@ from langchain_fusion.pipeline.spec import DEFAULT_LLM_TIMEOUT, DEFAULT_RERANK_C
 from langchain_fusion.search.diversity import SOURCE_CAP, Diversity
 from langchain_fusion.search.fusion import FUSION_METHODS
 from langchain_fusion.search.options import SEARCH_DEFAULTS, SearchOptions
+from langchain_fusion.search.relevance import RELEVANCE_INFO_KEY, check_min_relevance
 
 DEFAULT_CACHE = Path.home() / ".cache" / "langchain-fusion" / "embeddings"
 DEFAULT_BATCH_SIZE = 64
@@ -161,6 +162,12 @@ def _add_floor_arguments(floors: Any) -> None:
         "either)",
     )
     floors.add_argument(
+        "--relevance-floors",
+        metavar="GRID",
+        help="floors on the calibrated relevance (0 to 1) to sweep, on an index calibrated before or by --calibrate "
+        "(then on the labels it was fitted on)",
+    )
+    floors.add_argument(
         "--mmr",
         metavar="LAMBDAS",
         help="add a fusion row re-ranked by maximal marginal relevance for each weight of relevance (comma list)",
@@ -238,6 +245,7 @@ class _Plan:
     pipeline_rows: list[str]
     vector_floors: list[float]
     bm25_floors: list[float]
+    relevance_floors: list[float]
     no_answer: dict[str, str]
 
 
@@ -256,11 +264,17 @@ def _plan(args: argparse.Namespace) -> _Plan:
     vector_floors = value_grid(args.vector_floors, "--vector-floors") if args.vector_floors else []
     bm25_floors = value_grid(args.bm25_floors, "--bm25-floors") if args.bm25_floors else []
     check_floor_grids(vector_floors, bm25_floors)
+    relevance_floors = value_grid(args.relevance_floors, "--relevance-floors") if args.relevance_floors else []
+    for level in relevance_floors:
+        check_min_relevance(level)
     lambdas = value_grid(args.mmr, "--mmr") if args.mmr else []
     for value in lambdas:
         Diversity(value)  # checks the weight
-    if args.no_answer and not (vector_floors or bm25_floors):
-        raise UserError("--no-answer queries are scored by the floor sweep: add --vector-floors or --bm25-floors")
+    if args.no_answer and not (vector_floors or bm25_floors or relevance_floors):
+        raise UserError(
+            "--no-answer queries are scored by the floor sweep: add --vector-floors, --bm25-floors or "
+            "--relevance-floors"
+        )
     return _Plan(
         metrics=metrics,
         methods=methods,
@@ -270,19 +284,23 @@ def _plan(args: argparse.Namespace) -> _Plan:
         pipeline_rows=list(pipeline),
         vector_floors=vector_floors,
         bm25_floors=bm25_floors,
+        relevance_floors=relevance_floors,
         no_answer=load_queries(args.no_answer) if args.no_answer else {},
     )
 
 
 def run_eval(args: argparse.Namespace) -> int:
     """Evaluate and print the tables (or JSON)."""
-    from langchain_fusion.evaluation.harness import SIDES, evaluate_sides, sweep_alpha, sweep_floors
+    from langchain_fusion.evaluation.harness import SIDES, evaluate_sides, sweep_alpha, sweep_floors, sweep_relevance
 
     plan = _plan(args)
     if args.calibrate and not (args.index and args.labels):
         raise UserError("--calibrate writes the relevance model into a saved index: give --index INDEX --labels FILE")
     index, dataset = _load(args)
     dataset.no_answer.update(plan.no_answer)
+    calibration = _calibrate(args, plan) if args.calibrate else None
+    if calibration is not None:  # the index evaluated here is the one just calibrated
+        index.saved_info = {**index.saved_info, RELEVANCE_INFO_KEY: calibration.model_dump(mode="json")}
     progress = not (args.quiet or args.json)
     fetch_k, metrics = plan.fetch_k, plan.metrics
     baselines = evaluate_sides(
@@ -308,8 +326,10 @@ def run_eval(args: argparse.Namespace) -> int:
         from langchain_fusion.evaluation.plots import plot_alpha_sweep
 
         plot_path = str(plot_alpha_sweep(sweep, main_metric, args.plot))
-    calibration = _calibrate(args, plan) if args.calibrate else None
-    report = _Report(dataset, index, baselines, sweep, floors, comparisons, best, plot_path, calibration)
+    relevance = None
+    if plan.relevance_floors:
+        relevance = sweep_relevance(index, dataset, plan.relevance_floors, metrics, progress=progress, fetch_k=fetch_k)
+    report = _Report(dataset, index, baselines, sweep, floors, comparisons, best, plot_path, calibration, relevance)
     if args.json:
         print(json.dumps(report.payload(), indent=2))
     else:
@@ -330,6 +350,7 @@ class _Report:
     best: dict[str, dict[str, float]]
     plot_path: str | None
     calibration: Any = None
+    relevance: Any = None
 
     def payload(self) -> dict[str, Any]:
         by_kind = self.baselines.by_kind(self.dataset.kinds)
@@ -347,6 +368,7 @@ class _Report:
             "floors": self.floors.rows() if self.floors is not None else None,
             "plot": self.plot_path,
             "calibration": self.calibration.model_dump(mode="json") if self.calibration is not None else None,
+            "relevance_floors": self.relevance.rows() if self.relevance is not None else None,
         }
 
     def text(self, plan: _Plan) -> str:
@@ -372,6 +394,12 @@ class _Report:
                 "queries):\n"
             )
             lines.append(self.floors.to_markdown())
+        if self.relevance is not None:
+            lines.append(
+                f"\nrelevance floors (min_relevance; {len(dataset.queries)} answerable and {len(dataset.no_answer)} "
+                "no-answer queries):\n"
+            )
+            lines.append(self.relevance.to_markdown())
         if self.plot_path:
             lines.append(f"plot saved to {self.plot_path}")
         if self.calibration is not None:

@@ -34,6 +34,7 @@ from langchain_fusion.search.floors import Floors
 from langchain_fusion.search.fusion import FUSION_METHODS, FusionMethod, check_alpha, check_method
 from langchain_fusion.search.options import SEARCH_DEFAULTS
 from langchain_fusion.search.pool import QueryScorers, bm25_scorers, fused_search, queries_per_pass, vector_scorers
+from langchain_fusion.search.relevance import check_min_relevance, require_model
 
 DEFAULT_METRICS = ("ndcg@10", "recall@10", "mrr@10", "hit_rate@5")
 """Metrics reported when none are asked for."""
@@ -490,4 +491,49 @@ def sweep_floors(
             extra[NO_ANSWER_EMPTY] = float(np.mean([not run[query_id] for query_id, _ in no_answer]))
         result = MethodResult(floor_name(*setting), evaluate_run(scored, dataset.qrels, metrics), extra=extra)
         results.append(result)
+    return Report(dataset.name, list(metrics), results)
+
+
+def sweep_relevance(
+    index: FusionIndex,
+    dataset: EvalDataset,
+    floors: Iterable[float],
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    *,
+    progress: bool = True,
+    **search: Any,
+) -> Report:
+    """Score ``min_relevance`` floors on a calibrated index, as :func:`sweep_floors` scores raw-score floors.
+
+    One row per floor (and one without): the metrics over the answerable queries, :data:`ANSWERED`
+    and, with no-answer queries, :data:`NO_ANSWER_EMPTY`. The queries run once through the
+    default retriever (or one with the ``search`` options); a floor only leaves results out, so
+    each row filters those results by their relevance.
+    """
+    require_model(index.relevance_model, "a relevance floor sweep")
+    checked = {level for level in map(check_min_relevance, floors) if level is not None}
+    levels: list[float | None] = [None, *sorted(checked)]
+    depth = deepest_cutoff(metrics)
+    answerable, no_answer = list(dataset.queries.items()), list(dataset.no_answer.items())
+    everything = answerable + no_answer
+    retriever = index.as_retriever(k=depth, **search)
+    ranked: list[list[Document]] = []
+    with tqdm(total=len(everything), desc="relevance floors", disable=not progress, leave=False) as bar:
+        for lo in range(0, len(everything), DEFAULT_BATCH_SIZE):
+            chunk = [text for _, text in everything[lo : lo + DEFAULT_BATCH_SIZE]]
+            ranked.extend(retriever.batch(chunk))
+            bar.update(len(chunk))
+    found = {query_id: docs for (query_id, _), docs in zip(everything, ranked, strict=True)}
+    results = []
+    for level in levels:
+        run = {
+            query_id: [doc.id or "" for doc in docs if level is None or doc.metadata[keys.RELEVANCE] >= level]
+            for query_id, docs in found.items()
+        }
+        scored = {query_id: run[query_id] for query_id, _ in answerable}
+        extra = {ANSWERED: float(np.mean([bool(ids) for ids in scored.values()])) if scored else 0.0}
+        if no_answer:
+            extra[NO_ANSWER_EMPTY] = float(np.mean([not run[query_id] for query_id, _ in no_answer]))
+        name = "no floor" if level is None else f"relevance>={level:g}"
+        results.append(MethodResult(name, evaluate_run(scored, dataset.qrels, metrics), extra=extra))
     return Report(dataset.name, list(metrics), results)
