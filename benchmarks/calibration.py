@@ -109,28 +109,6 @@ def collect(index: object, queries: Sequence[tuple[str, str, str]], qrels: dict[
     return rows
 
 
-def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1e-3) -> Callable[[np.ndarray], np.ndarray]:
-    """P(y=1 | x) by L2-regularised logistic regression (Newton's method on standardised features)."""
-    mean, scale = x.mean(axis=0), x.std(axis=0) + 1e-9
-    design = np.c_[np.ones(len(x)), (x - mean) / scale]
-    weights = np.zeros(design.shape[1])
-    penalty = l2 * np.eye(len(weights))
-    penalty[0, 0] = 0.0
-    for _ in range(50):
-        p = 1 / (1 + np.exp(-design @ weights))
-        gradient = design.T @ (p - y) + penalty @ weights
-        hessian = (design * (p * (1 - p))[:, None]).T @ design + penalty
-        weights -= np.linalg.solve(hessian, gradient)
-    return lambda z: 1 / (1 + np.exp(-(np.c_[np.ones(len(z)), (z - mean) / scale] @ weights)))
-
-
-def expected_calibration_error(p: np.ndarray, y: np.ndarray, bins: int = 10) -> float:
-    """ECE over ``bins`` equal-width bins of predicted probability."""
-    which = np.minimum((p * bins).astype(int), bins - 1)
-    gaps = [abs(p[which == b].mean() - y[which == b].mean()) * (which == b).sum() for b in np.unique(which)]
-    return float(sum(gaps) / len(p))
-
-
 def auroc(scores: Sequence[float], labels: Sequence[int]) -> float:
     """Probability that a positive outscores a negative (ties count half)."""
     s, y = np.asarray(scores), np.asarray(labels)
@@ -158,6 +136,7 @@ def main() -> None:
     from langchain_fusion import FusionIndex, LocalEmbeddings
     from langchain_fusion.evaluation.datasets import EvalDataset, load_beir
     from langchain_fusion.models.embeddings import CachedEmbeddings
+    from langchain_fusion.search.relevance import expected_calibration_error, fit_logistic, logistic_probability
 
     dataset = load_beir(args.data, "train")
     embeddings = CachedEmbeddings(LocalEmbeddings(), args.cache)
@@ -211,7 +190,8 @@ def main() -> None:
         if features == ["relevance"]:
             model: Callable[[np.ndarray], np.ndarray] = lambda z: z[:, 0]  # noqa: E731  # already P(relevant)
         else:
-            model = fit_logistic(matrix(train), np.array([r.relevant for r in train], dtype=float))
+            fitted = fit_logistic(matrix(train), np.array([r.relevant for r in train], dtype=float))
+            model = lambda z, fit=fitted: logistic_probability(z, *fit)  # noqa: E731
         p_test, y_test = model(matrix(test)), np.array([r.relevant for r in test], dtype=float)
         answered = np.mean([v >= args.floor for v in top_by_query(test, p_test).values()])
         abstained = np.mean([v < args.floor for v in top_by_query(off, model(matrix(off))).values()])

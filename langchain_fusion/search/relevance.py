@@ -117,8 +117,7 @@ class RelevanceModel(CheckedModel):
 
     def predict(self, features: np.ndarray) -> np.ndarray:
         """P(relevant) of each row of ``features`` (columns :data:`FEATURES`)."""
-        z = (features - np.asarray(self.mean)) / np.asarray(self.scale)
-        return _sigmoid(self.bias + z @ np.asarray(self.weights))
+        return logistic_probability(features, self.mean, self.scale, self.weights, self.bias)
 
     def relevance(self, documents: Sequence[Document]) -> list[float]:
         """P(relevant) of each result of one ranked list, in order."""
@@ -130,7 +129,19 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return p
 
 
-def _logistic(x: np.ndarray, y: np.ndarray, l2: float = 1e-3) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+def logistic_probability(
+    x: np.ndarray,
+    mean: Sequence[float] | np.ndarray,
+    scale: Sequence[float] | np.ndarray,
+    weights: Sequence[float] | np.ndarray,
+    bias: float,
+) -> np.ndarray:
+    """P(y=1) of each row of ``x`` under a logistic model over standardised features (see :func:`fit_logistic`)."""
+    z = (x - np.asarray(mean)) / np.asarray(scale)
+    return _sigmoid(bias + z @ np.asarray(weights))
+
+
+def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1e-3) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """(mean, scale, weights, bias) of an L2-regularised logistic regression, by Newton's method."""
     mean, scale = x.mean(axis=0), x.std(axis=0)
     scale = np.where(scale > 1e-9, scale, 1.0)
@@ -188,11 +199,11 @@ def fit_relevance(
         train_y = np.concatenate([targets[i] for i in train])
         if not test or train_y.sum() == 0 or train_y.sum() == len(train_y):
             continue
-        mean, scale, weights, bias = _logistic(np.concatenate([features[i] for i in train]), train_y)
+        fitted = fit_logistic(np.concatenate([features[i] for i in train]), train_y)
         for i in test:
-            held_out_p.extend(_sigmoid(bias + ((features[i] - mean) / scale) @ weights))
+            held_out_p.extend(logistic_probability(features[i], *fitted))
             held_out_y.extend(targets[i])
-    mean, scale, weights, bias = _logistic(x, y)
+    mean, scale, weights, bias = fit_logistic(x, y)
     predicted, observed = np.asarray(held_out_p), np.asarray(held_out_y)
     quality = FitQuality(
         queries=len(ranked),
