@@ -476,22 +476,22 @@ def sweep_floors(
             if (vector_floor, bm25_floor) not in settings:
                 settings.append((vector_floor, bm25_floor))
     depth = deepest_cutoff(metrics)
-    answerable, no_answer = list(dataset.queries.items()), list(dataset.no_answer.items())
-    everything = answerable + no_answer
+    everything = [*dataset.queries.items(), *dataset.no_answer.items()]
     searches = [
         {"alpha": alpha, "method": method, "fetch_k": fetch_k, "floors": Floors(vector=v, bm25=b)} for v, b in settings
     ]
     runs = dict(zip(settings, _sweep_runs(index, everything, searches, depth, "floor sweep", progress), strict=True))
-    results = []
-    for setting in settings:
-        run = runs[setting]
-        scored = {query_id: run[query_id] for query_id, _ in answerable}
-        extra = {ANSWERED: float(np.mean([bool(ids) for ids in scored.values()])) if scored else 0.0}
-        if no_answer:
-            extra[NO_ANSWER_EMPTY] = float(np.mean([not run[query_id] for query_id, _ in no_answer]))
-        result = MethodResult(floor_name(*setting), evaluate_run(scored, dataset.qrels, metrics), extra=extra)
-        results.append(result)
+    results = [_floor_row(floor_name(*setting), runs[setting], dataset, metrics) for setting in settings]
     return Report(dataset.name, list(metrics), results)
+
+
+def _floor_row(name: str, run: Mapping[str, list[str]], dataset: EvalDataset, metrics: Sequence[str]) -> MethodResult:
+    """One row of a floor sweep: the metrics over the answerable queries, ``answered`` and ``no_answer_empty``."""
+    scored = {query_id: run[query_id] for query_id in dataset.queries}
+    extra = {ANSWERED: float(np.mean([bool(ids) for ids in scored.values()])) if scored else 0.0}
+    if dataset.no_answer:
+        extra[NO_ANSWER_EMPTY] = float(np.mean([not run[query_id] for query_id in dataset.no_answer]))
+    return MethodResult(name, evaluate_run(scored, dataset.qrels, metrics), extra=extra)
 
 
 def sweep_relevance(
@@ -514,8 +514,7 @@ def sweep_relevance(
     checked = {level for level in map(check_min_relevance, floors) if level is not None}
     levels: list[float | None] = [None, *sorted(checked)]
     depth = deepest_cutoff(metrics)
-    answerable, no_answer = list(dataset.queries.items()), list(dataset.no_answer.items())
-    everything = answerable + no_answer
+    everything = [*dataset.queries.items(), *dataset.no_answer.items()]
     retriever = index.as_retriever(k=depth, **search)
     ranked: list[list[Document]] = []
     with tqdm(total=len(everything), desc="relevance floors", disable=not progress, leave=False) as bar:
@@ -530,10 +529,5 @@ def sweep_relevance(
             query_id: [doc.id or "" for doc in docs if level is None or doc.metadata[keys.RELEVANCE] >= level]
             for query_id, docs in found.items()
         }
-        scored = {query_id: run[query_id] for query_id, _ in answerable}
-        extra = {ANSWERED: float(np.mean([bool(ids) for ids in scored.values()])) if scored else 0.0}
-        if no_answer:
-            extra[NO_ANSWER_EMPTY] = float(np.mean([not run[query_id] for query_id, _ in no_answer]))
-        name = "no floor" if level is None else f"relevance>={level:g}"
-        results.append(MethodResult(name, evaluate_run(scored, dataset.qrels, metrics), extra=extra))
+        results.append(_floor_row("no floor" if level is None else f"relevance>={level:g}", run, dataset, metrics))
     return Report(dataset.name, list(metrics), results)
