@@ -108,6 +108,53 @@ class TestRelevanceSweep:
             sweep_relevance(index, _dataset(), [0.3], progress=False)
 
 
+class TestCalibrationOnLabels:
+    """ECE, Brier score and reliability of a calibrated index's relevance on labelled queries (what eval reports)."""
+
+    def test_figures_of_the_top_k_against_the_labels(self, calibrated: FusionIndex) -> None:
+        from langchain_fusion.evaluation import evaluate_calibration
+
+        dataset = _dataset(step=1)  # the 60 queries it was fitted on and the 60 it was not
+        report = evaluate_calibration(calibrated, dataset, progress=False)
+        ranked = calibrated.as_retriever(k=10).batch(list(dataset.queries.values()))
+        predicted = [doc.metadata[keys.RELEVANCE] for docs in ranked for doc in docs]
+        pairs = zip(dataset.queries, ranked, strict=True)
+        observed = [float(str(doc.id) in dataset.qrels[q]) for q, docs in pairs for doc in docs]
+        assert (report.queries, report.k, report.results) == (120, 10, 1200)
+        assert report.relevant == sum(observed) > 100
+        assert report.expected_calibration_error == pytest.approx(expected_calibration_error(predicted, observed))
+        assert report.brier_score == pytest.approx(float(np.mean((np.array(predicted) - observed) ** 2)))
+        assert 0.0 <= report.expected_calibration_error < 0.1 and report.brier_score < 0.1
+        assert len(report.bins) == 10 and sum(b.count for b in report.bins) == 1200
+        low = report.bins[0]
+        inside = [y for p, y in zip(predicted, observed, strict=True) if p < 0.1]
+        assert low.count == len(inside) and low.observed == pytest.approx(np.mean(inside))
+
+    def test_a_shuffled_model_is_badly_calibrated(self, calibrated: FusionIndex) -> None:
+        from langchain_fusion.evaluation import evaluate_calibration
+
+        model = calibrated.relevance_model
+        assert model is not None
+        flipped = model.model_copy(update={"weights": [-w for w in model.weights], "bias": -model.bias})
+        calibrated.saved_info = {**calibrated.saved_info, RELEVANCE_INFO_KEY: flipped.model_dump(mode="json")}
+        report = evaluate_calibration(calibrated, _dataset(step=1), k=5, progress=False)
+        assert report.k == 5 and report.expected_calibration_error > 0.5
+
+    def test_reliability_plot(self, calibrated: FusionIndex, tmp_path: Path) -> None:
+        from langchain_fusion.evaluation import evaluate_calibration, plot_reliability
+
+        report = evaluate_calibration(calibrated, _dataset(step=3), progress=False)
+        path = plot_reliability(report, tmp_path / "plots" / "reliability.png")
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert "| 0.0-0.1 |" in report.to_markdown()
+
+    def test_needs_a_calibrated_index(self, index: FusionIndex) -> None:
+        from langchain_fusion.evaluation import evaluate_calibration
+
+        with pytest.raises(InvalidParameterError, match="a calibration report needs a calibrated index"):
+            evaluate_calibration(index, _dataset(), progress=False)
+
+
 class TestAnswerability:
     def test_a_gate_before_answering(self, calibrated: FusionIndex) -> None:
         covered = calibrated.answerability("inverter rating report 13")

@@ -6,12 +6,13 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from langchain_fusion.cli.arguments import (
     add_option_flag,
+    checked,
     given_options,
     index_help,
     positive_int,
@@ -29,6 +30,10 @@ from langchain_fusion.search.relevance import RELEVANCE_INFO_KEY, check_min_rele
 DEFAULT_CACHE = Path.home() / ".cache" / "langchain-fusion" / "embeddings"
 DEFAULT_BATCH_SIZE = 64
 """Queries per retriever batch (the harness's default, not imported: it pulls the evaluation package in)."""
+DEFAULT_SIGNIFICANCE = 0.05
+"""Significance level of --fail-if-worse (the reports module's default, not imported for the same reason)."""
+EXIT_WORSE = 3
+"""Exit status of ``eval --baseline REPORT --fail-if-worse`` when a metric is significantly worse (2: a user error)."""
 
 
 def add_eval_parser(commands: Any) -> None:
@@ -53,8 +58,49 @@ def add_eval_parser(commands: Any) -> None:
         "so results carry a calibrated relevance and --min-relevance works",
     )
     parser.add_argument("--plot", metavar="PNG", help="save a plot of the first metric against alpha")
+    parser.add_argument(
+        "--reliability-plot",
+        metavar="PNG",
+        help="on a calibrated index: save the reliability diagram of its relevance on the labels (predicted against "
+        "observed per bin, with counts)",
+    )
+    _add_report_arguments(parser.add_argument_group("saved reports and a CI gate (optional)"))
     parser.add_argument("--json", action="store_true", help="print all results as JSON")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+
+
+def _significance(value: str) -> float:
+    from langchain_fusion.evaluation.reports import check_significance
+
+    return float(checked(check_significance, float, "a significance level between 0 and 1, e.g. 0.05")(value))
+
+
+def _add_report_arguments(group: Any) -> None:
+    group.add_argument(
+        "--report",
+        metavar="FILE",
+        help="save the results as a JSON report with every query's metric values, to compare later runs with "
+        "(--baseline)",
+    )
+    group.add_argument(
+        "--baseline",
+        metavar="REPORT",
+        help="a report saved by an earlier run on the same queries: print each row's change per metric with its "
+        "confidence interval and the p-value of a paired randomization test",
+    )
+    group.add_argument(
+        "--fail-if-worse",
+        action="store_true",
+        help=f"with --baseline: exit with status {EXIT_WORSE} when any metric of any row both runs have is "
+        "significantly worse",
+    )
+    group.add_argument(
+        "--significance",
+        type=_significance,
+        default=DEFAULT_SIGNIFICANCE,
+        metavar="LEVEL",
+        help="significance level of the comparison; intervals are at 1 - LEVEL (default: %(default)g)",
+    )
 
 
 def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
@@ -247,12 +293,14 @@ class _Plan:
     bm25_floors: list[float]
     relevance_floors: list[float]
     no_answer: dict[str, str]
+    baseline: Any = None
 
 
 def _plan(args: argparse.Namespace) -> _Plan:
     from langchain_fusion.evaluation.datasets import load_queries
     from langchain_fusion.evaluation.harness import alpha_grid, check_floor_grids, value_grid
     from langchain_fusion.evaluation.metrics import parse_metric
+    from langchain_fusion.evaluation.reports import EvalReport
     from langchain_fusion.search.fusion import check_method
 
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
@@ -270,6 +318,10 @@ def _plan(args: argparse.Namespace) -> _Plan:
     lambdas = value_grid(args.mmr, "--mmr") if args.mmr else []
     for value in lambdas:
         Diversity(value)  # checks the weight
+    if args.fail_if_worse and not args.baseline:
+        raise UserError("--fail-if-worse compares with a saved report: add --baseline REPORT")
+    if args.calibrate and not (args.index and args.labels):
+        raise UserError("--calibrate writes the relevance model into a saved index: give --index INDEX --labels FILE")
     if args.no_answer and not (vector_floors or bm25_floors or relevance_floors):
         raise UserError(
             "--no-answer queries are scored by the floor sweep: add --vector-floors, --bm25-floors or "
@@ -286,17 +338,21 @@ def _plan(args: argparse.Namespace) -> _Plan:
         bm25_floors=bm25_floors,
         relevance_floors=relevance_floors,
         no_answer=load_queries(args.no_answer) if args.no_answer else {},
+        baseline=EvalReport.load(args.baseline) if args.baseline else None,
     )
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    """Evaluate and print the tables (or JSON)."""
+    """Evaluate and print the tables (or JSON); :data:`EXIT_WORSE` when ``--fail-if-worse`` finds a worse metric."""
     from langchain_fusion.evaluation.harness import SIDES, evaluate_sides, sweep_alpha, sweep_floors, sweep_relevance
+    from langchain_fusion.evaluation.reports import check_same_queries
 
     plan = _plan(args)
-    if args.calibrate and not (args.index and args.labels):
-        raise UserError("--calibrate writes the relevance model into a saved index: give --index INDEX --labels FILE")
     index, dataset = _load(args)
+    if plan.baseline is not None:  # before any work
+        check_same_queries(dataset.queries, dataset.name, plan.baseline)
+    if args.reliability_plot and index.relevance_model is None and not args.calibrate:
+        raise UserError("--reliability-plot needs a calibrated index: add --calibrate, or calibrate it first")
     dataset.no_answer.update(plan.no_answer)
     calibration = _calibrate(args, plan) if args.calibrate else None
     if calibration is not None:  # the index evaluated here is the one just calibrated
@@ -330,11 +386,37 @@ def run_eval(args: argparse.Namespace) -> int:
     if plan.relevance_floors:
         relevance = sweep_relevance(index, dataset, plan.relevance_floors, metrics, progress=progress, fetch_k=fetch_k)
     report = _Report(dataset, index, baselines, sweep, floors, comparisons, best, plot_path, calibration, relevance)
+    _check_and_compare(args, plan, report, progress)
     if args.json:
         print(json.dumps(report.payload(), indent=2))
     else:
         print(report.text(plan))
+    worse = report.baseline.worse if report.baseline is not None else []
+    if args.fail_if_worse and worse:
+        listed = ", ".join(f"{c.method} {c.metric} {c.delta:+.4f} (p={c.p_value:.4f})" for c in worse)
+        print(f"langchain-fusion: significantly worse than {args.baseline}: {listed}", file=sys.stderr)
+        return EXIT_WORSE
     return 0
+
+
+def _check_and_compare(args: argparse.Namespace, plan: _Plan, report: _Report, progress: bool) -> None:
+    """Into ``report``: the calibration check and reliability plot, the saved report, the baseline comparison."""
+    from langchain_fusion.evaluation.calibration import evaluate_calibration
+    from langchain_fusion.evaluation.reports import EvalReport, compare_reports
+
+    if report.index.relevance_model is not None:
+        report.checked = evaluate_calibration(report.index, report.dataset, progress=progress, fetch_k=plan.fetch_k)
+        if args.reliability_plot:
+            from langchain_fusion.evaluation.plots import plot_reliability
+
+            report.reliability_plot = str(plot_reliability(report.checked, args.reliability_plot))
+    settings = {"fetch_k": plan.fetch_k, "chunks": len(report.index)}
+    saved = EvalReport.from_report(report.baselines, calibration=report.checked, settings=settings)
+    if args.report:
+        report.report_path = str(saved.save(args.report))
+    if plan.baseline is not None:
+        report.baseline = compare_reports(saved, plan.baseline, significance=args.significance)
+        report.baseline_path = args.baseline
 
 
 @dataclass
@@ -351,6 +433,13 @@ class _Report:
     plot_path: str | None
     calibration: Any = None
     relevance: Any = None
+    checked: Any = None
+    """The calibration check on the labels (a CalibrationReport), when the index is calibrated."""
+    reliability_plot: str | None = None
+    report_path: str | None = None
+    baseline: Any = None
+    """The comparison with --baseline (a BaselineComparison)."""
+    baseline_path: str | None = None
 
     def payload(self) -> dict[str, Any]:
         by_kind = self.baselines.by_kind(self.dataset.kinds)
@@ -369,6 +458,22 @@ class _Report:
             "plot": self.plot_path,
             "calibration": self.calibration.model_dump(mode="json") if self.calibration is not None else None,
             "relevance_floors": self.relevance.rows() if self.relevance is not None else None,
+            "calibration_check": self.checked.model_dump(mode="json") if self.checked is not None else None,
+            "reliability_plot": self.reliability_plot,
+            "report": self.report_path,
+            "baseline": self._baseline_payload(),
+        }
+
+    def _baseline_payload(self) -> dict[str, Any] | None:
+        if self.baseline is None:
+            return None
+        return {
+            "file": self.baseline_path,
+            "queries": self.baseline.queries,
+            "significance": self.baseline.significance,
+            "comparisons": [asdict(c) for c in self.baseline.comparisons],
+            "worse": len(self.baseline.worse),
+            "not_compared": {"rows": self.baseline.skipped_methods, "metrics": self.baseline.skipped_metrics},
         }
 
     def text(self, plan: _Plan) -> str:
@@ -409,7 +514,44 @@ class _Report:
                 f"results, {quality.relevant} relevant); held out: expected calibration error "
                 f"{quality.expected_calibration_error:.4f}, Brier score {quality.brier_score:.4f}"
             )
+        lines += self._calibration_lines() + self._baseline_lines()
         return "\n".join(lines)
+
+    def _calibration_lines(self) -> list[str]:
+        checked = self.checked
+        if checked is None:
+            return []
+        fitted_here = self.index.relevance_model.dataset == checked.dataset
+        note = " (the labels it was fitted on: in-sample, optimistic)" if fitted_here else ""
+        lines = [
+            f"\nrelevance on the labels{note}: top {checked.k} of {checked.queries} queries, {checked.results} results "
+            f"({checked.relevant} relevant): expected calibration error {checked.expected_calibration_error:.4f}, "
+            f"Brier score {checked.brier_score:.4f}\n",
+            checked.to_markdown(),
+        ]
+        if self.reliability_plot:
+            lines.append(f"reliability plot saved to {self.reliability_plot}")
+        return lines
+
+    def _baseline_lines(self) -> list[str]:
+        lines = [f"\nreport saved to {self.report_path}"] if self.report_path else []
+        comparison = self.baseline
+        if comparison is None:
+            return lines
+        level = f"{(1 - comparison.significance) * 100:g}%"
+        lines += [
+            f"\ncompared with {self.baseline_path} ({comparison.queries} queries paired; {level} bootstrap intervals, "
+            "p-values of a paired randomization test):\n",
+            comparison.to_markdown(),
+        ]
+        if comparison.skipped_methods or comparison.skipped_metrics:
+            skipped = [*comparison.skipped_methods, *comparison.skipped_metrics]
+            lines.append(f"not in the baseline, not compared: {', '.join(skipped)}")
+        worse = len(comparison.worse)
+        lines.append(
+            f"{worse} significantly worse (p < {comparison.significance:g})" if worse else "nothing significantly worse"
+        )
+        return lines
 
 
 def _pipeline_rows(args: argparse.Namespace) -> dict[str, Callable[[Any], Any]]:

@@ -494,6 +494,19 @@ def _floor_row(name: str, run: Mapping[str, list[str]], dataset: EvalDataset, me
     return MethodResult(name, evaluate_run(scored, dataset.qrels, metrics), extra=extra)
 
 
+def ranked_results(
+    retriever: BaseRetriever, queries: Sequence[tuple[str, str]], desc: str, progress: bool
+) -> dict[str, list[Document]]:
+    """Query id -> what ``retriever`` returns for each (id, text) of ``queries``, run in batches with a progress bar."""
+    ranked: list[list[Document]] = []
+    with tqdm(total=len(queries), desc=desc, disable=not progress, leave=False) as bar:
+        for lo in range(0, len(queries), DEFAULT_BATCH_SIZE):
+            chunk = [text for _, text in queries[lo : lo + DEFAULT_BATCH_SIZE]]
+            ranked.extend(retriever.batch(chunk))
+            bar.update(len(chunk))
+    return {query_id: docs for (query_id, _), docs in zip(queries, ranked, strict=True)}
+
+
 def sweep_relevance(
     index: FusionIndex,
     dataset: EvalDataset,
@@ -515,14 +528,7 @@ def sweep_relevance(
     levels: list[float | None] = [None, *sorted(checked)]
     depth = deepest_cutoff(metrics)
     everything = [*dataset.queries.items(), *dataset.no_answer.items()]
-    retriever = index.as_retriever(k=depth, **search)
-    ranked: list[list[Document]] = []
-    with tqdm(total=len(everything), desc="relevance floors", disable=not progress, leave=False) as bar:
-        for lo in range(0, len(everything), DEFAULT_BATCH_SIZE):
-            chunk = [text for _, text in everything[lo : lo + DEFAULT_BATCH_SIZE]]
-            ranked.extend(retriever.batch(chunk))
-            bar.update(len(chunk))
-    found = {query_id: docs for (query_id, _), docs in zip(everything, ranked, strict=True)}
+    found = ranked_results(index.as_retriever(k=depth, **search), everything, "relevance floors", progress)
     results = []
     for level in levels:
         run = {

@@ -160,6 +160,12 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1e-3) -> tuple[np.nda
     return mean, scale, theta[1:], float(theta[0])
 
 
+def probability_bins(predicted: np.ndarray, bins: int = 10) -> np.ndarray:
+    """The bin of each probability among ``bins`` equal-width bins of [0, 1] (1.0 falls in the last)."""
+    which: np.ndarray = np.minimum((np.asarray(predicted, dtype=np.float64) * bins).astype(int), bins - 1)
+    return which
+
+
 def expected_calibration_error(
     predicted: Sequence[float] | np.ndarray, observed: Sequence[float] | np.ndarray, bins: int = 10
 ) -> float:
@@ -167,7 +173,7 @@ def expected_calibration_error(
     p, y = np.asarray(predicted, dtype=np.float64), np.asarray(observed, dtype=np.float64)
     if p.size == 0:
         return 0.0
-    which = np.minimum((p * bins).astype(int), bins - 1)
+    which = probability_bins(p, bins)
     gaps = [abs(p[which == b].mean() - y[which == b].mean()) * np.count_nonzero(which == b) for b in np.unique(which)]
     return float(sum(gaps) / p.size)
 
