@@ -9,7 +9,7 @@ INSTALL := $(PIP) install --quiet -c constraints.txt
 DEMO_INDEX ?= .demo-index
 DEMO_QUERY ?= Why did the batteries come through the flood without harm?
 
-.PHONY: demo test lint bench bench-scale bench-quality bench-quick bench-startup bench-updates bench-milvus bench-languages bench-serve clean
+.PHONY: demo test lint sample-calibration bench bench-scale bench-quality bench-quick bench-startup bench-updates bench-milvus bench-languages bench-serve clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check langchain_fusion tests benchmarks
 	$(BIN)/mypy
+
+# The README's calibration table on the bundled sample, and docs/sample-reliability.png.
+sample-calibration: $(VENV)/.installed-dev
+	HF_HUB_OFFLINE=1 $(BIN)/python scripts/sample_calibration.py
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/latency.py

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import warnings
@@ -140,6 +141,16 @@ class TestSampleResults:
         assert best["weighted"]["alpha"] == best["zscore"]["alpha"]
         for quote in quotes:
             assert quote in text, f"README.md's Sample data section should say: {quote}"
+
+    def test_readme_reports_the_calibration(self, bundled_sample_index: CliRun) -> None:
+        """The calibration table is what scripts/sample_calibration.py (make sample-calibration) measures."""
+        spec = importlib.util.spec_from_file_location("sample_calibration", REPO / "scripts" / "sample_calibration.py")
+        assert spec is not None and spec.loader is not None
+        script = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(script)
+        table, held_out = script.measure(FusionIndex.load(bundled_sample_index[0]))
+        assert table in README, "README.md is stale; paste this table (make sample-calibration prints it):\n" + table
+        assert (held_out.queries, held_out.results) == (27, 270)
 
     def test_readme_claims_hold(self, measured: tuple[Report, EvalDataset, dict[str, Any]]) -> None:
         """What the README says in words about the tables: fusion best overall, vector search best on paraphrases."""
