@@ -4,9 +4,10 @@ For every SciFact train query, and for off-topic questions from other domains
 (``offtopic_questions.txt``, written for this benchmark), the default fused top-10 and, per
 result, the signals a calibration model could read at query time: raw cosine, raw BM25, fused
 score, fused rank, each side's rank, the top scores of each side's pool, and the IDF-weighted
-share of the query's terms the result contains. The library's own model (``index.calibrate`` on
-half of the queries, seeded split) and logistic models over other feature sets, fitted on the
-same half, are measured on the other half:
+share of the query's terms the result contains, BM25 over its query bound (the sum of the query
+terms' IDF), BM25 per query token, the number of query terms, and gaps to each side's 10th
+candidate. The library's own model (``index.calibrate`` on half of the queries, seeded split) and
+logistic models over other feature sets, fitted on the same half, are measured on the other half:
 
 - ECE (10 equal-width bins) and Brier score over the held-out top-10 results;
 - answered: held-out SciFact queries with a result at or above ``--floor`` (0.3);
@@ -45,6 +46,11 @@ FEATURE_SETS: dict[str, list[str]] = {
     "cosine, log BM25": ["cosine", "log_bm25"],
     "+ log fused rank": ["cosine", "log_bm25", "log_rank"],
     "+ term coverage": ["cosine", "log_bm25", "log_rank", "coverage"],
+    "+ BM25 / its query bound": ["cosine", "log_bm25", "log_rank", "bm25_ratio"],
+    "+ BM25 per query token": ["cosine", "log_bm25", "log_rank", "per_term"],
+    "+ log query terms": ["cosine", "log_bm25", "log_rank", "n_terms"],
+    "+ bound, vector pool top gap": ["cosine", "log_bm25", "log_rank", "bm25_ratio", "top_gap"],
+    "+ bound, gaps to 10th (both sides)": ["cosine", "log_bm25", "log_rank", "bm25_ratio", "cos_gap10", "bm25_gap10"],
     "+ side ranks": ["cosine", "log_bm25", "log_rank", "coverage", "log_vector_rank", "log_bm25_rank"],
     "query-relative (gap to top, share of top BM25)": ["cosine", "log_bm25", "log_rank", "cosine_gap", "bm25_share"],
 }
@@ -85,9 +91,13 @@ def collect(index: object, queries: Sequence[tuple[str, str, str]], qrels: dict[
     for qid, text, kind in queries:
         vector_scores = view.vector(index.embed_query(text)).top(POOL, None)[1]  # type: ignore[attr-defined]
         bm25_scores = view.bm25(text).top(POOL, None)[1]
-        terms = set(analyzer.tokenize(text))
+        query_tokens = analyzer.tokenize(text)
+        terms = set(query_tokens)
         weight = sum(idf(t) for t in terms) or 1.0
+        bound = sum(idf(t) for t in query_tokens) or 1.0  # lucene BM25 without (k1 + 1) is below sum(idf)
         top_bm25 = float(bm25_scores[0]) if len(bm25_scores) else 0.0
+        tenth_cosine = float(vector_scores[min(9, len(vector_scores) - 1)])
+        tenth_bm25 = float(bm25_scores[min(9, len(bm25_scores) - 1)]) if len(bm25_scores) else 0.0
         for rank, doc in enumerate(retriever.invoke(text), start=1):
             meta = doc.metadata
             cosine = float(meta.get("vector_score") or 0.0)
@@ -98,6 +108,12 @@ def collect(index: object, queries: Sequence[tuple[str, str, str]], qrels: dict[
                 "log_bm25": math.log1p(bm25),
                 "log_rank": math.log(rank),
                 "coverage": sum(idf(t) for t in terms & tokens.get(doc.id, set())) / weight,
+                "bm25_ratio": bm25 / bound,
+                "per_term": bm25 / max(len(query_tokens), 1),
+                "n_terms": math.log(1 + len(terms)),
+                "top_gap": float(vector_scores[0]) - tenth_cosine,
+                "cos_gap10": cosine - tenth_cosine,
+                "bm25_gap10": math.log1p(bm25) - math.log1p(tenth_bm25),
                 "log_vector_rank": math.log(meta.get("vector_rank") or POOL + 1),
                 "log_bm25_rank": math.log(meta.get("bm25_rank") or POOL + 1),
                 "cosine_gap": cosine - float(vector_scores[0]),
