@@ -68,7 +68,7 @@ class TestOpen:
             def __init__(self, uri: str, collection_name: str, **options: object) -> None:
                 seen.append({"uri": uri, "collection_name": collection_name, **options})
 
-        monkeypatch.setattr("langchain_fusion.stores.milvus.MilvusStore", Recorder)
+        monkeypatch.setattr("langchain_fusion.stores.milvus.store.MilvusStore", Recorder)
         monkeypatch.setenv(MILVUS_TOKEN_ENV, "root:Milvus")
         parse_location("milvus://h:1/c?db=team").open()
         parse_location("milvus+lite:./x.db/c").open()

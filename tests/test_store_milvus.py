@@ -98,7 +98,7 @@ class TestMilvusSpecifics:
         built = FusionIndex.from_documents(
             docs, HashingEmbeddings(), store=MilvusStore(milvus_uri, name, analyzer=Analyzer(**Analyzer.LEGACY))
         )
-        real_call = MilvusStore._call
+        real_call = MilvusStore.call
 
         def described_as_before(self: MilvusStore, method: str, **kwargs: Any) -> Any:
             answer = real_call(self, method, **kwargs)
@@ -109,7 +109,7 @@ class TestMilvusSpecifics:
                 answer = {**answer, "description": json.dumps(record)}
             return answer
 
-        monkeypatch.setattr(MilvusStore, "_call", described_as_before)
+        monkeypatch.setattr(MilvusStore, "call", described_as_before)
         reopened = FusionIndex(HashingEmbeddings(), store=MilvusStore(milvus_uri, name))
         assert reopened.analyzer.is_legacy and reopened.analyzer == built.analyzer
         assert [d.id for d in reopened.as_retriever(alpha=0.0, k=2).invoke("logger")] == ["d1"]
@@ -259,7 +259,7 @@ class TestMilvusErrors:
         from langchain_fusion.stores import milvus
         from langchain_fusion.stores.base import Where
 
-        monkeypatch.setattr(milvus, "PAGE", 3)
+        monkeypatch.setattr(milvus.reads, "PAGE", 3)
         odd = ['say "hi"', 'say "hi" again', "back\\slash", "back\\slash\\", "tab\there", "ünï", "a", "a b", "Z"]
         docs = [Document(id=i, page_content=f"text {n}", metadata={"even": n % 2 == 0}) for n, i in enumerate(odd)]
         index = FusionIndex.from_documents(
@@ -280,12 +280,12 @@ class TestMilvusErrors:
         store = MilvusStore(milvus_uri, self._name())
         FusionIndex.from_documents(corpus(1, 6), HashingEmbeddings(), store=store)
         ids = [d.id or "" for d in FusionIndex(HashingEmbeddings(), store=store).documents]
-        real_call = MilvusStore._call
+        real_call = MilvusStore.call
 
         def deletes_nothing(self: MilvusStore, method: str, **kwargs: Any) -> Any:
             return {"delete_count": 0} if method == "delete" else real_call(self, method, **kwargs)
 
-        monkeypatch.setattr(MilvusStore, "_call", deletes_nothing)
+        monkeypatch.setattr(MilvusStore, "call", deletes_nothing)
         with pytest.raises(FusionError, match=r"Milvus deleted 0 of 6 rows .* 6 are still there"):
             store.delete(ids)
         with pytest.raises(FusionError, match=r"deleting every row .* left 6 of 6 rows"):
@@ -525,7 +525,7 @@ class TestMilvusFilters:
         name = f"n{uuid.uuid4().hex[:12]}"
         docs = [Document(id="a", page_content="w1", metadata={"k": None}), Document(id="b", page_content="w1")]
         FusionIndex.from_documents(docs, HashingEmbeddings(), store=MilvusStore(milvus_uri, name))
-        real_call = MilvusStore._call
+        real_call = MilvusStore.call
 
         def described_as_before(self: MilvusStore, method: str, **kwargs: Any) -> Any:
             answer = real_call(self, method, **kwargs)
@@ -534,7 +534,7 @@ class TestMilvusFilters:
                 answer = {**answer, "description": json.dumps({"langchain_fusion": record["langchain_fusion"]})}
             return answer
 
-        monkeypatch.setattr(MilvusStore, "_call", described_as_before)
+        monkeypatch.setattr(MilvusStore, "call", described_as_before)
         old = FusionIndex(HashingEmbeddings(), store=MilvusStore(milvus_uri, name))
         with pytest.raises(InvalidParameterError, match="made before langchain-fusion could filter on None"):
             old.as_retriever(filter={"k": None}).invoke("w1")

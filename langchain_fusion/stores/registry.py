@@ -148,7 +148,7 @@ ENGINES: list[EngineEntry] = [
     EngineEntry(
         "milvus",
         ("milvus://", "milvus+https://", "milvus+lite:"),
-        "langchain_fusion.stores.locations:MilvusEngine",
+        "langchain_fusion.stores.milvus.engine:MilvusEngine",
         "a Milvus collection: milvus://HOST:PORT/COLLECTION, milvus+https://HOST/COLLECTION or "
         "milvus+lite:FILE.db/COLLECTION (token from MILVUS_TOKEN)",
     ),

@@ -1,0 +1,256 @@
+"""MilvusStore: the store seam on one Milvus collection (see the package docstring for how it differs)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.documents import Document
+
+from langchain_fusion.errors import FusionError, InvalidParameterError
+from langchain_fusion.stores.analyzer import Analyzer
+from langchain_fusion.stores.base import FloatMatrix, FusionStore
+from langchain_fusion.stores.milvus import info, reads, writes
+from langchain_fusion.stores.milvus.connection import (
+    CONNECT_TIMEOUT,
+    MilvusConnection,
+    consistency_level,
+    require_pymilvus,
+)
+from langchain_fusion.stores.milvus.schema import LITE_INDEXES, DenseIndex, collection_layout, read_description
+from langchain_fusion.stores.milvus.view import MilvusView
+from langchain_fusion.stores.settings import BM25Params, StoreSettings
+
+logger = logging.getLogger(__name__)
+
+
+class MilvusStore(FusionStore):
+    """Rows in a Milvus collection (Milvus Lite file, standalone server or cluster).
+
+    ``uri`` is a local file (``"./index.db"``, Milvus Lite in process) or a server address
+    (``"http://localhost:19530"``); ``connection`` options (``token``, ``db_name``, ...) go to
+    pymilvus's ``MilvusClient``. A server that does not answer within ``connect_timeout`` seconds
+    is a one-line FusionError naming the URI; each later call may take ``timeout`` seconds.
+    An existing collection is reopened with its settings (no re-embedding); ``analyzer``,
+    ``bm25_params`` and ``vector_index`` apply to a new one (``vector_index`` and
+    ``vector_search_params`` take the in-process store's FAISS names, mapped by
+    :class:`~langchain_fusion.stores.milvus.schema.DenseIndex`; Milvus Lite builds only
+    :data:`~langchain_fusion.stores.milvus.schema.LITE_INDEXES` and falls back to ``FLAT``
+    for others, saying so in one warning). ``consistency`` is the Milvus consistency level of
+    queries (see :data:`~langchain_fusion.stores.milvus.connection.CONSISTENCY_LEVELS`).
+    :meth:`close` releases the connection.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        collection_name: str,
+        *,
+        analyzer: Analyzer | None = None,
+        bm25_params: BM25Params | None = None,
+        vector_index: str | None = None,
+        vector_search_params: str | None = None,
+        timeout: float = 60.0,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        consistency: str = "Strong",
+        **connection: Any,
+    ) -> None:
+        """Connect, and read the collection's settings if it exists."""
+        require_pymilvus()
+        if bm25_params is not None and bm25_params.method != "lucene":
+            raise InvalidParameterError(
+                f"Milvus computes the lucene BM25 variant only; got method={bm25_params.method!r}"
+            )
+        self.collection_name = collection_name
+        self.connection = MilvusConnection(
+            uri, timeout=timeout, connect_timeout=connect_timeout, options=dict(connection)
+        )
+        self.consistency = consistency_level(consistency)
+        self.dense = DenseIndex.parse(vector_index, vector_search_params)
+        self._requested = vector_index or "Flat"
+        exists = self.connection.connect(collection_name)
+        self._settings = StoreSettings(analyzer=analyzer or Analyzer(), bm25_params=bm25_params or BM25Params())
+        self._created = exists
+        self.null_keys = True
+        """Whether the collection has the ``null_keys`` field that filters on None read (format 1 on)."""
+        if not exists and self.is_lite and self.dense.index_type not in LITE_INDEXES:
+            logger.warning(
+                "Milvus Lite builds only %s indexes: vector_index %r falls back to exact FLAT (a server builds %s)",
+                ", ".join(LITE_INDEXES),
+                vector_index,
+                self.dense.index_type,
+            )
+            self.dense = DenseIndex()
+        if exists:
+            self._reopen(analyzer, bm25_params, vector_index, vector_search_params)
+
+    def _reopen(
+        self,
+        analyzer: Analyzer | None,
+        bm25_params: BM25Params | None,
+        vector_index: str | None,
+        vector_search_params: str | None,
+    ) -> None:
+        """Take the settings the existing collection records; refuse options that contradict them."""
+        described = self.call("describe_collection", collection_name=self.collection_name)
+        stored, record, layout = read_description(described, self.collection_name)
+        self.null_keys = layout >= 1
+        self._requested = str(record.get("requested", "Flat"))
+        if vector_index is not None and vector_index != self._requested:
+            raise FusionError(
+                f"collection {self.collection_name!r} was built with vector_index {self._requested!r}, "
+                f"not {vector_index!r}"
+            )
+        self.dense = DenseIndex.recorded(record, vector_search_params)
+        for name, given in (("analyzer", analyzer), ("bm25_params", bm25_params)):
+            if given is not None and given != getattr(stored, name):
+                raise FusionError(
+                    f"collection {self.collection_name!r} was built with {name} {getattr(stored, name)!r}, "
+                    f"not {given!r}"
+                )
+        self._settings = stored
+
+    # --- the connection --------------------------------------------------------------------------
+
+    @property
+    def uri(self) -> str:
+        """Where the store connects: a server address or a Milvus Lite file."""
+        return self.connection.uri
+
+    @property
+    def is_lite(self) -> bool:
+        """Whether the store is a Milvus Lite file (one process at a time) rather than a server."""
+        return self.connection.is_lite
+
+    @property
+    def timeout(self) -> float:
+        """Seconds each call may take."""
+        return self.connection.timeout
+
+    @property
+    def connect_timeout(self) -> float:
+        """Seconds to wait for the server's connection (and a health check's answer)."""
+        return self.connection.connect_timeout
+
+    @property
+    def client(self) -> Any:
+        """The pymilvus ``MilvusClient`` (replaceable, e.g. by a test's recorder)."""
+        return self.connection.client
+
+    @client.setter
+    def client(self, client: Any) -> None:
+        self.connection.client = client
+
+    def call(self, method: str, **kwargs: Any) -> Any:
+        """``client.method(**kwargs)`` within :attr:`timeout`; a failure is one FusionError naming the collection."""
+        return self.connection.call(method, self.collection_name, **kwargs)
+
+    def close(self) -> None:
+        """Release the connection; later calls fail in one line (closing twice is harmless)."""
+        self.connection.close()
+
+    def check_reachable(self) -> None:
+        """A FusionError naming the URI unless the server answers within :attr:`connect_timeout` seconds."""
+        try:
+            self.call("has_collection", collection_name=self.collection_name, timeout=self.connect_timeout)
+        except FusionError as exc:
+            raise FusionError(f"Milvus at {self.uri!r} does not answer: {exc}") from None
+
+    # --- settings --------------------------------------------------------------------------------
+
+    @property
+    def settings(self) -> StoreSettings:
+        """How the rows were (or will be) indexed."""
+        return self._settings
+
+    @property
+    def vector_index(self) -> str:
+        """The dense index as built (or to be built), e.g. ``FLAT`` or ``HNSW M=32 efConstruction=128, ef=128``."""
+        return self.dense.describe()
+
+    def configure(self, settings: StoreSettings) -> None:
+        """Record the settings; refused once the collection exists with other ones."""
+        if self._created and settings.model_copy(update={"dimension": self._settings.dimension}) != self._settings:
+            raise FusionError(f"collection {self.collection_name!r} holds rows indexed with other settings")
+        if settings.bm25_params.method != "lucene":
+            raise InvalidParameterError("Milvus computes the lucene BM25 variant only")
+        self._settings = settings.model_copy(update={"dimension": self._settings.dimension})
+
+    def _create(self, dimension: int) -> None:
+        settings = self._settings.model_copy(update={"dimension": dimension})
+        schema, index = collection_layout(self.client, settings, self.dense, self._requested)
+        self.call(
+            "create_collection",
+            collection_name=self.collection_name,
+            schema=schema,
+            index_params=index,
+            consistency_level="Strong",
+        )
+        self._settings, self._created = settings, True
+
+    @property
+    def exists(self) -> bool:
+        """Whether the collection exists (it is created by the first upsert)."""
+        return bool(self._created)
+
+    def drop(self) -> None:
+        """Delete the collection and its info record from the server (irreversible)."""
+        for name in (self.collection_name, info.info_collection(self)):
+            if self.call("has_collection", collection_name=name):
+                self.call("drop_collection", collection_name=name)
+        self._created = False
+        self._settings = StoreSettings(analyzer=self._settings.analyzer, bm25_params=self._settings.bm25_params)
+
+    # --- the info record -------------------------------------------------------------------------
+
+    def read_info(self) -> dict[str, Any]:
+        """The record last given to :meth:`write_info` (``{}`` if none, or if it is unreadable)."""
+        return info.read_info(self)
+
+    def write_info(self, record: Mapping[str, Any]) -> None:
+        """Keep ``record`` (a JSON-able mapping, e.g. which files were indexed) next to the collection."""
+        info.write_info(self, self.client, record)
+
+    # --- the seam ------------------------------------------------------------------------------------
+
+    def view(self) -> MilvusView:
+        """A view: searches and reads by id at the store's consistency level (no snapshot across calls)."""
+        return MilvusView(self)
+
+    def upsert(self, documents: Sequence[Document], vectors: FloatMatrix, bm25_texts: Sequence[str]) -> None:
+        """Upsert rows (never insert: Milvus keeps duplicate keys on insert)."""
+        if not documents:
+            return
+        writes.check_ids(documents, self.is_lite)
+        dimension = int(vectors.shape[1])
+        if self._settings.dimension is not None and self._settings.dimension != dimension:
+            raise FusionError(f"expected vectors of dimension {self._settings.dimension}; got {dimension}")
+        rows = writes.rows(documents, vectors, bm25_texts, self._settings.analyzer, self.null_keys)
+        if not self._created:
+            self._create(dimension)
+        writes.upsert(self, rows)
+
+    def delete(self, ids: Sequence[str]) -> int:
+        """Delete rows by id; returns how many existed."""
+        if not self._created or not ids:
+            return 0
+        return writes.delete(self, ids)
+
+    def clear(self) -> int:
+        """Delete every row with one delete by expression (the collection, its settings and record stay)."""
+        if not self._created:
+            return 0
+        return writes.clear(self)
+
+    def count(self, expression: str = "") -> int:
+        """Rows in the collection (those matching the Milvus ``expression`` when one is given)."""
+        if not self._created:
+            return 0
+        return reads.count_rows(self, expression)
+
+    def read_all(self, expression: str, fields: list[str]) -> list[Any]:
+        """Every row matching ``expression`` ('' for all), checked against a count: a short read is an error."""
+        if not self._created:
+            return []
+        return reads.read_all(self, expression, fields)
