@@ -23,7 +23,7 @@ from langchain_fusion import (
     InvalidParameterError,
 )
 from langchain_fusion.stores.base import FusionStore
-from tests.conftest import HashingEmbeddings
+from tests.conftest import FAKE_ID, HashingEmbeddings
 from tests.store_contract import CJK, Reference, StoreContract, corpus, results
 
 pytest.importorskip("pymilvus")
@@ -213,7 +213,7 @@ class TestMilvusErrors:
 
         name = self._name()
         FusionIndex.from_documents(corpus(1, 4), HashingEmbeddings(), store=MilvusStore(milvus_uri, name))
-        with pytest.raises(FusionError, match="was built with bm25_params"):
+        with pytest.raises(FusionError, match=r"was built with bm25_params k1=0.9; this store asks for k1=1.5: open"):
             MilvusStore(milvus_uri, name, bm25_params=BM25Params(k1=1.5))
 
     def test_ids_and_filter_values_with_quotes_and_backslashes(self, milvus_uri: str) -> None:
@@ -470,7 +470,7 @@ class TestMilvusDenseIndex:
         assert index.store.vector_index == "FLAT"  # type: ignore[attr-defined]
         assert self._description(milvus_uri, name)["vector_index"]["requested"] == "HNSW32"
         assert MilvusStore(milvus_uri, name, vector_index="HNSW32").vector_index == "FLAT"
-        with pytest.raises(FusionError, match="was built with vector_index 'HNSW32', not 'IVF8,Flat'"):
+        with pytest.raises(FusionError, match="was built with vector_index 'HNSW32'; this store asks for 'IVF8,Flat'"):
             MilvusStore(milvus_uri, name, vector_index="IVF8,Flat")
 
 
@@ -539,3 +539,97 @@ class TestMilvusFilters:
         with pytest.raises(InvalidParameterError, match="made before langchain-fusion could filter on None"):
             old.as_retriever(filter={"k": None}).invoke("w1")
         assert [d.id for d in old.as_retriever(filter={"k": [1, "1"]}).invoke("w1")] == []
+
+
+def _described_as(monkeypatch: pytest.MonkeyPatch, change: Any) -> None:
+    """Every store opened from now on reads its collection's description as ``change(description)`` makes it."""
+    from langchain_fusion.stores.milvus import MilvusStore
+
+    real_call = MilvusStore.call
+
+    def described(self: MilvusStore, method: str, **kwargs: Any) -> Any:
+        answer = real_call(self, method, **kwargs)
+        if method == "describe_collection":
+            record = json.loads(answer["description"])
+            answer = {**answer, "description": json.dumps(change(record))}
+        return answer
+
+    monkeypatch.setattr(MilvusStore, "call", described)
+
+
+class TestMilvusVersionRecord:
+    """The collection records library, format, analyzer, model and dimension; opening checks them in one line."""
+
+    @pytest.fixture
+    def name(self, milvus_uri: str) -> str:
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        name = f"v{uuid.uuid4().hex[:12]}"
+        FusionIndex.from_documents(corpus(8, 6), HashingEmbeddings(), store=MilvusStore(milvus_uri, name))
+        return name
+
+    def test_created_with_the_record(self, milvus_uri: str, name: str) -> None:
+        from langchain_fusion import __version__
+        from langchain_fusion.stores.locations import MilvusEngine
+        from langchain_fusion.stores.milvus import FORMAT_VERSION, MilvusStore
+
+        store = MilvusStore(milvus_uri, name)
+        assert store.record is not None
+        assert (store.record.library, store.record.format) == (__version__, FORMAT_VERSION)
+        settings = store.record.settings
+        assert (settings.embeddings_id, settings.dimension) == (FAKE_ID, 64)
+        assert settings.analyzer == Analyzer() and store.record.requested == "Flat"
+        described = MilvusEngine().describe("milvus+lite:x.db/" + name, store)
+        assert described["collection"] == {
+            "library": __version__,
+            "format": FORMAT_VERSION,
+            "vector_index": {"index_type": "FLAT", "build": {}, "search": {}, "requested": "Flat"},
+        }
+
+    def test_another_analyzer_is_refused_saying_what_differs_and_what_to_do(self, milvus_uri: str, name: str) -> None:
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        with pytest.raises(FusionError) as caught:
+            MilvusStore(milvus_uri, name, analyzer=Analyzer(language="german"))
+        message = str(caught.value)
+        assert "\n" not in message
+        assert f"collection {name!r} was built with analyzer stopwords='english', stemmer='english';" in message
+        assert "this store asks for stopwords='german', stemmer='german'" in message
+        assert "open it without analyzer (--language) to keep its own, or index into a new collection" in message
+
+    def test_a_newer_format_asks_for_an_upgrade(
+        self, milvus_uri: str, name: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from langchain_fusion.errors import IndexFormatError
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        _described_as(monkeypatch, lambda record: {**record, "format": 9, "library": "9.0.0"})
+        with pytest.raises(IndexFormatError, match=r"made by langchain-fusion 9.0.0 in collection format 9; .*upgrade"):
+            MilvusStore(milvus_uri, name)
+
+    def test_settings_from_a_newer_library_ask_for_an_upgrade(
+        self, milvus_uri: str, name: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from langchain_fusion.errors import IndexFormatError
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        def newer(record: dict[str, Any]) -> dict[str, Any]:
+            record["langchain_fusion"]["analyzer"]["segmenter"] = "jieba"
+            return {**record, "library": "9.0.0"}
+
+        _described_as(monkeypatch, newer)
+        with pytest.raises(
+            IndexFormatError, match=r"made by langchain-fusion 9.0.0 with settings .* \(analyzer.segmenter"
+        ):
+            MilvusStore(milvus_uri, name)
+
+    def test_a_collection_without_the_record_opens_as_format_0(
+        self, milvus_uri: str, name: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        _described_as(monkeypatch, lambda record: {"langchain_fusion": record["langchain_fusion"]})
+        store = MilvusStore(milvus_uri, name)
+        assert store.record is not None and store.record.describe()["library"] == "before 0.3"
+        assert store.record.format == 0 and not store.null_keys
+        assert len(FusionIndex(HashingEmbeddings(), store=store).as_retriever(k=2).invoke("w1")) == 2

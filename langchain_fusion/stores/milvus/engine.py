@@ -203,8 +203,14 @@ class MilvusEngine(StoreEngine):
         return str(location)
 
     def describe(self, location: str, store: FusionStore) -> dict[str, Any]:
-        """The location and the collection's settings."""
-        return {"store": self.name, "location": str(location), "settings": store.settings.model_dump(mode="json")}
+        """The location, the collection's settings and its version record (library, format, dense index)."""
+        record = getattr(store, "record", None)
+        return {
+            "store": self.name,
+            "location": str(location),
+            "settings": store.settings.model_dump(mode="json"),
+            **({"collection": record.describe()} if record is not None else {}),
+        }
 
     def default_llm_cache(self, location: str) -> Path:
         """``COLLECTION.llm-cache`` in the working folder."""

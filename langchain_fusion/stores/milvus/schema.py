@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from langchain_fusion.errors import FusionError, InvalidParameterError
+from langchain_fusion.errors import FusionError, IndexFormatError, InvalidParameterError
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.settings import StoreSettings
 
@@ -128,44 +128,129 @@ def library_version() -> str:
     return __version__
 
 
-def description(settings: StoreSettings, dense: DenseIndex, requested: str) -> str:
-    """The description a new collection records: settings, dense index, library version and format."""
-    return json.dumps(
-        {
-            "langchain_fusion": settings.model_dump(mode="json"),
-            "vector_index": {**dense.record(), "requested": requested},
-            "library": library_version(),
-            "format": FORMAT_VERSION,
-        }
+@dataclass(frozen=True)
+class CollectionRecord:
+    """The version record in a collection's description: which library built it, in which format, and how.
+
+    Written when the collection is created, read and checked each time it is opened. A
+    collection made before the record named its library and format (langchain-fusion < 0.3) is
+    opened as it is, read as format 0 (``library`` None).
+    """
+
+    settings: StoreSettings
+    """The store settings: embedding model and dimension, analyzer, BM25 parameters, text fields."""
+    dense: Mapping[str, Any] = field(default_factory=dict)
+    """The dense index (:meth:`DenseIndex.record` and ``requested``, the name it was asked for); ``{}``: FLAT."""
+    library: str | None = None
+    """The langchain-fusion version that created the collection (None: before 0.3)."""
+    format: int = FORMAT_VERSION
+    """The collection's layout (:data:`FORMAT_VERSION` when this library made it)."""
+
+    @property
+    def requested(self) -> str:
+        """The dense index as asked for when the collection was made (FAISS-style name, ``Flat`` before one was)."""
+        return str(self.dense.get("requested", "Flat"))
+
+    def text(self) -> str:
+        """The description to create the collection with (JSON)."""
+        return json.dumps(
+            {
+                "langchain_fusion": self.settings.model_dump(mode="json"),
+                "vector_index": dict(self.dense),
+                "library": self.library,
+                "format": self.format,
+            }
+        )
+
+    @classmethod
+    def read(cls, described: Mapping[str, Any], collection_name: str) -> CollectionRecord:
+        """The record of a ``describe_collection`` answer; a FusionError saying what to do when it cannot be used."""
+        try:
+            recorded = json.loads(described.get("description") or "")
+            settings = recorded["langchain_fusion"]
+        except (ValueError, KeyError, TypeError):
+            raise FusionError(
+                f"collection {collection_name!r} was not made by langchain-fusion (no settings in its "
+                "description); choose another collection_name"
+            ) from None
+        library = recorded.get("library")
+        made = f"langchain-fusion {library}" if library else "an older langchain-fusion"
+        layout = recorded.get("format", 0)
+        if not isinstance(layout, int) or isinstance(layout, bool) or layout > FORMAT_VERSION:
+            raise IndexFormatError(
+                f"collection {collection_name!r} was made by {made} in collection format {layout!r}; this "
+                f"langchain-fusion ({library_version()}) reads formats up to {FORMAT_VERSION}: upgrade it "
+                "(pip install -U langchain-fusion) to open the collection"
+            )
+        try:
+            if isinstance(settings, dict) and isinstance(settings.get("analyzer"), dict):
+                settings = {**settings, "analyzer": Analyzer.from_saved(settings["analyzer"])}  # saved before an option
+            stored = StoreSettings.model_validate(settings)
+        except (ValidationError, TypeError) as exc:
+            first = exc.errors()[0] if isinstance(exc, ValidationError) else {"loc": (), "msg": str(exc)}
+            where = ".".join(str(part) for part in first["loc"])
+            raise IndexFormatError(
+                f"collection {collection_name!r} was made by {made} with settings this langchain-fusion "
+                f"({library_version()}) cannot read ({where}: {first['msg']}): upgrade langchain-fusion, "
+                "or index into a new collection"
+            ) from None
+        dense = recorded.get("vector_index")
+        return cls(stored, dense if isinstance(dense, dict) else {}, str(library) if library else None, layout)
+
+    def check(
+        self,
+        collection_name: str,
+        *,
+        analyzer: Analyzer | None,
+        bm25_params: BaseModel | None,
+        vector_index: str | None,
+    ) -> None:
+        """A one-line FusionError when an option given to open the collection differs from what it was built with.
+
+        The line names the collection, what it was built with and what was asked for, and what to do.
+        """
+        asked: list[tuple[str, str, str, str]] = []
+        if vector_index is not None and vector_index != self.requested:
+            asked.append(("vector_index", repr(self.requested), repr(vector_index), "--vector-index"))
+        models: tuple[tuple[str, BaseModel | None, str], ...] = (
+            ("analyzer", analyzer, "--language"),
+            ("bm25_params", bm25_params, ""),
+        )
+        for name, model, flag in models:
+            built = getattr(self.settings, name)
+            if model is not None and model != built:
+                asked.append((name, *_differences(built, model), flag))
+        if asked:
+            name, built, given, flag = asked[0]
+            option = f"{name} ({flag})" if flag else name
+            raise FusionError(
+                f"collection {collection_name!r} was built with {name} {built}; this store asks for {given}: "
+                f"open it without {option} to keep its own, or index into a new collection to use the other"
+            )
+
+    def describe(self) -> dict[str, Any]:
+        """What a health check shows: library, format, dense index (the settings are shown on their own)."""
+        return {"library": self.library or "before 0.3", "format": self.format, "vector_index": dict(self.dense)}
+
+
+def _differences(built: BaseModel, given: BaseModel) -> tuple[str, str]:
+    """The fields where two settings differ, as ``name=value`` lists (the whole repr when only the class differs)."""
+    a, b = built.model_dump(mode="json"), given.model_dump(mode="json")
+    names = [name for name in dict.fromkeys([*a, *b]) if a.get(name) != b.get(name)]
+    if not names:
+        return repr(built), repr(given)
+    return (
+        ", ".join(f"{name}={a.get(name)!r}" for name in names),
+        ", ".join(f"{name}={b.get(name)!r}" for name in names),
     )
 
 
-def read_description(
-    described: Mapping[str, Any], collection_name: str
-) -> tuple[StoreSettings, Mapping[str, Any], int]:
-    """The settings a ``describe_collection`` answer records, its dense index record (``{}`` before one), its format."""
-    try:
-        recorded = json.loads(described.get("description") or "")
-        record = recorded["langchain_fusion"]
-        if isinstance(record, dict) and isinstance(record.get("analyzer"), dict):
-            record = {**record, "analyzer": Analyzer.from_saved(record["analyzer"])}  # saved before an option
-        dense = recorded.get("vector_index")
-        layout = recorded.get("format", 0)
-        return StoreSettings.model_validate(record), dense if isinstance(dense, dict) else {}, int(layout)
-    except (ValueError, KeyError, TypeError, ValidationError):
-        raise FusionError(
-            f"collection {collection_name!r} was not made by langchain-fusion (no settings in its "
-            "description); choose another collection_name"
-        ) from None
-
-
-def collection_layout(client: Any, settings: StoreSettings, dense: DenseIndex, requested: str) -> tuple[Any, Any]:
-    """The schema and index parameters of a new collection for ``settings`` (its dimension set)."""
+def collection_layout(client: Any, record: CollectionRecord) -> tuple[Any, Any]:
+    """The schema and index parameters of a new collection (``record``'s settings with their dimension)."""
     from pymilvus import DataType, Function, FunctionType
 
-    schema = client.create_schema(
-        auto_id=False, enable_dynamic_field=False, description=description(settings, dense, requested)
-    )
+    settings = record.settings
+    schema = client.create_schema(auto_id=False, enable_dynamic_field=False, description=record.text())
     schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=512)
     schema.add_field("text", DataType.VARCHAR, max_length=65535)
     schema.add_field(
@@ -188,7 +273,10 @@ def collection_layout(client: Any, settings: StoreSettings, dense: DenseIndex, r
         )
     )
     index = client.prepare_index_params()
-    index.add_index(field_name="vector", index_type=dense.index_type, metric_type="IP", params=dict(dense.build))
+    dense = record.dense
+    index.add_index(
+        field_name="vector", index_type=dense["index_type"], metric_type="IP", params=dict(dense.get("build") or {})
+    )
     params = settings.bm25_params
     index.add_index(
         field_name="sparse",

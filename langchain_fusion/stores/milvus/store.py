@@ -18,7 +18,13 @@ from langchain_fusion.stores.milvus.connection import (
     consistency_level,
     require_pymilvus,
 )
-from langchain_fusion.stores.milvus.schema import LITE_INDEXES, DenseIndex, collection_layout, read_description
+from langchain_fusion.stores.milvus.schema import (
+    LITE_INDEXES,
+    CollectionRecord,
+    DenseIndex,
+    collection_layout,
+    library_version,
+)
 from langchain_fusion.stores.milvus.view import MilvusView
 from langchain_fusion.stores.settings import BM25Params, StoreSettings
 
@@ -72,6 +78,8 @@ class MilvusStore(FusionStore):
         exists = self.connection.connect(collection_name)
         self._settings = StoreSettings(analyzer=analyzer or Analyzer(), bm25_params=bm25_params or BM25Params())
         self._created = exists
+        self.record: CollectionRecord | None = None
+        """The collection's version record (None until the collection exists)."""
         self.null_keys = True
         """Whether the collection has the ``null_keys`` field that filters on None read (format 1 on)."""
         if not exists and self.is_lite and self.dense.index_type not in LITE_INDEXES:
@@ -94,22 +102,12 @@ class MilvusStore(FusionStore):
     ) -> None:
         """Take the settings the existing collection records; refuse options that contradict them."""
         described = self.call("describe_collection", collection_name=self.collection_name)
-        stored, record, layout = read_description(described, self.collection_name)
-        self.null_keys = layout >= 1
-        self._requested = str(record.get("requested", "Flat"))
-        if vector_index is not None and vector_index != self._requested:
-            raise FusionError(
-                f"collection {self.collection_name!r} was built with vector_index {self._requested!r}, "
-                f"not {vector_index!r}"
-            )
-        self.dense = DenseIndex.recorded(record, vector_search_params)
-        for name, given in (("analyzer", analyzer), ("bm25_params", bm25_params)):
-            if given is not None and given != getattr(stored, name):
-                raise FusionError(
-                    f"collection {self.collection_name!r} was built with {name} {getattr(stored, name)!r}, "
-                    f"not {given!r}"
-                )
-        self._settings = stored
+        self.record = CollectionRecord.read(described, self.collection_name)
+        self.record.check(self.collection_name, analyzer=analyzer, bm25_params=bm25_params, vector_index=vector_index)
+        self.null_keys = self.record.format >= 1
+        self._requested = self.record.requested
+        self.dense = DenseIndex.recorded(self.record.dense, vector_search_params)
+        self._settings = self.record.settings
 
     # --- the connection --------------------------------------------------------------------------
 
@@ -179,7 +177,8 @@ class MilvusStore(FusionStore):
 
     def _create(self, dimension: int) -> None:
         settings = self._settings.model_copy(update={"dimension": dimension})
-        schema, index = collection_layout(self.client, settings, self.dense, self._requested)
+        record = CollectionRecord(settings, {**self.dense.record(), "requested": self._requested}, library_version())
+        schema, index = collection_layout(self.client, record)
         self.call(
             "create_collection",
             collection_name=self.collection_name,
@@ -187,7 +186,7 @@ class MilvusStore(FusionStore):
             index_params=index,
             consistency_level="Strong",
         )
-        self._settings, self._created = settings, True
+        self._settings, self._created, self.record = settings, True, record
 
     @property
     def exists(self) -> bool:
@@ -199,7 +198,7 @@ class MilvusStore(FusionStore):
         for name in (self.collection_name, info.info_collection(self)):
             if self.call("has_collection", collection_name=name):
                 self.call("drop_collection", collection_name=name)
-        self._created = False
+        self._created, self.record = False, None
         self._settings = StoreSettings(analyzer=self._settings.analyzer, bm25_params=self._settings.bm25_params)
 
     # --- the info record -------------------------------------------------------------------------
