@@ -57,11 +57,50 @@ class TestInfoRecord:
     def test_written_record_reads_back_and_large_ones_span_rows(self, location: str) -> None:
         store = parse_location(location).open()
         assert store.read_info() == {}
-        big = {"files": {f"/data/file-{i}.pdf": {"sha256": "ab" * 32, "chunks": i} for i in range(2000)}}
+        big = {
+            "files": {f"/data/file-{i}.pdf": {"sha256": "ab" * 32, "chunks": i} for i in range(2000)},
+            "model": {"weights": ["x" * 100] * 400},  # 40,000 characters: one entry over three rows
+        }
         store.write_info(big)
         assert parse_location(location).open().read_info() == big
         store.write_info({"files": {}})  # shorter: the extra rows go
         assert store.read_info() == {"files": {}}
+        assert parse_location(location).open().read_info() == {"files": {}}
+
+    def test_two_writers_keep_each_others_entries(self, location: str) -> None:
+        """Each writer writes the entries it changed, never the whole record over the other's."""
+        first, second = parse_location(location).open(), parse_location(location).open()
+        assert first.read_info() == second.read_info() == {}
+        chunking = {"chunk_size": 800, "chunk_overlap": 0}
+        first.write_info_entry(("files", "by_path", "a.txt"), {"sha256": "a", "chunks": 1})
+        second.write_info_entry(("files", "by_path", "b.txt"), {"sha256": "b", "chunks": 2})
+        first.write_info({"files": {"chunking": chunking, "by_path": {"a.txt": {"sha256": "a", "chunks": 1}}}})
+        second.write_info({"files": {"chunking": chunking, "by_path": {"b.txt": {"sha256": "b", "chunks": 2}}}})
+        by_path = {"a.txt": {"sha256": "a", "chunks": 1}, "b.txt": {"sha256": "b", "chunks": 2}}
+        assert parse_location(location).open().read_info() == {"files": {"chunking": chunking, "by_path": by_path}}
+        first.write_info_entry(("files", "by_path", "b.txt"), None)  # a deletion reaches an entry it never read
+        assert parse_location(location).open().read_info()["files"]["by_path"] == {"a.txt": by_path["a.txt"]}
+
+    def test_a_record_kept_before_entries_is_read_and_moved(self, location: str) -> None:
+        from pymilvus import DataType
+
+        store = parse_location(location).open()
+        old = store.collection_name + "_fusion_info"
+        schema = store.client.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=16)
+        schema.add_field("piece", DataType.VARCHAR, max_length=65535)
+        schema.add_field("unused", DataType.FLOAT_VECTOR, dim=2)
+        index = store.client.prepare_index_params()
+        index.add_index(field_name="unused", index_type="FLAT", metric_type="IP")
+        store.client.create_collection(old, schema=schema, index_params=index, consistency_level="Strong")
+        text = json.dumps({"files": {"by_path": {"a.txt": {"sha256": "a", "chunks": 1}}}})
+        pieces = [{"id": str(n), "piece": text[n * 20 : n * 20 + 20], "unused": [1.0, 0.0]} for n in range(4)]
+        store.client.upsert(old, pieces)
+        assert store.read_info() == {"files": {"by_path": {"a.txt": {"sha256": "a", "chunks": 1}}}}
+        store.write_info_entry(("files", "by_path", "b.txt"), {"sha256": "b", "chunks": 1})
+        again = parse_location(location).open()
+        assert sorted(again.read_info()["files"]["by_path"]) == ["a.txt", "b.txt"]
+        assert not again.client.has_collection(old)
 
     def test_unserialisable_records_are_refused(self, location: str) -> None:
         with pytest.raises(FusionError, match="JSON-serialisable"):
@@ -126,6 +165,36 @@ class TestCommandLine:
 
         status, text, err = _run("query", location, "GC-10 controller", "--window", "1")
         assert status == 0 and "GC-10" in text, err
+
+    def test_a_killed_run_keeps_the_files_it_finished(
+        self, tmp_path: Path, location: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Each file's entry is written with its chunks: a rerun after a kill embeds only the files left."""
+        folder = tmp_path / "many"
+        folder.mkdir()
+        for n in range(5):
+            (folder / f"f{n}.txt").write_text(f"Note {n}: the GC-{n} controller reboots.", encoding="utf-8")
+
+        class Killed(BaseException):
+            """Stands for SIGKILL: nothing after it runs (no save)."""
+
+        real = HashingEmbeddings.embed_documents
+        calls: list[int] = []
+
+        def dies_on_the_third_file(self: HashingEmbeddings, texts: list[str]) -> list[list[float]]:
+            calls.append(len(texts))
+            if len(calls) == 3:
+                raise Killed
+            return real(self, texts)
+
+        monkeypatch.setattr(HashingEmbeddings, "embed_documents", dies_on_the_third_file)
+        with pytest.raises(Killed):
+            _run("index", str(folder), "--out", location, "--json")
+        monkeypatch.setattr(HashingEmbeddings, "embed_documents", real)
+        status, rerun, err = _run("index", str(folder), "--out", location, "--json")
+        assert status == 0, err
+        assert (rerun["files_unchanged"], rerun["files_added"], rerun["chunks_embedded"]) == (2, 3, 3)
+        assert rerun["files"] == rerun["chunks"] == 5
 
     def test_folder_only_options_are_refused_before_any_work(self, docs: Path, location: str) -> None:
         for extra, message in (

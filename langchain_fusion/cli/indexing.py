@@ -225,6 +225,15 @@ class _Target:
             return str(hierarchical.save(Path(self.out).expanduser(), info=info))
         return self.engine.save(self.out, index.store, info)
 
+    def keeper(self, index: Any) -> Any:
+        """Writes each entry of the file record as it changes, for an engine that keeps it so (None otherwise)."""
+        from langchain_fusion.index.sync import SYNC_INFO_KEY
+
+        write = self.engine.entry_writer(self.out, index.store) if self.hierarchical is None else None
+        if write is None:
+            return None
+        return lambda path, value: write((SYNC_INFO_KEY, *path), value)
+
     def default_llm_cache(self) -> Path:
         """Where chat model answers are cached when ``--llm-cache`` is not given."""
         return self.engine.default_llm_cache(self.out)
@@ -278,7 +287,7 @@ def _update(target: _Target, embeddings: Any, chat_model: Any, uses_llm: bool, a
 
     record = dict(index.saved_info.get(SYNC_INFO_KEY) or {})
     reports: dict[str, Any] = {}
-    report = _sync(index, record, args, llm_options, reports, quiet)
+    report = _sync(index, record, args, llm_options, reports, quiet, target.keeper(index))
     if report.interrupted:
         folder = target.save(index, record)
         print(
@@ -314,6 +323,7 @@ def _sync(
     llm_options: dict[str, Any],
     reports: dict[str, Any],
     quiet: bool,
+    keep: Any = None,
 ) -> Any:
     """Bring the index in line with the files (progress bar, skips and enrichment reported as they happen)."""
     from tqdm import tqdm
@@ -358,6 +368,7 @@ def _sync(
                 progress=lambda n: bars[0].update(n),
                 batch_size=PROGRESS_BATCH,
                 max_file_chars=args.max_file_chars,
+                keep=keep,
             )
     finally:
         for bar in bars:

@@ -11,7 +11,9 @@ holds (each file's sha256 and chunking, kept in the saved manifest's ``info``), 
 
 Work is done file by file and the record is updated after each file, so an interruption
 (Ctrl-C) leaves a consistent index whose record says exactly which files are done: save it,
-and a rerun resumes with the rest.
+and a rerun resumes with the rest. A store that writes each change at once (Milvus) is also given
+each file's entry as soon as its chunks are written (``keep``), so even a killed run keeps what
+it finished.
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ from langchain_fusion.stores.local.folder import saved_index_reason, sha256_file
 
 SYNC_INFO_KEY = "files"
 """The key of the file record in a saved index's ``info``."""
+
+Keep = Callable[[tuple[str, ...], Any], None]
+"""Called with (where in the record, value) as soon as an entry changes: ``("by_path", source)`` with the
+file's entry (None once its chunks are deleted), ``("chunking",)`` on a record that had none."""
 
 Transform = Callable[[list[Document], list[Document]], list[Document]]
 """Called with (chunks, source pages) of the files about to be embedded; returns the chunks to
@@ -110,6 +116,7 @@ def sync_files(
     progress: Callable[[int], None] | None = None,
     batch_size: int | None = None,
     max_file_chars: int = DEFAULT_MAX_FILE_CHARS,
+    keep: Keep | None = None,
 ) -> SyncReport:
     """Bring ``index`` in line with the files under ``paths``; ``record`` is updated in place.
 
@@ -119,13 +126,19 @@ def sync_files(
     called after each file, ``on_skip`` for each unreadable file as it is found, ``before_embedding`` once before the
     first chunk is embedded (to load a model only when there is work), ``progress`` with the
     number of chunks just embedded. A file yielding more than ``max_file_chars`` characters is
-    skipped (reported). A ``KeyboardInterrupt`` stops the run after the current
-    file's all-or-nothing update, with ``report.interrupted`` set.
+    skipped (reported). ``keep`` is given each entry of the record as it changes (see :data:`Keep`):
+    a store that writes as it goes keeps the record beside the rows it has. A ``KeyboardInterrupt``
+    stops the run after the current file's all-or-nothing update, with ``report.interrupted`` set.
     """
     chunking = {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap}
     if max_chunk_tokens is not None:  # recorded only when set, so older records still match the default
         chunking["max_tokens"] = check_positive_int(max_chunk_tokens, "max_chunk_tokens")
     run = _Sync(index, record, chunking, transform, on_skip, before_embedding, progress, batch_size)
+    run.keep = keep
+    if keep is not None and record.get("chunking") is None:
+        # A record that had none is new: its files are chunked this way (a changed chunking is kept at the
+        # end only, so a run killed halfway redoes every file rather than skip those chunked the old way).
+        keep(("chunking",), chunking)
     run.max_file_chars = check_positive_int(max_file_chars, "max_file_chars")
     found, unreadable = find_files(paths, skip_folder=saved_index_reason)
     for skipped in unreadable:
@@ -179,6 +192,8 @@ class _Sync:
         self.embedding_started = False
         self.max_file_chars = DEFAULT_MAX_FILE_CHARS
         """Files yielding more characters are skipped."""
+        self.keep: Keep | None = None
+        """Given each entry of the record as it changes."""
 
     def skip(self, skipped: SkippedFile) -> None:
         self.report.skipped.append(skipped)
@@ -220,6 +235,8 @@ class _Sync:
         if stale:
             self.report.chunks_removed += self.index.store.delete(stale)
         self.files[source] = {"sha256": sha, "chunks": len(chunks)}
+        if self.keep is not None:
+            self.keep(("by_path", source), self.files[source])
         (self.report.files_updated if source in self.indexed else self.report.files_added).append(source)
         self.indexed[source] = {chunk.id or "" for chunk in chunks}
 
@@ -227,6 +244,8 @@ class _Sync:
         """Delete the chunks of a file that is gone."""
         self.report.chunks_removed += self.index.store.delete(sorted(self.indexed.pop(source)))
         self.files.pop(source, None)
+        if self.keep is not None:
+            self.keep(("by_path", source), None)
         self.report.files_removed.append(source)
 
 

@@ -89,6 +89,15 @@ class StoreEngine(ABC):
     def save(self, location: str, store: FusionStore, info: Mapping[str, Any]) -> str:
         """Make ``store`` and ``info`` durable at ``location``; returns where, for people."""
 
+    def entry_writer(self, location: str, store: FusionStore) -> Callable[[tuple[str, ...], Any], None] | None:
+        """Writes one entry of the saved record at once (``(path, value)``, None deletes), or None.
+
+        An engine whose store writes each change as it comes returns one, so an ``index`` run keeps
+        each file's entry as soon as its chunks are written (a killed run loses nothing it finished).
+        The default (None) keeps the record in memory until :meth:`save`, as a folder does.
+        """
+        return None
+
     @abstractmethod
     def describe(self, location: str, store: FusionStore) -> dict[str, Any]:
         """What a health check shows about the store at ``location`` (JSON values)."""

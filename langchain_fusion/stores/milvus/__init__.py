@@ -36,7 +36,7 @@ Modules, one concept each: :mod:`.connection` (connecting, timeouts, consistency
 :mod:`.expressions` (filters as Milvus expressions), :mod:`.schema` (the collection's fields,
 indexes and the description that records how it was built), :mod:`.reads` (cursor reads and
 counts), :mod:`.writes` (upserts and checked deletes), :mod:`.info` (the record kept beside the
-collection), :mod:`.search` and :mod:`.view` (the read side of the seam), :mod:`.store`
+collection, one entry per row), :mod:`.search` and :mod:`.view` (the read side of the seam), :mod:`.store`
 (:class:`MilvusStore`) and :mod:`.engine` (``milvus://`` locations).
 """
 
@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from langchain_fusion.stores.milvus.connection import CONNECT_TIMEOUT, CONSISTENCY_LEVELS, consistency_level
 from langchain_fusion.stores.milvus.expressions import filter_expression
-from langchain_fusion.stores.milvus.info import INFO_PIECE_CHARS, INFO_SUFFIX
+from langchain_fusion.stores.milvus.info import INFO_PIECE_CHARS, INFO_SUFFIX, RECORD_SUFFIX
 from langchain_fusion.stores.milvus.reads import PAGE, RESULT_WINDOW
 from langchain_fusion.stores.milvus.schema import EF_CONSTRUCTION, EF_SEARCH, FORMAT_VERSION, LITE_INDEXES, DenseIndex
 from langchain_fusion.stores.milvus.search import MilvusBM25Scorer, MilvusVectorScorer
@@ -63,6 +63,7 @@ __all__ = [
     "INFO_SUFFIX",
     "LITE_INDEXES",
     "PAGE",
+    "RECORD_SUFFIX",
     "RESULT_WINDOW",
     "DenseIndex",
     "MilvusBM25Scorer",

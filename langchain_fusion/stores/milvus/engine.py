@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -201,6 +201,10 @@ class MilvusEngine(StoreEngine):
             raise FusionError(f"a Milvus location holds a MilvusStore, not a {type(store).__name__}")
         write_info(info)
         return str(location)
+
+    def entry_writer(self, location: str, store: FusionStore) -> Callable[[tuple[str, ...], Any], None] | None:
+        """The store's :meth:`~langchain_fusion.stores.milvus.store.MilvusStore.write_info_entry`."""
+        return getattr(store, "write_info_entry", None)
 
     def describe(self, location: str, store: FusionStore) -> dict[str, Any]:
         """The location, the collection's settings and its version record (library, format, dense index)."""

@@ -90,6 +90,7 @@ class MilvusStore(FusionStore):
                 self.dense.index_type,
             )
             self.dense = DenseIndex()
+        self._info = info.InfoRecord(self)
         if exists:
             self._reopen(analyzer, bm25_params, vector_index, vector_search_params)
 
@@ -195,21 +196,28 @@ class MilvusStore(FusionStore):
 
     def drop(self) -> None:
         """Delete the collection and its info record from the server (irreversible)."""
-        for name in (self.collection_name, info.info_collection(self)):
+        for name in (self.collection_name, *info.side_collections(self.collection_name)):
             if self.call("has_collection", collection_name=name):
                 self.call("drop_collection", collection_name=name)
-        self._created, self.record = False, None
+        self._created, self.record, self._info = False, None, info.InfoRecord(self)
         self._settings = StoreSettings(analyzer=self._settings.analyzer, bm25_params=self._settings.bm25_params)
 
     # --- the info record -------------------------------------------------------------------------
 
     def read_info(self) -> dict[str, Any]:
-        """The record last given to :meth:`write_info` (``{}`` if none, or if it is unreadable)."""
-        return info.read_info(self)
+        """The record kept beside the collection (``{}`` if none; see :mod:`~langchain_fusion.stores.milvus.info`)."""
+        return self._info.read()
 
     def write_info(self, record: Mapping[str, Any]) -> None:
-        """Keep ``record`` (a JSON-able mapping, e.g. which files were indexed) next to the collection."""
-        info.write_info(self, self.client, record)
+        """Make the record ``record`` (JSON-able), writing only the entries that changed since it was read.
+
+        Entries another writer added since are kept (two ``index`` runs never tear each other's record).
+        """
+        self._info.write(record)
+
+    def write_info_entry(self, path: Sequence[str], value: Any) -> None:
+        """Write one entry of the record now, e.g. ``("files", "by_path", "a.pdf")`` (``None`` deletes it)."""
+        self._info.write_entry(tuple(path), value)
 
     # --- the seam ------------------------------------------------------------------------------------
 
