@@ -9,7 +9,7 @@ read the record: two writers never overwrite or delete each other's entries. A v
 :data:`INFO_PIECE_CHARS` spans several rows of one upsert; a reader that finds them torn skips
 that entry with a warning.
 
-Collections made before 0.3.1 kept the whole record as one JSON text split over the rows of
+Collections made by 0.3.0 or earlier kept the whole record as one JSON text split over the rows of
 ``<collection>_fusion_info``: it is still read, and moved to the new side collection (the old
 one dropped) on the first write.
 """
@@ -36,7 +36,7 @@ RECORD_SUFFIX = "_fusion_record"
 """The side collection ``<collection>_fusion_record`` keeps the record, one entry per row."""
 
 INFO_SUFFIX = "_fusion_info"
-"""The side collection of collections made before 0.3.1 (the record as one JSON text over rows)."""
+"""The side collection of collections made by 0.3.0 or earlier (the record as one JSON text over rows)."""
 
 INFO_PIECE_CHARS = 16000
 """Characters of an entry's JSON per row (a VARCHAR holds 65,535 bytes)."""
@@ -152,7 +152,7 @@ class InfoRecord:
         return found
 
     def _read_before_entries(self) -> dict[str, Any]:
-        """The record of a collection made before 0.3.1: one JSON text over the rows of ``_fusion_info``."""
+        """The record of a collection made by 0.3.0 or earlier: one JSON text over the rows of ``_fusion_info``."""
         name = self.store.collection_name + INFO_SUFFIX
         rows = [row for page in reads.pages(self.store, "", ["piece"], collection=name) for row in page]
         try:
