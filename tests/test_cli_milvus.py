@@ -196,6 +196,16 @@ class TestCommandLine:
         assert (rerun["files_unchanged"], rerun["files_added"], rerun["chunks_embedded"]) == (2, 3, 3)
         assert rerun["files"] == rerun["chunks"] == 5
 
+    def test_store_timeout_goes_into_the_location(self, docs: Path, location: str, tmp_path: Path) -> None:
+        status, _, err = _run("index", str(docs), "--out", location, "--store-timeout", "30", "--quiet")
+        assert status == 0, err
+        status, results, err = _run("query", location, "GC-9", "-k", "1", "--store-timeout", "30", "--json")
+        assert status == 0 and len(results) == 1, err
+        status, _, err = _run("query", location, "GC-9", "--store-timeout", "0.000001")
+        assert status == 2 and "took longer than the 1e-06 s timeout" in err and err.count("\n") == 1, err
+        status, _, err = _run("query", str(tmp_path), "GC-9", "--store-timeout", "5")
+        assert status == 2 and "--store-timeout: " in err and "folder locations take no options" in err, err
+
     def test_folder_only_options_are_refused_before_any_work(self, docs: Path, location: str) -> None:
         for extra, message in (
             (["--summaries", "--llm", "fake:x"], "kept in index folders only"),

@@ -39,11 +39,14 @@ class TestParse:
             ("milvus://localhost:port/docs", "port"),
             ("milvus:///docs", "names no server"),
             ("milvus://user:secret@localhost/docs", MILVUS_TOKEN_ENV),
-            ("milvus://localhost/docs?token=x", r"location options are \?db=NAME .* and consistency=LEVEL"),
+            ("milvus://localhost/docs?token=x", r"location options are \?db=NAME .*, consistency=LEVEL, timeout="),
             ("milvus://localhost/docs?db=a&db=b", r"\?db=NAME"),
             ("milvus://localhost/docs?consistency=fresh", r"consistency level must be one of Strong, Bounded"),
             ("milvus://localhost/docs?consistency=strong&consistency=bounded", "each once"),
-            ("milvus+lite:./x.db/docs?db=a", r"location options are \?consistency=LEVEL"),
+            ("milvus+lite:./x.db/docs?db=a", r"location options are \?consistency=LEVEL, timeout=SECONDS"),
+            ("milvus://localhost/docs?timeout=0", "timeout is a positive number of seconds, e.g. .* got '0'"),
+            ("milvus://localhost/docs?timeout=soon", "timeout is a positive number of seconds"),
+            ("milvus+lite:./x.db/docs?timeout=inf", "timeout is a positive number of seconds"),
             ("milvus+lite:./index/docs", "PATH.db/COLLECTION"),
             ("milvus+lite:docs", "PATH.db/COLLECTION"),
             ("milvus+lite:./x.db/" + "a" * 201, "at most 200"),
@@ -53,6 +56,25 @@ class TestParse:
     def test_malformed_locations_say_what_is_wrong(self, text: str, message: str) -> None:
         with pytest.raises(InvalidParameterError, match=message):
             parse_location(text)
+
+    def test_timeout_and_other_options_together(self) -> None:
+        location = parse_location("milvus://h:1/c?db=team&consistency=bounded&timeout=2.5")
+        assert (location.db_name, location.consistency, location.timeout) == ("team", "Bounded", 2.5)
+        assert parse_location("milvus+lite:./x.db/c?timeout=10").timeout == 10.0
+        assert parse_location("milvus://h/c").timeout is None
+
+    def test_options_are_set_on_a_location_as_a_flag_sets_them(self) -> None:
+        from langchain_fusion.stores.registry import engine_for
+
+        milvus = engine_for("milvus://h/c")
+        assert milvus.with_options("milvus://h:1/c?db=x", {"timeout": "3"}) == "milvus://h:1/c?db=x&timeout=3"
+        assert (
+            milvus.with_options("milvus+lite:./a.db/c?timeout=1", {"timeout": "3"}) == "milvus+lite:./a.db/c?timeout=3"
+        )
+        with pytest.raises(InvalidParameterError, match="timeout is a positive number"):
+            milvus.with_options("milvus://h/c", {"timeout": "-1"})
+        with pytest.raises(InvalidParameterError, match="folder locations take no options"):
+            engine_for("./index").with_options("./index", {"timeout": "3"})
 
     def test_only_milvus_schemes_are_store_locations(self) -> None:
         assert is_store_location("milvus://h/c") and is_store_location("milvus+lite:x.db/c")
@@ -87,6 +109,8 @@ class TestOpen:
         assert seen[-1] == {"uri": "http://h:1", "collection_name": "c", "consistency": "Strong"}
         parse_location("milvus+lite:./x.db/c?consistency=eventually").open()
         assert seen[-1] == {"uri": "./x.db", "collection_name": "c", "consistency": "Eventually"}
+        parse_location("milvus://h:1/c?timeout=7.5").open()
+        assert seen[-1] == {"uri": "http://h:1", "collection_name": "c", "consistency": "Strong", "timeout": 7.5}
 
     @pytest.mark.parametrize(
         ("text", "level"),

@@ -516,6 +516,70 @@ class TestMilvusOperations:
         assert len(FusionIndex(HashingEmbeddings(), store=MilvusStore(milvus_uri, name))) == 10
 
 
+class TestMilvusReconnects:
+    """A dropped channel is reconnected once; a call is repeated only when repeating it is harmless."""
+
+    @pytest.fixture
+    def lite(self, tmp_path: Path) -> str:
+        if os.environ.get("MILVUS_URI"):
+            pytest.skip("restarts a Milvus Lite server")
+        return str(tmp_path / "restart.db")
+
+    def test_a_restarted_server_is_reconnected_and_the_query_answered(
+        self, lite: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        from milvus_lite.server_manager import server_manager_instance
+
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        index = FusionIndex.from_documents(corpus(9, 20), HashingEmbeddings(), store=MilvusStore(lite, "docs"))
+        expected = [d.id for d in index.as_retriever(k=3).invoke("w1 w2")]
+        server_manager_instance.release_server(lite)  # the server process stops; a new one starts on reconnect
+        with caplog.at_level("WARNING", logger="langchain_fusion.stores.milvus"):
+            assert [d.id for d in index.as_retriever(k=3).invoke("w1 w2")] == expected
+        assert any("dropped" in r.getMessage() and "reconnecting" in r.getMessage() for r in caplog.records)
+        index.add_texts(["w1 w2 w3 again"], ids=["new"])  # writes go on over the new connection
+        assert len(index) == 21
+
+    def test_a_call_that_is_not_repeatable_is_not_repeated_and_says_so(self, lite: str) -> None:
+        from pymilvus.exceptions import MilvusException
+
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        store = MilvusStore(lite, "docs")
+        FusionIndex.from_documents(corpus(9, 5), HashingEmbeddings(), store=store)
+        real = store.client
+        made: list[str] = []
+
+        class Drops:
+            def __getattr__(self, method: str) -> Any:
+                if method == "drop_collection":
+
+                    def dropped(**kwargs: Any) -> Any:
+                        made.append(method)
+                        raise MilvusException(code=2, message="Fail connecting to server on unix:/gone.sock")
+
+                    return dropped
+                return getattr(real, method)
+
+        store.client = Drops()
+        with pytest.raises(FusionError, match=r"dropped during drop_collection on 'docs'; .* not repeated"):
+            store.drop()
+        assert made == ["drop_collection"] and not isinstance(store.client, Drops)  # reconnected, tried once
+        assert len(FusionIndex(HashingEmbeddings(), store=MilvusStore(lite, "docs"))) == 5
+
+    def test_a_call_longer_than_the_timeout_names_it(self, milvus_uri: str) -> None:
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        name = f"t{uuid.uuid4().hex[:12]}"
+        FusionIndex.from_documents(corpus(9, 20), HashingEmbeddings(), store=MilvusStore(milvus_uri, name))
+        hurried = FusionIndex(HashingEmbeddings(), store=MilvusStore(milvus_uri, name, timeout=1e-6))
+        with pytest.raises(FusionError, match=r"took longer than the 1e-06 s timeout: allow more with \?timeout="):
+            hurried.as_retriever(k=3).invoke("w1 w2")
+        with pytest.raises(InvalidParameterError, match="timeout must be a positive number of seconds"):
+            MilvusStore(milvus_uri, name, timeout=0)
+
+
 class TestMilvusFilters:
     def test_a_collection_made_before_null_keys_refuses_none_in_one_line(
         self, milvus_uri: str, monkeypatch: pytest.MonkeyPatch

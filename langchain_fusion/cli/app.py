@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 
 from pydantic import ValidationError
 
-from langchain_fusion.cli.arguments import EXIT_USER_ERROR
+from langchain_fusion.cli.arguments import EXIT_USER_ERROR, add_store_flags, with_store_options
 from langchain_fusion.cli.errors import UserError
 from langchain_fusion.errors import FusionError, redact
 
@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_eval_parser(commands)
     add_serve_parser(commands)
     add_mcp_parser(commands)
+    for sub in commands.choices.values():
+        add_store_flags(sub)
     return parser
 
 
@@ -63,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }[args.command]
     try:
         with _printable_output():
-            return handler(args)
+            return handler(with_store_options(args))
     except (UserError, FusionError, ValidationError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"langchain-fusion: error: {redact(message)}", file=sys.stderr)

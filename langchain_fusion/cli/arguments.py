@@ -425,3 +425,36 @@ __all__ = [
     "seconds",
     "spec_from_args",
 ]
+
+
+LOCATION_ARGUMENTS = ("index_dir", "out", "index")
+"""The parsed arguments that hold an index location, whichever command it is."""
+
+
+def add_store_flags(sub: argparse.ArgumentParser) -> None:
+    """``--store-timeout``: a store location option (``?timeout=``) given as a flag."""
+    sub.add_argument(
+        "--store-timeout",
+        type=seconds,
+        metavar="SECONDS",
+        help="how long each call to a store server may take (a Milvus location's ?timeout=SECONDS; default 60)",
+    )
+
+
+def with_store_options(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` with ``--store-timeout`` written into its location as that engine's option (UserError on a folder)."""
+    from langchain_fusion.stores.registry import engine_for
+
+    timeout = getattr(args, "store_timeout", None)
+    if timeout is None:
+        return args
+    names = [name for name in LOCATION_ARGUMENTS if getattr(args, name, None)]
+    if not names:
+        raise UserError("--store-timeout applies to an index location (e.g. --index milvus://HOST:PORT/COLLECTION)")
+    for name in names:
+        location = getattr(args, name)
+        try:
+            setattr(args, name, engine_for(location).with_options(location, {"timeout": f"{timeout:g}"}))
+        except InvalidParameterError as exc:
+            raise UserError(f"--store-timeout: {exc}") from None
+    return args

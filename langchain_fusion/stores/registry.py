@@ -89,6 +89,16 @@ class StoreEngine(ABC):
     def save(self, location: str, store: FusionStore, info: Mapping[str, Any]) -> str:
         """Make ``store`` and ``info`` durable at ``location``; returns where, for people."""
 
+    def with_options(self, location: str, options: Mapping[str, str]) -> str:
+        """``location`` with these options of its engine set (e.g. ``{"timeout": "10"}`` on a Milvus location).
+
+        The default: an engine whose locations take no options refuses them in one line.
+        """
+        raise InvalidParameterError(
+            f"{location}: {self.name} locations take no options ({', '.join(options)}); they apply to store "
+            "locations such as milvus://HOST:PORT/COLLECTION"
+        )
+
     def entry_writer(self, location: str, store: FusionStore) -> Callable[[tuple[str, ...], Any], None] | None:
         """Writes one entry of the saved record at once (``(path, value)``, None deletes), or None.
 

@@ -1,12 +1,22 @@
-"""One connection to Milvus: connecting within a deadline, and every call's failure as one line.
+"""One connection to Milvus: connecting within a deadline, a timeout on every call, one reconnect.
 
 A server that does not answer within ``connect_timeout`` seconds is a FusionError naming the URI;
 a Milvus Lite file is retried while its server process starts. Each later call may take
-``timeout`` seconds. :data:`CONSISTENCY_LEVELS` are the levels a query may ask for.
+``timeout`` seconds; one that takes longer is a FusionError naming the timeout and how to raise it.
+
+A dropped channel (the server restarted, or went away and came back; pymilvus then fails with
+"Fail connecting to server", status 2, once its own recovery gives up) is reconnected once, and the
+call repeated once when repeating it is harmless (:data:`REPEATABLE`: reads, searches, upserts and
+deletes by id or expression give the same result twice). Another call (creating or dropping a
+collection) is not repeated: the error says so, and that it may or may not have happened.
+:data:`CONSISTENCY_LEVELS` are the levels a query may ask for.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import threading
 import time
 from typing import Any, Protocol
 
@@ -18,7 +28,12 @@ CONNECT_TIMEOUT = 5.0
 _LITE_START_SECONDS = 20.0
 """How long a Milvus Lite file is retried while its server process starts."""
 _CONNECT_FAILED = 2
-"""pymilvus's status code for a connection that could not be made."""
+"""pymilvus's status code for a connection that could not be made (or remade, after a dropped channel)."""
+
+REPEATABLE = frozenset({"has_collection", "describe_collection", "query", "search", "get", "upsert", "delete"})
+"""Calls that give the same result when made twice: repeated once after a reconnect."""
+
+logger = logging.getLogger(__name__)
 
 CONSISTENCY_LEVELS = ("Strong", "Bounded", "Session", "Eventually")
 """Milvus's consistency levels for queries, strongest first.
@@ -64,22 +79,28 @@ class MilvusConnection:
 
     def __init__(self, uri: str, *, timeout: float, connect_timeout: float, options: dict[str, Any]) -> None:
         """Remember where to connect (see :meth:`connect`)."""
+        if not (isinstance(timeout, (int, float)) and 0 < timeout < float("inf")):
+            raise InvalidParameterError(f"the Milvus timeout must be a positive number of seconds; got {timeout!r}")
         self.uri = uri
-        self.timeout = timeout
+        self.timeout = float(timeout)
         self.connect_timeout = connect_timeout
         self.options = options
         self.is_lite = is_lite_uri(uri)
         self.closed = False
         self.client: Any = None
+        self._reconnecting = threading.Lock()
+
+    def _new_client(self) -> Any:
+        from pymilvus import MilvusClient
+
+        return MilvusClient(uri=self.uri, timeout=self.connect_timeout, **self.options)
 
     def connect(self, collection_name: str) -> bool:
         """Connect (within :attr:`connect_timeout`); returns whether ``collection_name`` exists."""
-        from pymilvus import MilvusClient
-
         deadline = time.monotonic() + (_LITE_START_SECONDS if self.is_lite else 0.0)
         while True:
             try:
-                self.client = MilvusClient(uri=self.uri, timeout=self.connect_timeout, **self.options)
+                self.client = self._new_client()
                 return bool(self.client.has_collection(collection_name, timeout=self.connect_timeout))
             except Exception as exc:
                 # Milvus Lite starts a server process and opens its socket a moment later; on a
@@ -90,22 +111,81 @@ class MilvusConnection:
                 raise FusionError(f"cannot reach Milvus at {self.uri!r}: {reason(exc)}") from None
 
     def call(self, method: str, subject: str, **kwargs: Any) -> Any:
-        """``client.method(**kwargs)`` within :attr:`timeout`; a failure is a FusionError naming ``subject``."""
+        """``client.method(**kwargs)`` within :attr:`timeout`; a failure is a FusionError naming ``subject``.
+
+        A dropped channel is reconnected once, and the call repeated once if it is :data:`REPEATABLE`.
+        """
         if self.closed:
             raise FusionError(f"the Milvus store of {subject!r} is closed")
         kwargs.setdefault("timeout", self.timeout)
+        client = self.client
         try:
-            return getattr(self.client, method)(**kwargs)
+            return getattr(client, method)(**kwargs)
         except (FusionError, InvalidParameterError):
             raise
         except Exception as exc:
-            raise FusionError(f"Milvus {method} on {subject!r} failed: {reason(exc)}") from None
+            if not dropped(exc):
+                raise self._failure(method, subject, kwargs["timeout"], exc) from None
+            self._reconnect(client, exc)
+            if method not in REPEATABLE:
+                raise FusionError(
+                    f"the connection to Milvus at {self.uri!r} dropped during {method} on {subject!r}; it is "
+                    f"reconnected, but {method} is not repeated on its own (it may or may not have happened): "
+                    "check, and run again"
+                ) from None
+        try:
+            return getattr(self.client, method)(**kwargs)
+        except Exception as exc:
+            raise self._failure(method, subject, kwargs["timeout"], exc) from None
+
+    def _failure(self, method: str, subject: str, timeout: float, exc: BaseException) -> FusionError:
+        if timed_out(exc):
+            return FusionError(
+                f"Milvus {method} on {subject!r} took longer than the {timeout:g} s timeout: allow more with "
+                "?timeout=SECONDS in the location (--store-timeout SECONDS on the command line, "
+                "MilvusStore(timeout=...) in Python)"
+            )
+        return FusionError(f"Milvus {method} on {subject!r} failed: {reason(exc)}")
+
+    def _reconnect(self, broken: Any, exc: BaseException) -> None:
+        """A new client in place of ``broken`` (once, whichever thread sees the drop first)."""
+        with self._reconnecting:
+            if self.client is not broken or self.closed:
+                return
+            logger.warning("the connection to Milvus at %r dropped (%s); reconnecting", self.uri, reason(exc))
+            with contextlib.suppress(Exception):  # the old channel is gone either way
+                broken.close()
+            try:
+                self.client = self._new_client()
+            except Exception as again:
+                raise FusionError(f"lost Milvus at {self.uri!r} and cannot reach it again: {reason(again)}") from None
 
     def close(self) -> None:
         """Release the client; later calls fail in one line (closing twice is harmless)."""
         if not self.closed:
             self.closed = True
             self.client.close()
+
+
+def _status(exc: BaseException) -> Any:
+    """The status of a pymilvus error (a number) or a gRPC one (a ``grpc.StatusCode``'s name), or None."""
+    code = getattr(exc, "code", None)
+    if callable(code):
+        try:
+            code = code()
+        except Exception:
+            return None
+    return getattr(code, "name", code)
+
+
+def dropped(exc: BaseException) -> bool:
+    """Whether ``exc`` says the channel to the server is gone (restarted, unreachable), not that a call was wrong."""
+    return _status(exc) in (_CONNECT_FAILED, "UNAVAILABLE")
+
+
+def timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` says a call ran out of its timeout."""
+    return _status(exc) == "DEADLINE_EXCEEDED" or "Retry timeout" in str(exc)
 
 
 class Calls(Protocol):

@@ -13,20 +13,22 @@ collection:
 
 A server's database is chosen with ``?db=NAME``, the consistency level of queries with
 ``?consistency=LEVEL`` (``strong`` by default; ``bounded``, ``session`` or ``eventually``;
-on any Milvus location). Credentials never go in the location (it is
-printed and logged): the ``MILVUS_TOKEN`` environment variable (``user:password`` or an API
-key) is passed to the server when set.
+on any Milvus location), and how long each call may take with ``?timeout=SECONDS`` (60 by
+default; connecting waits 5 s at most whatever it says; on any Milvus location; options join with ``&``).
+Credentials never go in the location (it is printed and logged): the ``MILVUS_TOKEN``
+environment variable (``user:password`` or an API key) is passed to the server when set.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.stores.base import FusionStore
@@ -60,6 +62,8 @@ class MilvusLocation:
     """The location as written (without credentials, safe to print)."""
     consistency: str = "Strong"
     """The consistency level of queries (``?consistency=``; ``connection.CONSISTENCY_LEVELS`` lists them)."""
+    timeout: float | None = None
+    """Seconds each call may take (``?timeout=``; None: the store's default)."""
 
     def open(self, **options: Any) -> MilvusStore:
         """A :class:`~langchain_fusion.stores.milvus.MilvusStore` on this collection (token from the environment)."""
@@ -71,6 +75,8 @@ class MilvusLocation:
         token = os.environ.get(MILVUS_TOKEN_ENV)
         if token and not self.is_lite:
             connection["token"] = token
+        if self.timeout is not None:
+            options = {"timeout": self.timeout, **options}
         return MilvusStore(self.uri, self.collection_name, consistency=self.consistency, **options, **connection)
 
     @property
@@ -99,9 +105,9 @@ def parse_location(location: str) -> MilvusLocation:
                 f"{location!r}: a Milvus Lite location is milvus+lite:PATH.db/COLLECTION, "
                 "e.g. milvus+lite:./docs.db/docs"
             )
-        query = _options(location, options, ("consistency",))
+        query = _options(location, options, ("consistency", "timeout"))
         return MilvusLocation(
-            os.path.expanduser(head), _collection(name, location), spec=location, **_consistency(location, query)
+            os.path.expanduser(head), _collection(name, location), spec=location, **_request_options(location, query)
         )
     parts = urlsplit(location)
     try:
@@ -114,7 +120,7 @@ def parse_location(location: str) -> MilvusLocation:
         raise InvalidParameterError(
             f"{location!r}: put credentials in the {MILVUS_TOKEN_ENV} environment variable, not in the location"
         )
-    query = _options(location, parts.query, ("db", "consistency"))
+    query = _options(location, parts.query, ("db", "consistency", "timeout"))
     name = parts.path.strip("/")
     scheme = "https" if parts.scheme == "milvus+https" else "http"
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
@@ -123,7 +129,7 @@ def parse_location(location: str) -> MilvusLocation:
         _collection(name, location),
         query.get("db") or None,
         location,
-        **_consistency(location, query),
+        **_request_options(location, query),
     )
 
 
@@ -131,22 +137,49 @@ def _options(location: str, text: str, allowed: tuple[str, ...]) -> dict[str, st
     """The ``?name=value`` options of a location, each allowed and given once."""
     query = parse_qs(text, keep_blank_values=True)
     if set(query) - set(allowed) or any(len(values) > 1 for values in query.values()):
-        forms = {"db": "db=NAME (the server's database)", "consistency": "consistency=LEVEL"}
+        forms = {
+            "db": "db=NAME (the server's database)",
+            "consistency": "consistency=LEVEL",
+            "timeout": "timeout=SECONDS",
+        }
         raise InvalidParameterError(
-            f"{location!r}: the location options are ?{' and '.join(forms[name] for name in allowed)}, each once"
+            f"{location!r}: the location options are ?{', '.join(forms[name] for name in allowed)}, each once "
+            "(joined with &)"
         )
     return {name: values[0] for name, values in query.items()}
 
 
-def _consistency(location: str, query: Mapping[str, str]) -> dict[str, str]:
+def _request_options(location: str, query: Mapping[str, str]) -> dict[str, Any]:
+    """The store options among a location's ``?name=value`` options: consistency level, timeout."""
     from langchain_fusion.stores.milvus.connection import consistency_level
 
-    if "consistency" not in query:
-        return {}
+    found: dict[str, Any] = {}
     try:
-        return {"consistency": consistency_level(query["consistency"])}
+        if "consistency" in query:
+            found["consistency"] = consistency_level(query["consistency"])
     except InvalidParameterError as exc:
         raise InvalidParameterError(f"{location!r}: {exc}") from None
+    if "timeout" in query:
+        try:
+            seconds = float(query["timeout"])
+        except ValueError:
+            seconds = math.nan
+        if not 0 < seconds < math.inf:
+            raise InvalidParameterError(
+                f"{location!r}: timeout is a positive number of seconds, e.g. ?timeout=10; got {query['timeout']!r}"
+            )
+        found["timeout"] = seconds
+    return found
+
+
+def with_options(location: str, options: Mapping[str, str]) -> str:
+    """``location`` with these ``?name=value`` options set (replacing any it had of the same names), checked."""
+    head, _, tail = location.rpartition("/")
+    name, _, text = tail.partition("?")
+    query = {key: values[0] for key, values in parse_qs(text, keep_blank_values=True).items()}
+    changed = f"{head}/{name}?{urlencode({**query, **options})}"
+    parse_location(changed)
+    return changed
 
 
 def _collection(name: str, location: str) -> str:
@@ -201,6 +234,10 @@ class MilvusEngine(StoreEngine):
             raise FusionError(f"a Milvus location holds a MilvusStore, not a {type(store).__name__}")
         write_info(info)
         return str(location)
+
+    def with_options(self, location: str, options: Mapping[str, str]) -> str:
+        """``location`` with ``?name=value`` options set, e.g. ``{"timeout": "10"}`` (see :func:`with_options`)."""
+        return with_options(location, options)
 
     def entry_writer(self, location: str, store: FusionStore) -> Callable[[tuple[str, ...], Any], None] | None:
         """The store's :meth:`~langchain_fusion.stores.milvus.store.MilvusStore.write_info_entry`."""
