@@ -21,7 +21,9 @@ literals, and numbers beyond the float range such as ``1e400``, anywhere in the 
 ``filter`` value too). A bad argument is a tool error (``isError``) with a one-line message, and
 the server keeps serving. A result is a readable text
 block for the model and structured content (:class:`SearchResults`) for programs. The resource
-``langchain-fusion://index`` describes the served index, the server's defaults and its pipeline.
+``langchain-fusion://index`` describes the served index, the server's defaults and its pipeline,
+and whether the index's store answers now (``status``: ``ok``, or ``unavailable`` with the error; a
+remote store's server is asked on each read, as ``GET /health`` asks it).
 
 The server's options are those of the LangServe app (:func:`langchain_fusion.server.create_app`),
 and it is built by the same code (:func:`~langchain_fusion.pipeline.composer.build`): defaults of
@@ -459,15 +461,19 @@ def server_for(
         annotations=ToolAnnotations(readOnlyHint=True, idempotentHint=True, openWorldHint=False),
     )
 
-    def index_info_text() -> str:
-        return json.dumps(info, indent=2)
+    async def index_info_text() -> str:
+        from anyio import to_thread  # the MCP SDK's own dependency
+
+        # The store is asked on each read, off the event loop: "status" says whether it answers now.
+        reachable = await to_thread.run_sync(pipeline.store_status)
+        return json.dumps({**info, **reachable}, indent=2)
 
     server.resource(
         INDEX_RESOURCE,
         name="index",
         title="The served index",
         description="What the search tool searches: kind, number of chunks, embedding model, defaults, pipeline, "
-        "limits.",
+        "limits, and whether its store answers now (status: ok, or unavailable with the error).",
         mime_type="application/json",
     )(index_info_text)
     return server

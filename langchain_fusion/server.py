@@ -57,7 +57,7 @@ from langchain_core.runnables.utils import AnyConfigurableField
 from pydantic import StringConstraints, TypeAdapter, ValidationError
 
 from langchain_fusion import sockets
-from langchain_fusion.errors import FusionError, InvalidParameterError, MissingDependencyError, ProviderError, redact
+from langchain_fusion.errors import InvalidParameterError, MissingDependencyError, ProviderError, redact
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex
 from langchain_fusion.pipeline import Pipeline, PipelineSpec, ServeLimits, build
@@ -727,17 +727,12 @@ def app_for(pipeline: Pipeline, limits: ServeLimits, title: str = "langchain-fus
     status = health_status(pipeline, limits)
     app.state.langchain_fusion = status
 
-    store = pipeline.chunks.store if pipeline.chunks is not None else None
-
     @app.get(HEALTH_PATH, tags=["health"], summary="The served index, its manifest, the chat model and the limits")
     async def health(response: Response) -> dict[str, Any]:
-        if store is not None:
-            try:
-                await run_in_threadpool(store.check_reachable)
-            except FusionError as exc:
-                response.status_code = 503
-                return {**status, "status": "unavailable", "error": str(exc)}
-        return status
+        reachable = await run_in_threadpool(pipeline.store_status)
+        if reachable["status"] != "ok":
+            response.status_code = 503
+        return {**status, **reachable}
 
     logger.info("serving %s at %s", served_summary(status), RETRIEVER_PATH)
     if pipeline.chat_model is None:

@@ -258,6 +258,25 @@ class TestServer:
             assert gone.status_code == 503 and gone.json()["status"] == "unavailable"
             assert "does not answer" in gone.json()["error"]
 
+    async def test_the_mcp_resource_says_whether_the_store_answers(self, location: str) -> None:
+        pytest.importorskip("mcp")
+        from datetime import timedelta
+
+        from mcp.shared.memory import create_connected_server_and_client_session
+        from pymilvus import MilvusClient
+
+        from langchain_fusion.mcp import INDEX_RESOURCE, build_mcp_server
+
+        FusionIndex.from_documents(corpus(3, 20), HashingEmbeddings(), store=parse_location(location).open())
+        server = build_mcp_server(location, embeddings=HashingEmbeddings(), log_level="WARNING")
+        async with create_connected_server_and_client_session(server, read_timeout_seconds=timedelta(seconds=60)) as s:
+            info = json.loads((await s.read_resource(INDEX_RESOURCE)).contents[0].text)  # type: ignore[union-attr]
+            assert info["status"] == "ok" and info["documents"] == 20 and "error" not in info
+            with pytest.MonkeyPatch.context() as patch:  # the server stops answering
+                patch.setattr(MilvusClient, "has_collection", _unavailable)
+                gone = json.loads((await s.read_resource(INDEX_RESOURCE)).contents[0].text)  # type: ignore[union-attr]
+        assert gone["status"] == "unavailable" and "does not answer" in gone["error"]
+
 
 class TestCalibration:
     """A collection keeps its relevance model like a folder does: eval --calibrate, then query and index reruns."""

@@ -20,7 +20,7 @@ from langchain_core.documents import BaseDocumentCompressor
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable
 
-from langchain_fusion.errors import IndexFormatError, InvalidParameterError, MissingCredentialsError
+from langchain_fusion.errors import FusionError, IndexFormatError, InvalidParameterError, MissingCredentialsError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex
 from langchain_fusion.index.opening import open_index
@@ -121,6 +121,20 @@ class Pipeline:
         if isinstance(self.served, HierarchicalIndex):
             return self.served.chunks
         return self.served if isinstance(self.served, FusionIndex) else None
+
+    def store_status(self) -> dict[str, str]:
+        """Whether the served index's store answers now: ``{"status": "ok"}``, or ``"unavailable"`` and the error.
+
+        Asks the store on each call (a remote store's server; a store in this process always answers),
+        so a health check or a status resource says what holds now, not what held at start.
+        """
+        store = self.chunks.store if self.chunks is not None else None
+        if store is not None:
+            try:
+                store.check_reachable()
+            except FusionError as exc:
+                return {"status": "unavailable", "error": str(exc)}
+        return {"status": "ok"}
 
     @property
     def retriever(self) -> BaseRetriever:
