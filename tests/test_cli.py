@@ -487,15 +487,15 @@ class TestHelp:
         "index": ("PATH", "--out", "-o", "--embeddings", "--chunk-size", "--chunk-overlap", "--vector-index",
                   "--vector-search-params", "--json", "--quiet", "-q", "--contextual", "--summaries", "--llm",
                   "--llm-cache", "--llm-concurrency", "--llm-timeout", "--keep-missing", "--max-file-chars",
-                  "--max-chunk-tokens", "--language"),
+                  "--max-chunk-tokens", "--language", "--store-timeout"),
         "query": ("INDEX", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
                   "--window", "--max-chars", "--rerank", "--top-n", "--llm", "--llm-timeout", "--hierarchical",
                   "--k-summaries", "--summary-weight", "--multi-query", "--min-vector-score", "--min-bm25-score",
-                  "--mmr", "--lambda-mult", "--max-per-source", "--min-relevance", "--filter"),
+                  "--mmr", "--lambda-mult", "--max-per-source", "--min-relevance", "--filter", "--store-timeout"),
         "ask": ("INDEX", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
                 "--window", "--max-chars", "--rerank", "--top-n", "--llm", "--llm-timeout", "--hierarchical",
                 "--k-summaries", "--summary-weight", "--multi-query", "--min-vector-score", "--min-bm25-score",
-                "--mmr", "--lambda-mult", "--max-per-source", "--min-relevance", "--filter"),
+                "--mmr", "--lambda-mult", "--max-per-source", "--min-relevance", "--filter", "--store-timeout"),
     }  # fmt: skip
 
     def test_console_script_help(self) -> None:
