@@ -231,6 +231,9 @@ def format_results(results: SearchResults) -> str:
         where = hit.source or "unknown source"
         if hit.page is not None:
             where += f", page {hit.page}"
+        copies = [c for c in hit.metadata.get(keys.ALSO_IN) or [] if isinstance(c, dict)]
+        if copies:  # the same text under other files (returned once)
+            where += "; also in " + ", ".join(str(c.get(keys.SOURCE) or c.get("id")) for c in copies)
         scores = [
             f"{label} {value:.3f}"
             for label, value in (("fused", hit.fusion_score), ("vector", hit.vector_score), ("bm25", hit.bm25_score))

@@ -66,6 +66,11 @@ BM25_SCORE_NORMALIZED: Final = "bm25_score_normalized"
 BM25_RANK: Final = "bm25_rank"
 """1-based rank among the candidates on the BM25 side; None when no query term matched."""
 
+ALSO_IN: Final = "also_in"
+"""The other copies of the result's text (the same passage under other files), best-ranked first: a list of
+``{"id": ..., "source": ...}``. Only on a result that has copies among the candidates read (see
+:mod:`~langchain_fusion.search.duplicates`)."""
+
 CHUNK_KEYS: Final = (SOURCE, PAGE, CHUNK_INDEX, START_INDEX)
 """All chunk keys, in documentation order."""
 

@@ -344,6 +344,25 @@ class StoreContract:
         again = index.as_retriever(k=3).invoke("w1")
         assert "changed" not in again[0].metadata and again[0].page_content != "changed"
 
+    def test_copies_of_one_text_are_returned_once(self) -> None:
+        """The same text under several sources: one result with its own scores, the other copies in also_in."""
+        docs = self.corpus(5, 30)
+        shared = docs[0].page_content
+        copies = [
+            Document(id=f"copy{i}", page_content=shared, metadata={"source": f"copy{i}.txt", "bucket": 0})
+            for i in range(3)
+        ]
+        index = self.new_index(docs + copies)
+        group = {docs[0].id, *(c.id for c in copies)}
+        for duplicates in ("exact", "near"):
+            every = index.as_retriever(k=len(docs) + 3, duplicates="keep").invoke(shared)
+            assert {d.id for d in every[:4]} == group
+            found = index.as_retriever(k=6, duplicates=duplicates, near_duplicate_similarity=0.9999).invoke(shared)
+            assert found[0].id in group and len(found) == 6
+            assert found[0].metadata[keys.FUSION_SCORE] == pytest.approx(every[0].metadata[keys.FUSION_SCORE])
+            assert {c["id"] for c in found[0].metadata[keys.ALSO_IN]} == group - {found[0].id}
+            assert [d.id for d in found[1:]] == [d.id for d in every if d.id not in group][:5]
+
     # --- filters -------------------------------------------------------------------------------
 
     @pytest.mark.parametrize("spec", [{"bucket": 1}, {"bucket": [0, 2]}, {"source": "s3.txt", "bucket": 0}])
@@ -384,7 +403,7 @@ class StoreContract:
                 continue
             view = index.view()
             assert sorted(d.id or "" for d in view.documents(view.select(Where(metadata={"k": value})))) == expected
-            found = index.as_retriever(k=len(docs), filter={"k": value}).invoke("w1")
+            found = index.as_retriever(k=len(docs), filter={"k": value}, duplicates="keep").invoke("w1")
             assert sorted(d.id or "" for d in found) == expected, value
 
     def test_a_filter_that_matches_nothing(self) -> None:

@@ -491,11 +491,13 @@ class TestHelp:
         "query": ("INDEX", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
                   "--window", "--max-chars", "--rerank", "--top-n", "--llm", "--llm-timeout", "--hierarchical",
                   "--k-summaries", "--summary-weight", "--multi-query", "--min-vector-score", "--min-bm25-score",
-                  "--mmr", "--lambda-mult", "--max-per-source", "--min-relevance", "--filter", "--store-timeout"),
+                  "--mmr", "--lambda-mult", "--max-per-source", "--min-relevance", "--filter", "--store-timeout",
+                  "--duplicates", "--near-duplicate-similarity"),
         "ask": ("INDEX", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
                 "--window", "--max-chars", "--rerank", "--top-n", "--llm", "--llm-timeout", "--hierarchical",
                 "--k-summaries", "--summary-weight", "--multi-query", "--min-vector-score", "--min-bm25-score",
-                "--mmr", "--lambda-mult", "--max-per-source", "--min-relevance", "--filter", "--store-timeout"),
+                "--mmr", "--lambda-mult", "--max-per-source", "--min-relevance", "--filter", "--store-timeout",
+                "--duplicates", "--near-duplicate-similarity"),
     }  # fmt: skip
 
     def test_console_script_help(self) -> None:

@@ -107,7 +107,7 @@ class TestRelevanceFloors:
 
     def test_zero_bm25_floor_means_contains_a_query_term(self, index: FusionIndex) -> None:
         for query in QUERIES:
-            found = index.as_retriever(k=len(index), min_bm25_score=0.0).invoke(query)
+            found = index.as_retriever(k=len(index), min_bm25_score=0.0, duplicates="keep").invoke(query)
             assert found and all(d.metadata[keys.BM25_SCORE] > 0 for d in found)
             assert len(found) == len(BM25Retriever(index=index, k=len(index)).invoke(query))
 
@@ -187,8 +187,8 @@ class TestMaximalMarginalRelevance:
         docs = [Document(id=f"copy{i}", page_content="solar panel output today") for i in range(5)]
         docs += [Document(id="battery", page_content="solar battery storage"), Document(id="x", page_content="wind")]
         index = FusionIndex.from_documents(docs, embeddings)
-        plain = ids(index.as_retriever(k=2).invoke("solar panel output"))
-        diverse = ids(index.as_retriever(search_type="mmr", k=2).invoke("solar panel output"))
+        plain = ids(index.as_retriever(k=2, duplicates="keep").invoke("solar panel output"))
+        diverse = ids(index.as_retriever(search_type="mmr", k=2, duplicates="keep").invoke("solar panel output"))
         assert plain[0].startswith("copy") and plain[1].startswith("copy")
         assert diverse[0].startswith("copy") and diverse[1] == "battery"
 

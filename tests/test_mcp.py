@@ -111,7 +111,8 @@ class TestSearchTool:
         schema = tool.inputSchema
         assert schema["type"] == "object"
         assert schema["required"] == ["query"]
-        assert set(schema["properties"]) == {"query", "k", "alpha", "method", "filter", *SELECTION}  # but fetch_k
+        options = {"query", "k", "alpha", "method", "filter", "duplicates", "near_duplicate_similarity", *SELECTION}
+        assert set(schema["properties"]) == options  # but fetch_k
         assert schema["properties"]["query"]["type"] == "string"
         k = schema["properties"]["k"]["anyOf"][0]
         assert (k["type"], k["minimum"], k["maximum"]) == ("integer", 1, DEFAULT_MAX_K)
@@ -125,6 +126,7 @@ class TestSearchTool:
             ("lambda_mult", "number", 0.0, 1.0),
             ("max_per_source", "integer", 1, None),
             ("min_relevance", "number", 0.0, 1.0),
+            ("near_duplicate_similarity", "number", 0.0, 1.0),
         ):
             bounds = schema["properties"][name]["anyOf"][0]
             assert (bounds["type"], bounds["minimum"], bounds.get("maximum")) == (kind, low, high)

@@ -31,6 +31,7 @@ ONE_AT_A_TIME = [
     {"lambda_mult": 0.3},
     {"max_per_source": 1},
 ]
+DUPLICATES = ("duplicates", "near_duplicate_similarity")
 SELECTION = ("min_vector_score", "min_bm25_score", "lambda_mult", "max_per_source", "min_relevance")
 REWRITES = "photosynthesis\nsunlight energy\nchemical energy from sunlight"
 """Three rewrites of "cats" that all find the same chunk of doc1 (not the one "cats" finds there)."""
@@ -189,7 +190,15 @@ class TestPerCall:
     async def test_listed_in_the_tool(self, plain: FastMCP) -> None:
         async with connected(plain) as session:
             [tool] = (await session.list_tools()).tools
-        assert list(tool.inputSchema["properties"]) == ["query", "k", "alpha", "method", "filter", *SELECTION]
+        assert list(tool.inputSchema["properties"]) == [
+            "query",
+            "k",
+            "alpha",
+            "method",
+            "filter",
+            *DUPLICATES,
+            *SELECTION,
+        ]
         assert tool.description and "min_vector_score" in tool.description and "max_per_source" in tool.description
 
     async def test_not_on_a_hierarchical_index(self, index: FusionIndex) -> None:
@@ -204,12 +213,13 @@ class TestPerCall:
             "alpha",
             "method",
             "filter",
+            *DUPLICATES,
             "k_summaries",
             "summary_weight",
         }
         assert tool.description and "min_vector_score" not in tool.description
         assert refused.isError is True
-        takes = "query, k, alpha, method, filter, k_summaries, summary_weight"
+        takes = "query, k, alpha, method, filter, duplicates, near_duplicate_similarity, k_summaries, summary_weight"
         assert f"unknown argument(s) ['max_per_source']; the search tool takes {takes}" in _text(refused)
         assert _results(served).results
 

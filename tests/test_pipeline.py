@@ -36,6 +36,7 @@ from langchain_fusion.search.options import (
     OPTION_CHECKS,
     SEARCH_DEFAULTS,
     SELECTION_OPTIONS,
+    DuplicateOptions,
     FusionOptions,
     request_annotation,
 )
@@ -54,6 +55,8 @@ EDGES: dict[str, tuple[list[Any], list[Any]]] = {
     "lambda_mult": ([0, 1, None], [-0.1, 1.1]),
     "max_per_source": ([1, 3, None], [0, 1.5, False]),
     "min_relevance": ([0, 0.3, 1, None], [-0.1, 1.1, float("nan"), "0.3", True]),
+    "duplicates": (["exact", "near", "keep"], ["collapse", True, 1]),
+    "near_duplicate_similarity": ([0, 0.5, 0.98, 1], [-0.1, 1.01, True, "0.9"]),
     "k_summaries": ([1, 5], [0, 2.0]),
     "summary_weight": ([0, 1], [1.5, -0.5]),
 }
@@ -100,7 +103,12 @@ class TestOptionSchema:
         assert FusionRetriever.per_call_option_names() == tuple(SearchOptions.model_fields)
         for name, field in SearchOptions.model_fields.items():
             assert FusionRetriever.model_fields[name].default == field.default
-        expected = (*FusionOptions.model_fields, "filter", *HierarchyOptions.model_fields)
+        expected = (
+            *FusionOptions.model_fields,
+            "filter",
+            *DuplicateOptions.model_fields,
+            *HierarchyOptions.model_fields,
+        )
         assert set(HierarchicalRetriever.per_call_option_names()) == set(expected)
         assert SELECTION_OPTIONS == (
             "min_vector_score",

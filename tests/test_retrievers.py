@@ -122,7 +122,7 @@ class TestDegenerateInputs:
     def test_all_equal_scores(self, embeddings: HashingEmbeddings) -> None:
         docs = [Document(page_content="same text", metadata={"i": i}) for i in range(4)]
         index = FusionIndex.from_documents(docs, embeddings)
-        results = FusionRetriever(index=index, k=4).invoke("same")
+        results = FusionRetriever(index=index, k=4, duplicates="keep").invoke("same")
         assert [d.metadata["i"] for d in results] == [0, 1, 2, 3]  # ties broken by row order
         assert all(d.metadata[keys.FUSION_SCORE] == pytest.approx(1.0) for d in results)
 

@@ -17,6 +17,7 @@ from langchain_core.documents import Document
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.retrievers.base import PreparedQuery, SearchRetriever
 from langchain_fusion.search.diversity import Diversity
+from langchain_fusion.search.duplicates import Duplicates
 from langchain_fusion.search.floors import Floors
 from langchain_fusion.search.options import FilterOption, ResultsOption, SearchOptions
 from langchain_fusion.search.pool import (
@@ -159,6 +160,7 @@ class FusionRetriever(SearchOptions, _IndexRetriever):
             scorers=scorers,
             floors=Floors.of(options),
             diversity=Diversity.of(options),
+            duplicates=Duplicates.of(options),
             vector_evidence=self.index.reads(query),
         )
         documents = hits_to_documents(view, hits, options["method"])

@@ -23,12 +23,14 @@ from langchain_fusion import metadata as keys
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex
 from langchain_fusion.retrievers.base import PreparedQuery, SearchRetriever
-from langchain_fusion.search.options import FilterOption, FusionOptions, HierarchyOptions
+from langchain_fusion.search.diversity import pick_in_order
+from langchain_fusion.search.duplicates import Duplicates, copies_entry, copies_of, duplicate_groups
+from langchain_fusion.search.options import DuplicateOptions, FilterOption, FusionOptions, HierarchyOptions
 from langchain_fusion.search.pool import Hit, fused_search, scored_copy
-from langchain_fusion.stores.base import FloatMatrix, Where
+from langchain_fusion.stores.base import FloatMatrix, StoreView, Where
 
 
-class HierarchicalRetriever(HierarchyOptions, FilterOption, FusionOptions, SearchRetriever):
+class HierarchicalRetriever(HierarchyOptions, DuplicateOptions, FilterOption, FusionOptions, SearchRetriever):
     """Summaries first, then the best chunks of the selected pages; one global top ``k``.
 
     For a query: the ``k_summaries`` best summaries by fused score; the chunks of their pages;
@@ -43,7 +45,8 @@ class HierarchicalRetriever(HierarchyOptions, FilterOption, FusionOptions, Searc
 
     With ``alpha=0`` (BM25 only), only chunks containing a query term are candidates, as with
     the BM25 retriever. ``filter`` restricts the chunks, and the summaries to those covering a
-    matching chunk.
+    matching chunk. ``duplicates`` returns copies of one text once, as fused search does (the best
+    chunk by the combined score, its copies in ``also_in``).
     """
 
     index: HierarchicalIndex
@@ -119,12 +122,29 @@ class HierarchicalRetriever(HierarchyOptions, FilterOption, FusionOptions, Searc
             combined = weight * float(summary.fused or 0.0) + (1 - weight) * float(hit.fused or 0.0)
             scored.append((combined, rank, summary, summary_doc, hit, chunk_doc))
         scored.sort(key=lambda s: (-s[0], s[1], -(s[4].fused or 0.0), s[4].key))
+        chosen, copies = _first_copies(chunks, [s[4].key for s in scored], [s[5] for s in scored], options)
         results = []
-        for combined, rank, summary, summary_doc, hit, chunk_doc in scored[: options["k"]]:
+        for position, others in zip(chosen, copies, strict=True):
+            combined, rank, summary, summary_doc, hit, chunk_doc = scored[position]
             doc = scored_copy(chunk_doc, hit, method)
             doc.metadata[keys.HIERARCHICAL_SCORE] = combined
             doc.metadata[keys.SUMMARY_ID] = summary_doc.id
             doc.metadata[keys.SUMMARY_SCORE] = summary.fused
             doc.metadata[keys.SUMMARY_RANK] = rank
+            if others:
+                doc.metadata[keys.ALSO_IN] = [copies_entry(scored[i][5]) for i in others]
             results.append(doc)
         return results
+
+
+def _first_copies(
+    view: StoreView, chunk_keys: list[int], documents: list[Document], options: dict[str, Any]
+) -> tuple[list[int], list[list[int]]]:
+    """The positions of the ``k`` results among ranked chunks, copies collapsed, and each one's copies' positions."""
+    duplicates = Duplicates.of(options)
+    if not duplicates.active:
+        return list(range(min(options["k"], len(documents)))), [[] for _ in documents[: options["k"]]]
+    vectors = view.vectors(np.asarray(chunk_keys, dtype=np.int64)) if duplicates.uses_vectors else None
+    groups = duplicate_groups([doc.page_content for doc in documents], vectors, duplicates.similarity)
+    chosen = pick_in_order(len(documents), options["k"], copies=groups).positions
+    return chosen.tolist(), copies_of(groups, chosen)

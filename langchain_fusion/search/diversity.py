@@ -19,7 +19,7 @@ after fusion and after any relevance floor.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -103,19 +103,61 @@ def source_groups(documents: Sequence[Document]) -> NDArray[np.int64]:
     return groups
 
 
-def capped(groups: NDArray[np.int64], k: int, max_per_group: int) -> NDArray[np.int64]:
-    """Positions of the first ``k`` items (in order) with at most ``max_per_group`` per group (-1: no group)."""
+PASSED_OVER_DUPLICATE = "duplicate"
+"""Why a selection passed over a candidate: it is a copy of a chosen one (see search.duplicates)."""
+PASSED_OVER_CAPPED = "capped"
+"""Why a selection passed over a candidate: ``max_per_source`` results already came from its source."""
+
+
+@dataclass(frozen=True)
+class Picks:
+    """The candidates a selection chose, and those it passed over on the way, with why."""
+
+    positions: NDArray[np.int64]
+    """Positions of the chosen candidates, in result order."""
+    passed_over: Mapping[int, str] = field(default_factory=dict)
+    """Positions left out before the selection ended: :data:`PASSED_OVER_DUPLICATE` or :data:`PASSED_OVER_CAPPED`."""
+
+
+def pick_in_order(
+    count: int,
+    k: int,
+    groups: NDArray[np.int64] | None = None,
+    max_per_group: int | None = None,
+    copies: NDArray[np.int64] | None = None,
+) -> Picks:
+    """The first ``k`` of ``count`` candidates (in order), skipping copies of a chosen one and full groups.
+
+    ``copies[i]`` names the candidate ``i`` is a copy of (itself if none; see
+    :func:`~langchain_fusion.search.duplicates.duplicate_groups`): a candidate is skipped when
+    one of its copies was chosen. ``groups`` (-1: no group) with ``max_per_group`` caps the
+    choices per group; a capped candidate does not block its copies.
+    """
     counts: dict[int, int] = {}
     chosen: list[int] = []
-    for position, group in enumerate(groups.tolist()):
+    taken: set[int] = set()
+    passed_over: dict[int, str] = {}
+    for position in range(count):
         if len(chosen) == k:
             break
+        if copies is not None and int(copies[position]) in taken:
+            passed_over[position] = PASSED_OVER_DUPLICATE
+            continue
+        group = -1 if groups is None or max_per_group is None else int(groups[position])
         if group >= 0:
-            if counts.get(group, 0) >= max_per_group:
+            if counts.get(group, 0) >= max_per_group:  # type: ignore[operator]  # set with groups
+                passed_over[position] = PASSED_OVER_CAPPED
                 continue
             counts[group] = counts.get(group, 0) + 1
         chosen.append(position)
-    return np.asarray(chosen, dtype=np.int64)
+        if copies is not None:
+            taken.add(int(copies[position]))
+    return Picks(np.asarray(chosen, dtype=np.int64), passed_over)
+
+
+def capped(groups: NDArray[np.int64], k: int, max_per_group: int) -> NDArray[np.int64]:
+    """Positions of the first ``k`` items (in order) with at most ``max_per_group`` per group (-1: no group)."""
+    return pick_in_order(groups.size, k, groups, max_per_group).positions
 
 
 def maximal_marginal_relevance(
@@ -126,10 +168,24 @@ def maximal_marginal_relevance(
     groups: NDArray[np.int64] | None = None,
     max_per_group: int | None = None,
 ) -> NDArray[np.int64]:
-    """Positions of up to ``k`` candidates picked by MMR, in pick order (see the module docstring).
+    """Positions of up to ``k`` candidates picked by MMR, in pick order (see :func:`mmr_picks`)."""
+    return mmr_picks(relevance, vectors, k, lambda_mult, groups, max_per_group).positions
+
+
+def mmr_picks(
+    relevance: NDArray[np.floating],
+    vectors: NDArray[np.floating],
+    k: int,
+    lambda_mult: float,
+    groups: NDArray[np.int64] | None = None,
+    max_per_group: int | None = None,
+    copies: NDArray[np.int64] | None = None,
+) -> Picks:
+    """Up to ``k`` candidates picked by MMR, in pick order (see the module docstring).
 
     ``relevance`` is aligned with the rows of ``vectors`` (unit vectors) and is scaled to
-    [0, 1] here; ``groups`` (-1: no group) with ``max_per_group`` caps the picks per group.
+    [0, 1] here; ``groups`` (-1: no group) with ``max_per_group`` caps the picks per group;
+    ``copies`` (as for :func:`pick_in_order`) removes a pick's copies from the choice.
     """
     size = int(np.asarray(relevance).size)
     scaled = min_max(np.asarray(relevance, dtype=np.float64))
@@ -137,17 +193,27 @@ def maximal_marginal_relevance(
     available = np.ones(size, dtype=bool)
     counts: dict[int, int] = {}
     picked: list[int] = []
+    passed_over: dict[int, str] = {}
     while len(picked) < k and available.any():
         score = lambda_mult * scaled - (1.0 - lambda_mult) * closest if picked else scaled.copy()
         score[~available] = -np.inf
         choice = int(np.argmax(score))  # the first maximum: ties go to the better fused rank
         picked.append(choice)
         available[choice] = False
+        if copies is not None:
+            _pass_over(available, copies == copies[choice], PASSED_OVER_DUPLICATE, passed_over)
         if groups is not None and max_per_group is not None and groups[choice] >= 0:
             group = int(groups[choice])
             counts[group] = counts.get(group, 0) + 1
             if counts[group] >= max_per_group:
-                available &= groups != group
+                _pass_over(available, groups == group, PASSED_OVER_CAPPED, passed_over)
         similarity = np.asarray(vectors @ vectors[choice], dtype=np.float64)
         closest = similarity if len(picked) == 1 else np.maximum(closest, similarity)
-    return np.asarray(picked, dtype=np.int64)
+    return Picks(np.asarray(picked, dtype=np.int64), passed_over)
+
+
+def _pass_over(available: NDArray[np.bool_], which: NDArray[np.bool_], why: str, passed_over: dict[int, str]) -> None:
+    """Take ``which`` out of the ``available`` candidates, recording why for those still available."""
+    for position in np.flatnonzero(available & which).tolist():
+        passed_over[position] = why
+    available &= ~which

@@ -26,6 +26,12 @@ from pydantic.fields import FieldInfo
 from langchain_fusion._checks import CheckedModel, check_fetch_k, check_k, check_positive_int, is_real_number
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.search.diversity import check_lambda_mult, check_max_per_source
+from langchain_fusion.search.duplicates import (
+    DEFAULT_NEAR_DUPLICATE_SIMILARITY,
+    DuplicateMode,
+    check_duplicates,
+    check_near_duplicate_similarity,
+)
 from langchain_fusion.search.floors import check_min_bm25_score, check_min_vector_score
 from langchain_fusion.search.fusion import FusionMethod, check_alpha, check_method
 from langchain_fusion.search.relevance import check_min_relevance
@@ -115,7 +121,21 @@ class FusionOptions(ResultsOption):
     """Options a served request may not set: they bound what one request costs, so the server decides them."""
 
 
-class SearchOptions(FilterOption, FusionOptions):
+class DuplicateOptions(_Options):
+    """How copies of one text (the same passage under several files) are returned."""
+
+    duplicates: Annotated[DuplicateMode, BeforeValidator(check_duplicates)] = "exact"
+    """Copies of one passage: exact returns chunks with identical text once (the best-ranked copy, whose
+    metadata also_in lists the others); near also collapses chunks whose vectors have a cosine similarity of at least
+    near_duplicate_similarity; keep returns every copy. Collapsed before k is counted."""
+    near_duplicate_similarity: Annotated[
+        float, BeforeValidator(check_near_duplicate_similarity), Field(ge=0.0, le=1.0)
+    ] = DEFAULT_NEAR_DUPLICATE_SIMILARITY
+    """With duplicates=near: the cosine similarity of two chunks' vectors from which they are copies (0.95:
+    near-identical texts)."""
+
+
+class SearchOptions(DuplicateOptions, FilterOption, FusionOptions):
     """Every option of a fused search: the pool and weights, relevance floors and diversity.
 
     The floors keep only candidates that clear a raw-score floor on a side with weight (see
@@ -171,7 +191,9 @@ OPTION_CHECKS: dict[str, Callable[[Any], Any]] = {
 """The check of every search option, by name: fields, per-call overrides, CLI flags and requests all use it."""
 
 SELECTION_OPTIONS: tuple[str, ...] = tuple(
-    name for name in SearchOptions.model_fields if name not in (*FusionOptions.model_fields, *FilterOption.model_fields)
+    name
+    for name in SearchOptions.model_fields
+    if name not in (*FusionOptions.model_fields, *FilterOption.model_fields, *DuplicateOptions.model_fields)
 )
 """The relevance floor and diversity options: fused search over one index takes them, hierarchical search does not."""
 

@@ -12,14 +12,15 @@ import contextvars
 import copy
 from collections.abc import Sequence
 from concurrent.futures import wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from langchain_core.documents import Document
 from numpy.typing import NDArray
 
 from langchain_fusion import metadata as keys
-from langchain_fusion.search.diversity import Diversity, capped, maximal_marginal_relevance, source_groups
+from langchain_fusion.search.diversity import Diversity, Picks, mmr_picks, pick_in_order, source_groups
+from langchain_fusion.search.duplicates import Duplicates, copies_entry, copies_of, duplicate_groups
 from langchain_fusion.search.floors import Floors
 from langchain_fusion.search.fusion import FusedPool, FusionMethod, fuse_pool
 from langchain_fusion.stores.base import (
@@ -30,6 +31,7 @@ from langchain_fusion.stores.base import (
     Keys,
     SideScorer,
     StoreView,
+    TextReader,
     Where,
     WholeCorpusScorer,
 )
@@ -64,6 +66,9 @@ class Hit:
     """Normalised BM25 score (fused search only)."""
     bm25_rank: int | None = None
     """1-based rank on the BM25 side; None when no query term matched."""
+    copies: tuple[int, ...] = ()
+    """Keys of the other copies of its text among the candidates read, best first (see
+    :mod:`~langchain_fusion.search.duplicates`)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,32 @@ class QueryScorers:
     """The vector side for the query's embedding."""
     bm25: SideScorer
     """The BM25 side for the query's text."""
+
+
+@dataclass
+class SearchTrace:
+    """What one fused search saw on its way to the results: give one to :func:`fused_search` to have it filled.
+
+    It is the search's own record, not a second computation: explaining a result
+    (:mod:`~langchain_fusion.search.explain`) reads it.
+    """
+
+    pool: Keys = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """The candidate pool's keys, ascending (empty when the view is)."""
+    pool_size: int | None = None
+    """Candidates taken from each side with a weight (the larger of ``fetch_k`` and ``k``); None: the whole corpus."""
+    fused: FusedPool | None = None
+    """The fused pool (scores aligned with :attr:`pool`)."""
+    eligible: NDArray[np.bool_] | None = None
+    """Candidates that clear the relevance floors (None: no floor applies)."""
+    ranked: NDArray[np.int64] | None = None
+    """Pool positions the selection read, best first; None when the results are the plain top ``k``."""
+    copies: NDArray[np.int64] | None = None
+    """For each of :attr:`ranked`, the index in it of the candidate it is a copy of (itself if none)."""
+    picks: Picks | None = None
+    """The selection's choice among :attr:`ranked` (positions in it) and what it passed over."""
+    chosen: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Pool positions of the results, in result order."""
 
 
 def query_scorers(view: StoreView, query: str, query_vector: FloatMatrix) -> QueryScorers:
@@ -141,7 +172,9 @@ def fused_search(
     scorers: QueryScorers | None = None,
     floors: Floors | None = None,
     diversity: Diversity | None = None,
+    duplicates: Duplicates | None = None,
     vector_evidence: bool = True,
+    trace: SearchTrace | None = None,
 ) -> list[Hit]:
     """Top ``k`` rows by fused score; see the module docstring for the candidate pool.
 
@@ -154,9 +187,12 @@ def fused_search(
     (:mod:`~langchain_fusion.search.floors`); ``diversity`` chooses the ``k`` results by
     maximal marginal relevance among the best ``fetch_k`` fused candidates (all of them when
     ``fetch_k`` is None) and/or caps the results per source
-    (:mod:`~langchain_fusion.search.diversity`). Neither changes a returned candidate's scores.
+    (:mod:`~langchain_fusion.search.diversity`); ``duplicates`` returns copies of one text once
+    (:mod:`~langchain_fusion.search.duplicates`; None: every copy). None of them changes a
+    returned candidate's scores.
     ``vector_evidence`` False: the embedding model cannot read the query, and its side gets no
     weight in the fused scores (see :func:`~langchain_fusion.search.fusion.fuse_pool`).
+    ``trace`` is filled with what the search saw (:class:`SearchTrace`).
     """
     if view.known_empty():
         return []
@@ -175,45 +211,72 @@ def fused_search(
         vector_pool, bm25_pool = _complete(
             view, pool, scorers, found[0] if alpha > 0 else None, found[-1] if alpha < 1 else None
         )
+    if trace is not None:
+        trace.pool, trace.pool_size = pool, pool_size
     if pool.size == 0:
         return []
     fused = fuse_pool(vector_pool, bm25_pool, alpha, method, tie_break=pool, vector_evidence=vector_evidence)
     eligible = floors.passing(vector_pool, bm25_pool, alpha) if floors is not None else None
-    if diversity is None or not diversity.active:
-        positions = fused.order(k, eligible)
+    duplicates = duplicates if duplicates is not None and duplicates.active else None
+    selecting = trace if trace is not None else SearchTrace()
+    selecting.fused, selecting.eligible = fused, eligible
+    if (diversity is None or not diversity.active) and duplicates is None:
+        selecting.chosen = fused.order(k, eligible)
     else:
-        positions = _diverse(view, pool, fused, eligible, diversity, k=k, candidates=pool_size)
-    return _hits(pool, fused, positions)
+        _select(view, pool, selecting, diversity or Diversity(), duplicates, k=k, candidates=pool_size)
+    return _hits(pool, fused, selecting.chosen, copies=_copies(pool, selecting))
 
 
-def _diverse(
+def _select(
     view: StoreView,
     pool: Keys,
-    fused: FusedPool,
-    eligible: NDArray[np.bool_] | None,
+    trace: SearchTrace,
     diversity: Diversity,
+    duplicates: Duplicates | None,
     *,
     k: int,
     candidates: int | None,
-) -> NDArray[np.int64]:
-    """Positions of the ``k`` results chosen by :mod:`~langchain_fusion.search.diversity`, in result order."""
-    cap = diversity.max_per_source
-    if diversity.lambda_mult is not None:
-        ranked = fused.order(candidates, eligible)
-        keys_ = pool[ranked]
-        groups = source_groups(view.documents(keys_)) if cap is not None else None
-        picked = maximal_marginal_relevance(
-            fused.fused[ranked], view.vectors(keys_), k, diversity.lambda_mult, groups, cap
-        )
-        return ranked[picked]
-    assert cap is not None
-    depth = 4 * k
-    while True:  # the fused ranking, read deeper until k results fit under the cap or the pool runs out
+) -> None:
+    """Choose the ``k`` results by :mod:`~langchain_fusion.search.diversity` and duplicates, into ``trace``."""
+    assert trace.fused is not None
+    fused, eligible, cap = trace.fused, trace.eligible, diversity.max_per_source
+    depth: int | None = candidates if diversity.lambda_mult is not None else 2 * k  # MMR: one reading
+    while True:  # the fused ranking, read deeper until k results fit (cap, copies) or the pool runs out
         ranked = fused.order(depth, eligible)
-        chosen = ranked[capped(source_groups(view.documents(pool[ranked])), k, cap)]
-        if chosen.size == k or ranked.size < depth:
-            return chosen
+        keys_ = pool[ranked]
+        vectors = view.vectors(keys_) if diversity.lambda_mult is not None or _near(duplicates) else None
+        groups = source_groups(view.documents(keys_)) if cap is not None else None
+        copies = None
+        if duplicates is not None:
+            near = vectors if duplicates.uses_vectors else None
+            copies = duplicate_groups(_texts(view, keys_), near, duplicates.similarity)
+        if diversity.lambda_mult is not None:
+            assert vectors is not None
+            picks = mmr_picks(fused.fused[ranked], vectors, k, diversity.lambda_mult, groups, cap, copies)
+        else:
+            picks = pick_in_order(ranked.size, k, groups, cap, copies)
+        if depth is None or diversity.lambda_mult is not None or picks.positions.size == k or ranked.size < depth:
+            trace.ranked, trace.copies, trace.picks, trace.chosen = ranked, copies, picks, ranked[picks.positions]
+            return
         depth *= 4
+
+
+def _texts(view: StoreView, keys_: Keys) -> list[str]:
+    if isinstance(view, TextReader):
+        return view.texts(keys_)
+    return [doc.page_content for doc in view.documents(keys_)]
+
+
+def _near(duplicates: Duplicates | None) -> bool:
+    return duplicates is not None and duplicates.uses_vectors
+
+
+def _copies(pool: Keys, trace: SearchTrace) -> list[tuple[int, ...]] | None:
+    """For each result of ``trace``, the keys of its other copies among the candidates read, best first."""
+    if trace.copies is None or trace.ranked is None or trace.picks is None:
+        return None
+    keys_ = pool[trace.ranked]
+    return [tuple(int(keys_[i]) for i in others) for others in copies_of(trace.copies, trace.picks.positions)]
 
 
 def _whole_corpus_pool(
@@ -329,9 +392,13 @@ def rank_pool(
 
 
 def _hits(
-    keys_: Keys, fused: FusedPool, positions: NDArray[np.int64], vector_known: NDArray[np.bool_] | None = None
+    keys_: Keys,
+    fused: FusedPool,
+    positions: NDArray[np.int64],
+    vector_known: NDArray[np.bool_] | None = None,
+    copies: Sequence[tuple[int, ...]] | None = None,
 ) -> list[Hit]:
-    """The hits at ``positions`` (in that order) of a fused pool whose keys are ``keys_``."""
+    """The hits at ``positions`` (in that order) of a fused pool whose keys are ``keys_`` (``copies``: of each)."""
     top = fused.at(positions)
     vector_scores, bm25_scores = fused.vector, fused.bm25
     hits = []
@@ -347,6 +414,7 @@ def _hits(
                 bm25_score=float(bm25_scores[position]),
                 bm25_normalized=float(top.bm25_normalized[i]),
                 bm25_rank=int(top.bm25_rank[i]) or None,
+                copies=copies[i] if copies is not None else (),
             )
         )
     return hits
@@ -377,6 +445,13 @@ def scored_copy(document: Document, hit: Hit, method: str | None = None) -> Docu
 
 
 def hits_to_documents(view: StoreView, hits: list[Hit], method: str | None = None) -> list[Document]:
-    """Scored copies of the hits' documents, in hit order."""
+    """Scored copies of the hits' documents, in hit order; a hit with copies lists them in ``also_in``."""
     documents = view.documents(np.fromiter((h.key for h in hits), dtype=np.int64, count=len(hits)))
-    return [scored_copy(doc, hit, method) for doc, hit in zip(documents, hits, strict=True)]
+    results = [scored_copy(doc, hit, method) for doc, hit in zip(documents, hits, strict=True)]
+    copy_keys = [key for hit in hits for key in hit.copies]
+    if copy_keys:
+        found = dict(zip(copy_keys, view.documents(np.asarray(copy_keys, dtype=np.int64)), strict=True))
+        for doc, hit in zip(results, hits, strict=True):
+            if hit.copies:
+                doc.metadata[keys.ALSO_IN] = [copies_entry(found[key]) for key in hit.copies]
+    return results

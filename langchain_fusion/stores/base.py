@@ -114,6 +114,15 @@ class JointCompletion(Protocol):
         ...
 
 
+@runtime_checkable
+class TextReader(Protocol):
+    """Optional capability of a view: rows' texts read without building their documents (in process: cheaper)."""
+
+    def texts(self, keys: Keys) -> list[str]:
+        """The ``page_content`` of ``keys``, in order."""
+        ...
+
+
 class StoreView(ABC):
     """A consistent read view of a store: what one query (or one batch) sees."""
 

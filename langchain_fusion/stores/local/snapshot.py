@@ -193,13 +193,25 @@ class Snapshot:
 
     # --- reads -------------------------------------------------------------------------------
 
-    def _located(self, row: int) -> tuple[Segment, int]:
-        """The segment holding global ``row`` and the row's position in it."""
+    def _starts(self) -> NDArray[np.int64]:
         starts = self._cache.get("starts")
         if starts is None:
             starts = self._cache["starts"] = np.asarray([s.start for s in self.segments], dtype=np.int64)
-        segment = self.segments[int(np.searchsorted(starts, row, side="right")) - 1]
+        return starts
+
+    def _located(self, row: int) -> tuple[Segment, int]:
+        """The segment holding global ``row`` and the row's position in it."""
+        segment = self.segments[int(np.searchsorted(self._starts(), row, side="right")) - 1]
         return segment, row - segment.start
+
+    def _located_many(self, rows: Keys) -> list[tuple[Segment, int]]:
+        """:meth:`_located` of each of ``rows`` (one search for them all)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        which = np.searchsorted(self._starts(), rows, side="right") - 1
+        return [
+            (segment, row - segment.start)
+            for segment, row in zip((self.segments[i] for i in which.tolist()), rows.tolist(), strict=True)
+        ]
 
     def id_of(self, row: int) -> str:
         """The document id of ``row``."""
@@ -211,9 +223,13 @@ class Snapshot:
         segment, local = self._located(row)
         return segment.documents.document(local)
 
+    def texts_of(self, rows: Keys) -> list[str]:
+        """The ``page_content`` of ``rows``, in order."""
+        return [segment.documents.text(local) for segment, local in self._located_many(rows)]
+
     def documents_of(self, rows: Keys) -> list[Document]:
         """New ``Document`` objects for ``rows``, in order."""
-        return [self.document(int(row)) for row in rows]
+        return [segment.documents.document(local) for segment, local in self._located_many(rows)]
 
     def iter_rows(self) -> Iterator[tuple[int, Segment, int]]:
         """``(row, segment, local row)`` of every live row, in row order."""
@@ -569,6 +585,10 @@ class LocalView(StoreView):
     def documents(self, keys: Keys) -> list[Document]:
         """The documents of ``keys`` (materialised from the compact store)."""
         return self.snapshot.documents_of(keys)
+
+    def texts(self, keys: Keys) -> list[str]:
+        """The texts of ``keys`` (no document is built)."""
+        return self.snapshot.texts_of(keys)
 
     def vectors(self, keys: Keys) -> FloatMatrix:
         """The stored vectors of ``keys``."""
