@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from langchain_fusion.retrievers.rerank import LLMListwiseReranker, LLMReranker, RerankRetriever
     from langchain_fusion.retrievers.vectorstore import VectorStoreFusionRetriever
     from langchain_fusion.retrievers.windows import ContextWindow, ContextWindowRetriever, expand_windows
+    from langchain_fusion.search.explain import Explanation
     from langchain_fusion.search.fusion import FusionMethod, fuse
     from langchain_fusion.search.options import HierarchyOptions, SearchOptions
     from langchain_fusion.stores.analyzer import Analyzer
@@ -107,6 +108,7 @@ _EXPORTS: dict[str, str] = {
     "build_pipeline": "langchain_fusion.pipeline.composer",
     "SearchOptions": "langchain_fusion.search.options",
     "HierarchyOptions": "langchain_fusion.search.options",
+    "Explanation": "langchain_fusion.search.explain",
     "FusionMethod": "langchain_fusion.search.fusion",
     "fuse": "langchain_fusion.search.fusion",
     "Analyzer": "langchain_fusion.stores.analyzer",
@@ -137,6 +139,7 @@ __all__ = [
     "ContextualEnricher",
     "CrossEncoderReranker",
     "EmbeddingsMismatchError",
+    "Explanation",
     "FusionError",
     "FusionIndex",
     "FusionMethod",

@@ -363,6 +363,29 @@ class StoreContract:
             assert {c["id"] for c in found[0].metadata[keys.ALSO_IN]} == group - {found[0].id}
             assert [d.id for d in found[1:]] == [d.id for d in every if d.id not in group][:5]
 
+    def test_explain_agrees_with_the_search(self) -> None:
+        """index.explain says "returned at rank r" exactly when the search returns the document there."""
+        docs = self.corpus(6, 40)
+        index = self.new_index(docs)
+        query = self.language.queries[0]
+        seen = set()
+        for options in (
+            {"k": 4, "fetch_k": 4},
+            {"k": 4, "max_per_source": 1, "fetch_k": 10},
+            {"k": 4, "filter": {"bucket": 1}, "min_bm25_score": 1.0},
+            {"k": 3, "lambda_mult": 0.3, "fetch_k": 40},
+        ):
+            returned = [d.id for d in index.as_retriever(**options).invoke(query)]
+            for doc_id in [d.id or "" for d in docs]:
+                explanation = index.explain(query, doc_id, **options)
+                seen.add(explanation.verdict)
+                assert (explanation.verdict == "returned") == (doc_id in returned), (options, explanation)
+                if doc_id in returned:
+                    assert explanation.rank == returned.index(doc_id) + 1
+                if explanation.verdict == "outside_pool":
+                    assert explanation.vector_rank is not None and explanation.vector_rank > 4
+        assert {"returned", "outside_pool", "filtered", "capped", "not_picked_by_mmr"} <= seen, seen
+
     # --- filters -------------------------------------------------------------------------------
 
     @pytest.mark.parametrize("spec", [{"bucket": 1}, {"bucket": [0, 2]}, {"source": "s3.txt", "bucket": 0}])

@@ -498,6 +498,9 @@ class TestHelp:
                 "--k-summaries", "--summary-weight", "--multi-query", "--min-vector-score", "--min-bm25-score",
                 "--mmr", "--lambda-mult", "--max-per-source", "--min-relevance", "--filter", "--store-timeout",
                 "--duplicates", "--near-duplicate-similarity"),
+        "explain": ("INDEX", "question", "DOC_ID", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
+                    "--min-vector-score", "--min-bm25-score", "--mmr", "--lambda-mult", "--max-per-source",
+                    "--min-relevance", "--filter", "--duplicates", "--near-duplicate-similarity", "--store-timeout"),
     }  # fmt: skip
 
     def test_console_script_help(self) -> None:
@@ -524,7 +527,7 @@ class TestHelp:
             pytest.skip("package not installed with its console script")
         assert "from langchain_fusion.cli import main" in script.read_text(encoding="utf-8", errors="replace")
 
-    @pytest.mark.parametrize("command", ["index", "query", "ask"])
+    @pytest.mark.parametrize("command", ["index", "query", "ask", "explain"])
     def test_subcommand_help_mentions_every_flag(
         self, command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
     ) -> None:
@@ -537,7 +540,7 @@ class TestHelp:
         for flag in self.FLAGS[command]:
             assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text), flag
 
-    @pytest.mark.parametrize("command", ["index", "query", "ask"])
+    @pytest.mark.parametrize("command", ["index", "query", "ask", "explain"])
     def test_every_option_has_help_text(self, command: str) -> None:
         parser = build_parser()
         sub = next(a for a in parser._actions if a.dest == "command").choices[command]

@@ -52,13 +52,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from langchain_fusion.cli.evaluate import run_eval
     from langchain_fusion.cli.indexing import run_index
-    from langchain_fusion.cli.search import run_ask, run_query
+    from langchain_fusion.cli.search import run_ask, run_explain, run_query
     from langchain_fusion.cli.serving import run_mcp_command, run_serve
 
     handler = {
         "index": run_index,
         "query": run_query,
         "ask": run_ask,
+        "explain": run_explain,
         "eval": run_eval,
         "serve": run_serve,
         "mcp": run_mcp_command,

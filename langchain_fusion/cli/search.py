@@ -15,6 +15,7 @@ from langchain_fusion.cli.arguments import (
     add_search_flags,
     add_step_flags,
     index_help,
+    search_options,
     spec_from_args,
 )
 from langchain_fusion.cli.errors import UserError
@@ -42,6 +43,20 @@ def add_search_parsers(commands: Any) -> None:
         f"The chat model is OpenAI {OPENAI_DEFAULT_CHAT_MODEL} (needs OPENAI_API_KEY) unless --llm says otherwise.",
     )
     _add_arguments(ask, "the question to answer", "print the answer and its sources as JSON")
+    explain = commands.add_parser(
+        "explain",
+        help="say why a chunk is or is not a result of a query",
+        description="Run the search 'query' runs with the same flags and say where one chunk (its id, as 'query "
+        "--json' shows it) ended up: returned at which rank, or where it dropped out (filtered out, outside both "
+        "candidate pools with its rank on each side, below a relevance floor, a duplicate of a returned chunk, "
+        "capped per source, not picked by MMR, below k, below --min-relevance).",
+    )
+    explain.add_argument("index_dir", metavar="INDEX", help=index_help())
+    explain.add_argument("question", help="the query text")
+    explain.add_argument("doc_id", metavar="DOC_ID", help="the id of the chunk to explain")
+    add_search_flags(explain)
+    explain.add_argument("--embeddings", metavar="SPEC", help="embedding model; default: the one recorded in the index")
+    explain.add_argument("--json", action="store_true", help="print the explanation as JSON (verdict, ranks, scores)")
 
 
 def _add_arguments(sub: argparse.ArgumentParser, question: str, json_help: str) -> None:
@@ -173,6 +188,26 @@ def run_ask(args: argparse.Namespace) -> int:
         print(f"[{n}] {source_label(doc)}")
     if not sources:
         print("(none found)")
+    return 0
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    """Say where one chunk ended up in a search of a saved index, and why."""
+    from langchain_fusion.pipeline import PipelineSpec, build
+    from langchain_fusion.retrievers.fusion import FusionRetriever
+
+    if not args.question.strip():
+        raise UserError("the query is empty: give the words or question to search for")
+    options = search_options(args)
+    spec = PipelineSpec.of(args.index_dir, hierarchical=False, embeddings=args.embeddings, **options)
+    search = build(spec).search
+    if not isinstance(search, FusionRetriever):
+        raise UserError(f"explain covers fused search over an index; {args.index_dir} serves a {type(search).__name__}")
+    explanation = search.explain(args.question, args.doc_id)
+    if args.json:
+        print(json.dumps(explanation.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        print(explanation.message)
     return 0
 
 

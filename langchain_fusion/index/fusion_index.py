@@ -68,6 +68,7 @@ from langchain_fusion.stores.settings import BM25Params
 if TYPE_CHECKING:
     from langchain_fusion.evaluation.datasets import EvalDataset
     from langchain_fusion.retrievers.fusion import FusionRetriever
+    from langchain_fusion.search.explain import Explanation
 
 ProgressCallback = Callable[[int], None]
 """Called with the number of texts just embedded, for progress bars."""
@@ -647,6 +648,20 @@ class FusionIndex(VectorStore):
         require_model(self.relevance_model, "answerability")
         results = self.as_retriever(k=1, **options).invoke(query)
         return float(results[0].metadata[RELEVANCE]) if results else 0.0
+
+    def explain(self, query: str, document: str | Document, **options: Any) -> Explanation:
+        """Why ``document`` (a chunk's ``Document.id``, or the chunk) is or is not a result of searching ``query``.
+
+        ``options`` are the search options of :meth:`as_retriever` (``k``, ``alpha``, ``fetch_k``,
+        ``filter``, floors, ``max_per_source``, ``lambda_mult``, ``duplicates``...). The answer
+        (:class:`~langchain_fusion.search.explain.Explanation`) is read from the same search
+        ``as_retriever(**options).invoke(query)`` runs: returned at which rank, or where it
+        dropped out (filtered, outside both candidate pools with its rank on each side, below a
+        floor, a duplicate, capped per source, not picked by MMR, below ``k``, below
+        ``min_relevance``). ``print(index.explain(...))`` shows it in a sentence. An unknown id
+        is an :class:`~langchain_fusion.errors.UnknownDocumentError`.
+        """
+        return self.as_retriever(**options).explain(query, document)
 
     # --- persistence ------------------------------------------------------------------------
 

@@ -14,24 +14,29 @@ from typing import Any
 
 from langchain_core.documents import Document
 
+from langchain_fusion import metadata as keys
+from langchain_fusion.errors import InvalidParameterError, UnknownDocumentError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.retrievers.base import PreparedQuery, SearchRetriever
 from langchain_fusion.search.diversity import Diversity
 from langchain_fusion.search.duplicates import Duplicates
+from langchain_fusion.search.explain import Explanation, SearchRecord, explain
 from langchain_fusion.search.floors import Floors
 from langchain_fusion.search.options import FilterOption, ResultsOption, SearchOptions
 from langchain_fusion.search.pool import (
     QueryScorers,
+    SearchTrace,
     bm25_scorers,
     bm25_search,
     fused_search,
     hits_to_documents,
     queries_per_pass,
+    query_scorers,
     vector_scorers,
     vector_search,
 )
 from langchain_fusion.search.relevance import with_relevance
-from langchain_fusion.stores.base import BatchScorer, FloatMatrix, Where
+from langchain_fusion.stores.base import BatchScorer, FloatMatrix, StoreView, Where
 
 __all__ = ["BM25Retriever", "FusionRetriever", "SearchRetriever", "VectorRetriever"]
 
@@ -148,6 +153,19 @@ class FusionRetriever(SearchOptions, _IndexRetriever):
         view, scorers = self.index.view(), None
         if prepared is not None and prepared.view is not None and prepared.vector and prepared.bm25:
             view, scorers = prepared.view, QueryScorers(vector=prepared.vector, bm25=prepared.bm25)
+        documents = self._fused(query, query_vector, options, view, scorers)
+        return with_relevance(documents, self.index.relevance_model, options["min_relevance"])
+
+    def _fused(
+        self,
+        query: str,
+        query_vector: FloatMatrix,
+        options: dict[str, Any],
+        view: StoreView,
+        scorers: QueryScorers | None,
+        trace: SearchTrace | None = None,
+    ) -> list[Document]:
+        """The fused results on ``view`` before the ``min_relevance`` floor (``trace``: filled by the search)."""
         hits = fused_search(
             view,
             query,
@@ -162,6 +180,44 @@ class FusionRetriever(SearchOptions, _IndexRetriever):
             diversity=Diversity.of(options),
             duplicates=Duplicates.of(options),
             vector_evidence=self.index.reads(query),
+            trace=trace,
         )
-        documents = hits_to_documents(view, hits, options["method"])
-        return with_relevance(documents, self.index.relevance_model, options["min_relevance"])
+        return hits_to_documents(view, hits, options["method"])
+
+    def explain(self, query: str, document: str | Document, **options: Any) -> Explanation:
+        """Where ``document`` (a chunk's id, or the chunk) ends up when this retriever searches ``query``, and why.
+
+        ``options`` override the retriever's search options for this call, as ``invoke``'s do.
+        The search is the one ``invoke`` runs (same code, same view), recorded on the way, so
+        the verdict agrees with what ``invoke`` returns: "returned" at ``rank`` exactly when
+        ``invoke(query, **options)`` holds the document at that rank. See
+        :class:`~langchain_fusion.search.explain.Explanation` for the verdicts. An id that is not
+        in the index is an :class:`~langchain_fusion.errors.UnknownDocumentError`.
+        """
+        resolved = self._options(options)
+        if not self._checked_query(query).strip():
+            raise InvalidParameterError("the query is empty: give the words or question to search for")
+        doc_id = document.id if isinstance(document, Document) else document
+        if not isinstance(doc_id, str) or not doc_id:
+            raise InvalidParameterError(
+                f"explain needs a document id (a string) or a Document with one; got {doc_id!r}"
+            )
+        view = self.index.view()
+        key = int(view.keys_of([doc_id])[0])
+        if key < 0:
+            raise UnknownDocumentError(unknown_id_message(view, doc_id))
+        query_vector = self.index.embed_query(query)
+        scorers = query_scorers(view, query, query_vector)
+        trace = SearchTrace()
+        scored = self._fused(query, query_vector, resolved, view, scorers, trace)
+        returned = with_relevance(list(scored), self.index.relevance_model, resolved["min_relevance"])
+        return explain(SearchRecord(view, scorers, trace, scored, returned, resolved), query, doc_id, key)
+
+
+def unknown_id_message(view: StoreView, doc_id: str) -> str:
+    """Why ``doc_id`` is not a document of ``view``, and what to give instead (a chunk id when it names a source)."""
+    chunks = view.documents(view.select(Where(metadata={keys.SOURCE: doc_id}))[:3])
+    if chunks:
+        shown = ", ".join(repr(d.id) for d in chunks)
+        return f"no document with id {doc_id!r}; it is a source: give the id of one of its chunks (such as {shown})"
+    return f"no document with id {doc_id!r} in the index; ids are Document.id of each chunk (see query --json)"
