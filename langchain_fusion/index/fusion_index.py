@@ -653,7 +653,7 @@ class FusionIndex(VectorStore):
         """Why ``document`` (a chunk's ``Document.id``, or the chunk) is or is not a result of searching ``query``.
 
         ``options`` are the search options of :meth:`as_retriever` (``k``, ``alpha``, ``fetch_k``,
-        ``filter``, floors, ``max_per_source``, ``lambda_mult``, ``duplicates``...). The answer
+        ``filter``, floors, the cap per source, maximal marginal relevance, ``duplicates``...). The answer
         (:class:`~langchain_fusion.search.explain.Explanation`) is read from the same search
         ``as_retriever(**options).invoke(query)`` runs: returned at which rank, or where it
         dropped out (filtered, outside both candidate pools with its rank on each side, below a

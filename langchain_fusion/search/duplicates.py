@@ -18,8 +18,8 @@ The ``duplicates`` search option (:class:`Duplicates`) collapses them:
 
 Collapsing is a choice among the fused candidates, best first, made before the ``k`` results are
 counted (so ``k`` results still come back when the candidates hold ``k`` distinct texts): the
-best-ranked copy that may be returned (that clears the relevance floors and, with
-``max_per_source``, whose source is not full) is the result, with its own scores, and
+best-ranked copy that may be returned (that clears the relevance floors and, under a cap
+per source, whose source is not full) is the result, with its own scores, and
 ``metadata["also_in"]`` lists the other copies among the candidates read (at least the best
 ``2 * k``; with maximal marginal relevance, its candidates), best first (see :func:`copies_entry`).
 With maximal marginal relevance, picking a copy removes its other copies from the choice.

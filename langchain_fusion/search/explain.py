@@ -9,7 +9,7 @@ order the search decides:
    among the rows the filter allows, is given; the BM25 side ranks only rows with a query term).
 3. ``below_floor``: in the pool, but it clears no relevance floor that applies.
 4. ``duplicate``: a copy of a returned result's text (:mod:`~langchain_fusion.search.duplicates`).
-5. ``capped``: ``max_per_source`` results of its source ranked above it.
+5. ``capped``: the cap per source was reached by results of its source ranked above it.
 6. ``not_picked_by_mmr``: a candidate of maximal marginal relevance that was not picked.
 7. ``below_k``: it qualifies, but ``k`` results ranked above it (its fused rank is given).
 8. ``below_min_relevance``: it made the ``k`` but its calibrated relevance is under ``min_relevance``.
@@ -30,7 +30,7 @@ from langchain_core.documents import Document
 
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import InvalidParameterError
-from langchain_fusion.search.diversity import PASSED_OVER_CAPPED, PASSED_OVER_DUPLICATE
+from langchain_fusion.search.diversity import MMR_WEIGHT, PASSED_OVER_CAPPED, PASSED_OVER_DUPLICATE, SOURCE_CAP
 from langchain_fusion.search.floors import BM25_FLOOR, VECTOR_FLOOR, Floors
 from langchain_fusion.search.pool import QueryScorers, SearchTrace
 from langchain_fusion.stores.base import SideScorer, StoreView, Where
@@ -263,11 +263,11 @@ def _in_pool(base: dict[str, Any], record: SearchRecord, position: int) -> Expla
             return _duplicate(base, record, index)
         if why == PASSED_OVER_CAPPED:
             return _capped(base, record, index)
-        if options.get("lambda_mult") is not None:
+        if options.get(MMR_WEIGHT) is not None:
             return _not_picked(base, record, position)
     k, rank = options["k"], base["fused_rank"]
     message = f"{doc_id} qualifies but ranks {rank} by fused score ({base['fused_score']:.3f}), below k={k}"
-    if options.get("lambda_mult") is not None:
+    if options.get(MMR_WEIGHT) is not None:
         message += f"; maximal marginal relevance chooses among the best {trace.pool_size or 'all'} only"
     elif trace.picks is not None and trace.picks.passed_over:
         above = [i for i in trace.picks.passed_over if not read.size or i < int(read[0])]
@@ -315,9 +315,9 @@ def _capped(base: dict[str, Any], record: SearchRecord, index: int) -> Explanati
     source = record.view.documents(trace.pool[trace.ranked[index : index + 1]])[0].metadata.get(keys.SOURCE)
     chosen = _chosen_documents(record)
     by = [d.id or "" for d in chosen if d.metadata.get(keys.SOURCE) == source]
-    cap = record.options["max_per_source"]
+    cap = record.options[SOURCE_CAP]
     message = (
-        f"{base['doc_id']} is capped by max_per_source={cap}: {source!r} already gives {len(by)} result(s) "
+        f"{base['doc_id']} is capped by {SOURCE_CAP}={cap}: {source!r} already gives {len(by)} result(s) "
         f"chosen before it ({', '.join(by)})"
     )
     returned = {d.id for d in record.returned}
@@ -336,7 +336,7 @@ def _not_picked(base: dict[str, Any], record: SearchRecord, position: int) -> Ex
     closest_id = None if closest is None else record.view.documents(chosen[closest : closest + 1])[0].id
     message = (
         f"{base['doc_id']} was a candidate of maximal marginal relevance (fused rank {base['fused_rank']}) but was "
-        f"not picked: with lambda_mult={record.options['lambda_mult']}, the {chosen.size} picks were more relevant "
+        f"not picked: with {MMR_WEIGHT}={record.options[MMR_WEIGHT]}, the {chosen.size} picks were more relevant "
         "or less like those already picked"
     )
     if closest is not None:
