@@ -697,3 +697,33 @@ class TestMilvusVersionRecord:
         assert store.record is not None and store.record.describe()["library"] == "before 0.3"
         assert store.record.format == 0 and not store.null_keys
         assert len(FusionIndex(HashingEmbeddings(), store=store).as_retriever(k=2).invoke("w1")) == 2
+
+
+def test_rows_built_by_column_equal_the_per_row_definition() -> None:
+    """The column builder gives each row what it always meant: tokens joined once, metadata as JSON reads it back."""
+    import math
+
+    import numpy as np
+
+    from langchain_fusion.stores.analyzer import Analyzer
+    from langchain_fusion.stores.milvus import writes
+
+    analyzer = Analyzer()
+    texts = ["Hello, world!  -- ... parseHTTPResponse_v2", "", "--- ...", "東京都 the THE the", "서울 무사히 e\u0301"]
+    documents = [
+        Document(id=f"d{i}", page_content=t, metadata={"source": "s", "page": None, 3: i, "x": (1, 2)})
+        for i, t in enumerate(texts)
+    ]
+    documents.append(Document(id="nan", page_content="nan", metadata={"score": math.nan, "none": None}))
+    vectors = np.random.default_rng(0).standard_normal((len(documents), 4)).astype(np.float32)
+    bm25_texts = [d.page_content for d in documents]
+    rows = writes.rows(documents, vectors, bm25_texts, analyzer, null_keys=True)
+    for row, doc, vector in zip(rows, documents, vectors, strict=True):
+        assert row["id"] == doc.id and row["text"] == doc.page_content
+        assert row["bm25_text"] == " ".join(analyzer.tokenize(doc.page_content))
+        assert row["vector"] == vector.tolist()
+        assert json.dumps(row["metadata"]) == json.dumps(json.loads(json.dumps(doc.metadata)))
+        assert row["null_keys"] == {k: True for k, v in row["metadata"].items() if v is None}
+    assert rows[0]["bm25_text"] and "  " not in rows[0]["bm25_text"] and rows[2]["bm25_text"] == ""
+    with pytest.raises(FusionError, match="'bad' has metadata that is not JSON-serialisable"):
+        writes.columns([Document(id="bad", page_content="x", metadata={"s": {1}})], vectors[:1], ["x"], analyzer, True)

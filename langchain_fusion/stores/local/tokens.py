@@ -47,6 +47,16 @@ def text_token_ids(
     return out, lengths
 
 
+def joined_tokens(analyzer: Analyzer, texts: Sequence[str]) -> list[str]:
+    """Each text's tokens joined by single spaces (what Milvus's ``whitespace`` tokenizer splits back)."""
+    if analyzer.has_custom_tokenize():
+        return [" ".join(tokenize(analyzer, text)) for text in texts]
+    # Each distinct unit is joined once; units without tokens are dropped so no space is doubled.
+    tokens_of = analyzer.unit_tokens
+    memo = WordMemo(lambda unit: " ".join(tokens_of(unit)))
+    return [" ".join(filter(None, map(memo.__getitem__, analyzer.units(text)))) for text in texts]
+
+
 def query_term_counts(analyzer: Analyzer, vocabulary: Mapping[str, int], query: str) -> Counter[int]:
     """Term ids of the query's tokens that the vocabulary knows, with their repeats."""
     return Counter(vocabulary[t] for t in tokenize(analyzer, query) if t in vocabulary)

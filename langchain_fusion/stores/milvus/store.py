@@ -233,10 +233,10 @@ class MilvusStore(FusionStore):
         dimension = int(vectors.shape[1])
         if self._settings.dimension is not None and self._settings.dimension != dimension:
             raise FusionError(f"expected vectors of dimension {self._settings.dimension}; got {dimension}")
-        rows = writes.rows(documents, vectors, bm25_texts, self._settings.analyzer, self.null_keys)
+        data = writes.columns(documents, vectors, bm25_texts, self._settings.analyzer, self.null_keys)
         if not self._created:
             self._create(dimension)
-        writes.upsert(self, rows)
+        writes.upsert(self, data)
 
     def delete(self, ids: Sequence[str]) -> int:
         """Delete rows by id; returns how many existed."""
