@@ -22,6 +22,7 @@ from langchain_fusion import (
     FusionIndex,
     InvalidParameterError,
 )
+from langchain_fusion import metadata as keys
 from langchain_fusion.stores.base import FusionStore
 from tests.conftest import FAKE_ID, HashingEmbeddings
 from tests.store_contract import CJK, Reference, StoreContract, corpus, results
@@ -298,12 +299,14 @@ class _Recorder:
     def __init__(self, client: Any) -> None:
         self.client = client
         self.calls: list[tuple[str, int, str]] = []
+        self.arguments: list[dict[str, Any]] = []
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.client, name)
 
         def recorded(*args: Any, **kwargs: Any) -> Any:
             self.calls.append((name, threading.get_ident(), str(kwargs.get("filter", ""))))
+            self.arguments.append(kwargs)
             return method(*args, **kwargs)
 
         return recorded
@@ -328,6 +331,36 @@ class TestMilvusRoundTrips:
         first, second, completion = recorder.calls
         assert first[1] != second[1]  # the two sides were searched from two threads, side by side
         assert first[2] == second[2] == "" and completion[2].startswith("id in [")
+
+    def test_mapping_chunks_to_files_reads_ids_and_metadata_only(self, index: FusionIndex) -> None:
+        from langchain_fusion.stores.base import IdsBySource
+
+        expected: dict[str, set[str]] = {}
+        for doc in index.view().iter_documents():
+            expected.setdefault(str(doc.metadata.get(keys.SOURCE, "")), set()).add(doc.id or "")
+        recorder = index.store.client = _Recorder(index.store.client)  # type: ignore[attr-defined]
+        view = index.view()
+        assert isinstance(view, IdsBySource) and view.ids_by_source() == expected
+        reads = [a for name, a in zip(recorder.calls, recorder.arguments, strict=True) if name[0] == "query"]
+        assert reads and all(set(a["output_fields"]) <= {"id", "metadata", "count(*)"} for a in reads), reads
+
+    def test_neighbours_are_bounded_queries_and_complete_when_positions_repeat(self, index: FusionIndex) -> None:
+        extra = [
+            Document(id=f"dup{i}", page_content=f"dup {i}", metadata={keys.SOURCE: "dup", keys.CHUNK_INDEX: i // 2})
+            for i in range(6)
+        ]
+        extra.append(Document(id="solo", page_content="solo", metadata={keys.SOURCE: "solo", keys.CHUNK_INDEX: 0}))
+        index.add_documents(extra)
+        recorder = index.store.client = _Recorder(index.store.client)  # type: ignore[attr-defined]
+        found = index.view().neighbours("dup", [0, 1, 2, 7])
+        assert sorted(found) == [0, 1, 2]
+        assert all(doc.id in {f"dup{2 * i}", f"dup{2 * i + 1}"} for i, doc in found.items())
+        assert all(a.get("limit") for a in recorder.arguments), recorder.arguments
+        single = index.view().neighbours("dup", [1])
+        assert list(single) == [1] and single[1].id in {"dup2", "dup3"}
+        recorder.calls.clear()
+        assert [d.id for d in index.view().neighbours("solo", [0, 1]).values()] == ["solo"]
+        assert [name for name, _, _ in recorder.calls] == ["query"]  # positions unique: one bounded query
 
     def test_the_async_path_makes_no_call_on_the_event_loop(self, index: FusionIndex) -> None:
         recorder = index.store.client = _Recorder(index.store.client)  # type: ignore[attr-defined]

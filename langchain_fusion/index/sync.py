@@ -40,6 +40,7 @@ from langchain_fusion.ingest.loading import (
     split_documents,
 )
 from langchain_fusion.models.embeddings import chunk_token_counter
+from langchain_fusion.stores.base import IdsBySource
 from langchain_fusion.stores.local.folder import saved_index_reason, sha256_file
 
 SYNC_INFO_KEY = "files"
@@ -256,8 +257,11 @@ def _load_quietly(path: Path, max_chars: int) -> LoadResult:
 
 
 def _chunk_ids_by_source(index: FusionIndex) -> dict[str, set[str]]:
+    view = index.view()
+    if isinstance(view, IdsBySource):  # a remote store reads ids and sources only
+        return view.ids_by_source()
     table: dict[str, set[str]] = {}
-    for doc in index.view().iter_documents():
+    for doc in view.iter_documents():
         table.setdefault(str(doc.metadata.get(keys.SOURCE, "")), set()).add(doc.id or "")
     return table
 

@@ -123,6 +123,15 @@ class TextReader(Protocol):
         ...
 
 
+@runtime_checkable
+class IdsBySource(Protocol):
+    """Optional capability of a view: which chunk ids each source has, without reading texts or vectors."""
+
+    def ids_by_source(self) -> dict[str, set[str]]:
+        """Every live row's id under its source (``str`` of its source metadata, '' when it has none)."""
+        ...
+
+
 class StoreView(ABC):
     """A consistent read view of a store: what one query (or one batch) sees."""
 

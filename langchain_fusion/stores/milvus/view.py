@@ -176,19 +176,35 @@ class MilvusView(StoreView):
 
     def neighbours(self, source: str, chunk_indexes: Sequence[int]) -> dict[int, Document]:
         """Chunks of ``source`` at these positions."""
-        if not chunk_indexes:
-            return {}
-        expression = (
-            f"metadata[{literal(keys_.SOURCE)}] == {literal(source)} and "
-            f"metadata[{literal(keys_.CHUNK_INDEX)}] in [{','.join(str(int(i)) for i in chunk_indexes)}]"
-        )
-        rows = self._query(expression, OUTPUT)
+        wanted = list(dict.fromkeys(int(i) for i in chunk_indexes))
+        rows: list[dict[str, Any]] = []
+        for start in range(0, len(wanted), reads.PAGE):
+            rows += self._neighbour_rows(source, wanted[start : start + reads.PAGE])
         self.remember(rows)
         out: dict[int, Document] = {}
         for row in rows:
             doc = self._document(row["id"])
             out.setdefault(int(doc.metadata[keys_.CHUNK_INDEX]), doc)
         return out
+
+    def _neighbour_rows(self, source: str, chunk_indexes: list[int]) -> list[dict[str, Any]]:
+        """Rows of ``source`` at these positions: one bounded query, or a cursor read when a position repeats."""
+        expression = (
+            f"metadata[{literal(keys_.SOURCE)}] == {literal(source)} and "
+            f"metadata[{literal(keys_.CHUNK_INDEX)}] in [{','.join(map(str, chunk_indexes))}]"
+        )
+        rows = self._query(expression, OUTPUT, limit=len(chunk_indexes) + 1)
+        if len(rows) <= len(chunk_indexes):
+            return rows
+        # More rows than positions (a source whose chunk indexes repeat): read them all, in id order.
+        return [row for page in reads.pages(self.store, expression, OUTPUT) for row in page]
+
+    def ids_by_source(self) -> dict[str, set[str]]:
+        """Every row's id under its source, reading ids and metadata only (no text, no vector)."""
+        table: dict[str, set[str]] = {}
+        for row in self.store.read_all("", ["metadata"]):
+            table.setdefault(str((row.get("metadata") or {}).get(keys_.SOURCE, "")), set()).add(str(row["id"]))
+        return table
 
     def iter_documents(self) -> Iterator[Document]:
         """Every document, in id order."""
