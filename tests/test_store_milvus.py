@@ -88,6 +88,23 @@ class TestMilvusSpecifics:
             d.id for d in first.as_retriever(k=5).invoke("w1 w2")
         ]
 
+    def test_a_pymilvus_without_the_column_upsert_gets_the_same_rows_by_the_row_path(
+        self, milvus_uri: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from langchain_fusion.stores.milvus import MilvusStore, connection
+
+        monkeypatch.setattr(connection, "column_upsert", lambda client: None)
+        docs = [
+            Document(id=f"d{i}", page_content=f"w{i} shared", metadata={"source": f"s{i}", "n": i, "none": None})
+            for i in range(5)
+        ]
+        name = f"p{uuid.uuid4().hex[:12]}"
+        index = FusionIndex.from_documents(docs, HashingEmbeddings(), store=MilvusStore(milvus_uri, name))
+        assert sorted((d.id, d.metadata["n"], d.metadata["none"]) for d in index.documents) == [
+            (f"d{i}", i, None) for i in range(5)
+        ]
+        assert index.as_retriever(k=1).invoke("w3")[0].id == "d3"
+
     def test_a_collection_made_before_the_new_analyzer_options_keeps_its_analysis(
         self, milvus_uri: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:

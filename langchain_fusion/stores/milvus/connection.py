@@ -15,9 +15,11 @@ collection) is not repeated: the error says so, and that it may or may not have 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import time
+import types
 from typing import Any, Protocol
 
 from langchain_fusion.errors import FusionError, InvalidParameterError, MissingDependencyError
@@ -180,10 +182,47 @@ def bound(client: Any, method: str) -> Any:
     """``client.method``; for :data:`UPSERT_COLUMNS`, the client's connection's column upsert in its database."""
     if method != UPSERT_COLUMNS:
         return getattr(client, method)
-    handler, context = client._get_connection(), client._generate_call_context()
+    found = column_upsert(client)
+    if found is None:
+        return _upsert_as_rows(client)
+    handler, context = found
 
     def upsert_columns(collection_name: str, entities: list[dict[str, Any]], **kwargs: Any) -> Any:
         return handler.upsert(collection_name, entities, context=context, **kwargs)
+
+    return upsert_columns
+
+
+def column_upsert(client: Any) -> tuple[Any, Any] | None:
+    """The client's connection and call context for a column upsert, or None where pymilvus has none.
+
+    pymilvus's ``MilvusClient`` takes rows only and checks every text row by row; its connection's column
+    upsert (what its own ``Collection.upsert`` sends) is not public, so a pymilvus without it gets rows.
+    """
+    try:
+        return client._get_connection(), client._generate_call_context()
+    except AttributeError:
+        return None
+
+
+def _upsert_as_rows(client: Any) -> Any:
+    """The column upsert of :func:`bound` through the client's public row upsert (slower, the same rows)."""
+
+    def upsert_columns(collection_name: str, entities: list[dict[str, Any]], **kwargs: Any) -> Any:
+        from pymilvus import DataType
+
+        names = [entity["name"] for entity in entities]
+        # The column path takes JSON as text, the row path as values.
+        columns = [
+            [json.loads(v) if isinstance(v, str) else v for v in e["values"]]
+            if e["type"] == DataType.JSON
+            else e["values"]
+            for e in entities
+        ]
+        rows = [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
+        kwargs.pop("schema", None)
+        answer = client.upsert(collection_name=collection_name, data=rows, **kwargs)
+        return types.SimpleNamespace(upsert_count=int(answer["upsert_count"]))
 
     return upsert_columns
 
