@@ -43,18 +43,22 @@ import contextlib
 
 from latency import (  # benchmarks/ is not a package: latency.py is found by the path above
     ALPHA,
+    CHUNK_DOCS,
     FETCH_K,
     METHOD,
+    STOPWORDS,
     BuildMemory,
     Corpus,
     _load,
     _ms,
+    _normalise,
     _size,
     _status_mb,
     load_corpus,
     log,
     machine_header,
     make_corpus,
+    make_vocabulary,
 )
 
 K = 10
@@ -65,6 +69,85 @@ IDLE_QUERIES = 30
 HNSW_FACTORY = "HNSW32"
 ENSEMBLE_BUDGET_S = 60.0
 WORKERS = ("index", "load", "bm25", "ann", "ensemble")
+
+# The "zipf" corpus shape (issue 30): no stopword head, vectors that crowd together.
+ZIPF_VOCABULARY = 50_000
+ZIPF_CORPUS_EXPONENT = 1.07
+ZIPF_MIN_WORDS, ZIPF_MAX_WORDS = 60, 200
+ZIPF_QUERY_WORDS = 6
+CORPORA = ("topics", "zipf")
+
+
+# --- the zipf corpus --------------------------------------------------------------------------
+
+
+def zipf_vocabulary(rng: np.random.Generator, size: int) -> list[str]:
+    """``size`` pseudo-words that the default analyzer keeps as one token each (no stopword among them)."""
+    from langchain_fusion.stores.analyzer import Analyzer
+
+    analyzer = Analyzer()
+    words = make_vocabulary(rng, 2 * size + len(STOPWORDS))[len(STOPWORDS) :]
+    kept: dict[str, str] = {}  # token -> word: two words that stem alike would be one term
+    for word in words:
+        tokens = analyzer.tokenize(word)
+        if len(tokens) == 1 and tokens[0] not in kept:
+            kept[tokens[0]] = word
+            if len(kept) == size:
+                break
+    return list(kept.values())
+
+
+def make_zipf_corpus(folder: Path, n: int, dim: int, seed: int, n_queries: int) -> None:
+    """Write the "zipf" corpus in :func:`latency.make_corpus`'s files.
+
+    Every token is drawn from one Zipf law over :data:`ZIPF_VOCABULARY` terms, so the most
+    frequent terms are ordinary words (no stopword list removes them) whose postings span most
+    rows. Each term has a fixed random unit vector; a chunk's vector is the normalised sum of its
+    tokens' vectors, so every vector leans towards the frequent terms' directions and unrelated
+    chunks have clearly positive cosines, as sentence embeddings do. A query is
+    :data:`ZIPF_QUERY_WORDS` tokens of one chunk, embedded the same way.
+    """
+    from scipy import sparse
+
+    rng = np.random.default_rng([seed, n, dim, 30])
+    qrng = np.random.default_rng([seed, n, dim, 31])
+    vocab = np.array(zipf_vocabulary(rng, ZIPF_VOCABULARY), dtype=object)
+    zipf = 1.0 / np.arange(1, vocab.size + 1) ** ZIPF_CORPUS_EXPONENT
+    zipf /= zipf.sum()
+    term_vectors = _normalise(rng.standard_normal((vocab.size, dim), dtype=np.float32))
+    lengths = rng.integers(ZIPF_MIN_WORDS, ZIPF_MAX_WORDS + 1, n)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    sources = qrng.choice(n, size=n_queries, replace=False)
+    queries: list[str] = [""] * n_queries
+    query_vectors = np.zeros((n_queries, dim), dtype=np.float32)
+    seen: set[str] = {""}
+    vectors = np.lib.format.open_memmap(folder / "vectors.npy", mode="w+", dtype=np.float32, shape=(n, dim))
+    with open(folder / "texts.txt", "w", encoding="utf-8") as out:
+        for start in range(0, n, CHUNK_DOCS):
+            stop = min(n, start + CHUNK_DOCS)
+            local = offsets[start : stop + 1] - offsets[start]
+            tokens = rng.choice(vocab.size, size=int(local[-1]), p=zipf)
+            counts = sparse.csr_matrix(
+                (np.ones(tokens.size, np.float32), tokens, local), shape=(stop - start, vocab.size)
+            )
+            vectors[start:stop] = _normalise(np.asarray(counts @ term_vectors))
+            words = vocab[tokens].tolist()
+            out.writelines(" ".join(words[local[i] : local[i + 1]]) + "\n" for i in range(stop - start))
+            for j in np.flatnonzero((sources >= start) & (sources < stop)).tolist():
+                doc = tokens[local[sources[j] - start] : local[sources[j] - start + 1]]
+                while queries[j] in seen:  # identical texts must not need two different vectors
+                    picked = doc[np.sort(qrng.choice(doc.size, size=ZIPF_QUERY_WORDS, replace=False))]
+                    queries[j] = " ".join(vocab[picked].tolist())
+                seen.add(queries[j])
+                query_vectors[j] = term_vectors[picked].sum(axis=0)
+    vectors.flush()
+    np.save(folder / "query_vectors.npy", _normalise(query_vectors))
+    np.save(folder / "empty_vector.npy", _normalise(qrng.standard_normal((1, dim), dtype=np.float32))[0])
+    (folder / "queries.json").write_text(json.dumps({"queries": queries, "sources": sources.tolist()}))
+    del vectors
+
+
+CORPUS_MAKERS = {"topics": make_corpus, "zipf": make_zipf_corpus}
 
 
 # --- measuring helpers ------------------------------------------------------------------------
@@ -300,14 +383,14 @@ def run_worker(args: argparse.Namespace) -> None:
 # --- the parent -------------------------------------------------------------------------------
 
 
-def run_size(args: argparse.Namespace, n: int, workdir: Path) -> dict[str, Any]:
-    """Generate one corpus and run every part on it; the parts' results merged."""
-    folder = workdir / f"corpus-{n}"
+def run_size(args: argparse.Namespace, n: int, shape: str, workdir: Path) -> dict[str, Any]:
+    """Generate one corpus of the ``shape`` (see :data:`CORPUS_MAKERS`), run every part on it; results merged."""
+    folder = workdir / f"corpus-{shape}-{n}"
     folder.mkdir()
     t0 = time.perf_counter()
-    make_corpus(folder, n, args.dim, args.seed, WARMUP + args.queries)
-    log(f"[{_size(n)}] corpus generated in {time.perf_counter() - t0:.1f}s")
-    merged: dict[str, Any] = {"n": n}
+    CORPUS_MAKERS[shape](folder, n, args.dim, args.seed, WARMUP + args.queries)
+    log(f"[{_size(n)} {shape}] corpus generated in {time.perf_counter() - t0:.1f}s")
+    merged: dict[str, Any] = {"n": n, "corpus": shape}
     skipped = {"ensemble"} if args.skip_ensemble or n > args.ensemble_max else set()
     if args.skip_ann:
         skipped.add("ann")
@@ -316,18 +399,18 @@ def run_size(args: argparse.Namespace, n: int, workdir: Path) -> dict[str, Any]:
         out = folder / f"{part}.json"
         command = [sys.executable, str(Path(__file__).resolve()), "--_worker", part, "--_data", str(folder)]
         command += ["--_out", str(out), "--ef", ",".join(map(str, args.ef))]
-        log(f"[{_size(n)}] {part} ...")
+        log(f"[{_size(n)} {shape}] {part} ...")
         t0 = time.perf_counter()
         proc = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if proc.returncode != 0:
-            log(f"[{_size(n)}] {part} FAILED: {proc.stderr.strip()[-2000:]}")
+            log(f"[{_size(n)} {shape}] {part} FAILED: {proc.stderr.strip()[-2000:]}")
             merged.setdefault("errors", {})[part] = (proc.stderr.strip().splitlines() or ["?"])[-1]
             continue
         result = json.loads(out.read_text())
         if part == "index":
             (folder / "exact_top.json").write_text(json.dumps(result.pop("exact_top")))
         merged.update(result)
-        log(f"[{_size(n)}] {part} done in {time.perf_counter() - t0:.1f}s")
+        log(f"[{_size(n)} {shape}] {part} done in {time.perf_counter() - t0:.1f}s")
     shutil.rmtree(folder)
     return merged
 
@@ -442,7 +525,7 @@ def report(r: dict[str, Any]) -> list[str]:
         built = f" (efConstruction {r['ann_ef_construction']})" if "ann_ef_construction" in r else ""
         add(f"HNSW32 build time{built}", f"{r['ann_build_s']:.1f} s", f"exact {r.get('build_s', 0):.1f} s", "", "")
     lines = [
-        f"### {_size(n)} chunks",
+        f"### {_size(n)} chunks, {r.get('corpus', 'topics')} corpus",
         "",
         "| measurement | value | reference (same run) | ratio | target |",
         "|---|---:|---:|---:|---|",
@@ -460,6 +543,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--queries", type=int, default=200, help="timed queries per measurement (default 200)")
     parser.add_argument("--dim", type=int, default=384, help="embedding dimension (default 384, like MiniLM)")
     parser.add_argument("--seed", type=int, default=0, help="corpus and query seed")
+    parser.add_argument(
+        "--corpus",
+        default=",".join(CORPORA),
+        help="comma-separated corpus shapes: topics (latency.py's: stopword head, topic vectors), "
+        "zipf (frequent terms that are not stopwords, crowded vectors); default both",
+    )
     parser.add_argument("--ef", default="64,128,256,512", help="HNSW efSearch values to sweep")
     parser.add_argument("--skip-ensemble", action="store_true", help="skip the EnsembleRetriever reference")
     parser.add_argument("--skip-ann", action="store_true", help="skip the HNSW build and sweep (20 min at 1M)")
@@ -470,6 +559,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--_out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.ef = [int(x) for x in str(args.ef).split(",") if x]
+    args.corpora = [c.strip() for c in str(args.corpus).split(",") if c.strip()]
+    unknown = sorted(set(args.corpora) - set(CORPORA))
+    if unknown or not args.corpora:
+        parser.error(f"--corpus takes {', '.join(CORPORA)} (comma-separated); got {args.corpus!r}")
     return args
 
 
@@ -485,7 +578,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args.k, args.threads = K, None
     header = machine_header(args, argv, "benchmarks/scale.py")  # before the runs: it records the load average at start
     with tempfile.TemporaryDirectory(prefix="lf-scale-") as tmp:
-        results = [run_size(args, n, Path(tmp)) for n in sizes]
+        results = [run_size(args, n, shape, Path(tmp)) for shape in args.corpora for n in sizes]
     lines = ["## Speed and memory at scale", "", *header, ""]
     for result in results:
         lines += report(result)
