@@ -529,6 +529,8 @@ def _postings_mismatch(
     if not n:
         return None
     term_of = {t: i for i, t in enumerate(vocabulary)}
+    # Plain arrays: slicing a memory map builds a memmap object per slice, the cost of this check on long texts.
+    indptr, rows, tf = np.asarray(postings.indptr), np.asarray(postings.rows), np.asarray(postings.tf)
     for row in sorted({int(r) for r in np.linspace(0, n - 1, min(n, SPOT_CHECK_ROWS))}):
         counts: dict[int, int] = {}
         for token in tokenize(settings.analyzer, indexed_text(documents.document(row), settings.bm25_fields)):
@@ -539,9 +541,9 @@ def _postings_mismatch(
         if sum(counts.values()) != int(lengths[row]):  # fewer tokens now: an analyzer edited to drop some
             return f"row {row} has {sum(counts.values())} tokens, the BM25 index {int(lengths[row])}"
         for term, count in counts.items():
-            start, end = int(postings.indptr[term]), int(postings.indptr[term + 1])
-            at = start + int(np.searchsorted(postings.rows[start:end], row))  # a term's rows ascend
-            if at >= end or int(postings.rows[at]) != row or int(postings.tf[at]) != count:
+            start, end = int(indptr[term]), int(indptr[term + 1])
+            at = start + int(np.searchsorted(rows[start:end], row))  # a term's rows ascend
+            if at >= end or int(rows[at]) != row or int(tf[at]) != count:
                 return f"row {row}: the postings of {vocabulary[term]!r} do not list it {count} time(s)"
     return None
 
