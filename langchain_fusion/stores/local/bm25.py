@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,15 +24,37 @@ from numpy.typing import NDArray
 
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.local.tokens import query_term_counts, text_token_ids
+from langchain_fusion.stores.ranking import top_rows
 from langchain_fusion.stores.settings import BM25Method, BM25Params
 
 _BLOCK = 1 << 18
 """Postings processed per step when merging segments, bounding the temporary arrays."""
 
+SEED_MAX_SHARE = 0.125
+"""A pruned top-k gives up (scores every row) when its rarest terms' postings exceed this share of the rows."""
+
+ESSENTIAL_MAX_SHARE = 0.5
+"""...or when the postings of the terms that must be read in full exceed this share."""
+
+SEED_ROWS_PER_RESULT = 2
+"""Rows scored exactly per result wanted to set the first threshold (those the rarest terms weigh most)."""
+
+DENSE_PARTIAL_SHARE = 16
+"""Candidates are accumulated over an array of every row once there are more than 1/this many postings per row."""
+
+_ROUNDING = 1e-5
+"""Relative room left for float32 rounding when a sum of upper bounds is compared with a score."""
+
 TOKENIZE_BATCH = 4096
 """Texts tokenized and counted at a time when building postings: only one batch's token ids exist at once."""
 
 IntArray = NDArray[np.int64]
+
+TermWeights = dict[tuple[int, int], tuple[IntArray, NDArray[np.float32]]]
+"""(term, block number) -> the rows of the block holding the term and the term's weight in each."""
+
+TermBound = Callable[[int, float], float]
+"""``bound(term, idf)``: the largest weight the term has in any row (see :meth:`QueryWeights.term_bound`)."""
 
 
 def idf(method: BM25Method, df: int, n: int) -> float:
@@ -254,7 +276,7 @@ class QueryWeights:
         self,
         out: NDArray[np.float32],
         blocks: Sequence[tuple[Postings, int]],
-        shared: dict[tuple[int, int], tuple[NDArray[np.int64], NDArray[np.float32]]],
+        shared: TermWeights,
     ) -> None:
         """Add this query's scores to ``out`` (zeros on entry).
 
@@ -284,11 +306,176 @@ class QueryWeights:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         lo, hi = int(postings.indptr[term]), int(postings.indptr[term + 1])
         rows = postings.rows[lo:hi].astype(np.int64) + first_row
-        weight = tf_component(self.params, postings.tf[lo:hi].astype(np.float32), self.relative_length[rows])
+        return rows, self._weigh(postings.tf[lo:hi], rows, term_idf)
+
+    def _weigh(self, tf: NDArray[np.integer], rows: NDArray[np.int64], term_idf: float) -> NDArray[np.float32]:
+        """A term's BM25 weight in ``rows``, where it occurs ``tf`` times (the same float32 steps for any subset)."""
+        weight = tf_component(self.params, tf.astype(np.float32), self.relative_length[rows])
         weight *= np.float32(term_idf)
         if self.absent is not None:
             weight -= np.float32(term_idf * self.absent)
-        return rows, weight
+        return weight
+
+    def term_bound(self, blocks: Sequence[tuple[Postings, int]], term: int, term_idf: float) -> float:
+        """The largest weight ``term`` has in any row of ``blocks`` (repeats not applied; 0 if it occurs nowhere)."""
+        best = 0.0
+        for postings, first_row in blocks:
+            _, weight = self._term_weights(postings, first_row, term, term_idf)
+            if weight.size:
+                best = max(best, float(weight.max()))
+        return best
+
+    def row_scores(self, rows: IntArray, blocks: Sequence[tuple[Postings, int]]) -> NDArray[np.float32]:
+        """The scores of ``rows`` (ascending, distinct): bit for bit what :meth:`scores` gives them.
+
+        Each row receives its terms' weights in the same order and float32 arithmetic as in
+        :meth:`add_scores`; only the rows asked for are looked up in the postings.
+        """
+        out = np.zeros(rows.size, dtype=np.float32)
+        if self.terms and rows.size:
+            starts = [first_row for _, first_row in blocks]
+            for number, (postings, first_row) in enumerate(blocks):
+                lo = int(np.searchsorted(rows, first_row))
+                hi = int(np.searchsorted(rows, starts[number + 1])) if number + 1 < len(blocks) else rows.size
+                if hi <= lo:
+                    continue
+                local = (rows[lo:hi] - first_row).astype(np.int32)
+                for term, repeats, term_idf in self.terms:
+                    positions, matched = _matches(postings, term, local)
+                    if positions.size:
+                        weight = self._weigh(postings.tf[positions], rows[lo:hi][matched], term_idf)
+                        out[lo + matched] += weight if repeats == 1 else weight * np.float32(repeats)
+        if self.nonoccurrence:
+            out += self.nonoccurrence
+        return out
+
+    def top(
+        self,
+        size: int,
+        blocks: Sequence[tuple[Postings, int]],
+        k: int,
+        allowed: NDArray[np.bool_] | None,
+        bound: TermBound,
+    ) -> tuple[IntArray, NDArray[np.float32]] | None:
+        """The ``k`` best ``allowed`` rows scoring above 0 and their scores, or None where pruning cannot help.
+
+        Exactly the rows, order (ties by row) and scores of a top-k over :meth:`scores`, found
+        without weighing every posting (MaxScore, Turtle and Flood 1995): rows found through the
+        rarest terms give a k-th score ``theta``; the commonest terms whose upper bounds
+        (``bound(term, idf)``, the term's largest weight) sum below ``theta`` cannot lift a row
+        that lacks every other term into the top k, so only rows holding another term are
+        candidates, and only candidates whose bound still reaches ``theta`` are scored exactly.
+        None (the caller scores every row) for the variants that credit absent terms, or when
+        the rare terms' postings are themselves a large share of the rows.
+        """
+        if k <= 0 or not self.terms:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        if self.absent is not None:
+            return None
+        counts = np.array([_postings_count(blocks, term) for term, _, _ in self.terms], dtype=np.int64)
+        bounds = np.array([repeats * max(bound(term, w), 0.0) for term, repeats, w in self.terms])
+        order = np.argsort(bounds, kind="stable")  # ascending: the commonest terms first
+        theta = self._seed_threshold(size, blocks, k, allowed, order[::-1], max(int(size * SEED_MAX_SHARE), 4 * k))
+        if theta is None:
+            return None
+        # Terms order[:j] are non-essential: together they stay below theta (with room for float32 rounding).
+        prefix = np.concatenate(([0.0], np.cumsum(bounds[order])))
+        j = min(int(np.count_nonzero(prefix * (1 + _ROUNDING) < theta)) - 1, len(self.terms) - 1)
+        essential = order[j:]
+        if int(counts[essential].sum()) > size * ESSENTIAL_MAX_SHARE:
+            return None
+        candidates, partial = self._essential_partial(size, blocks, [self.terms[t] for t in essential.tolist()])
+        if allowed is not None:
+            keep = allowed[candidates]
+            candidates, partial = candidates[keep], partial[keep]
+        candidates = candidates[(partial + prefix[j]) * (1 + _ROUNDING) >= theta]
+        scores = self.row_scores(candidates, blocks)
+        best = top_rows(scores, k, above=0.0)
+        return candidates[best], scores[best]
+
+    def _seed_threshold(
+        self,
+        size: int,
+        blocks: Sequence[tuple[Postings, int]],
+        k: int,
+        allowed: NDArray[np.bool_] | None,
+        descending: IntArray,
+        budget: int,
+    ) -> float | None:
+        """A score at most the k-th best (None: the rarest terms hold over ``budget`` postings).
+
+        The k-th best exact score among the rows that the rarest terms weigh most: any k rows'
+        scores bound the k-th best from below, and these are likely near it. When fewer than
+        ``k`` rows qualify, the least positive float32: every row with a positive score is then
+        a candidate, which is still exact.
+        """
+        rows = np.zeros(0, dtype=np.int64)
+        partial = np.zeros(0, dtype=np.float64)
+        for count in range(1, descending.size + 1):
+            terms = [self.terms[t] for t in descending[:count].tolist()]
+            if sum(_postings_count(blocks, term) for term, _, _ in terms) > budget:
+                return None
+            rows, partial = self._essential_partial(size, blocks, terms)
+            if allowed is not None:
+                keep = allowed[rows]
+                rows, partial = rows[keep], partial[keep]
+            if rows.size >= k:
+                break
+        rows = np.sort(rows[top_rows(partial, SEED_ROWS_PER_RESULT * k)])
+        scores = self.row_scores(rows, blocks)
+        positive = scores[scores > 0]
+        if positive.size < k:
+            return float(np.nextafter(np.float32(0), np.float32(1)))
+        return float(np.partition(positive, positive.size - k)[positive.size - k])
+
+    def _essential_partial(
+        self, size: int, blocks: Sequence[tuple[Postings, int]], terms: Sequence[tuple[int, int, float]]
+    ) -> tuple[IntArray, NDArray[np.float64]]:
+        """The rows holding any of ``terms`` (ascending) and the sum of those terms' weights in each."""
+        parts = [
+            (*self._term_weights(postings, first_row, term, term_idf), repeats)
+            for postings, first_row in blocks
+            for term, repeats, term_idf in terms
+        ]
+        if not parts:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        rows = np.concatenate([part[0] for part in parts])
+        weights = np.concatenate([part[1].astype(np.float64) * part[2] for part in parts])
+        if rows.size * DENSE_PARTIAL_SHARE > size:  # many postings: accumulate over every row, no sort
+            marked = np.zeros(size, dtype=bool)
+            marked[rows] = True
+            candidates = np.flatnonzero(marked).astype(np.int64)
+            return candidates, np.bincount(rows, weights, minlength=size)[candidates].astype(np.float64)
+        order = np.argsort(rows, kind="stable")
+        rows = rows[order]
+        first = np.concatenate(([True], rows[1:] != rows[:-1]))
+        return rows[first].astype(np.int64), np.bincount(np.cumsum(first) - 1, weights[order]).astype(np.float64)
+
+
+def _postings_count(blocks: Sequence[tuple[Postings, int]], term: int) -> int:
+    """Postings of ``term`` over every block."""
+    return sum(int(p.indptr[term + 1] - p.indptr[term]) for p, _ in blocks if term < p.vocabulary_size)
+
+
+def _matches(postings: Postings, term: int, local: NDArray[np.int32]) -> tuple[IntArray, IntArray]:
+    """Positions of ``term``'s postings for the rows ``local`` (ascending) holds, and where in ``local`` each row is.
+
+    Binary search from the shorter side: a rare term's postings into the rows, or the rows
+    into a common term's postings.
+    """
+    if term >= postings.vocabulary_size or local.size == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    lo, hi = int(postings.indptr[term]), int(postings.indptr[term + 1])
+    rows = postings.rows[lo:hi]
+    if rows.size == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if rows.size <= local.size:
+        at = np.minimum(np.searchsorted(local, rows), local.size - 1)
+        hit = local[at] == rows
+        return lo + np.flatnonzero(hit), at[hit].astype(np.int64)
+    at = np.minimum(np.searchsorted(rows, local), rows.size - 1)
+    hit = rows[at] == local
+    return lo + at[hit].astype(np.int64), np.flatnonzero(hit)
 
 
 class BM25Corpus:

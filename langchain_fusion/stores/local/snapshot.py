@@ -30,6 +30,7 @@ from langchain_fusion.stores.base import FloatMatrix, Keys, Scores, StoreView, W
 from langchain_fusion.stores.local.bm25 import (
     Postings,
     QueryWeights,
+    TermWeights,
     merge_postings,
     postings_of_texts,
 )
@@ -51,6 +52,12 @@ PARALLEL_SIDES_MIN_ROWS = 1 << 16
 """From this many rows a fused query searches its vector and BM25 sides in two threads."""
 
 _MANY_CORES = usable_cores() > 1
+
+PRUNED_TOP_MIN_ROWS = 1 << 14
+"""From this many rows a BM25 top-k is found by pruning (below, scoring every row takes microseconds)."""
+
+FEW_ROWS_SHARE = 16
+"""BM25 scores of fewer than 1/this of the rows are looked up in the postings rather than computed for every row."""
 
 ANN_MIN_ROWS = 4096
 """Segments smaller than this are scanned exactly even when an approximate index is configured."""
@@ -268,26 +275,50 @@ class Snapshot:
             np.matmul(queries, segment.vectors.T, out=out[:, segment.start : segment.stop])
         return out
 
-    def bm25_scores_all(self, query: str) -> NDArray[np.float32]:
-        """BM25 score of every row for ``query`` (dead rows get meaningless values)."""
-        scores: NDArray[np.float32] = self.bm25_scores_many([query])[0]
-        return scores
+    def bm25_scores_all(self, query: str, shared: TermWeights | None = None) -> NDArray[np.float32]:
+        """BM25 score of every row for ``query`` (dead rows get meaningless values).
 
-    def bm25_scores_many(self, queries: Sequence[str]) -> NDArray[np.float32]:
-        """BM25 scores of every row for each query, each distinct term weighed once for the batch."""
-        out = np.zeros((len(queries), self.size), dtype=np.float32)
-        if self.live_count == 0:
-            return out
-        blocks = [(s.postings, s.start) for s in self.segments]
-        shared: dict[tuple[int, int], tuple[NDArray[np.int64], NDArray[np.float32]]] = {}
-        for row, query in enumerate(queries):
-            terms = query_term_counts(self.settings.analyzer, self.vocabulary, query)
-            if terms:
-                weights = QueryWeights(
-                    self.settings.bm25_params, terms, self.document_frequency, self.live_count, self.relative_lengths()
-                )
-                weights.add_scores(out[row], blocks, shared)
+        ``shared``: term weights computed for other queries of a batch, reused and added to.
+        """
+        out = np.zeros(self.size, dtype=np.float32)
+        weights = self.bm25_weights(query)
+        if weights is not None:
+            weights.add_scores(out, self.bm25_blocks(), {} if shared is None else shared)
         return out
+
+    def bm25_weights(self, query: str) -> QueryWeights | None:
+        """The weighting of ``query``'s terms under the live statistics; None when no live row holds one."""
+        if self.live_count == 0:
+            return None
+        terms = query_term_counts(self.settings.analyzer, self.vocabulary, query)
+        if not terms:
+            return None
+        weights = QueryWeights(
+            self.settings.bm25_params, terms, self.document_frequency, self.live_count, self.relative_lengths()
+        )
+        return weights if weights.terms else None
+
+    def bm25_blocks(self) -> list[tuple[Postings, int]]:
+        """Every segment's postings and first row."""
+        return [(s.postings, s.start) for s in self.segments]
+
+    def bm25_top(
+        self, weights: QueryWeights, k: int, allowed: NDArray[np.bool_] | None
+    ) -> tuple[Keys, NDArray[np.float32]] | None:
+        """The exact BM25 top ``k`` found by pruning (see :meth:`QueryWeights.top`); None where it does not pay."""
+        if self.size < PRUNED_TOP_MIN_ROWS:
+            return None
+        bounds: dict[int, float] = self._cache.setdefault("bm25_bounds", {})
+        blocks = self.bm25_blocks()
+
+        def bound(term: int, term_idf: float) -> float:
+            # The statistics of a snapshot never change, so neither does a term's largest weight.
+            found = bounds.get(term)
+            if found is None:
+                found = bounds[term] = weights.term_bound(blocks, term, term_idf)
+            return found
+
+        return weights.top(self.size, blocks, k, allowed, bound)
 
     def allowed(self, where: Where | None) -> NDArray[np.bool_] | None:
         """Rows a search may return: live and matching ``where``; None when that is every row."""
@@ -576,11 +607,9 @@ class LocalView(StoreView):
         return scorers
 
     def bm25_many(self, queries: Sequence[str]) -> list[LocalBM25Scorer]:
-        """The BM25 side for each query, all scored in one pass over the postings."""
-        scorers = [LocalBM25Scorer(self.snapshot, query) for query in queries]
-        for scorer, scores in zip(scorers, self.snapshot.bm25_scores_many(queries), strict=True):
-            scorer.preset(scores)
-        return scorers
+        """The BM25 side for each query; where every row's score is needed, each distinct term is weighed once."""
+        shared: TermWeights = {}
+        return [LocalBM25Scorer(self.snapshot, query, shared) for query in queries]
 
     def documents(self, keys: Keys) -> list[Document]:
         """The documents of ``keys`` (materialised from the compact store)."""
@@ -711,19 +740,54 @@ class LocalVectorScorer(_LocalScorer):
 
 
 class LocalBM25Scorer(_LocalScorer):
-    """BM25 of one query text over the live statistics of the snapshot."""
+    """BM25 of one query text over the live statistics of the snapshot.
 
-    def __init__(self, snapshot: Snapshot, query: str) -> None:
+    A top-k is found by pruning where it pays (:meth:`Snapshot.bm25_top`), and the scores of a
+    few rows are looked up in the postings; the score of every row is computed only when asked
+    for (a whole-corpus search) or given by a batch. Every path gives the same float32 scores.
+    """
+
+    def __init__(self, snapshot: Snapshot, query: str, shared: TermWeights | None = None) -> None:
+        """BM25 of ``query``; ``shared``: term weights of a batch (see :meth:`QueryWeights.add_scores`)."""
         super().__init__(snapshot)
         self.query = query
+        self._shared = shared
+        self._weights: QueryWeights | bool | None = False  # False: not computed yet
 
     def _compute(self) -> NDArray[np.float32]:
-        return self.snapshot.bm25_scores_all(self.query)
+        return self.snapshot.bm25_scores_all(self.query, self._shared)
+
+    def _query_weights(self) -> QueryWeights | None:
+        if self._weights is False:
+            self._weights = self.snapshot.bm25_weights(self.query)
+        return self._weights  # type: ignore[return-value]
+
+    def scores(self, keys: Keys) -> Scores:
+        """Exact BM25 scores of ``keys``: looked up for a few rows, read from the whole array once it exists."""
+        if self._all is not None or keys.size * FEW_ROWS_SHARE > self.snapshot.size:
+            return super().scores(keys)
+        weights = self._query_weights()
+        if weights is None:
+            return np.zeros(keys.size, dtype=np.float64)
+        order = np.argsort(keys, kind="stable")
+        rows = keys[order]
+        first = np.concatenate(([True], rows[1:] != rows[:-1])) if rows.size else np.zeros(0, dtype=bool)
+        found = weights.row_scores(rows[first], self.snapshot.bm25_blocks())
+        out = np.empty(keys.size, dtype=np.float64)
+        out[order] = found[np.cumsum(first) - 1]
+        return out
 
     def top(self, k: int | None, where: Where | None = None) -> tuple[Keys, Scores]:
         """The ``k`` best allowed rows among those that match a query term."""
-        scores = self.all_scores()
         allowed = self.snapshot.allowed(where)
+        if k is not None and self._all is None:
+            weights = self._query_weights()
+            if weights is None:
+                return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+            found = self.snapshot.bm25_top(weights, k, allowed)
+            if found is not None:
+                return found[0], found[1].astype(np.float64)
+        scores = self.all_scores()
         if k is None:
             return self._top_of(scores, None, scores > 0 if allowed is None else allowed & (scores > 0))
         rows = top_rows(scores, k, allowed, above=0.0)

@@ -1,0 +1,199 @@
+"""The pruned BM25 top-k (MaxScore) returns exactly the exhaustive top-k: same rows, order and score bits."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+from langchain_core.documents import Document
+from numpy.typing import NDArray
+
+from langchain_fusion.stores.analyzer import Analyzer
+from langchain_fusion.stores.local import bm25 as bm25_module
+from langchain_fusion.stores.local import snapshot as snapshot_module
+from langchain_fusion.stores.local.bm25 import Postings, QueryWeights, build_postings
+from langchain_fusion.stores.local.store import LocalStore
+from langchain_fusion.stores.ranking import top_rows
+from langchain_fusion.stores.settings import BM25Params
+
+Blocks = list[tuple[Postings, int]]
+
+
+def zipf_corpus(rng: np.random.Generator, rows: int, vocabulary: int, duplicates: int) -> list[NDArray[np.int64]]:
+    """Rows of Zipf-drawn term ids (the commonest in most rows); ``duplicates`` rows copy others (ties)."""
+    p = 1.0 / np.arange(1, vocabulary + 1) ** 1.07
+    p /= p.sum()
+    docs = [rng.choice(vocabulary, size=int(rng.integers(3, 30)), p=p).astype(np.int64) for _ in range(rows)]
+    for row in rng.choice(rows, size=duplicates, replace=False).tolist():
+        docs[row] = docs[int(rng.integers(0, rows))].copy()
+    return docs
+
+
+def blocks_of(docs: Sequence[NDArray[np.int64]], vocabulary: int, cuts: Sequence[int]) -> Blocks:
+    """Postings blocks over ``docs`` split at ``cuts`` (segments of a living index)."""
+    edges = [0, *cuts, len(docs)]
+    return [(build_postings(docs[lo:hi], vocabulary), lo) for lo, hi in itertools.pairwise(edges) if hi > lo]
+
+
+def weights_for(
+    params: BM25Params, docs: Sequence[NDArray[np.int64]], query: Counter[int], live: NDArray[np.bool_] | None = None
+) -> QueryWeights:
+    """Query weights under the statistics of the (live) rows."""
+    alive = np.ones(len(docs), dtype=bool) if live is None else live
+    frequency = np.zeros(max(int(d.max()) for d in docs if d.size) + 1, dtype=np.int64)
+    for doc, keep in zip(docs, alive, strict=True):
+        if keep:
+            frequency[np.unique(doc)] += 1
+    lengths = np.array([d.size for d in docs], dtype=np.float32)
+    average = float(lengths[alive].mean()) or 1.0
+    return QueryWeights(params, query, frequency, int(alive.sum()), lengths / np.float32(average))
+
+
+def bound_of(weights: QueryWeights, blocks: Blocks) -> bm25_module.TermBound:
+    """Upper bounds computed from the postings, as the snapshot does (uncached)."""
+    return lambda term, term_idf: weights.term_bound(blocks, term, term_idf)
+
+
+def exhaustive(
+    weights: QueryWeights, blocks: Blocks, size: int, k: int, allowed: NDArray[np.bool_] | None
+) -> tuple[NDArray[np.int64], NDArray[np.float32]]:
+    """The reference: every row scored, then the top k above 0 (ties by row)."""
+    scores = weights.scores(size, blocks)
+    rows = top_rows(scores, k, allowed, above=0.0)
+    return rows, scores[rows]
+
+
+@pytest.fixture(autouse=True)
+def always_prune(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let pruning run on small corpora (it otherwise gives up when the rare terms' postings are many)."""
+    monkeypatch.setattr(bm25_module, "SEED_MAX_SHARE", 100.0)
+    monkeypatch.setattr(bm25_module, "ESSENTIAL_MAX_SHARE", 100.0)
+
+
+class TestPrunedTopK:
+    @pytest.mark.parametrize("method", ["lucene", "robertson", "atire"])
+    @pytest.mark.parametrize("seed", range(8))
+    def test_equals_exhaustive_on_random_corpora(self, method: str, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        size, vocabulary = int(rng.integers(50, 600)), int(rng.integers(20, 400))
+        docs = zipf_corpus(rng, size, vocabulary, duplicates=size // 5)
+        blocks = blocks_of(docs, vocabulary, sorted(rng.choice(np.arange(1, size), size=seed % 3, replace=False)))
+        params = BM25Params(method=method, k1=float(rng.uniform(0.5, 2.0)), b=float(rng.uniform(0.0, 1.0)))
+        pruned_somewhere = False
+        for _ in range(15):
+            source = docs[int(rng.integers(0, size))]
+            query = Counter(rng.choice(source, size=min(source.size, int(rng.integers(1, 8)))).tolist())
+            weights = weights_for(params, docs, query)
+            allowed = rng.random(size) < 0.7 if rng.random() < 0.3 else None
+            for k in (1, 3, 10, 40, size + 5):
+                got = weights.top(size, blocks, k, allowed, bound_of(weights, blocks))
+                assert got is not None
+                rows, scores = exhaustive(weights, blocks, size, k, allowed)
+                np.testing.assert_array_equal(got[0], rows)
+                assert got[1].tobytes() == scores.tobytes()  # the same float32 bits, not merely close
+                pruned_somewhere |= got[0].size == k and k < size
+        assert pruned_somewhere
+
+    def test_ties_at_the_kth_score_break_by_row(self) -> None:
+        docs = [np.array([0, 1, 2]), np.array([0, 3]), *[np.array([0, 1, 5]) for _ in range(20)], np.array([4, 0])]
+        blocks = blocks_of(docs, 6, [7])
+        weights = weights_for(BM25Params(), docs, Counter([0, 1, 4]))
+        for k in range(1, len(docs) + 2):
+            got = weights.top(len(docs), blocks, k, None, bound_of(weights, blocks))
+            assert got is not None
+            rows, scores = exhaustive(weights, blocks, len(docs), k, None)
+            np.testing.assert_array_equal(got[0], rows)
+            assert got[1].tobytes() == scores.tobytes()
+
+    def test_row_scores_are_the_same_bits_as_every_row_scored(self) -> None:
+        rng = np.random.default_rng(7)
+        docs = zipf_corpus(rng, 400, 120, duplicates=40)
+        blocks = blocks_of(docs, 120, [100, 101, 350])
+        weights = weights_for(BM25Params(k1=1.3, b=0.75), docs, Counter([0, 0, 5, 17, 90, 119]))
+        every = weights.scores(len(docs), blocks)
+        rows = np.unique(rng.integers(0, len(docs), 150))
+        assert weights.row_scores(rows, blocks).tobytes() == every[rows].tobytes()
+
+    @pytest.mark.parametrize("method", ["bm25l", "bm25+"])
+    def test_variants_crediting_absent_terms_are_not_pruned(self, method: str) -> None:
+        docs = [np.array([0, 1]), np.array([1, 2]), np.array([2, 3])]
+        blocks = blocks_of(docs, 4, [])
+        weights = weights_for(BM25Params(method=method), docs, Counter([1]))
+        assert weights.top(3, blocks, 1, None, bound_of(weights, blocks)) is None
+
+    def test_a_term_in_every_row_is_not_read_for_rows_without_the_rare_term(self) -> None:
+        # 1000 rows hold the common term; 3 also hold the rare one: the k=2 best are found among those 3.
+        docs = [np.array([0, 0, 1]) if row % 300 == 0 else np.array([0, 2, 3]) for row in range(1000)]
+        blocks = blocks_of(docs, 4, [])
+        weights = weights_for(BM25Params(), docs, Counter([0, 1]))
+        looked_up: list[int] = []
+        original = weights.row_scores
+
+        def counting(rows: NDArray[np.int64], blocks_: Blocks) -> NDArray[np.float32]:
+            looked_up.append(int(rows.size))
+            return original(rows, blocks_)
+
+        weights.row_scores = counting  # type: ignore[method-assign]
+        got = weights.top(1000, blocks, 2, None, bound_of(weights, blocks))
+        assert got is not None
+        rows, _ = exhaustive(weights, blocks, 1000, 2, None)
+        np.testing.assert_array_equal(got[0], rows)
+        assert max(looked_up) <= 4
+
+
+CJK_TEXTS = [
+    "東京都の天気は晴れです",
+    "京都の天気は雨です",
+    "東京の電車は混雑しています",
+    "大阪の天気と東京の天気",
+    "天気予報によると明日は晴れ",
+    "電車の天気予報アプリ",
+    "서울의 날씨는 맑음",
+    "서울 지하철은 혼잡합니다",
+    "北京天气晴朗",
+    "上海天气多云，北京天气晴",
+]
+
+
+class TestThroughTheStore:
+    """The in-process store's BM25 side with pruning switched on for a tiny index: the same results."""
+
+    def _store(self, texts: Sequence[str], repeat: int) -> LocalStore:
+        store = LocalStore()
+        rows = [texts[i % len(texts)] + " " + texts[(i * 7) % len(texts)] for i in range(len(texts) * repeat)]
+        for lo in range(0, len(rows), 37):  # several segments and tombstones
+            chunk = rows[lo : lo + 37]
+            ids = [f"d{lo + i}" for i in range(len(chunk))]
+            vectors = np.zeros((len(chunk), 4), dtype=np.float32)
+            vectors[:, 0] = 1.0
+            store.upsert([Document(page_content=t, id=i) for t, i in zip(chunk, ids, strict=True)], vectors, chunk)
+        store.delete([f"d{i}" for i in range(0, len(rows), 11)])
+        return store
+
+    @pytest.mark.parametrize("query", ["東京の天気", "天気予報 電車", "서울 날씨", "北京天气", "晴れ 雨 天気", "大阪"])
+    def test_cjk_bigrams_equal_the_exhaustive_top_k(self, query: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(snapshot_module, "PRUNED_TOP_MIN_ROWS", 0)
+        pruned_tops: list[int] = []
+        original = QueryWeights.top
+
+        def recording(self: QueryWeights, *args: object, **kwargs: object) -> object:
+            found = original(self, *args, **kwargs)  # type: ignore[arg-type]
+            pruned_tops.append(-1 if found is None else int(found[0].size))
+            return found
+
+        monkeypatch.setattr(QueryWeights, "top", recording)
+        store = self._store(CJK_TEXTS, repeat=20)
+        assert Analyzer().tokenize("東京の天気")[:2] == ["東京", "京の"]  # bigram-ish tokens
+        view = store.view()
+        for k in (1, 5, 30, 500):
+            pruned = view.bm25(query).top(k)
+            scorer = view.bm25(query)
+            rows = top_rows(scorer.all_scores(), k, view.snapshot.allowed(None), above=0.0)
+            np.testing.assert_array_equal(pruned[0], rows)
+            np.testing.assert_array_equal(pruned[1], scorer.all_scores()[rows].astype(np.float64))
+            keys = np.array([3, 0, 41, 3, 160], dtype=np.int64)
+            assert view.bm25(query).scores(keys).tobytes() == scorer.scores(keys).tobytes()
+        assert pruned_tops and -1 not in pruned_tops  # the pruned path answered every top-k
