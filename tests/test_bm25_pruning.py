@@ -52,11 +52,6 @@ def weights_for(
     return QueryWeights(params, query, frequency, int(alive.sum()), lengths / np.float32(average))
 
 
-def bound_of(weights: QueryWeights, blocks: Blocks) -> bm25_module.TermBound:
-    """Upper bounds computed from the postings, as the snapshot does (uncached)."""
-    return lambda term, term_idf: weights.term_bound(blocks, term, term_idf)
-
-
 def exhaustive(
     weights: QueryWeights, blocks: Blocks, size: int, k: int, allowed: NDArray[np.bool_] | None
 ) -> tuple[NDArray[np.int64], NDArray[np.float32]]:
@@ -89,7 +84,7 @@ class TestPrunedTopK:
             weights = weights_for(params, docs, query)
             allowed = rng.random(size) < 0.7 if rng.random() < 0.3 else None
             for k in (1, 3, 10, 40, size + 5):
-                got = weights.top(size, blocks, k, allowed, bound_of(weights, blocks))
+                got = weights.top(size, blocks, k, allowed)
                 assert got is not None
                 rows, scores = exhaustive(weights, blocks, size, k, allowed)
                 np.testing.assert_array_equal(got[0], rows)
@@ -102,7 +97,7 @@ class TestPrunedTopK:
         blocks = blocks_of(docs, 6, [7])
         weights = weights_for(BM25Params(), docs, Counter([0, 1, 4]))
         for k in range(1, len(docs) + 2):
-            got = weights.top(len(docs), blocks, k, None, bound_of(weights, blocks))
+            got = weights.top(len(docs), blocks, k, None)
             assert got is not None
             rows, scores = exhaustive(weights, blocks, len(docs), k, None)
             np.testing.assert_array_equal(got[0], rows)
@@ -117,12 +112,24 @@ class TestPrunedTopK:
         rows = np.unique(rng.integers(0, len(docs), 150))
         assert weights.row_scores(rows, blocks).tobytes() == every[rows].tobytes()
 
+    @pytest.mark.parametrize("method", ["lucene", "robertson", "atire"])
+    def test_term_bounds_hold_every_weight(self, method: str) -> None:
+        rng = np.random.default_rng(3)
+        docs = zipf_corpus(rng, 300, 80, duplicates=10)
+        blocks = blocks_of(docs, 80, [120])
+        weights = weights_for(BM25Params(method=method, b=0.9), docs, Counter(range(80)))
+        for term, _, term_idf in weights.terms:
+            largest = max(
+                float(w.max()) for p, start in blocks if (w := weights._term_weights(p, start, term, term_idf)[1]).size
+            )
+            assert largest <= weights.term_bound(blocks, term, term_idf) <= largest * 1.5
+
     @pytest.mark.parametrize("method", ["bm25l", "bm25+"])
     def test_variants_crediting_absent_terms_are_not_pruned(self, method: str) -> None:
         docs = [np.array([0, 1]), np.array([1, 2]), np.array([2, 3])]
         blocks = blocks_of(docs, 4, [])
         weights = weights_for(BM25Params(method=method), docs, Counter([1]))
-        assert weights.top(3, blocks, 1, None, bound_of(weights, blocks)) is None
+        assert weights.top(3, blocks, 1, None) is None
 
     def test_a_term_in_every_row_is_not_read_for_rows_without_the_rare_term(self) -> None:
         # 1000 rows hold the common term; 3 also hold the rare one: the k=2 best are found among those 3.
@@ -137,7 +144,7 @@ class TestPrunedTopK:
             return original(rows, blocks_)
 
         weights.row_scores = counting  # type: ignore[method-assign]
-        got = weights.top(1000, blocks, 2, None, bound_of(weights, blocks))
+        got = weights.top(1000, blocks, 2, None)
         assert got is not None
         rows, _ = exhaustive(weights, blocks, 1000, 2, None)
         np.testing.assert_array_equal(got[0], rows)

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -52,9 +52,6 @@ IntArray = NDArray[np.int64]
 
 TermWeights = dict[tuple[int, int], tuple[IntArray, NDArray[np.float32]]]
 """(term, block number) -> the rows of the block holding the term and the term's weight in each."""
-
-TermBound = Callable[[int, float], float]
-"""``bound(term, idf)``: the largest weight the term has in any row (see :meth:`QueryWeights.term_bound`)."""
 
 
 def idf(method: BM25Method, df: int, n: int) -> float:
@@ -108,6 +105,8 @@ class Postings:
     """Local row (0 = the block's first row) of each posting."""
     tf: NDArray[np.uint16] | NDArray[np.int32]
     """Term frequency of each posting (uint16 unless a frequency needs more)."""
+    _extremes: dict[int, tuple[int, int]] = field(default_factory=dict, repr=False)
+    """Term -> (largest frequency, local row of the shortest row holding it), computed on first use."""
 
     @property
     def vocabulary_size(self) -> int:
@@ -124,6 +123,22 @@ class Postings:
         counts = np.zeros(vocabulary_size, dtype=np.int64)
         counts[: self.vocabulary_size] = np.diff(self.indptr)
         return counts
+
+    def term_extremes(self, term: int, lengths: NDArray[np.floating]) -> tuple[int, int] | None:
+        """The largest frequency of ``term`` here and the local row of the shortest row holding it; None if absent.
+
+        ``lengths`` (or any positive multiple of them, such as relative lengths) are those of the
+        block's rows. Neither value depends on corpus statistics, so they are kept for the life
+        of the block: with them a term's largest BM25 weight is bounded in constant time.
+        """
+        found = self._extremes.get(term)
+        if found is None:
+            if term >= self.vocabulary_size or self.indptr[term] == self.indptr[term + 1]:
+                return None
+            lo, hi = int(self.indptr[term]), int(self.indptr[term + 1])
+            rows = self.rows[lo:hi]
+            found = self._extremes[term] = (int(self.tf[lo:hi].max()), int(rows[int(np.argmin(lengths[rows]))]))
+        return found
 
     def terms_of_rows(self, local_rows: NDArray[np.bool_]) -> IntArray:
         """Term ids of the postings of the rows flagged in ``local_rows`` (one per row and term)."""
@@ -317,12 +332,18 @@ class QueryWeights:
         return weight
 
     def term_bound(self, blocks: Sequence[tuple[Postings, int]], term: int, term_idf: float) -> float:
-        """The largest weight ``term`` has in any row of ``blocks`` (repeats not applied; 0 if it occurs nowhere)."""
+        """An upper bound of the weight ``term`` has in any row of ``blocks`` (repeats not applied; 0 if absent).
+
+        The weight grows with the frequency and shrinks with the row's length, so the largest
+        frequency in the shortest row holding the term bounds it, in the same float32 steps.
+        """
         best = 0.0
         for postings, first_row in blocks:
-            _, weight = self._term_weights(postings, first_row, term, term_idf)
-            if weight.size:
-                best = max(best, float(weight.max()))
+            extremes = postings.term_extremes(term, self.relative_length[first_row:])
+            if extremes is not None:
+                most, shortest = extremes
+                weight = self._weigh(np.array([most]), np.array([first_row + shortest]), term_idf)
+                best = max(best, float(weight[0]))
         return best
 
     def row_scores(self, rows: IntArray, blocks: Sequence[tuple[Postings, int]]) -> NDArray[np.float32]:
@@ -332,22 +353,25 @@ class QueryWeights:
         :meth:`add_scores`; only the rows asked for are looked up in the postings.
         """
         out = np.zeros(rows.size, dtype=np.float32)
-        if self.terms and rows.size:
-            starts = [first_row for _, first_row in blocks]
-            for number, (postings, first_row) in enumerate(blocks):
-                lo = int(np.searchsorted(rows, first_row))
-                hi = int(np.searchsorted(rows, starts[number + 1])) if number + 1 < len(blocks) else rows.size
-                if hi <= lo:
-                    continue
-                local = (rows[lo:hi] - first_row).astype(np.int32)
-                for term, repeats, term_idf in self.terms:
-                    positions, matched = _matches(postings, term, local)
-                    if positions.size:
-                        weight = self._weigh(postings.tf[positions], rows[lo:hi][matched], term_idf)
-                        out[lo + matched] += weight if repeats == 1 else weight * np.float32(repeats)
+        if rows.size:
+            for term, repeats, term_idf in self.terms:
+                for at, weight in self._weights_at(rows, blocks, term, term_idf):
+                    out[at] += weight if repeats == 1 else weight * np.float32(repeats)
         if self.nonoccurrence:
             out += self.nonoccurrence
         return out
+
+    def _weights_at(
+        self, rows: IntArray, blocks: Sequence[tuple[Postings, int]], term: int, term_idf: float
+    ) -> Iterator[tuple[IntArray, NDArray[np.float32]]]:
+        """Per block: where in ``rows`` (ascending, distinct) the rows holding ``term`` are, and its weight in each."""
+        for number, (postings, first_row) in enumerate(blocks):
+            lo = int(np.searchsorted(rows, first_row))
+            hi = int(np.searchsorted(rows, blocks[number + 1][1])) if number + 1 < len(blocks) else rows.size
+            if hi > lo:
+                positions, matched = _matches(postings, term, (rows[lo:hi] - first_row).astype(np.int32))
+                if positions.size:
+                    yield lo + matched, self._weigh(postings.tf[positions], rows[lo:hi][matched], term_idf)
 
     def top(
         self,
@@ -355,14 +379,13 @@ class QueryWeights:
         blocks: Sequence[tuple[Postings, int]],
         k: int,
         allowed: NDArray[np.bool_] | None,
-        bound: TermBound,
     ) -> tuple[IntArray, NDArray[np.float32]] | None:
         """The ``k`` best ``allowed`` rows scoring above 0 and their scores, or None where pruning cannot help.
 
         Exactly the rows, order (ties by row) and scores of a top-k over :meth:`scores`, found
         without weighing every posting (MaxScore, Turtle and Flood 1995): rows found through the
         rarest terms give a k-th score ``theta``; the commonest terms whose upper bounds
-        (``bound(term, idf)``, the term's largest weight) sum below ``theta`` cannot lift a row
+        (:meth:`term_bound`) sum below ``theta`` cannot lift a row
         that lacks every other term into the top k, so only rows holding another term are
         candidates, and only candidates whose bound still reaches ``theta`` are scored exactly.
         None (the caller scores every row) for the variants that credit absent terms, or when
@@ -373,7 +396,7 @@ class QueryWeights:
         if self.absent is not None:
             return None
         counts = np.array([_postings_count(blocks, term) for term, _, _ in self.terms], dtype=np.int64)
-        bounds = np.array([repeats * max(bound(term, w), 0.0) for term, repeats, w in self.terms])
+        bounds = np.array([repeats * self.term_bound(blocks, term, w) for term, repeats, w in self.terms])
         order = np.argsort(bounds, kind="stable")  # ascending: the commonest terms first
         theta = self._seed_threshold(size, blocks, k, allowed, order[::-1], max(int(size * SEED_MAX_SHARE), 4 * k))
         if theta is None:
@@ -388,7 +411,14 @@ class QueryWeights:
         if allowed is not None:
             keep = allowed[candidates]
             candidates, partial = candidates[keep], partial[keep]
-        candidates = candidates[(partial + prefix[j]) * (1 + _ROUNDING) >= theta]
+        for position in range(j, -1, -1):  # the common terms, most weighty first: prune as bounds become weights
+            keep = (partial + prefix[position]) * (1 + _ROUNDING) >= theta
+            candidates, partial = candidates[keep], partial[keep]
+            if position == 0 or not candidates.size:
+                break
+            term, repeats, term_idf = self.terms[int(order[position - 1])]
+            for at, weight in self._weights_at(candidates, blocks, term, term_idf):
+                partial[at] += weight.astype(np.float64) * repeats
         scores = self.row_scores(candidates, blocks)
         best = top_rows(scores, k, above=0.0)
         return candidates[best], scores[best]

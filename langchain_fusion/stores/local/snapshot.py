@@ -308,17 +308,7 @@ class Snapshot:
         """The exact BM25 top ``k`` found by pruning (see :meth:`QueryWeights.top`); None where it does not pay."""
         if self.size < PRUNED_TOP_MIN_ROWS:
             return None
-        bounds: dict[int, float] = self._cache.setdefault("bm25_bounds", {})
-        blocks = self.bm25_blocks()
-
-        def bound(term: int, term_idf: float) -> float:
-            # The statistics of a snapshot never change, so neither does a term's largest weight.
-            found = bounds.get(term)
-            if found is None:
-                found = bounds[term] = weights.term_bound(blocks, term, term_idf)
-            return found
-
-        return weights.top(self.size, blocks, k, allowed, bound)
+        return weights.top(self.size, self.bm25_blocks(), k, allowed)
 
     def allowed(self, where: Where | None) -> NDArray[np.bool_] | None:
         """Rows a search may return: live and matching ``where``; None when that is every row."""
