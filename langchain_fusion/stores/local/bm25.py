@@ -346,6 +346,10 @@ class QueryWeights:
                 best = max(best, float(weight[0]))
         return best
 
+    def postings_count(self, blocks: Sequence[tuple[Postings, int]]) -> int:
+        """Postings of the query's terms in ``blocks``: what weighing every row costs."""
+        return sum(_postings_count(blocks, term) for term, _, _ in self.terms)
+
     def row_scores(self, rows: IntArray, blocks: Sequence[tuple[Postings, int]]) -> NDArray[np.float32]:
         """The scores of ``rows`` (ascending, distinct): bit for bit what :meth:`scores` gives them.
 
