@@ -8,12 +8,14 @@ index's memory against the corpus and the matrix, the BM25 build's peak, the byt
 against one copy of each part, ``load`` against reading and checksumming the files, and the
 approximate (HNSW) index's agreement with the exact fused top-10 by ``efSearch``.
 
-    python benchmarks/scale.py                                  # 10k and 100k (~10 min on 2 cores)
-    python benchmarks/scale.py --sizes 10000,100000,1000000     # also 1M (~45 min, 12 GB of RAM)
-    python benchmarks/scale.py --sizes 100000 --skip-ensemble --json out.json
+    python benchmarks/scale.py                                  # 10k and 100k, both shapes (~20 min on 2 cores)
+    python benchmarks/scale.py --sizes 10000,100000,1000000     # also 1M (~90 min, 12 GB of RAM)
+    python benchmarks/scale.py --sizes 100000 --corpus zipf --skip-ensemble --json out.json
 
-The corpus and the dict-lookup embeddings are those of ``latency.py`` (bag-of-words chunks whose
-vectors follow their topics, queries drawn from chunks), so no row pays for a model. Every
+Two corpus shapes (``--corpus``), both with dict-lookup embeddings so no row pays for a model:
+``topics``, ``latency.py``'s (bag-of-words chunks with a stopword head, vectors that follow their
+topics, queries drawn from chunks), and ``zipf`` (:func:`make_zipf_corpus`: common terms that are
+not stopwords, vectors that crowd together). Every
 (size, part) runs in a fresh subprocess so memory is measured from a clean process. Progress
 goes to stderr; ``> results.md`` captures only the report.
 """
