@@ -6,7 +6,6 @@ import contextlib
 import hashlib
 import io
 import json
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from langchain_core.embeddings import Embeddings
 
 from langchain_fusion import FusionIndex
 from langchain_fusion.models import embeddings as embedding_models
+from tests.shared_vectors import locked, run_folder, shared_model_vectors
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "data"
@@ -173,42 +173,45 @@ class CliRun(NamedTuple):
     stderr: str
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[bool]:
-    """Hold an exclusive lock on the file ``path`` while open; yields False where there is no fcntl."""
-    try:
-        import fcntl
-    except ImportError:  # Windows
-        yield False
-        return
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield True
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+@pytest.fixture(scope="session")
+def model_vectors(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of this run's shared cache of the bundled model's document vectors (tests/shared_vectors.py)."""
+    return run_folder(tmp_path_factory.getbasetemp()) / "model-vectors"
 
 
 @pytest.fixture(scope="session")
-def bundled_sample_index(tmp_path_factory: pytest.TempPathFactory) -> CliRun:
+def handbook_index(tmp_path_factory: pytest.TempPathFactory, model_vectors: Path) -> Path:
+    """The maintenance handbook indexed with the bundled model and saved (a model the CLI and servers reload)."""
+    folder = tmp_path_factory.mktemp("handbook")
+    with shared_model_vectors(model_vectors):
+        index = FusionIndex.from_files([SAMPLE_MD], embedding_models.LocalEmbeddings())
+    return index.save(folder / "handbook")
+
+
+@pytest.fixture(scope="session")
+def bundled_sample_index(tmp_path_factory: pytest.TempPathFactory, model_vectors: Path) -> CliRun:
     """``langchain-fusion index data --out DIR --embeddings local`` with the bundled model, text output.
 
-    Embedding the sample with the real model is the slowest step of the suite, so it is run once per
-    test run and shared by the CLI smoke test of the bundled model and the sample-data results. Under
-    pytest-xdist the first worker to need it builds it in the run's shared temporary folder while the
-    others wait for the lock, then each reads the same index (and the command's recorded output).
+    It is run once per test run and shared by the CLI smoke test of the bundled model and the sample-data
+    results. Under pytest-xdist the first worker to need it builds it in the run's shared temporary folder
+    while the others wait for the lock, then each reads the same index (and the command's recorded output).
+    The real model's vectors of the sample are shared with the docs and notebooks (:func:`model_vectors`):
+    it embeds each text here or in whichever test needed it first.
     """
     from langchain_fusion.cli.app import main
 
-    own = tmp_path_factory.getbasetemp()
-    shared = own.parent if os.environ.get("PYTEST_XDIST_WORKER") else own  # popen-gwN's parent: this run's
-    with _locked(shared / "bundled-sample.lock") as locked:
-        folder = shared / "bundled-sample" if locked else tmp_path_factory.mktemp("bundled-sample")
+    shared = run_folder(tmp_path_factory.getbasetemp())
+    with locked(shared / "bundled-sample.lock") as is_locked:
+        folder = shared / "bundled-sample" if is_locked else tmp_path_factory.mktemp("bundled-sample")
         record = folder / "run.json"
         if not record.is_file():
             folder.mkdir(exist_ok=True)
             stdout, stderr = io.StringIO(), io.StringIO()
-            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            with (
+                shared_model_vectors(model_vectors),
+                contextlib.redirect_stdout(stdout),
+                contextlib.redirect_stderr(stderr),
+            ):
                 status = main(["index", str(DATA), "--out", str(folder / "arden-index"), "--embeddings", "local"])
             run = {"status": status, "stdout": stdout.getvalue(), "stderr": stderr.getvalue()}
             record.write_text(json.dumps(run), encoding="utf-8")

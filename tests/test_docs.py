@@ -1,8 +1,7 @@
 """Every code block of README.md and docs/*.md runs, so the documentation cannot rot.
 
-Each page is a subtest of one test (so one worker runs them all and they share the vectors, below).
-Its blocks run in document order, offline, in a fresh working folder that holds a copy of ``data/``
-(what the docs' relative paths name):
+Each page is a test. Its blocks run in document order, offline, in a fresh working folder that holds
+a copy of ``data/`` (what the docs' relative paths name):
 
 - ```` ```python ```` blocks share one namespace per page: a page is a tutorial.
 - ```` ```bash ````, ```` ```sh ```` and ```` ```console ```` blocks: each ``langchain-fusion ...`` command
@@ -38,10 +37,10 @@ Hidden python blocks are comments of their own, run where they stand in the page
 The docs hold at most eight skips in all (``test_blocks_are_marked_and_skips_give_reasons``).
 Milvus Lite commands are left out only where milvus-lite does not install (Windows).
 
-Embeddings are the bundled local model (offline). It is the slow part, so while this module runs
-each distinct text is embedded once (later pages reuse the vectors of earlier ones: the same
-model, the same vectors) and the model and its query encoder are loaded once. Subtests need
-pytest 9 (built in).
+Embeddings are the bundled local model (offline). It is the slow part, so each distinct text is
+embedded once per test run, whichever page, notebook or CLI test needs it first (the same model, the
+same vectors; see ``tests/shared_vectors.py``), and each worker loads the model and its query encoder
+once.
 """
 
 from __future__ import annotations
@@ -66,6 +65,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
 from tests.conftest import DATA, REPO
+from tests.shared_vectors import shared_model_vectors
 
 pytestmark = pytest.mark.local_model
 
@@ -265,29 +265,14 @@ def fake_llm() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def embed_each_text_once() -> Iterator[None]:
-    """The bundled model, loaded once, embedding each distinct text once for all the pages."""
+def embed_each_text_once(model_vectors: Path) -> Iterator[None]:
+    """Each distinct text embedded once for the whole run (see shared_vectors), each query once; one query encoder."""
     from langchain_fusion.models.embeddings import LocalEmbeddings
 
-    vectors: dict[str, list[float]] = {}
-    queries: dict[str, list[float]] = {}
     shared: dict[str, Any] = {}
-    load_model = LocalEmbeddings.load_model
-    embed_documents = LocalEmbeddings.embed_documents
     queries_encoder = LocalEmbeddings._queries_encoder
     embed_queries = LocalEmbeddings.embed_queries
-
-    def load_once(self: LocalEmbeddings) -> Any:
-        if "model" not in shared:
-            shared["model"] = load_model(self)
-        self._model = shared["model"]
-        return shared["model"]
-
-    def embed_once(self: LocalEmbeddings, texts: list[str]) -> list[list[float]]:
-        missing = [text for text in dict.fromkeys(texts) if text not in vectors]
-        if missing:
-            vectors.update(zip(missing, embed_documents(self, missing), strict=True))
-        return [list(vectors[text]) for text in texts]
+    queries: dict[str, list[float]] = {}
 
     def encoder_once(self: LocalEmbeddings) -> Any:
         if "encoder" not in shared:
@@ -300,9 +285,7 @@ def embed_each_text_once() -> Iterator[None]:
             queries.update(zip(missing, embed_queries(self, missing), strict=True))
         return [list(queries[text]) for text in texts]
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(LocalEmbeddings, "load_model", load_once)
-        patch.setattr(LocalEmbeddings, "embed_documents", embed_once)
+    with shared_model_vectors(model_vectors), pytest.MonkeyPatch.context() as patch:
         patch.setattr(LocalEmbeddings, "_queries_encoder", encoder_once)
         patch.setattr(LocalEmbeddings, "embed_queries", embed_queries_once)
         yield
@@ -485,18 +468,16 @@ def page_folder(folder: Path) -> Iterator[Path]:
 
 
 @pytest.mark.usefixtures("offline")
-def test_every_page_runs(subtests: pytest.Subtests, tmp_path: Path) -> None:
-    """Each page is a subtest: all pages run in this one test, so that they share the vectors (one worker)."""
-    for path, name in zip(PAGES, PAGE_IDS, strict=True):
-        with subtests.test(msg=name):
-            page = read_page(path)
-            assert page.problems == []
-            if path.name == "milvus.md":
-                pytest.importorskip("milvus_lite")
-            runner = Runner(name)
-            with page_folder(tmp_path / re.sub(r"\W", "-", name)):
-                for block in page.blocks:
-                    runner.run(block)
+@pytest.mark.parametrize("path", PAGES, ids=PAGE_IDS)
+def test_page_runs(path: Path, tmp_path: Path) -> None:
+    page = read_page(path)
+    assert page.problems == []
+    if path.name == "milvus.md":
+        pytest.importorskip("milvus_lite")
+    runner = Runner(path.relative_to(REPO).as_posix())
+    with page_folder(tmp_path):
+        for block in page.blocks:
+            runner.run(block)
 
 
 def test_blocks_are_marked_and_skips_give_reasons() -> None:

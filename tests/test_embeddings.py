@@ -435,3 +435,50 @@ class TestTextsLongerThanTheModelReads:
         embeddings = LocalEmbeddings()
         embeddings.embed_query("word " * 300)
         assert embeddings.truncated_texts == (0, 0)
+
+
+class TestSharedModelVectors:
+    """tests/shared_vectors.py: in a test run the bundled model encodes each text once, whoever asks first."""
+
+    @pytest.fixture
+    def encoded(self, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str]]]:
+        """The texts the (fake) real model encoded, call by call, with the name of the thread that called it."""
+        import threading
+
+        from tests import shared_vectors
+
+        calls: list[tuple[str, list[str]]] = []
+
+        def encode(local: LocalEmbeddings, texts: list[str]) -> np.ndarray:
+            calls.append((threading.current_thread().name, list(texts)))
+            return np.asarray([[len(text), 1.0] for text in texts], dtype=np.float32)
+
+        monkeypatch.setattr(shared_vectors, "REAL_ENCODE", encode)
+        monkeypatch.setattr(shared_vectors, "REAL_LOAD_MODEL", lambda local: None)
+        monkeypatch.setattr(shared_vectors, "_loaded", {})
+        return calls
+
+    def test_each_text_is_encoded_once_and_the_bookkeeping_still_runs(
+        self, encoded: list[tuple[str, list[str]]], tmp_path: Path
+    ) -> None:
+        from tests.shared_vectors import shared_model_vectors
+
+        long = "word " * 300
+        with shared_model_vectors(tmp_path):
+            first = LocalEmbeddings().embed_documents(["a", "bb"])
+            other = LocalEmbeddings()  # reads the folder afresh, as another process does
+            assert other.load_model() is None  # loading waits for a text that is not cached
+            again = other.embed_documents(["bb", long, "a"])
+        assert [texts for _, texts in encoded] == [["a", "bb"], [long]]
+        assert again == [first[1], [1500.0, 1.0], first[0]]
+        assert other.truncated_texts == (1, 3)  # the truncation count and warning still see every text
+
+    def test_a_kernel_asks_the_model_service(self, encoded: list[tuple[str, list[str]]], tmp_path: Path) -> None:
+        from tests.shared_vectors import cached_encode, model_service
+
+        with model_service(tmp_path / "model.sock") as address:
+            encode = cached_encode(tmp_path / "vectors", address)
+            vectors = encode(LocalEmbeddings(), ["a", "ccc", "a"])
+            again = cached_encode(tmp_path / "vectors", address)(LocalEmbeddings(), ["ccc"])
+        assert encoded == [("model-service", ["a", "ccc"])]  # run by the service's thread, once
+        assert vectors.tolist() == [[1.0, 1.0], [3.0, 1.0], [1.0, 1.0]] and again.tolist() == [[3.0, 1.0]]

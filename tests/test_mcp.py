@@ -31,7 +31,7 @@ from mcp.server.fastmcp import FastMCP
 from mcp.shared.memory import create_connected_server_and_client_session
 from mcp.types import CallToolResult, TextContent
 
-from langchain_fusion import ContextWindowRetriever, FusionError, FusionIndex, HierarchicalIndex, LocalEmbeddings
+from langchain_fusion import ContextWindowRetriever, FusionError, FusionIndex, HierarchicalIndex
 from langchain_fusion import metadata as keys
 from langchain_fusion.cli.app import main
 from langchain_fusion.errors import InvalidParameterError
@@ -45,7 +45,7 @@ from langchain_fusion.mcp import (
     check_search_arguments,
     format_results,
 )
-from tests.conftest import ANIMALS, DATA, HashingEmbeddings
+from tests.conftest import ANIMALS, HashingEmbeddings
 from tests.test_cli import _assert_one_line_error, _run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -516,20 +516,13 @@ async def test_stdio_keeps_stdout_for_the_protocol(tmp_path: Path) -> None:
     assert "Traceback" not in log
 
 
-@pytest.fixture(scope="module")
-def local_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A small index of the maintenance handbook with the bundled model (a name the CLI can reload)."""
-    folder = tmp_path_factory.mktemp("mcp-cli")
-    return FusionIndex.from_files([DATA / "maintenance-handbook.md"], LocalEmbeddings()).save(folder / "handbook")
-
-
 @pytest.mark.local_model
-async def test_mcp_command_over_stdio(local_index: Path, tmp_path: Path) -> None:
+async def test_mcp_command_over_stdio(handbook_index: Path, tmp_path: Path) -> None:
     """``langchain-fusion mcp INDEX`` started by the SDK's stdio client, as Claude Desktop or an IDE would."""
     entry = "import sys; from langchain_fusion.cli import main; sys.exit(main())"
     errlog = tmp_path / "stderr.txt"
     tools, bad, good, problems = await _stdio_session_calls(
-        [sys.executable, "-c", entry, "mcp", str(local_index)], errlog
+        [sys.executable, "-c", entry, "mcp", str(handbook_index)], errlog
     )
     assert problems == []
     assert [tool.name for tool in tools] == [SEARCH_TOOL]
@@ -539,7 +532,7 @@ async def test_mcp_command_over_stdio(local_index: Path, tmp_path: Path) -> None
     assert all(h.source and h.source.endswith("maintenance-handbook.md") for h in results.results)
     assert "Torque" in results.results[0].text
     lines = [line for line in errlog.read_text().splitlines() if line.startswith("langchain-fusion: ")]
-    assert lines[0].startswith(f"langchain-fusion: MCP tool 'search' searches {local_index} (")
+    assert lines[0].startswith(f"langchain-fusion: MCP tool 'search' searches {handbook_index} (")
     assert "local:sentence-transformers/all-MiniLM-L6-v2" in lines[0]
     assert lines[1] == "langchain-fusion: serving MCP clients over stdio"
 
@@ -562,10 +555,10 @@ def _lines_of(process: subprocess.Popen[str]) -> Iterator[queue.Queue[str]]:
 
 
 @pytest.mark.local_model
-async def test_mcp_command_over_streamable_http(local_index: Path, tmp_path: Path) -> None:
+async def test_mcp_command_over_streamable_http(handbook_index: Path, tmp_path: Path) -> None:
     """``langchain-fusion mcp INDEX --transport streamable-http --port 0``: the URL line, one call, Ctrl-C."""
     entry = "import sys; from langchain_fusion.cli import main; sys.exit(main())"
-    command = [sys.executable, "-c", entry, "mcp", str(local_index), "--transport", "streamable-http", "--port", "0"]
+    command = [sys.executable, "-c", entry, "mcp", str(handbook_index), "--transport", "streamable-http", "--port", "0"]
     process = subprocess.Popen(
         command, cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )

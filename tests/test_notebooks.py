@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
@@ -17,6 +19,8 @@ import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
+
+from tests.shared_vectors import model_service
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
@@ -60,10 +64,35 @@ def kernel_specs(tmp_path_factory: pytest.TempPathFactory) -> KernelSpecManager:
     return KernelSpecManager(kernel_dirs=[str(folder.parent)])
 
 
-@pytest.fixture(scope="session")
-def embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One embedding cache for every notebook of this run (each xdist worker has its own)."""
-    return tmp_path_factory.getbasetemp() / "notebook-embeddings"
+@pytest.fixture(scope="module")
+def model_address() -> Iterator[str]:
+    """Where the kernels ask this worker to embed texts not yet cached (it loads the model once for all of them)."""
+    with (
+        tempfile.TemporaryDirectory(prefix="fusion-model-") as folder,  # short: a socket path has ~100 bytes
+        model_service(Path(folder) / "model.sock") as address,
+    ):
+        yield address
+
+
+def share_model_vectors(ipython_dir: Path, folder: Path, address: str) -> None:
+    """A startup file for the kernel: the bundled model's vectors come from this run's shared cache.
+
+    Each text of the sample is embedded by the real model once per run (tests/shared_vectors.py), not
+    once per notebook, and by the worker's model (``address``), so the kernels do not load torch. The
+    file leaves no name behind in the notebook's namespace.
+    """
+    startup = ipython_dir / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    module = Path(__file__).with_name("shared_vectors.py")
+    (startup / "00-shared-model-vectors.py").write_text(
+        "import importlib.util as _util\n"
+        f"_spec = _util.spec_from_file_location('tests_shared_vectors', {str(module)!r})\n"
+        "_module = _util.module_from_spec(_spec)\n"
+        "_spec.loader.exec_module(_module)\n"
+        f"_module.install({str(folder)!r}, {address!r})\n"
+        "del _util, _spec, _module\n",
+        encoding="utf-8",
+    )
 
 
 @pytest.mark.notebook
@@ -71,7 +100,12 @@ def embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.timeout(3 * HANG_GUARD)  # the kernel's start and each cell have HANG_GUARD; the whole notebook more
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_offline(
-    path: Path, kernel_specs: KernelSpecManager, embedding_cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    path: Path,
+    kernel_specs: KernelSpecManager,
+    model_vectors: Path,
+    model_address: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     # The kernel inherits this environment: the fake chat model, no provider key, no model downloads.
     monkeypatch.setenv("LANGCHAIN_FUSION_FAKE_LLM", "1")
@@ -82,7 +116,7 @@ def test_notebook_runs_offline(
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))  # no user startup files or history
     # The notebooks embed the same sample files: each text is embedded once for the whole run.
-    monkeypatch.setenv("LANGCHAIN_FUSION_EMBEDDING_CACHE", str(embedding_cache))
+    share_model_vectors(tmp_path / "ipython", model_vectors, model_address)
     notebook = nbformat.read(path, as_version=4)
     manager = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=kernel_specs)
     client = NotebookClient(

@@ -28,7 +28,7 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langserve import RemoteRunnable
 from langserve.lzstring import LZString
 
-from langchain_fusion import FusionError, FusionIndex, HierarchicalIndex, IndexFormatError, LocalEmbeddings
+from langchain_fusion import FusionError, FusionIndex, HierarchicalIndex, IndexFormatError
 from langchain_fusion import metadata as keys
 from langchain_fusion.cli.app import main
 from langchain_fusion.errors import InvalidParameterError
@@ -44,7 +44,7 @@ from langchain_fusion.server import (
     url_of,
 )
 from langchain_fusion.stores.local.store import LocalStore
-from tests.conftest import ANIMALS, DATA, LOOPBACK_URL, HashingEmbeddings
+from tests.conftest import ANIMALS, LOOPBACK_URL, HashingEmbeddings
 from tests.test_cli import _assert_one_line_error, _run
 
 ANSWER = "Cats purr when they are content [1]."
@@ -1059,22 +1059,15 @@ class TestServeCommand:
         assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.10") and not is_loopback("example.org")
 
 
-@pytest.fixture(scope="module")
-def local_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A small index of the maintenance handbook with the bundled model (a name the CLI can reload)."""
-    folder = tmp_path_factory.mktemp("serve-cli")
-    return FusionIndex.from_files([DATA / "maintenance-handbook.md"], LocalEmbeddings()).save(folder / "handbook")
-
-
 @pytest.mark.local_model
 @pytest.mark.usefixtures("loopback_only")
-def test_serve_command_round_trip(local_index: Path, tmp_path: Path) -> None:
+def test_serve_command_round_trip(handbook_index: Path, tmp_path: Path) -> None:
     """``langchain-fusion serve`` in a subprocess on a free port: start-up lines, /health, a query, Ctrl-C."""
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     env.update(HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     # What the console script runs (pyproject: langchain-fusion = "langchain_fusion.cli:main").
     entry = "import sys; from langchain_fusion.cli import main; sys.exit(main())"
-    command = [sys.executable, "-c", entry, "serve", str(local_index), "--port", "0"]
+    command = [sys.executable, "-c", entry, "serve", str(handbook_index), "--port", "0"]
     process = subprocess.Popen(
         command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
@@ -1104,7 +1097,7 @@ def test_serve_command_round_trip(local_index: Path, tmp_path: Path) -> None:
             while True:
                 seen.append(lines.get(timeout=0.5))
         startup = [line for line in seen if line.startswith("langchain-fusion: ")]
-        assert startup[0].startswith(f"langchain-fusion: serving {local_index} (")
+        assert startup[0].startswith(f"langchain-fusion: serving {handbook_index} (")
         assert any("no chat model, so /rag is not served: OPENAI_API_KEY is not set" in line for line in startup)
     finally:
         process.send_signal(signal.SIGINT)

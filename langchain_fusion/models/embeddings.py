@@ -177,10 +177,7 @@ class LocalEmbeddings(CheckedModel, Embeddings):
         """
         if not texts:
             return []
-        model = self.load_model()
-        vectors = model.encode(
-            list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False
-        )
+        vectors = self.encode(texts)
         limit = self.max_word_pieces
         longer = [
             (len(text), pieces) for text, pieces in zip(texts, self.count_tokens(texts), strict=True) if pieces > limit
@@ -202,6 +199,15 @@ class LocalEmbeddings(CheckedModel, Embeddings):
                 )
         self._embedded += len(texts)
         return [list(map(float, v)) for v in vectors]
+
+    def encode(self, texts: Sequence[str]) -> Any:
+        """The model's unit vectors of ``texts`` (a float32 array, one row per text), on torch.
+
+        :meth:`embed_documents` without its truncation bookkeeping: the one place the model runs for
+        documents (the test suite shares these vectors between its processes through it).
+        """
+        model = self.load_model()
+        return model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False)
 
     def chunking_advice(self) -> str:
         """What embeds chunks whole: a ``chunk_size`` measured on the texts truncated so far, or a token bound."""
