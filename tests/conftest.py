@@ -138,6 +138,41 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("notebook") is None)
 
 
+class _QuickPolls:
+    """The ``time`` module, but for sleeps capped at :data:`POLL_SECONDS` (see :func:`quick_milvus_polls`)."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def sleep(self, seconds: float) -> None:
+        self._real.sleep(min(seconds, POLL_SECONDS))
+
+
+POLL_SECONDS = 0.02
+
+
+@pytest.fixture(autouse=True, scope="session")
+def quick_milvus_polls() -> Iterator[None]:
+    """pymilvus's client polls Milvus every 20 ms instead of sleeping 0.2-0.5 s before each look.
+
+    It waits that long for each index it builds (two per collection), each load and each flush: with a
+    new collection per store-contract test, most of the Milvus tests' time. It still waits until Milvus
+    says the index is built (the collection loaded, the data flushed): only the pauses between its looks
+    are shorter.
+    """
+    try:
+        from pymilvus.client import grpc_handler
+    except ImportError:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(grpc_handler, "time", _QuickPolls(grpc_handler.time))
+        yield
+
+
 @pytest.fixture
 def embeddings() -> HashingEmbeddings:
     return HashingEmbeddings()
