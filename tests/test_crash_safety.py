@@ -20,18 +20,23 @@ from tests.store_contract import corpus
 
 SAVER = textwrap.dedent(
     """
-    import sys
+    import os, sys
     sys.path.insert(0, {repo!r})
     from langchain_fusion import FusionIndex
     from tests.conftest import HashingEmbeddings
     from tests.store_contract import corpus
-    index = FusionIndex.from_documents(corpus(1, 300), HashingEmbeddings())
-    print("ready", flush=True)
-    step = 0
-    while True:  # keep replacing the folder until killed
-        index.add_documents(corpus(1000 + step, 3, prefix=f"s{{step}}-"))
-        index.save({target!r})
-        step += 1
+    for _ in sys.stdin:  # one saver per line: a forked child (no start-up to pay again) saving until killed
+        child = os.fork()
+        if child == 0:
+            index = FusionIndex.from_documents(corpus(1, 300), HashingEmbeddings())
+            print("ready", os.getpid(), flush=True)
+            step = 0
+            while True:  # keep replacing the folder until killed
+                index.add_documents(corpus(1000 + step, 3, prefix=f"s{{step}}-"))
+                index.save({target!r})
+                step += 1
+        os.waitpid(child, 0)
+        print("gone", flush=True)
     """
 )
 
@@ -41,20 +46,35 @@ def _loads(folder: Path) -> int:
 
 
 class TestKilledSaves:
+    @pytest.mark.skipif(not hasattr(os, "fork"), reason="the savers are forked")
     def test_random_kills_never_lose_the_index(self, tmp_path: Path) -> None:
         target = tmp_path / "idx"
         FusionIndex.from_documents(corpus(1, 300), HashingEmbeddings()).save(target)
         script = tmp_path / "saver.py"
         script.write_text(SAVER.format(repo=str(REPO), target=str(target)))
         rng = __import__("random").Random(5)
-        for _ in range(6):
-            process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, cwd=REPO)
-            assert process.stdout is not None
-            assert process.stdout.readline().strip() == b"ready"
-            time.sleep(rng.uniform(0.05, 0.6))
-            process.send_signal(signal.SIGKILL)
-            process.wait()
-            assert _loads(target) >= 300  # old or new, never nothing
+        process = subprocess.Popen(
+            [sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=REPO
+        )
+        assert process.stdin is not None and process.stdout is not None
+        saver = None  # the child saving now: killed, not yet reaped
+        try:
+            for _ in range(6):
+                process.stdin.write(b"\n")
+                process.stdin.flush()
+                ready, pid = process.stdout.readline().split()
+                assert ready == b"ready"
+                saver = int(pid)
+                time.sleep(rng.uniform(0.05, 0.6))
+                os.kill(saver, signal.SIGKILL)
+                assert process.stdout.readline().strip() == b"gone"
+                saver = None
+                assert _loads(target) >= 300  # old or new, never nothing
+        finally:
+            if saver is not None:
+                os.kill(saver, signal.SIGKILL)
+            process.stdin.close()
+            assert process.wait(timeout=60) == 0
         FusionIndex.from_documents(corpus(2, 10), HashingEmbeddings()).save(target)  # cleans leftovers
         assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.lock", "idx", "saver.py"]
 
