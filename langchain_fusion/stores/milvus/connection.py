@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 import types
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 from langchain_fusion.errors import FusionError, InvalidParameterError, MissingDependencyError
@@ -205,21 +206,23 @@ def column_upsert(client: Any) -> tuple[Any, Any] | None:
         return None
 
 
+def rows_of(columns: Mapping[str, Sequence[Any]], json_fields: Collection[str]) -> list[dict[str, Any]]:
+    """Row dicts of a column upsert's ``columns``: the column path takes JSON fields as text, the row path as values."""
+    decoded = {
+        name: [json.loads(v) if isinstance(v, str) else v for v in values] if name in json_fields else values
+        for name, values in columns.items()
+    }
+    return [dict(zip(decoded, values, strict=True)) for values in zip(*decoded.values(), strict=True)]
+
+
 def _upsert_as_rows(client: Any) -> Any:
     """The column upsert of :func:`bound` through the client's public row upsert (slower, the same rows)."""
 
     def upsert_columns(collection_name: str, entities: list[dict[str, Any]], **kwargs: Any) -> Any:
         from pymilvus import DataType
 
-        names = [entity["name"] for entity in entities]
-        # The column path takes JSON as text, the row path as values.
-        columns = [
-            [json.loads(v) if isinstance(v, str) else v for v in e["values"]]
-            if e["type"] == DataType.JSON
-            else e["values"]
-            for e in entities
-        ]
-        rows = [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
+        json_fields = {e["name"] for e in entities if e["type"] == DataType.JSON}
+        rows = rows_of({e["name"]: e["values"] for e in entities}, json_fields)
         kwargs.pop("schema", None)
         answer = client.upsert(collection_name=collection_name, data=rows, **kwargs)
         return types.SimpleNamespace(upsert_count=int(answer["upsert_count"]))

@@ -14,7 +14,7 @@ from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.base import FloatMatrix
 from langchain_fusion.stores.local.tokens import joined_tokens
 from langchain_fusion.stores.milvus import reads
-from langchain_fusion.stores.milvus.connection import UPSERT_COLUMNS, Calls
+from langchain_fusion.stores.milvus.connection import UPSERT_COLUMNS, Calls, rows_of
 from langchain_fusion.stores.milvus.expressions import id_filter
 
 BATCH = 1000
@@ -73,11 +73,7 @@ def rows(
     null_keys: bool,
 ) -> list[dict[str, Any]]:
     """The collection's rows for these documents, as dicts (e.g. for a bulk writer): :func:`columns` by row."""
-    fields = columns(documents, vectors, bm25_texts, analyzer, null_keys)
-    for name in ("metadata", "null_keys"):
-        if name in fields:
-            fields[name] = [json.loads(v) if isinstance(v, str) else v for v in fields[name]]
-    return [dict(zip(fields, values, strict=True)) for values in zip(*fields.values(), strict=True)]
+    return rows_of(columns(documents, vectors, bm25_texts, analyzer, null_keys), ("metadata", "null_keys"))
 
 
 def _json_metadata(documents: Sequence[Document]) -> list[str | dict[str, Any]]:
