@@ -208,6 +208,24 @@ class TestRoundTrip:
         fresh = FusionIndex.from_documents(loaded.documents, embeddings, vector_index="HNSW16")
         _assert_same_results(loaded, fresh, exact=False)
 
+    @pytest.mark.usefixtures("ann_on_small_segments")
+    def test_an_altered_graph_is_never_given_to_faiss(
+        self, animal_docs, tmp_path: Path, embeddings, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # FAISS does not check what it parses: the graph file is read only once every checksum is verified.
+        from langchain_fusion.stores.local.vectors import AnnIndex
+
+        folder = FusionIndex.from_documents(animal_docs, embeddings, vector_index="HNSW16").save(tmp_path / "hnsw")
+        path = folder / "vectors.ann"
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+        parsed: list[Path] = []
+        monkeypatch.setattr(AnnIndex, "load", classmethod(lambda cls, path, *args: parsed.append(path)))
+        with pytest.raises(IndexFormatError, match=r"vectors\.ann does not match its checksum"):
+            FusionIndex.load(folder, embeddings)
+        assert parsed == []
+
     def test_small_approximate_index_saves_no_ann_file(self, animal_docs, tmp_path: Path, embeddings) -> None:
         index = FusionIndex.from_documents(animal_docs, embeddings, vector_index="HNSW16")
         folder = index.save(tmp_path / "hnsw")
@@ -462,6 +480,16 @@ class TestLoadErrors:
         path.write_bytes(bytes(data))
         assert path.stat().st_size == len(data)
         with pytest.raises(IndexFormatError, match=r"texts\.txt does not match its checksum: the file is altered"):
+            FusionIndex.load(saved, embeddings)
+
+    def test_an_altered_file_that_no_longer_parses_is_named_as_altered(self, saved: Path, embeddings) -> None:
+        # The files are read while they are hashed: the reader fails first here, the checksum is still the cause given.
+        path = saved / "bm25" / "vocabulary.json"
+        data = bytearray(path.read_bytes())
+        assert data[:1] == b"["
+        data[0] = ord("{")
+        path.write_bytes(bytes(data))
+        with pytest.raises(IndexFormatError, match=r"vocabulary\.json does not match its checksum: the file is"):
             FusionIndex.load(saved, embeddings)
 
     @pytest.mark.parametrize("name", ["tf.npy", "rows.npy", "lengths.npy"])

@@ -30,7 +30,9 @@ index at the path, never nothing. Where the OS has no atomic exchange, the old f
 renamed aside first, and the next load or save puts it back if a crash came in between. A lock
 file beside the folder (``.NAME.lock``) keeps two savers from interleaving, and each save
 removes what crashed saves left behind. Loading verifies every checksum and count before it
-trusts any file. A saved folder is data to be read by this library only: do not load folders
+returns an index: the files are hashed on a thread while they are read and checked (an altered
+file is reported as altered, whatever reading it did), and the FAISS graph, whose parser checks
+nothing, is read only once every checksum holds. A saved folder is data to be read by this library only: do not load folders
 from untrusted sources (they are checked, but not designed as a security boundary).
 """
 
@@ -199,6 +201,17 @@ def verify_files(folder: Path, manifest: Mapping[str, Any], allowed: Callable[[s
     ``allowed`` says which relative names this format may contain, so a manifest can never
     make the loader open a file outside the folder. Returns name -> path.
     """
+    paths = check_file_list(folder, manifest, allowed)
+    PendingChecksums(paths, manifest).wait()
+    return paths
+
+
+def check_file_list(folder: Path, manifest: Mapping[str, Any], allowed: Callable[[str], bool]) -> dict[str, Path]:
+    """The manifest's files checked against the disk by name, kind and size, not yet by checksum: name -> path.
+
+    ``allowed`` says which relative names this format may contain, so a manifest can never
+    make the loader open a file outside the folder.
+    """
     files = manifest.get("files")
     if not isinstance(files, dict):
         raise IndexFormatError(f"{folder / MANIFEST} has no valid file list; the index is damaged, rebuild it")
@@ -218,9 +231,53 @@ def verify_files(folder: Path, manifest: Mapping[str, Any], allowed: Callable[[s
                 f"{path} has {size} bytes, the manifest says {expected.get('bytes')!r}: "
                 "the file is truncated or altered; rebuild the index"
             )
-        check_checksum(path, expected.get("sha256"))
         paths[name] = path
     return paths
+
+
+class PendingChecksums:
+    """The checksums of a folder's files (from :func:`check_file_list`), computed on a thread of their own.
+
+    A load reads and checks the files while they are hashed: hashing and reading release the GIL,
+    so on two cores the load takes about as long as the hashing alone. Whatever the reader finds
+    is reported only after :meth:`wait`: an altered file is the cause to name, not what it made
+    the reader see. Code that must not see unverified bytes (a FAISS graph file) waits first.
+    """
+
+    def __init__(self, paths: Mapping[str, Path], manifest: Mapping[str, Any]) -> None:
+        """Start hashing ``paths`` (largest first) against the manifest's ``sha256`` entries."""
+        files = manifest["files"]
+        self._expected = sorted(
+            ((path, files[name].get("sha256")) for name, path in paths.items()),
+            key=lambda item: -item[0].stat().st_size,
+        )
+        self._failure: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._done = False
+
+    def start(self) -> PendingChecksums:
+        """Begin hashing on a daemon thread; returns self (without it, :meth:`wait` hashes in the calling thread)."""
+        self._thread = threading.Thread(target=self._run, name="fusion-checksums", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            for path, sha256 in self._expected:
+                check_checksum(path, sha256)
+        except BaseException as exc:  # re-raised by wait() in the loading thread
+            self._failure = exc
+
+    def wait(self) -> None:
+        """Block until every file is hashed; raises IndexFormatError naming the first altered file (or the OSError)."""
+        if not self._done:
+            if self._thread is None:
+                self._run()
+            else:
+                self._thread.join()
+            self._done = True
+        if self._failure is not None:
+            raise self._failure
 
 
 def check_checksum(path: Path, sha256: Any) -> None:
