@@ -32,8 +32,9 @@ file beside the folder (``.NAME.lock``) keeps two savers from interleaving, and 
 removes what crashed saves left behind. Loading verifies every checksum and count before it
 returns an index: the files are hashed on a thread while they are read and checked (an altered
 file is reported as altered, whatever reading it did), and the FAISS graph, whose parser checks
-nothing, is read only once every checksum holds. A saved folder is data to be read by this library only: do not load folders
-from untrusted sources (they are checked, but not designed as a security boundary).
+nothing, is read only once every checksum holds. A saved folder is data to be read by this
+library only: do not load folders from untrusted sources (they are checked, but not designed as
+a security boundary).
 """
 
 from __future__ import annotations
