@@ -528,7 +528,9 @@ def _options_text(pipeline: Pipeline, accepted: Sequence[str]) -> str:
     """What the tool description adds about its options and the server's steps."""
     text = ""
     selection = [name for name in SELECTION_OPTIONS if name in accepted]
-    if selection:
+    if selection == ["min_relevance"]:  # hierarchical search: no raw-score floors, no diversity
+        text += " An optional relevance floor (min_relevance) leaves out weak matches."
+    elif selection:
         text += (
             f" Optional relevance floors and diversity ({', '.join(selection)}) leave out weak matches and make the "
             "results more varied."

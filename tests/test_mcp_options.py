@@ -214,12 +214,17 @@ class TestPerCall:
             "method",
             "filter",
             *DUPLICATES,
+            "min_relevance",  # a floor on its own calibrated relevance (HierarchicalIndex.calibrate)
             "k_summaries",
             "summary_weight",
         }
         assert tool.description and "min_vector_score" not in tool.description
+        assert "optional relevance floor (min_relevance)" in tool.description
         assert refused.isError is True
-        takes = "query, k, alpha, method, filter, duplicates, near_duplicate_similarity, k_summaries, summary_weight"
+        takes = (
+            "query, k, alpha, method, filter, duplicates, near_duplicate_similarity, min_relevance, k_summaries, "
+            "summary_weight"
+        )
         assert f"unknown argument(s) ['max_per_source']; the search tool takes {takes}" in _text(refused)
         assert _results(served).results
 
@@ -235,9 +240,9 @@ class TestPerCall:
 
     def test_per_call_selection(self, index: FusionIndex) -> None:
         assert per_call_selection(index.as_retriever()) == SELECTION
-        assert per_call_selection(_hierarchical(index).as_retriever()) == ()
+        assert per_call_selection(_hierarchical(index).as_retriever()) == ("min_relevance",)
         assert set(SELECTION) <= set(index.as_retriever().per_call_option_names())
-        assert not set(SELECTION) & set(_hierarchical(index).as_retriever().per_call_option_names())
+        assert set(SELECTION) & set(_hierarchical(index).as_retriever().per_call_option_names()) == {"min_relevance"}
 
 
 class TestPipeline:

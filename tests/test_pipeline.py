@@ -108,6 +108,7 @@ class TestOptionSchema:
             "filter",
             *DuplicateOptions.model_fields,
             *HierarchyOptions.model_fields,
+            "min_relevance",  # its own calibration (HierarchicalIndex.calibrate); no raw floors, no diversity
         )
         assert set(HierarchicalRetriever.per_call_option_names()) == set(expected)
         assert SELECTION_OPTIONS == (

@@ -221,7 +221,12 @@ def _add_floor_arguments(floors: Any) -> None:
     add_option_flag(floors, SOURCE_CAP, help_text="add a fusion row with at most N results per source")
 
 
-def _load(args: argparse.Namespace) -> tuple[Any, Any]:
+def _load(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """The index evaluated (a hierarchical folder's chunk index), the labels, and whose relevance is calibrated.
+
+    The last is the index itself, or for a hierarchical folder the hierarchical index: its relevance model is
+    fitted on hierarchical results (``--calibrate``) and checked on them.
+    """
     from langchain_fusion.evaluation.datasets import load_beir, load_labelled
     from langchain_fusion.index.fusion_index import FusionIndex
     from langchain_fusion.index.hierarchical import HierarchicalIndex
@@ -236,24 +241,34 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
         if not args.quiet:
             print(f"indexing {len(dataset.corpus)} documents (embedding cache: {embeddings.folder})", file=sys.stderr)
         index = FusionIndex.from_documents(dataset.corpus, embeddings)
-        return index, dataset
+        return index, dataset, index
     if not (args.index and args.labels):
         raise UserError("give a saved index and its labelled queries (--index DIR --labels FILE), or --beir FOLDER")
     opened = open_index(args.index)
     index = opened.chunks if isinstance(opened, HierarchicalIndex) else opened
-    return index, load_labelled(args.labels, index.documents)
+    return index, load_labelled(args.labels, index.documents), opened
 
 
 def _calibrate(args: argparse.Namespace, plan: _Plan) -> Any:
-    """Fit the relevance model of the index at ``--index`` on ``--labels`` and save it there (under its update lock)."""
+    """Fit the relevance model of the index at ``--index`` on ``--labels`` and save it there (under its update lock).
+
+    A hierarchical folder gets the model of hierarchical search, saved with the folder (crash-safe, as any save).
+    """
     from langchain_fusion.evaluation.datasets import load_labelled
+    from langchain_fusion.index.hierarchical import HierarchicalIndex
     from langchain_fusion.index.opening import hierarchical_folder, open_for_update
     from langchain_fusion.stores.registry import engine_for
 
-    if hierarchical_folder(args.index) is not None:
-        raise UserError("--calibrate fits a plain index: hierarchical search takes no relevance floor")
     engine = engine_for(args.index)
+    folder = hierarchical_folder(args.index)
     with engine.updating(args.index):  # another run's update is not lost, nor is this model
+        if folder is not None:
+            hierarchical = HierarchicalIndex.load(folder)
+            model = hierarchical.calibrate(
+                load_labelled(args.labels, hierarchical.chunks.documents), fetch_k=plan.fetch_k
+            )
+            hierarchical.save(folder, info=hierarchical.chunks.saved_info)
+            return model
         index = open_for_update(args.index)
         model = index.calibrate(load_labelled(args.labels, index.documents), fetch_k=plan.fetch_k)
         engine.save(args.index, index.store, index.info_to_save(index.saved_info))
@@ -348,15 +363,15 @@ def run_eval(args: argparse.Namespace) -> int:
     from langchain_fusion.evaluation.reports import check_same_queries
 
     plan = _plan(args)
-    index, dataset = _load(args)
+    index, dataset, calibrated = _load(args)
     if plan.baseline is not None:  # before any work
         check_same_queries(dataset.queries, dataset.name, plan.baseline)
-    if args.reliability_plot and index.relevance_model is None and not args.calibrate:
+    if args.reliability_plot and calibrated.relevance_model is None and not args.calibrate:
         raise UserError("--reliability-plot needs a calibrated index: add --calibrate, or calibrate it first")
     dataset.no_answer.update(plan.no_answer)
     calibration = _calibrate(args, plan) if args.calibrate else None
     if calibration is not None:  # the index evaluated here is the one just calibrated
-        index.saved_info = {**index.saved_info, RELEVANCE_INFO_KEY: calibration.model_dump(mode="json")}
+        _set_model(calibrated, calibration.model_dump(mode="json"))
     progress = not (args.quiet or args.json)
     fetch_k, metrics = plan.fetch_k, plan.metrics
     baselines = evaluate_sides(
@@ -384,8 +399,11 @@ def run_eval(args: argparse.Namespace) -> int:
         plot_path = str(plot_alpha_sweep(sweep, main_metric, args.plot))
     relevance = None
     if plan.relevance_floors:
-        relevance = sweep_relevance(index, dataset, plan.relevance_floors, metrics, progress=progress, fetch_k=fetch_k)
+        relevance = sweep_relevance(
+            calibrated, dataset, plan.relevance_floors, metrics, progress=progress, fetch_k=fetch_k
+        )
     report = _Report(dataset, index, baselines, sweep, floors, comparisons, best, plot_path, calibration, relevance)
+    report.calibrated = calibrated  # the index, or the hierarchical index of a hierarchical folder
     _check_and_compare(args, plan, report, progress)
     if args.json:
         print(json.dumps(report.payload(), indent=2))
@@ -399,13 +417,24 @@ def run_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _set_model(calibrated: Any, model: dict[str, Any]) -> None:
+    """Give the index loaded for this run the relevance model just fitted and saved."""
+    from langchain_fusion.index.hierarchical import HierarchicalIndex
+
+    if isinstance(calibrated, HierarchicalIndex):
+        calibrated.relevance_data = model
+    else:
+        calibrated.saved_info = {**calibrated.saved_info, RELEVANCE_INFO_KEY: model}
+
+
 def _check_and_compare(args: argparse.Namespace, plan: _Plan, report: _Report, progress: bool) -> None:
     """Into ``report``: the calibration check and reliability plot, the saved report, the baseline comparison."""
     from langchain_fusion.evaluation.calibration import evaluate_calibration
     from langchain_fusion.evaluation.reports import EvalReport, compare_reports
 
-    if report.index.relevance_model is not None:
-        report.checked = evaluate_calibration(report.index, report.dataset, progress=progress, fetch_k=plan.fetch_k)
+    calibrated = report.calibrated
+    if calibrated.relevance_model is not None:
+        report.checked = evaluate_calibration(calibrated, report.dataset, progress=progress, fetch_k=plan.fetch_k)
         if args.reliability_plot:
             from langchain_fusion.evaluation.plots import plot_reliability
 
@@ -440,6 +469,13 @@ class _Report:
     baseline: Any = None
     """The comparison with --baseline (a BaselineComparison)."""
     baseline_path: str | None = None
+    calibrated: Any = None
+    """Whose relevance is calibrated: the index, or for a hierarchical folder the hierarchical index."""
+
+    @property
+    def searched(self) -> str:
+        """The search the calibrated relevance belongs to, as the text says it ("" for fused search)."""
+        return "" if self.calibrated is self.index else " of hierarchical search"
 
     def payload(self) -> dict[str, Any]:
         by_kind = self.baselines.by_kind(self.dataset.kinds)
@@ -501,8 +537,8 @@ class _Report:
             lines.append(self.floors.to_markdown())
         if self.relevance is not None:
             lines.append(
-                f"\nrelevance floors (min_relevance; {len(dataset.queries)} answerable and {len(dataset.no_answer)} "
-                "no-answer queries):\n"
+                f"\nrelevance floors (min_relevance{self.searched}; {len(dataset.queries)} answerable and "
+                f"{len(dataset.no_answer)} no-answer queries):\n"
             )
             lines.append(self.relevance.to_markdown())
         if self.plot_path:
@@ -510,8 +546,8 @@ class _Report:
         if self.calibration is not None:
             quality = self.calibration.quality
             lines.append(
-                f"\ncalibrated relevance saved into the index: fitted on {quality.queries} queries ({quality.results} "
-                f"results, {quality.relevant} relevant); held out: expected calibration error "
+                f"\ncalibrated relevance{self.searched} saved into the index: fitted on {quality.queries} queries "
+                f"({quality.results} results, {quality.relevant} relevant); held out: expected calibration error "
                 f"{quality.expected_calibration_error:.4f}, Brier score {quality.brier_score:.4f}"
             )
         lines += self._calibration_lines() + self._baseline_lines()
@@ -521,11 +557,12 @@ class _Report:
         checked = self.checked
         if checked is None:
             return []
-        fitted_here = self.index.relevance_model.dataset == checked.dataset
+        fitted_here = self.calibrated.relevance_model.dataset == checked.dataset
         note = " (the labels it was fitted on: in-sample, optimistic)" if fitted_here else ""
         lines = [
-            f"\nrelevance on the labels{note}: top {checked.k} of {checked.queries} queries, {checked.results} results "
-            f"({checked.relevant} relevant): expected calibration error {checked.expected_calibration_error:.4f}, "
+            f"\nrelevance{self.searched} on the labels{note}: top {checked.k} of {checked.queries} queries, "
+            f"{checked.results} results ({checked.relevant} relevant): expected calibration error "
+            f"{checked.expected_calibration_error:.4f}, "
             f"Brier score {checked.brier_score:.4f}\n",
             checked.to_markdown(),
         ]

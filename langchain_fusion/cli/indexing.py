@@ -222,6 +222,10 @@ class _Target:
 
         info = index.info_to_save({SYNC_INFO_KEY: record})  # a calibrated index keeps its relevance model
         if hierarchical is not None:
+            if self.hierarchical is not None:  # and so does a calibrated hierarchical one
+                from langchain_fusion.index.hierarchical import saved_relevance
+
+                hierarchical.relevance_data = saved_relevance(self.hierarchical)
             return str(hierarchical.save(Path(self.out).expanduser(), info=info))
         return self.engine.save(self.out, index.store, info)
 

@@ -24,6 +24,7 @@ from langchain_fusion._checks import CheckedModel, check_k
 from langchain_fusion.evaluation.datasets import EvalDataset
 from langchain_fusion.evaluation.harness import ranked_results
 from langchain_fusion.index.fusion_index import FusionIndex
+from langchain_fusion.index.hierarchical import HierarchicalIndex, calibration_kind
 from langchain_fusion.search.relevance import expected_calibration_error, probability_bins, require_model
 
 RELIABILITY_BINS = 10
@@ -116,9 +117,17 @@ def calibration_report(
 
 
 def evaluate_calibration(
-    index: FusionIndex, dataset: EvalDataset, *, k: int | None = None, progress: bool = True, **search: Any
+    index: FusionIndex | HierarchicalIndex,
+    dataset: EvalDataset,
+    *,
+    k: int | None = None,
+    progress: bool = True,
+    **search: Any,
 ) -> CalibrationReport:
     """Measure a calibrated index's relevance on ``dataset``: each query's top ``k``, relevant = in its labels.
+
+    ``index``: a calibrated :class:`FusionIndex`, or a :class:`HierarchicalIndex` calibrated for
+    hierarchical search (its own results are measured).
 
     ``k`` defaults to the depth the model was fitted at; ``search`` are search options (e.g.
     ``fetch_k``: use those you query with). Labels are matched by ``Document.id``, as
@@ -126,7 +135,7 @@ def evaluate_calibration(
     queries take no part (they have no labels; see
     :func:`~langchain_fusion.evaluation.harness.sweep_relevance` for them).
     """
-    model = require_model(index.relevance_model, "a calibration report")
+    model = require_model(index.relevance_model, "a calibration report", calibration_kind(index))
     depth = model.k if k is None else check_k(k)
     retriever = index.as_retriever(k=depth, **search)
     found = ranked_results(retriever, list(dataset.queries.items()), "calibration", progress)

@@ -28,6 +28,7 @@ from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.evaluation.datasets import EvalDataset
 from langchain_fusion.evaluation.metrics import evaluate_run, mean_scores, parse_metric
 from langchain_fusion.index.fusion_index import FusionIndex
+from langchain_fusion.index.hierarchical import HierarchicalIndex, calibration_kind
 from langchain_fusion.retrievers.fusion import BM25Retriever, FusionRetriever, VectorRetriever
 from langchain_fusion.retrievers.rerank import RerankRetriever, with_top_n
 from langchain_fusion.search.floors import Floors
@@ -508,7 +509,7 @@ def ranked_results(
 
 
 def sweep_relevance(
-    index: FusionIndex,
+    index: FusionIndex | HierarchicalIndex,
     dataset: EvalDataset,
     floors: Iterable[float],
     metrics: Sequence[str] = DEFAULT_METRICS,
@@ -516,14 +517,14 @@ def sweep_relevance(
     progress: bool = True,
     **search: Any,
 ) -> Report:
-    """Score ``min_relevance`` floors on a calibrated index, as :func:`sweep_floors` scores raw-score floors.
+    """Score ``min_relevance`` floors on a calibrated index (plain or hierarchical), as :func:`sweep_floors` does.
 
     One row per floor (and one without): the metrics over the answerable queries, :data:`ANSWERED`
     and, with no-answer queries, :data:`NO_ANSWER_EMPTY`. The queries run once through the
     default retriever (or one with the ``search`` options); a floor only leaves results out, so
     each row filters those results by their relevance.
     """
-    require_model(index.relevance_model, "a relevance floor sweep")
+    require_model(index.relevance_model, "a relevance floor sweep", calibration_kind(index))
     checked = {level for level in map(check_min_relevance, floors) if level is not None}
     levels: list[float | None] = [None, *sorted(checked)]
     depth = deepest_cutoff(metrics)

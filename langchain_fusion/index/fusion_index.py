@@ -23,7 +23,6 @@ from langchain_fusion._checks import check_k, check_positive_int
 from langchain_fusion.errors import (
     EmbeddingsMismatchError,
     FusionError,
-    IndexFormatError,
     InvalidParameterError,
     ProviderError,
     UnknownDocumentError,
@@ -56,7 +55,7 @@ from langchain_fusion.models.embeddings import (
 )
 from langchain_fusion.search.diversity import DEFAULT_MMR_WEIGHT, MMR_WEIGHT, check_lambda_mult
 from langchain_fusion.search.options import SEARCH_DEFAULTS
-from langchain_fusion.search.relevance import RELEVANCE_INFO_KEY, RelevanceModel
+from langchain_fusion.search.relevance import RELEVANCE_INFO_KEY, RelevanceModel, calibrate_search, saved_model
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.base import FloatMatrix, FusionStore, StoreView, Where
 from langchain_fusion.stores.filters import check_filter
@@ -601,12 +600,7 @@ class FusionIndex(VectorStore):
         if saved is None:
             return None
         if self._relevance[0] is not saved:
-            try:
-                self._relevance = (saved, RelevanceModel.model_validate(saved))
-            except (ValueError, TypeError) as exc:
-                raise IndexFormatError(
-                    f"the relevance model saved with this index is not valid ({exc}); calibrate it again"
-                ) from None
+            self._relevance = (saved, saved_model(saved))
         return self._relevance[1]
 
     def calibrate(self, dataset: EvalDataset, *, k: int = 10, **options: Any) -> RelevanceModel:
@@ -620,19 +614,8 @@ class FusionIndex(VectorStore):
         fitted (its held-out quality in ``model.quality``). It replaces any earlier model and is
         kept in :attr:`saved_info`: :meth:`save` (or a store's own persistence) keeps it with the index.
         """
-        from langchain_fusion.search.relevance import fit_relevance
-
         k = check_k(k)
-        if not dataset.queries:
-            raise InvalidParameterError(f"{dataset.name}: no labelled queries to calibrate on")
-        retriever = self.as_retriever(k=k, **options)
-        texts = list(dataset.queries.values())
-        ranked = retriever.batch(texts)
-        labels = [
-            [dataset.qrels.get(query_id, {}).get(str(doc.id), 0) > 0 for doc in docs]
-            for query_id, docs in zip(dataset.queries, ranked, strict=True)
-        ]
-        model = fit_relevance(ranked, labels, k=k, dataset=dataset.name)
+        model = calibrate_search(self.as_retriever(k=k, **options), dataset, k=k)
         self.saved_info = {**self.saved_info, RELEVANCE_INFO_KEY: model.model_dump(mode="json")}
         return model
 

@@ -8,9 +8,16 @@ searches the summaries, then the chunks restricted to the selected pages.
 Saved as one folder holding both indexes and a manifest of its own::
 
     manifest.json     format (langchain-fusion-hierarchical-index) and version, library
-                      version, counts, and the sha256 of each part's manifest
-    chunks/           the chunk index (a saved FusionIndex)
+                      version, counts, the sha256 of each part's manifest, and the
+                      hierarchical relevance model when calibrated (``relevance_model``)
+    chunks/           the chunk index (a saved FusionIndex; its own flat relevance model,
+                      if any, in its manifest's ``info``)
     summaries/        the page and section summaries (a saved FusionIndex)
+
+Calibrated relevance (:meth:`HierarchicalIndex.calibrate`) is fitted on hierarchical results:
+their ranks come from the combined summary and chunk score, so a model fitted on flat fused
+ranks does not carry over. The two models live in different manifests and never stand in for
+each other; a folder saved without a hierarchical model loads as before, uncalibrated.
 """
 
 from __future__ import annotations
@@ -24,20 +31,31 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
 from langchain_fusion import metadata as keys
+from langchain_fusion._checks import check_k
 from langchain_fusion.errors import IndexFormatError, InvalidParameterError
 from langchain_fusion.index.fusion_index import FusionIndex, ProgressCallback
 from langchain_fusion.ingest.summaries import PageSummarizer
 from langchain_fusion.models.llm_calls import LLMReport
+from langchain_fusion.search.relevance import (
+    RELEVANCE_INFO_KEY,
+    RelevanceModel,
+    calibrate_search,
+    require_model,
+    saved_model,
+)
 from langchain_fusion.stores.local import folder as fmt
 from langchain_fusion.stores.local.store import LocalStore, write_snapshot
 
 if TYPE_CHECKING:
+    from langchain_fusion.evaluation.datasets import EvalDataset
     from langchain_fusion.retrievers.hierarchical import HierarchicalRetriever
 
 HIERARCHICAL_FORMAT_NAME = fmt.HIERARCHICAL_FORMAT_NAME
 HIERARCHICAL_FORMAT_VERSION = 2
 CHUNKS_DIR = "chunks"
 SUMMARIES_DIR = "summaries"
+HIERARCHICAL_KIND = "hierarchical index (fitted on its own results: a flat calibration of its chunks does not apply)"
+"""How errors name the calibration hierarchical search needs."""
 
 
 class HierarchicalIndex:
@@ -68,6 +86,9 @@ class HierarchicalIndex:
         """The summary index (one row per page or section)."""
         self.summary_report: LLMReport | None = None
         """The summarizer's report when built by :meth:`build` (None after :meth:`load`)."""
+        self.relevance_data: dict[str, Any] | None = None
+        """The hierarchical relevance model as JSON data (:meth:`calibrate`), saved in the folder's manifest."""
+        self._relevance: tuple[Any, RelevanceModel | None] = (None, None)
 
     @classmethod
     def from_summaries(
@@ -107,18 +128,64 @@ class HierarchicalIndex:
         built.summary_report = report
         return built
 
+    # --- calibrated relevance ----------------------------------------------------------------
+
+    @property
+    def relevance_model(self) -> RelevanceModel | None:
+        """The hierarchical relevance model (:meth:`calibrate`), saved with the index; None when not calibrated.
+
+        Not the chunk index's own (``index.chunks.relevance_model``, fitted on flat fused ranks).
+        """
+        saved = self.relevance_data
+        if saved is None:
+            return None
+        if self._relevance[0] is not saved:
+            self._relevance = (saved, saved_model(saved, "this hierarchical index"))
+        return self._relevance[1]
+
+    def calibrate(self, dataset: EvalDataset, *, k: int = 10, **options: Any) -> RelevanceModel:
+        """Fit the relevance model of hierarchical search; every result then carries ``metadata["relevance"]``.
+
+        As :meth:`FusionIndex.calibrate <langchain_fusion.index.fusion_index.FusionIndex.calibrate>`,
+        on each labelled query's top ``k`` hierarchical results under the default options (or the
+        ``options`` given: those of :meth:`as_retriever` you will query with, e.g. ``k_summaries``).
+        It replaces any earlier hierarchical model; :meth:`save` keeps it in the folder's manifest.
+        """
+        k = check_k(k)
+        model = calibrate_search(self.as_retriever(k=k, **options), dataset, k=k)
+        self.relevance_data = model.model_dump(mode="json")
+        return model
+
+    def answerability(self, query: str, **options: Any) -> float:
+        """How likely hierarchical search answers ``query``: the calibrated relevance of its best result (0.0 if none).
+
+        ``options`` are those of :meth:`as_retriever`. Needs a hierarchical calibration (:meth:`calibrate`).
+        """
+        require_model(self.relevance_model, "answerability", HIERARCHICAL_KIND)
+        results = self.as_retriever(k=1, **options).invoke(query)
+        return float(results[0].metadata[keys.RELEVANCE]) if results else 0.0
+
+    # --- persistence ------------------------------------------------------------------------
+
     def save(self, folder: str | Path, *, info: Mapping[str, Any] | None = None) -> Path:
-        """Save both indexes to one folder atomically and crash-safely (both parts, then the manifest)."""
+        """Save both indexes to one folder atomically and crash-safely (both parts, then the manifest).
+
+        ``info`` is kept in the chunk index's manifest (with the chunk index's own relevance model,
+        as :meth:`FusionIndex.save` keeps it); the hierarchical relevance model goes into the
+        folder's manifest.
+        """
         stores = {CHUNKS_DIR: self.chunks.store, SUMMARIES_DIR: self.summaries.store}
         for name, store in stores.items():
             if not isinstance(store, LocalStore):
                 raise IndexFormatError(f"the {name} live on {type(store).__name__}; only in-process stores are saved")
         snapshots = {name: store.snapshot for name, store in stores.items() if isinstance(store, LocalStore)}
+        chunk_info = self.chunks.info_to_save(info)
+        relevance = {RELEVANCE_INFO_KEY: self.relevance_data} if self.relevance_model is not None else {}
 
         def write(staging: Path) -> None:
             for name, snapshot in snapshots.items():
                 (staging / name).mkdir()
-                write_snapshot(snapshot, staging / name, {"info": dict(info or {})} if name == CHUNKS_DIR else {})
+                write_snapshot(snapshot, staging / name, {"info": chunk_info} if name == CHUNKS_DIR else {})
             manifest = {
                 "format": HIERARCHICAL_FORMAT_NAME,
                 "format_version": HIERARCHICAL_FORMAT_VERSION,
@@ -130,6 +197,7 @@ class HierarchicalIndex:
                     name: {"folder": name, "manifest_sha256": fmt.sha256_file(staging / name / fmt.MANIFEST)}
                     for name in snapshots
                 },
+                **relevance,
             }
             fmt.write_manifest(staging, manifest)
 
@@ -165,13 +233,20 @@ class HierarchicalIndex:
                     raise IndexFormatError(
                         f"{folder}: {value} {name} found but the manifest says {counts.get(name)}; rebuild the index"
                     )
-        return cls(chunks, summaries)
+        loaded = cls(chunks, summaries)
+        loaded.relevance_data = manifest.get(RELEVANCE_INFO_KEY)  # absent from folders saved without calibration
+        return loaded
 
     def as_retriever(self, **kwargs: Any) -> HierarchicalRetriever:
         """A :class:`HierarchicalRetriever` over this index; keyword arguments are its fields."""
         from langchain_fusion.retrievers.hierarchical import HierarchicalRetriever
 
         return HierarchicalRetriever(index=self, **kwargs)
+
+
+def calibration_kind(index: FusionIndex | HierarchicalIndex) -> str:
+    """How an error names the calibration ``index`` needs (hierarchical search needs its own)."""
+    return HIERARCHICAL_KIND if isinstance(index, HierarchicalIndex) else "index"
 
 
 def read_hierarchical_manifest(folder: Path) -> dict[str, Any]:
@@ -185,6 +260,12 @@ def read_hierarchical_manifest(folder: Path) -> dict[str, Any]:
     return fmt.check_format(
         folder, manifest, HIERARCHICAL_FORMAT_NAME, HIERARCHICAL_FORMAT_VERSION, "hierarchical index"
     )
+
+
+def saved_relevance(folder: Path) -> dict[str, Any] | None:
+    """The hierarchical relevance model saved in ``folder`` (its JSON data), or None when not calibrated."""
+    data = read_hierarchical_manifest(folder.expanduser()).get(RELEVANCE_INFO_KEY)
+    return data if isinstance(data, dict) else None
 
 
 def is_hierarchical(folder: Path) -> bool:

@@ -29,7 +29,13 @@ from langchain_fusion.retrievers.base import SearchRetriever, innermost_search
 from langchain_fusion.retrievers.multi_query import MultiQueryFusionRetriever
 from langchain_fusion.retrievers.rerank import RerankRetriever, with_top_n
 from langchain_fusion.retrievers.windows import ContextWindowRetriever
-from langchain_fusion.search.options import DEFAULT_WINDOW_MAX_CHARS, SELECTION_OPTIONS, DuplicateOptions, FusionOptions
+from langchain_fusion.search.options import (
+    DEFAULT_WINDOW_MAX_CHARS,
+    SELECTION_OPTIONS,
+    DuplicateOptions,
+    FusionOptions,
+    RelevanceOption,
+)
 from langchain_fusion.stores.filters import merge_filters
 from langchain_fusion.stores.local.folder import library_version
 from langchain_fusion.stores.registry import engine_for
@@ -312,7 +318,7 @@ def build(spec: PipelineSpec) -> Pipeline:
     elif isinstance(served, HierarchicalIndex) and spec.hierarchical is not False:
         if spec.selection():
             spec.refuse_selection()
-        taken = {*FusionOptions.model_fields, *DuplicateOptions.model_fields, "filter"}
+        taken = {*FusionOptions.model_fields, *DuplicateOptions.model_fields, *RelevanceOption.model_fields, "filter"}
         options = spec.search.model_dump(include=taken)
         search = served.as_retriever(**options, **spec.hierarchy.model_dump())
     else:

@@ -15,8 +15,8 @@ from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 from langchain_fusion._checks import CheckedModel, check_positive_int, check_rewrites
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.search.options import (
+    FUSED_ONLY_OPTIONS,
     OPTION_CHECKS,
-    SELECTION_OPTIONS,
     HierarchyOptions,
     SearchOptions,
     check_options,
@@ -243,13 +243,13 @@ class PipelineSpec(CheckedModel):
         return self.reranks_with_llm or self.multi_query is not None
 
     def selection(self) -> dict[str, Any]:
-        """The relevance floor and diversity options that are set (fused search only)."""
+        """The raw-score floor and diversity options that are set (fused search only; not ``min_relevance``)."""
         return {
-            name: getattr(self.search, name) for name in SELECTION_OPTIONS if getattr(self.search, name) is not None
+            name: getattr(self.search, name) for name in FUSED_ONLY_OPTIONS if getattr(self.search, name) is not None
         }
 
     def refuse_selection(self) -> None:
-        """An InvalidParameterError naming the floor and diversity options set (hierarchical search takes none)."""
+        """An InvalidParameterError naming the raw-score floors and diversity set (hierarchical search takes none)."""
         raise InvalidParameterError(
             f"{', '.join(self.selection())} apply to fused search, not to hierarchical search (an index saved with "
             "page summaries, or --hierarchical)"

@@ -21,16 +21,25 @@ from langchain_core.documents import Document
 
 from langchain_fusion import metadata as keys
 from langchain_fusion.index.fusion_index import FusionIndex
-from langchain_fusion.index.hierarchical import HierarchicalIndex
+from langchain_fusion.index.hierarchical import HIERARCHICAL_KIND, HierarchicalIndex
 from langchain_fusion.retrievers.base import PreparedQuery, SearchRetriever
 from langchain_fusion.search.diversity import pick_in_order
 from langchain_fusion.search.duplicates import Duplicates, copies_entry, copies_of, duplicate_groups
-from langchain_fusion.search.options import DuplicateOptions, FilterOption, FusionOptions, HierarchyOptions
+from langchain_fusion.search.options import (
+    DuplicateOptions,
+    FilterOption,
+    FusionOptions,
+    HierarchyOptions,
+    RelevanceOption,
+)
 from langchain_fusion.search.pool import Hit, fused_search, scored_copy
+from langchain_fusion.search.relevance import with_relevance
 from langchain_fusion.stores.base import FloatMatrix, StoreView, Where
 
 
-class HierarchicalRetriever(HierarchyOptions, DuplicateOptions, FilterOption, FusionOptions, SearchRetriever):
+class HierarchicalRetriever(
+    HierarchyOptions, RelevanceOption, DuplicateOptions, FilterOption, FusionOptions, SearchRetriever
+):
     """Summaries first, then the best chunks of the selected pages; one global top ``k``.
 
     For a query: the ``k_summaries`` best summaries by fused score; the chunks of their pages;
@@ -47,6 +56,11 @@ class HierarchicalRetriever(HierarchyOptions, DuplicateOptions, FilterOption, Fu
     the BM25 retriever. ``filter`` restricts the chunks, and the summaries to those covering a
     matching chunk. ``duplicates`` returns copies of one text once, as fused search does (the best
     chunk by the combined score, its copies in ``also_in``).
+
+    On an index calibrated for hierarchical search (:meth:`HierarchicalIndex.calibrate
+    <langchain_fusion.index.hierarchical.HierarchicalIndex.calibrate>`) every result carries its
+    ``relevance`` and ``min_relevance`` leaves out those below it; without that calibration a
+    floor is an error (the chunk index's own flat calibration does not apply to these ranks).
     """
 
     index: HierarchicalIndex
@@ -65,6 +79,11 @@ class HierarchicalRetriever(HierarchyOptions, DuplicateOptions, FilterOption, Fu
         options: dict[str, Any],
         prepared: PreparedQuery | None = None,
     ) -> list[Document]:
+        ranked = self._ranked(query, query_vector, options)
+        return with_relevance(ranked, self.index.relevance_model, options["min_relevance"], HIERARCHICAL_KIND)
+
+    def _ranked(self, query: str, query_vector: FloatMatrix | None, options: dict[str, Any]) -> list[Document]:
+        """The hierarchical results before the ``min_relevance`` floor."""
         # A batch prepares the embeddings only: the two indexes are scored per query.
         assert query_vector is not None
         chunks, summaries = self.index.chunks.view(), self.index.summaries.view()

@@ -135,12 +135,22 @@ class DuplicateOptions(_Options):
     near-identical texts)."""
 
 
-class SearchOptions(DuplicateOptions, FilterOption, FusionOptions):
-    """Every option of a fused search: the pool and weights, relevance floors and diversity.
+class RelevanceOption(_Options):
+    """The floor on calibrated relevance (fused and hierarchical search; each index brings its own calibration)."""
+
+    min_relevance: Annotated[Annotated[float, Field(ge=0.0, le=1.0)] | None, BeforeValidator(check_min_relevance)] = (
+        None
+    )
+    """Floor on a result's calibrated relevance, P(relevant) from 0 to 1 (needs an index calibrated on labelled
+    queries): lower results are left out, so a question the documents do not answer gets none. None: no floor."""
+
+
+class FusedSelectionOptions(_Options):
+    """Raw-score floors and diversity: options of fused search over one index (hierarchical search takes none).
 
     The floors keep only candidates that clear a raw-score floor on a side with weight (see
     :mod:`~langchain_fusion.search.floors`); diversity spreads the results (see
-    :mod:`~langchain_fusion.search.diversity`). Construct one to check a set of options at once.
+    :mod:`~langchain_fusion.search.diversity`).
     """
 
     min_vector_score: Annotated[
@@ -157,11 +167,13 @@ class SearchOptions(DuplicateOptions, FilterOption, FusionOptions):
     max_per_source: Annotated[Annotated[int, Field(ge=1)] | None, BeforeValidator(check_max_per_source)] = None
     """At most this many results from one source (file), the next best taking the place of the others.
     None: no cap."""
-    min_relevance: Annotated[Annotated[float, Field(ge=0.0, le=1.0)] | None, BeforeValidator(check_min_relevance)] = (
-        None
-    )
-    """Floor on a result's calibrated relevance, P(relevant) from 0 to 1 (needs an index calibrated on labelled
-    queries): lower results are left out, so a question the documents do not answer gets none. None: no floor."""
+
+
+class SearchOptions(RelevanceOption, FusedSelectionOptions, DuplicateOptions, FilterOption, FusionOptions):
+    """Every option of a fused search: the pool and weights, relevance floors and diversity.
+
+    Construct one to check a set of options at once.
+    """
 
 
 class HierarchyOptions(_Options):
@@ -190,12 +202,12 @@ OPTION_CHECKS: dict[str, Callable[[Any], Any]] = {
 }
 """The check of every search option, by name: fields, per-call overrides, CLI flags and requests all use it."""
 
-SELECTION_OPTIONS: tuple[str, ...] = tuple(
-    name
-    for name in SearchOptions.model_fields
-    if name not in (*FusionOptions.model_fields, *FilterOption.model_fields, *DuplicateOptions.model_fields)
-)
-"""The relevance floor and diversity options: fused search over one index takes them, hierarchical search does not."""
+SELECTION_OPTIONS: tuple[str, ...] = (*FusedSelectionOptions.model_fields, *RelevanceOption.model_fields)
+"""The relevance floor and diversity options: fused search over one index takes them all, hierarchical search
+``min_relevance`` only (:data:`FUSED_ONLY_OPTIONS` are the others)."""
+
+FUSED_ONLY_OPTIONS: tuple[str, ...] = tuple(FusedSelectionOptions.model_fields)
+"""The raw-score floors and diversity options, which hierarchical search does not take."""
 
 
 def option_field(name: str) -> FieldInfo:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from langchain_core.documents import Document
@@ -27,7 +27,12 @@ from pydantic import ConfigDict, Field, model_validator
 
 from langchain_fusion import metadata as keys
 from langchain_fusion._checks import CheckedModel, is_real_number
-from langchain_fusion.errors import FusionError, InvalidParameterError
+from langchain_fusion.errors import FusionError, IndexFormatError, InvalidParameterError
+
+if TYPE_CHECKING:
+    from langchain_core.retrievers import BaseRetriever
+
+    from langchain_fusion.evaluation.datasets import EvalDataset
 
 RELEVANCE_INFO_KEY = "relevance_model"
 """Where a saved index keeps its relevance model (a key of its ``info``)."""
@@ -229,24 +234,55 @@ def fit_relevance(
     )
 
 
-def require_model(model: RelevanceModel | None, asked: str) -> RelevanceModel:
-    """``model``, or the one error that says ``asked`` (what needed it) needs a calibrated index."""
+def calibrate_search(search: BaseRetriever, dataset: EvalDataset, *, k: int) -> RelevanceModel:
+    """Fit a :class:`RelevanceModel` on what ``search`` (a retriever returning ``k`` results) returns for ``dataset``.
+
+    Each labelled query's results are labelled relevant when ``dataset.qrels`` names their
+    ``Document.id``; :func:`fit_relevance` fits the model and measures its held-out quality. What
+    :meth:`FusionIndex.calibrate <langchain_fusion.index.fusion_index.FusionIndex.calibrate>` and
+    :meth:`HierarchicalIndex.calibrate <langchain_fusion.index.hierarchical.HierarchicalIndex.calibrate>` share.
+    """
+    if not dataset.queries:
+        raise InvalidParameterError(f"{dataset.name}: no labelled queries to calibrate on")
+    ranked = search.batch(list(dataset.queries.values()))
+    labels = [
+        [dataset.qrels.get(query_id, {}).get(str(doc.id), 0) > 0 for doc in docs]
+        for query_id, docs in zip(dataset.queries, ranked, strict=True)
+    ]
+    return fit_relevance(ranked, labels, k=k, dataset=dataset.name)
+
+
+def saved_model(saved: Any, where: str = "this index") -> RelevanceModel:
+    """A relevance model read back from its saved JSON data; IndexFormatError when it is not a valid one."""
+    try:
+        return RelevanceModel.model_validate(saved)
+    except (ValueError, TypeError) as exc:
+        raise IndexFormatError(
+            f"the relevance model saved with {where} is not valid ({exc}); calibrate it again"
+        ) from None
+
+
+def require_model(model: RelevanceModel | None, asked: str, index: str = "index") -> RelevanceModel:
+    """``model``, or the one error that says ``asked`` (what needed it) needs a calibrated ``index`` (its kind)."""
     if model is None:
         raise InvalidParameterError(
-            f"{asked} needs a calibrated index: fit one with index.calibrate(dataset) (labelled queries, e.g. "
+            f"{asked} needs a calibrated {index}: fit one with index.calibrate(dataset) (labelled queries, e.g. "
             f"load_beir(folder, split='train') or load_labelled, or langchain-fusion eval --calibrate) and save it"
         )
     return model
 
 
-def with_relevance(documents: list[Document], model: RelevanceModel | None, floor: float | None) -> list[Document]:
+def with_relevance(
+    documents: list[Document], model: RelevanceModel | None, floor: float | None, index: str = "index"
+) -> list[Document]:
     """``documents`` (one ranked list) with ``metadata["relevance"]``, those below ``floor`` left out.
 
-    Without a model there is no relevance (never a made-up one); a floor then is an error.
+    Without a model there is no relevance (never a made-up one); a floor then is an error
+    (naming the kind of ``index`` that needs calibrating).
     """
     if model is None:
         if floor is not None:
-            require_model(model, "min_relevance")
+            require_model(model, "min_relevance", index)
         return documents
     for doc, value in zip(documents, model.relevance(documents), strict=True):
         doc.metadata[keys.RELEVANCE] = value
