@@ -25,7 +25,7 @@ TOPICS = ["battery flood", "inverter rating", "solar panel", "wind turbine", "gr
 FILLER = ["alpha", "beta", "gamma", "delta", "site", "team", "north", "south"]
 
 
-def _corpus() -> tuple[list[str], list[str]]:
+def report_corpus() -> tuple[list[str], list[str]]:
     rng = random.Random(0)
     texts, ids = [], []
     for t, topic in enumerate(TOPICS):
@@ -35,7 +35,7 @@ def _corpus() -> tuple[list[str], list[str]]:
     return texts, ids
 
 
-def _dataset(step: int = 2) -> EvalDataset:
+def report_dataset(step: int = 2) -> EvalDataset:
     """Each query names one report (its topic and number): that report is the one relevant result."""
     queries = {f"q{t}-{j}": f"{topic} report {j}" for t, topic in enumerate(TOPICS) for j in range(0, 20, step)}
     qrels = {f"q{t}-{j}": {f"{t}-{j}": 1} for t, topic in enumerate(TOPICS) for j in range(0, 20, step)}
@@ -44,19 +44,19 @@ def _dataset(step: int = 2) -> EvalDataset:
 
 @pytest.fixture
 def index() -> FusionIndex:
-    texts, ids = _corpus()
+    texts, ids = report_corpus()
     return FusionIndex.from_texts(texts, HashingEmbeddings(), ids=ids)
 
 
 @pytest.fixture
 def calibrated(index: FusionIndex) -> FusionIndex:
-    index.calibrate(_dataset())
+    index.calibrate(report_dataset())
     return index
 
 
 class TestCalibrate:
     def test_fit_reports_its_quality(self, index: FusionIndex) -> None:
-        model = index.calibrate(_dataset())
+        model = index.calibrate(report_dataset())
         assert index.relevance_model == model
         assert (model.quality.queries, model.quality.results, model.quality.relevant) == (60, 600, 60)
         assert 0.0 <= model.quality.expected_calibration_error < 0.05
@@ -83,7 +83,7 @@ class TestCalibrate:
             index.calibrate(empty)
 
     def test_search_options_of_the_fit(self, index: FusionIndex) -> None:
-        model = index.calibrate(_dataset(), k=5, alpha=0.3)
+        model = index.calibrate(report_dataset(), k=5, alpha=0.3)
         assert model.k == 5 and model.quality.results == 300
 
 
@@ -91,7 +91,7 @@ class TestRelevanceSweep:
     def test_rows_trade_answers_for_abstentions(self, calibrated: FusionIndex) -> None:
         from langchain_fusion.evaluation.harness import ANSWERED, NO_ANSWER_EMPTY, sweep_relevance
 
-        dataset = _dataset(step=3)
+        dataset = report_dataset(step=3)
         dataset.no_answer.update({"n1": "how do I cook pasta", "n2": "who won the world cup"})
         report = sweep_relevance(calibrated, dataset, [0.9, 0.1, 0.5], ["ndcg@10", "recall@10"], progress=False)
         assert [r.name for r in report.results] == ["no floor", "relevance>=0.1", "relevance>=0.5", "relevance>=0.9"]
@@ -105,7 +105,7 @@ class TestRelevanceSweep:
         from langchain_fusion.evaluation.harness import sweep_relevance
 
         with pytest.raises(InvalidParameterError, match="a relevance floor sweep needs a calibrated index"):
-            sweep_relevance(index, _dataset(), [0.3], progress=False)
+            sweep_relevance(index, report_dataset(), [0.3], progress=False)
 
 
 class TestCalibrationOnLabels:
@@ -114,7 +114,7 @@ class TestCalibrationOnLabels:
     def test_figures_of_the_top_k_against_the_labels(self, calibrated: FusionIndex) -> None:
         from langchain_fusion.evaluation import evaluate_calibration
 
-        dataset = _dataset(step=1)  # the 60 queries it was fitted on and the 60 it was not
+        dataset = report_dataset(step=1)  # the 60 queries it was fitted on and the 60 it was not
         report = evaluate_calibration(calibrated, dataset, progress=False)
         ranked = calibrated.as_retriever(k=10).batch(list(dataset.queries.values()))
         predicted = [doc.metadata[keys.RELEVANCE] for docs in ranked for doc in docs]
@@ -137,13 +137,13 @@ class TestCalibrationOnLabels:
         assert model is not None
         flipped = model.model_copy(update={"weights": [-w for w in model.weights], "bias": -model.bias})
         calibrated.saved_info = {**calibrated.saved_info, RELEVANCE_INFO_KEY: flipped.model_dump(mode="json")}
-        report = evaluate_calibration(calibrated, _dataset(step=1), k=5, progress=False)
+        report = evaluate_calibration(calibrated, report_dataset(step=1), k=5, progress=False)
         assert report.k == 5 and report.expected_calibration_error > 0.5
 
     def test_reliability_plot(self, calibrated: FusionIndex, tmp_path: Path) -> None:
         from langchain_fusion.evaluation import evaluate_calibration, plot_reliability
 
-        report = evaluate_calibration(calibrated, _dataset(step=3), progress=False)
+        report = evaluate_calibration(calibrated, report_dataset(step=3), progress=False)
         path = plot_reliability(report, tmp_path / "plots" / "reliability.png")
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert "| 0.0-0.1 |" in report.to_markdown()
@@ -152,7 +152,7 @@ class TestCalibrationOnLabels:
         from langchain_fusion.evaluation import evaluate_calibration
 
         with pytest.raises(InvalidParameterError, match="a calibration report needs a calibrated index"):
-            evaluate_calibration(index, _dataset(), progress=False)
+            evaluate_calibration(index, report_dataset(), progress=False)
 
 
 class TestAnswerability:

@@ -137,6 +137,31 @@ class PageUnit:
             return merge_chunks(self.chunks)
         return FIELD_SEPARATOR.join(c.page_content for c in self.chunks)
 
+    def summary_document(self, text: str, *, fallback: bool) -> Document:
+        """The summary ``Document`` of this unit: ``text``, its location and its chunks' ids in metadata."""
+        meta: dict[str, Any] = {keys.SOURCE: self.source}
+        if self.page is not None:
+            meta[keys.PAGE] = self.page
+        else:
+            meta[keys.SECTION] = self.section
+        meta[keys.SUMMARY_CHUNK_IDS] = [c.id for c in self.chunks]
+        meta[keys.SUMMARY_FALLBACK] = fallback
+        return Document(id=self.id, page_content=text, metadata=meta)
+
+
+def leading_text_summaries(
+    chunks: Sequence[Document], chars: int = 600, section_chars: int = DEFAULT_SECTION_CHARS
+) -> list[Document]:
+    """A summary of each :func:`page_units` unit without a chat model: its first ``chars`` characters.
+
+    Deterministic and free: for tests, measurements, or a first hierarchical index before paying
+    for :class:`PageSummarizer` (give them to :meth:`HierarchicalIndex.from_summaries
+    <langchain_fusion.index.hierarchical.HierarchicalIndex.from_summaries>`). Marked as fallbacks.
+    """
+    if chars < 1:
+        raise InvalidParameterError(f"chars must be >= 1; got {chars}")
+    return [unit.summary_document(unit.text[:chars], fallback=True) for unit in page_units(chunks, section_chars)]
+
 
 def page_units(chunks: Sequence[Document], section_chars: int = DEFAULT_SECTION_CHARS) -> list[PageUnit]:
     """Group chunks into the pages and sections that get one summary each.
@@ -377,14 +402,7 @@ class PageSummarizer(LLMBatchSettings):
             unit = state.unit
             if state.failure is not None:
                 report.failed.append(state.failure)
-            meta: dict[str, Any] = {keys.SOURCE: unit.source}
-            if unit.page is not None:
-                meta[keys.PAGE] = unit.page
-            else:
-                meta[keys.SECTION] = unit.section
-            meta[keys.SUMMARY_CHUNK_IDS] = [c.id for c in unit.chunks]
-            meta[keys.SUMMARY_FALLBACK] = state.summary is None
             text = state.summary if state.summary is not None else state.text[: self.piece_chars]
-            documents.append(Document(id=unit.id, page_content=text, metadata=meta))
+            documents.append(unit.summary_document(text, fallback=state.summary is None))
         report.warn_failures(logger, "their leading text stands in")
         return documents, report

@@ -328,8 +328,19 @@ def build(spec: PipelineSpec) -> Pipeline:
                 "PATH... --summaries --out DIR) for hierarchical search"
             )
         chunks = served.chunks if isinstance(served, HierarchicalIndex) else served
+        if isinstance(served, HierarchicalIndex) and spec.search.min_relevance is not None:
+            _check_flat_calibration(served)
         search = chunks.as_retriever(**spec.search.model_dump())
     return Pipeline(spec, served, search, steps, chat_model, no_chat_reason, location)
+
+
+def _check_flat_calibration(served: HierarchicalIndex) -> None:
+    """min_relevance on the chunks of a folder calibrated for hierarchical search only: say how to use that model."""
+    if served.chunks.relevance_model is None and served.relevance_model is not None:
+        raise InvalidParameterError(
+            "min_relevance: this index is calibrated for hierarchical search only; search it hierarchically "
+            "(hierarchical=True, --hierarchical), or calibrate its chunk index (index.chunks.calibrate)"
+        )
 
 
 def _open(spec: PipelineSpec) -> tuple[Served, dict[str, Any] | None]:
