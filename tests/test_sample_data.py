@@ -28,6 +28,15 @@ FIRST_SCREEN = README.partition("\n## Why fusion")[0]
 SAMPLE_SECTION = README.partition("\n## Sample data\n")[2].partition("\n## ")[0]
 
 
+def _calibration_script() -> Any:
+    """scripts/sample_calibration.py, imported (make sample-calibration runs it)."""
+    spec = importlib.util.spec_from_file_location("sample_calibration", REPO / "scripts" / "sample_calibration.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
 def _collapse(text: str) -> str:
     return " ".join(text.split())
 
@@ -144,13 +153,15 @@ class TestSampleResults:
 
     def test_readme_reports_the_calibration(self, bundled_sample_index: CliRun) -> None:
         """The calibration table is what scripts/sample_calibration.py (make sample-calibration) measures."""
-        spec = importlib.util.spec_from_file_location("sample_calibration", REPO / "scripts" / "sample_calibration.py")
-        assert spec is not None and spec.loader is not None
-        script = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(script)
-        table, held_out = script.measure(FusionIndex.load(bundled_sample_index[0]))
+        table, held_out = _calibration_script().measure(FusionIndex.load(bundled_sample_index[0]))
         assert table in README, "README.md is stale; paste this table (make sample-calibration prints it):\n" + table
         assert (held_out.queries, held_out.results) == (27, 270)
+
+    def test_docs_report_the_hierarchical_calibration(self, bundled_sample_index: CliRun) -> None:
+        """The hierarchical table of docs/enrichment-and-hierarchy.md is what the same script measures."""
+        table = _calibration_script().measure_hierarchical(FusionIndex.load(bundled_sample_index[0]))
+        page = (REPO / "docs" / "enrichment-and-hierarchy.md").read_text(encoding="utf-8")
+        assert table in page, "docs/enrichment-and-hierarchy.md is stale; paste this table:\n" + table
 
     def test_readme_claims_hold(self, measured: tuple[Report, EvalDataset, dict[str, Any]]) -> None:
         """What the README says in words about the tables: fusion best overall, vector search best on paraphrases."""
