@@ -127,6 +127,37 @@ def shared_model_vectors(folder: Path) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def each_text_embedded_once(folder: Path) -> Iterator[None]:
+    """:func:`shared_model_vectors`, and in this process each query embedded once, with one query encoder.
+
+    For tests that run many searches with the bundled model over the same questions (the docs'
+    pages, the sample's measured tables): a query's vector is the model's, computed the first time.
+    """
+    import pytest
+
+    shared: dict[str, Any] = {}
+    queries_encoder = LocalEmbeddings._queries_encoder
+    embed_queries = LocalEmbeddings.embed_queries
+    queries: dict[str, list[float]] = {}
+
+    def encoder_once(self: LocalEmbeddings) -> Any:
+        if "encoder" not in shared:
+            shared["encoder"] = queries_encoder(self)
+        return shared["encoder"]
+
+    def embed_queries_once(self: LocalEmbeddings, texts: list[str]) -> list[list[float]]:
+        missing = [text for text in dict.fromkeys(texts) if text not in queries]
+        if missing:
+            queries.update(zip(missing, embed_queries(self, missing), strict=True))
+        return [list(queries[text]) for text in texts]
+
+    with shared_model_vectors(folder), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(LocalEmbeddings, "_queries_encoder", encoder_once)
+        patch.setattr(LocalEmbeddings, "embed_queries", embed_queries_once)
+        yield
+
+
 def install(folder: str, address: str | None = None) -> None:
     """For good, in this process (a notebook's kernel): the bundled model's vectors come from ``folder``."""
     LocalEmbeddings.encode = cached_encode(Path(folder), address)

@@ -65,7 +65,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
 from tests.conftest import DATA, REPO
-from tests.shared_vectors import shared_model_vectors
+from tests.shared_vectors import each_text_embedded_once
 
 pytestmark = pytest.mark.local_model
 
@@ -267,27 +267,7 @@ def fake_llm() -> Iterator[None]:
 @pytest.fixture(scope="module", autouse=True)
 def embed_each_text_once(model_vectors: Path) -> Iterator[None]:
     """Each distinct text embedded once for the whole run (see shared_vectors), each query once; one query encoder."""
-    from langchain_fusion.models.embeddings import LocalEmbeddings
-
-    shared: dict[str, Any] = {}
-    queries_encoder = LocalEmbeddings._queries_encoder
-    embed_queries = LocalEmbeddings.embed_queries
-    queries: dict[str, list[float]] = {}
-
-    def encoder_once(self: LocalEmbeddings) -> Any:
-        if "encoder" not in shared:
-            shared["encoder"] = queries_encoder(self)
-        return shared["encoder"]
-
-    def embed_queries_once(self: LocalEmbeddings, texts: list[str]) -> list[list[float]]:
-        missing = [text for text in dict.fromkeys(texts) if text not in queries]
-        if missing:
-            queries.update(zip(missing, embed_queries(self, missing), strict=True))
-        return [list(queries[text]) for text in texts]
-
-    with shared_model_vectors(model_vectors), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(LocalEmbeddings, "_queries_encoder", encoder_once)
-        patch.setattr(LocalEmbeddings, "embed_queries", embed_queries_once)
+    with each_text_embedded_once(model_vectors):
         yield
 
 

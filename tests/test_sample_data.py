@@ -8,6 +8,7 @@ import io
 import json
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from langchain_fusion.cli.app import main
 from langchain_fusion.evaluation import SIDES, EvalDataset, Report, evaluate_sides, load_labelled
 from langchain_fusion.ingest.loading import load_files
 from tests.conftest import DATA, REPO, SAMPLE_QUERIES, CliRun
+from tests.shared_vectors import each_text_embedded_once
 
 KINDS = ("keyword", "paraphrase", "mixed")
 METRICS = ("ndcg@10", "recall@10", "mrr@10")
@@ -39,6 +41,13 @@ def _calibration_script() -> Any:
 
 def _collapse(text: str) -> str:
     return " ".join(text.split())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def embed_each_text_once(model_vectors: Path) -> Iterator[None]:
+    """The measured tables search the same questions many times: each text and query embedded once."""
+    with each_text_embedded_once(model_vectors):
+        yield
 
 
 @pytest.fixture(scope="module")
