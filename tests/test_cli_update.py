@@ -209,16 +209,7 @@ class TestIncrementalIndex:
         self, docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         out = tmp_path / "idx"
-        real_add = FusionIndex.add_documents
-        calls = [0]
-
-        def interrupted(self: FusionIndex, *args: Any, **kwargs: Any) -> list[str]:
-            calls[0] += 1
-            if calls[0] == 2:  # Ctrl-C while the second file is embedded
-                raise KeyboardInterrupt
-            return real_add(self, *args, **kwargs)
-
-        monkeypatch.setattr(FusionIndex, "add_documents", interrupted)
+        _ctrl_c_at_the_second_file(monkeypatch)
         status, _, err = _run("index", str(docs), "--out", str(out), "--embeddings", "local", "-q")
         monkeypatch.undo()
         assert status == 130
@@ -247,6 +238,20 @@ class TestIncrementalIndex:
         )
 
 
+def _ctrl_c_at_the_second_file(patch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C (KeyboardInterrupt) while the second file of the run is embedded."""
+    real_add = FusionIndex.add_documents
+    calls = [0]
+
+    def interrupted(self: FusionIndex, *args: Any, **kwargs: Any) -> list[str]:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise KeyboardInterrupt
+        return real_add(self, *args, **kwargs)
+
+    patch.setattr(FusionIndex, "add_documents", interrupted)
+
+
 def _save_first_run(docs: Path, out: Path) -> None:
     """What a first ``index docs --out out`` run saves, written while the test holds the update lock."""
     from langchain_fusion.index.sync import SYNC_INFO_KEY, sync_files
@@ -255,3 +260,110 @@ def _save_first_run(docs: Path, out: Path) -> None:
     record: dict[str, Any] = {}
     sync_files(index, [docs], record, chunk_size=1000, chunk_overlap=200)
     index.save(out, info={SYNC_INFO_KEY: record})
+
+
+def _summary_model() -> Any:
+    from tests.fake_chat_models import RatingModel
+
+    return RatingModel(rule=lambda prompt: "Summary: " + " ".join(prompt.split()[-12:]), structured=False)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (relative path -> bytes): equal before and after means untouched."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix != ".lock")  # locks come and go
+    return {str(p.relative_to(folder)): p.read_bytes() for p in files}
+
+
+def _summarised_sources(out: Path) -> set[str]:
+    from langchain_fusion import HierarchicalIndex
+
+    return {Path(d.metadata[keys.SOURCE]).name for d in HierarchicalIndex.load(out).summaries.documents}
+
+
+class TestHierarchicalRerun:
+    """``index --summaries`` on a folder that holds page summaries: an interrupted run never loses them."""
+
+    @pytest.fixture
+    def model(self, monkeypatch: pytest.MonkeyPatch) -> Any:
+        model = _summary_model()
+        monkeypatch.setattr("langchain_fusion.models.chat.resolve_chat_model", lambda spec: model)
+        return model
+
+    @pytest.fixture
+    def built(self, docs: Path, tmp_path: Path, model: Any) -> Path:
+        out = tmp_path / "idx"
+        summary = _index(docs, out, "--summaries")
+        assert summary["summaries"] == 3
+        (docs / "c.txt").write_text("Fans are cleaned monthly now, filters changed twice a year. " * 25, "utf-8")
+        (docs / "d.txt").write_text("The VX-2 pump is primed before every start in winter. " * 25, "utf-8")
+        return out
+
+    def test_ctrl_c_keeps_the_previous_index_and_a_rerun_finishes(
+        self, docs: Path, built: Path, model: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from langchain_fusion.index.hierarchical import is_hierarchical
+
+        before = _files(built)
+        with monkeypatch.context() as patch:
+            _ctrl_c_at_the_second_file(patch)  # of the two changed files
+            status, _, err = _run("index", str(docs), "--out", str(built), "--embeddings", "local", "-q", "--summaries")
+        assert status == 130
+        assert is_hierarchical(built) and _files(built) == before  # summaries and manifest untouched
+        assert len(err.splitlines()) == 1 and f"nothing saved: {built} keeps its previous index" in err
+        assert "run the same command again" in err
+        calls_before = len(model.calls)
+        summary = _index(docs, built, "--summaries")
+        assert (summary["files_added"], summary["files_updated"], summary["files_unchanged"]) == (1, 1, 2)
+        assert summary["summaries"] == 4 and _summarised_sources(built) == {"a.txt", "b.md", "c.txt", "d.txt"}
+        assert summary["llm"]["summaries"]["cached"] == 2  # a.txt and b.md are not summarised again
+        assert len(model.calls) - calls_before == summary["llm"]["summaries"]["calls"] == 2
+
+    def test_ctrl_c_while_summarising_keeps_the_previous_index(
+        self, docs: Path, built: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from langchain_fusion.ingest.summaries import PageSummarizer
+
+        before = _files(built)
+
+        def interrupted(*args: Any, **kwargs: Any) -> Any:
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(PageSummarizer, "summarize", interrupted)
+        status, _, err = _run("index", str(docs), "--out", str(built), "--embeddings", "local", "-q", "--summaries")
+        assert status == 130 and "interrupted" in err
+        assert _files(built) == before
+
+    def test_a_failing_embedder_keeps_the_previous_index(
+        self, docs: Path, built: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        before = _files(built)
+
+        def failing(self: HashingEmbeddings, texts: list[str]) -> list[list[float]]:
+            raise RuntimeError("embedding service unavailable")
+
+        monkeypatch.setattr(HashingEmbeddings, "embed_documents", failing)
+        status, _, err = _run("index", str(docs), "--out", str(built), "--embeddings", "local", "-q", "--summaries")
+        assert status == 2 and "embedding service unavailable" in err
+        assert _files(built) == before
+
+    def test_a_rerun_without_summaries_is_refused_in_one_line(self, docs: Path, built: Path) -> None:
+        before = _files(built)
+        status, _, err = _run("index", str(docs), "--out", str(built), "--embeddings", "local", "-q")
+        assert status == 2 and len(err.splitlines()) == 1
+        assert "holds page summaries too: add --summaries" in err
+        assert _files(built) == before
+
+    def test_ctrl_c_on_a_new_folder_saves_its_chunks_and_a_rerun_adds_the_summaries(
+        self, docs: Path, tmp_path: Path, model: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from langchain_fusion.index.hierarchical import is_hierarchical
+
+        out = tmp_path / "idx"
+        with monkeypatch.context() as patch:
+            _ctrl_c_at_the_second_file(patch)
+            status, _, err = _run("index", str(docs), "--out", str(out), "--embeddings", "local", "-q", "--summaries")
+        assert status == 130 and "interrupted; saved the 1 files done so far" in err
+        assert not is_hierarchical(out) and set(_sources(out)) == {"a.txt"}
+        summary = _index(docs, out, "--summaries")
+        assert (summary["files_unchanged"], summary["files_added"], summary["summaries"]) == (1, 2, 3)
+        assert is_hierarchical(out) and _summarised_sources(out) == {"a.txt", "b.md", "c.txt"}

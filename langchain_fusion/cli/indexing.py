@@ -39,8 +39,8 @@ def add_index_parser(commands: Any) -> None:
         "and save a fusion index. Unreadable files are reported and skipped, and so are saved indexes found in the "
         "folders. On an existing index (--out), the index is updated in place: unchanged files are skipped without "
         "embedding (by content hash), changed files have their chunks replaced, and files that no longer exist under "
-        "the given paths have their chunks removed (--keep-missing keeps them). Ctrl-C saves the files done so far; "
-        "run again to finish.",
+        "the given paths have their chunks removed (--keep-missing keeps them). Ctrl-C saves the files done so far "
+        "(a folder with page summaries keeps its previous index instead); run again to finish.",
     )
     index.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to index (folders recursively)")
     index.add_argument(
@@ -220,6 +220,8 @@ class _Target:
         """Persist ``index`` (or ``hierarchical``, built on it) with the file record; returns where, for people."""
         from langchain_fusion.index.sync import SYNC_INFO_KEY
 
+        if hierarchical is None and self.hierarchical is not None:
+            raise AssertionError(f"{self.out} holds page summaries: saving its chunks alone would drop them")
         info = index.info_to_save({SYNC_INFO_KEY: record})  # a calibrated index keeps its relevance model
         if hierarchical is not None:
             if self.hierarchical is not None:  # and so does a calibrated hierarchical one
@@ -293,13 +295,7 @@ def _update(target: _Target, embeddings: Any, chat_model: Any, uses_llm: bool, a
     reports: dict[str, Any] = {}
     report = _sync(index, record, args, llm_options, reports, quiet, target.keeper(index))
     if report.interrupted:
-        folder = target.save(index, record)
-        print(
-            f"langchain-fusion: interrupted; saved the {len(record.get('by_path', {}))} files done so far to "
-            f"{folder}: run the same command again to finish",
-            file=sys.stderr,
-        )
-        return 130
+        return _interrupted(target, index, record)
     if len(index) == 0:
         raise UserError(f"no readable documents in {' '.join(args.paths)} (PDF, .txt and .md files are indexed)")
     summaries = 0
@@ -318,6 +314,26 @@ def _update(target: _Target, embeddings: Any, chat_model: Any, uses_llm: bool, a
     else:
         print("\n".join(_summary_lines(summary, index, report, reports, args, cache_dir if uses_llm else None)))
     return 0
+
+
+def _interrupted(target: _Target, index: Any, record: dict[str, Any]) -> int:
+    """Ctrl-C while files were updated: save the files done so far, unless the folder keeps page summaries."""
+    if target.hierarchical is not None:
+        # Its summaries are saved with the chunks they cover, once every file is done: the chunks alone
+        # would drop them (a plain save) or leave them stale, so the folder keeps its previous index.
+        print(
+            f"langchain-fusion: interrupted; nothing saved: {target.out} keeps its previous index (page summaries "
+            "are saved once every file is indexed and summarised): run the same command again to finish",
+            file=sys.stderr,
+        )
+        return 130
+    folder = target.save(index, record)
+    print(
+        f"langchain-fusion: interrupted; saved the {len(record.get('by_path', {}))} files done so far to "
+        f"{folder}: run the same command again to finish",
+        file=sys.stderr,
+    )
+    return 130
 
 
 def _sync(
