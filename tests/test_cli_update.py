@@ -318,6 +318,22 @@ class TestHierarchicalRerun:
         assert summary["llm"]["summaries"]["cached"] == 2  # a.txt and b.md are not summarised again
         assert len(model.calls) - calls_before == summary["llm"]["summaries"]["calls"] == 2
 
+    def test_an_invalid_saved_model_fails_before_any_summary(
+        self, docs: Path, built: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from langchain_fusion.ingest.summaries import PageSummarizer
+        from langchain_fusion.stores.local.folder import CHECKSUM, manifest_checksum
+
+        path = built / "manifest.json"
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest["relevance_model"] = {"features": ["nothing"]}  # e.g. written by a newer version
+        manifest[CHECKSUM] = manifest_checksum(manifest)
+        path.write_text(json.dumps(manifest), encoding="utf-8")
+        monkeypatch.setattr(PageSummarizer, "summarize", lambda *a, **k: pytest.fail("summarised first"))
+        status, _, err = _run("index", str(docs), "--out", str(built), "--embeddings", "local", "-q", "--summaries")
+        assert status == 2 and len(err.splitlines()) == 1
+        assert "relevance model saved with" in err and "calibrate it again" in err
+
     def test_ctrl_c_while_summarising_keeps_the_previous_index(
         self, docs: Path, built: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -492,6 +492,27 @@ class TestLoadErrors:
         with pytest.raises(IndexFormatError, match=r"vocabulary\.json does not match its checksum: the file is"):
             FusionIndex.load(saved, embeddings)
 
+    def test_ctrl_c_during_a_load_stops_the_hashing_and_stays_ctrl_c(
+        self, saved: Path, embeddings, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        import threading
+
+        import langchain_fusion.stores.local.store as store_module
+
+        path = saved / "bm25" / "vocabulary.json"  # altered too: the interrupt is still what the caller gets
+        path.write_bytes(b"{" + path.read_bytes()[1:])
+
+        def interrupted(*args: Any, **kwargs: Any) -> Any:
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(store_module, "read_snapshot", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            FusionIndex.load(saved, embeddings)
+        for thread in threading.enumerate():
+            if thread.name == "fusion-checksums":
+                thread.join(timeout=10)
+                assert not thread.is_alive()
+
     @pytest.mark.parametrize("name", ["tf.npy", "rows.npy", "lengths.npy"])
     def test_altered_bm25_postings(self, saved: Path, embeddings, name: str) -> None:
         path = saved / "bm25" / name
@@ -905,6 +926,20 @@ class TestHierarchicalPersistence:
         for part in ("chunks", "summaries"):
             data = (folder / part / "manifest.json").read_bytes()
             assert manifest["parts"][part] == {"folder": part, "manifest_sha256": hashlib.sha256(data).hexdigest()}
+
+    @pytest.mark.parametrize("part", ["chunks", "summaries"])
+    def test_a_part_is_never_saved_alone(self, tmp_path: Path, embeddings, part: str) -> None:
+        # Saved alone (e.g. calibrated through --index H/chunks) a part would break the folder's checksums.
+        from langchain_fusion import HierarchicalIndex
+
+        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        before = (folder / part / "manifest.json").read_bytes()
+        index = FusionIndex.load(folder / part, embeddings)
+        with pytest.raises(FusionError, match=r"is part of the index with page summaries at .*hier: saved alone"):
+            index.save(folder / part)
+        assert (folder / part / "manifest.json").read_bytes() == before
+        HierarchicalIndex.load(folder, embeddings)
+        index.save(tmp_path / "elsewhere")  # a copy elsewhere is fine
 
     def test_loads_as_a_hierarchical_index_only(self, tmp_path: Path, embeddings) -> None:
         from langchain_fusion import HierarchicalIndex

@@ -82,6 +82,11 @@ class TestCalibrate:
         with pytest.raises(FusionError, match="calibration needs relevant and non-relevant results"):
             index.calibrate(empty)
 
+    def test_a_fit_takes_no_relevance_floor(self, calibrated: FusionIndex) -> None:
+        # A floor would fit the new model on what the old one kept.
+        with pytest.raises(FusionError, match="calibrate fits on every result of the search, so it takes no min_rel"):
+            calibrated.calibrate(report_dataset(), min_relevance=0.3)
+
     def test_search_options_of_the_fit(self, index: FusionIndex) -> None:
         model = index.calibrate(report_dataset(), k=5, alpha=0.3)
         assert model.k == 5 and model.quality.results == 300

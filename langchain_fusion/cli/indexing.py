@@ -193,6 +193,13 @@ class _Target:
             raise UserError(
                 f"{out} holds page summaries too: add --summaries to keep them up to date, or choose a new --out"
             )
+        if self.hierarchical is not None:  # a model that cannot be saved again fails now, not after the summaries
+            from langchain_fusion.index.hierarchical import saved_relevance
+            from langchain_fusion.search.relevance import saved_model
+
+            data = saved_relevance(self.hierarchical)
+            if data is not None:
+                saved_model(data, str(self.hierarchical))
 
     def open(self, embeddings: Any) -> Any:
         """The index to update (a hierarchical folder's chunk index), or a new empty one."""

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from langchain_core.documents import Document
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from langchain_fusion import metadata as keys
-from langchain_fusion._checks import CheckedModel, is_real_number
+from langchain_fusion._checks import CheckedModel, describe_validation, is_real_number
 from langchain_fusion.errors import FusionError, IndexFormatError, InvalidParameterError
 
 if TYPE_CHECKING:
@@ -244,6 +244,11 @@ def calibrate_search(search: BaseRetriever, dataset: EvalDataset, *, k: int) -> 
     """
     if not dataset.queries:
         raise InvalidParameterError(f"{dataset.name}: no labelled queries to calibrate on")
+    floor = getattr(search, "min_relevance", None)
+    if floor is not None:
+        raise InvalidParameterError(
+            f"calibrate fits on every result of the search, so it takes no min_relevance (got {floor}): leave it out"
+        )
     ranked = search.batch(list(dataset.queries.values()))
     labels = [
         [dataset.qrels.get(query_id, {}).get(str(doc.id), 0) > 0 for doc in docs]
@@ -257,8 +262,9 @@ def saved_model(saved: Any, where: str = "this index") -> RelevanceModel:
     try:
         return RelevanceModel.model_validate(saved)
     except (ValueError, TypeError) as exc:
+        problem = describe_validation("RelevanceModel", exc) if isinstance(exc, ValidationError) else str(exc)
         raise IndexFormatError(
-            f"the relevance model saved with {where} is not valid ({exc}); calibrate it again"
+            f"the relevance model saved with {where} is not valid ({problem}); calibrate it again"
         ) from None
 
 

@@ -53,7 +53,7 @@ import threading
 from collections.abc import Callable, Collection, Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 from langchain_core.documents import Document
@@ -87,11 +87,17 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file's bytes."""
+@overload
+def sha256_file(path: Path) -> str: ...
+@overload
+def sha256_file(path: Path, stop: threading.Event) -> str | None: ...
+def sha256_file(path: Path, stop: threading.Event | None = None) -> str | None:
+    """Hex sha256 of a file's bytes; None if ``stop`` is set before the last block is read."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
+            if stop is not None and stop.is_set():
+                return None
             digest.update(block)
     return digest.hexdigest()
 
@@ -196,17 +202,6 @@ def check_format(
     return manifest
 
 
-def verify_files(folder: Path, manifest: Mapping[str, Any], allowed: Callable[[str], bool]) -> dict[str, Path]:
-    """Check the manifest's file list against the disk: names, sizes, checksums.
-
-    ``allowed`` says which relative names this format may contain, so a manifest can never
-    make the loader open a file outside the folder. Returns name -> path.
-    """
-    paths = check_file_list(folder, manifest, allowed)
-    PendingChecksums(paths, manifest).wait()
-    return paths
-
-
 def check_file_list(folder: Path, manifest: Mapping[str, Any], allowed: Callable[[str], bool]) -> dict[str, Path]:
     """The manifest's files checked against the disk by name, kind and size, not yet by checksum: name -> path.
 
@@ -254,6 +249,7 @@ class PendingChecksums:
         )
         self._failure: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
         self._done = False
 
     def start(self) -> PendingChecksums:
@@ -265,7 +261,13 @@ class PendingChecksums:
     def _run(self) -> None:
         try:
             for path, sha256 in self._expected:
-                check_checksum(path, sha256)
+                digest = sha256_file(path, self._stop)
+                if digest is None:
+                    return
+                if digest != sha256:
+                    raise IndexFormatError(
+                        f"{path} does not match its checksum: the file is altered; rebuild the index"
+                    )
         except BaseException as exc:  # re-raised by wait() in the loading thread
             self._failure = exc
 
@@ -279,6 +281,10 @@ class PendingChecksums:
             self._done = True
         if self._failure is not None:
             raise self._failure
+
+    def cancel(self) -> None:
+        """Stop hashing (the load was interrupted, e.g. Ctrl-C): the thread ends within one block, unwaited."""
+        self._stop.set()
 
 
 def check_checksum(path: Path, sha256: Any) -> None:
@@ -381,6 +387,12 @@ def check_save_target(folder: Path) -> Path:
     system). Commands call it before any embedding or chat-model work.
     """
     folder = folder.expanduser().absolute()
+    owner = _hierarchical_owner(folder)
+    if owner is not None:
+        raise FusionError(
+            f"{folder} is part of the index with page summaries at {owner}: saved alone, it would no longer match "
+            f"{owner}'s checksums. Load {owner} (HierarchicalIndex.load), change it there, and save {owner}."
+        )
     if folder.exists() and (not folder.is_dir() or (not (folder / MANIFEST).is_file() and any(folder.iterdir()))):
         raise FusionError(
             f"{folder} exists and is not a langchain-fusion index; refusing to overwrite it. "
@@ -399,6 +411,24 @@ def check_save_target(folder: Path) -> Path:
             f"cannot save the index to {folder}: cannot write in {existing} ({exc.strerror or exc})"
         ) from None
     return folder
+
+
+def _hierarchical_owner(folder: Path) -> Path | None:
+    """The hierarchical index folder ``folder`` is a part of (its ``chunks`` or ``summaries``), or None."""
+    manifest = folder.parent / MANIFEST
+    try:
+        if not manifest.is_file() or manifest.stat().st_size > _MAX_MANIFEST_BYTES:
+            return None
+        saved = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(saved, dict) or saved.get("format") != HIERARCHICAL_FORMAT_NAME:
+        return None
+    parts = saved.get("parts")
+    named = (
+        {part.get("folder") for part in parts.values() if isinstance(part, dict)} if isinstance(parts, dict) else set()
+    )
+    return folder.parent if folder.name in named else None
 
 
 def save_folder(folder: Path, write: Callable[[Path], None]) -> Path:

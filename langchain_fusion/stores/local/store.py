@@ -211,8 +211,11 @@ class LocalStore(FusionStore):
         checksums = fmt.PendingChecksums(paths, manifest).start()
         try:
             snapshot = read_snapshot(folder, paths, settings, vector_conf, counts, verified=checksums.wait)
-        except BaseException:
+        except Exception:
             checksums.wait()
+            raise
+        except BaseException:  # Ctrl-C: stop now, not after hashing every file
+            checksums.cancel()
             raise
         checksums.wait()
         store = cls.__new__(cls)
