@@ -270,6 +270,60 @@ class TestApproximateIndex:
             assert got == want
 
 
+class TestCompressedIndex:
+    """An index of compressed codes (4-bit PQ fast scan) proposes k_factor x the pool; the stored vectors rank it."""
+
+    @pytest.mark.usefixtures("ann_on_small_segments")
+    @pytest.mark.parametrize("factory,params", [("PQ8x4fs", None), ("IVF4,PQ8x4fs", "nprobe=4")])
+    def test_matches_exact_where_the_candidates_cover_the_corpus(
+        self, factory: str, params: str | None, tmp_path: Path
+    ) -> None:
+        from langchain_fusion.stores.local.vectors import K_FACTOR_COMPRESSED
+
+        docs = random_corpus(16)  # 150 rows: the default k_factor's 10 x fetch_k 20 candidates cover them all
+        embeddings = HashingEmbeddings(size=32)
+        exact = FusionIndex.from_documents(docs, embeddings)
+        approx = FusionIndex.from_documents(docs, embeddings, vector_index=factory, vector_search_params=params)
+        assert is_approximate(approx)
+        assert approx.store.snapshot.segments[0].ann.k_factor == K_FACTOR_COMPRESSED  # type: ignore[attr-defined]
+        loaded = FusionIndex.load(approx.save(tmp_path / "idx"), embeddings)
+        assert is_approximate(loaded)
+        for query in queries(16):
+            for where in (None, {"n": list(range(0, 150, 3))}):  # PQ8x4fs refuses FAISS's filter: scanned exactly
+                want = FusionRetriever(index=exact, k=5, fetch_k=20, filter=where).invoke(query)
+                for index in (approx, loaded):
+                    got = FusionRetriever(index=index, k=5, fetch_k=20, filter=where).invoke(query)
+                    assert [d.id for d in got] == [d.id for d in want]
+                    assert [d.metadata["fusion_score"] for d in got] == pytest.approx(
+                        [d.metadata["fusion_score"] for d in want], abs=1e-12
+                    )
+
+    @pytest.mark.usefixtures("ann_on_small_segments")
+    def test_k_factor_defaults_and_override(self, tmp_path: Path) -> None:
+        docs = random_corpus(17)
+        embeddings = HashingEmbeddings(size=32)
+
+        def k_factor_of(index: FusionIndex) -> int:
+            return int(index.store.snapshot.segments[0].ann.k_factor)  # type: ignore[attr-defined]
+
+        assert k_factor_of(FusionIndex.from_documents(docs, embeddings, vector_index="HNSW16")) == 1
+        assert k_factor_of(FusionIndex.from_documents(docs, embeddings, vector_index="IVF4,Flat")) == 1
+        chosen = FusionIndex.from_documents(
+            docs, embeddings, vector_index="IVF4,PQ8x4fs", vector_search_params="nprobe=2, k_factor=3"
+        )
+        assert k_factor_of(chosen) == 3
+        assert k_factor_of(FusionIndex.load(chosen.save(tmp_path / "idx"), embeddings)) == 3
+
+    @pytest.mark.parametrize("value", ["0", "-1", "ten", "", "1.5", "1001"])
+    def test_bad_k_factor_is_refused_up_front(self, value: str) -> None:
+        from langchain_fusion import LocalStore
+        from langchain_fusion.errors import FusionError
+
+        with pytest.raises(FusionError, match="invalid FAISS search parameters") as caught:
+            LocalStore(vector_index="PQ8x4fs", vector_search_params=f"k_factor={value}")
+        assert f"k_factor must be a whole number from 1 to 1000; got {value!r}" in str(caught.value)
+
+
 class TestApproximateIndexKeepsOneCopy:
     """A graph index over full vectors holds them: the segment reads them there, and a save writes them once."""
 

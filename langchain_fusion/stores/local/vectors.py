@@ -68,6 +68,19 @@ _MAX_BUILD_BREADTH = 100_000
 _BUILD_PARAMETERS = ("efConstruction",)
 """Parameters of ``search_params`` applied when a graph is built rather than by FAISS's ParameterSpace."""
 
+K_FACTOR_COMPRESSED = 10
+"""Candidates per wanted row that an index of compressed codes (PQ, SQ, RaBitQ...) proposes unless ``k_factor`` says.
+
+Its codes only approximate the vectors, so its own top-k misses true neighbours that its top
+``k_factor * k`` holds; those candidates are rescored exactly from the stored vectors anyway.
+"""
+
+_MAX_K_FACTOR = 1_000
+"""Largest ``k_factor`` accepted."""
+
+_OWN_PARAMETERS = (*_BUILD_PARAMETERS, "k_factor")
+"""Parameters of ``search_params`` this module applies itself; the rest go to FAISS's ParameterSpace."""
+
 
 EF_SEARCH_NARROW_SMALL = 256
 """efSearch of a small graph built narrower than :data:`EF_CONSTRUCTION` (e.g. saved by an earlier version at 40)."""
@@ -118,6 +131,9 @@ class AnnIndex:
             # search_params may override it
             index.hnsw.efSearch = default_ef_search(int(index.ntotal), int(index.hnsw.efConstruction))
         _apply_search_params(index, factory, search_params)
+        default = 1 if _holds_full_vectors(index) else K_FACTOR_COMPRESSED
+        self.k_factor = _own_parameters(factory, search_params).get("k_factor", default)
+        """Candidates proposed per wanted row (``k_factor`` of ``search_params``; see :data:`K_FACTOR_COMPRESSED`)."""
 
     @classmethod
     def build(cls, vectors: FloatMatrix, factory: str, search_params: str | None) -> AnnIndex:
@@ -146,8 +162,13 @@ class AnnIndex:
     def search(
         self, query: FloatMatrix, k: int, allowed: NDArray[np.bool_] | None
     ) -> tuple[NDArray[np.int64], NDArray[np.float32]]:
-        """Up to ``k`` (approximately) best rows among ``allowed`` ones (all if None), best first."""
-        k = min(k, len(self) if allowed is None else int(np.count_nonzero(allowed)))
+        """Candidates for the ``k`` best rows among ``allowed`` ones (all if None), best first by the index's scores.
+
+        Up to :attr:`k_factor` ``* k`` of them: the caller rescores them exactly. None at all if
+        the index cannot apply a filter (FAISS refuses a selector for e.g. ``PQ16`` or
+        ``PQ32x4fs``): the caller then scans the allowed rows exactly.
+        """
+        k = min(k * self.k_factor, len(self) if allowed is None else int(np.count_nonzero(allowed)))
         if k <= 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         params = None
@@ -156,7 +177,12 @@ class AnnIndex:
             selector = faiss.IDSelectorBitmap(allowed.size, faiss.swig_ptr(bits))
             params = self._params_with_selector(selector, k)
             params._bits = bits  # keep the bitmap alive as long as the params
-        scores, rows = self._index.search(query, k, params=params)
+        try:
+            scores, rows = self._index.search(query, k, params=params)
+        except RuntimeError:
+            if params is None:
+                raise
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         keep = rows[0] >= 0
         return rows[0][keep].astype(np.int64), scores[0][keep]
 
@@ -203,6 +229,12 @@ class AnnIndex:
         return cls(index, factory, search_params, storage)
 
 
+def _holds_full_vectors(index: Any) -> bool:
+    """Whether ``index`` scores candidates with the full float32 vectors (a graph over them, IVF,Flat)."""
+    exact_kinds = (faiss.IndexIVFFlat, faiss.IndexFlat)
+    return _flat_storage(index) is not None or isinstance(faiss.downcast_index(index), exact_kinds)
+
+
 def _flat_storage(index: Any) -> Any:
     """The flat float32 storage of a graph index (HNSW over full vectors), or None for any other kind."""
     if not isinstance(index, faiss.IndexHNSW) or index.storage is None:
@@ -230,13 +262,14 @@ def new_faiss_index(dimension: int, factory: str) -> Any:
 
 def _apply_search_params(index: Any, factory: str, search_params: str | None) -> None:
     build = _build_parameters(factory, search_params)
+    _own_parameters(factory, search_params)  # checks k_factor
     if build and not isinstance(index, faiss.IndexHNSW):
         raise FusionError(
             f"invalid FAISS search parameters {search_params!r} for {factory!r}: "
             f"{', '.join(build)} applies only to an index that is an HNSW graph at the top level "
             "(e.g. 'HNSW32' or 'HNSW32,SQ8')"
         )
-    searching = ",".join(p for p in _parameters(search_params) if p.partition("=")[0].strip() not in _BUILD_PARAMETERS)
+    searching = ",".join(p for p in _parameters(search_params) if p.partition("=")[0].strip() not in _OWN_PARAMETERS)
     if searching:
         try:
             faiss.ParameterSpace().set_index_parameters(index, searching)
@@ -252,14 +285,20 @@ def _parameters(search_params: str | None) -> list[str]:
 
 def _build_parameters(factory: str, search_params: str | None) -> dict[str, int]:
     """The graph-building entries of ``search_params`` (``efConstruction=N``), checked."""
+    return {name: value for name, value in _own_parameters(factory, search_params).items() if name in _BUILD_PARAMETERS}
+
+
+def _own_parameters(factory: str, search_params: str | None) -> dict[str, int]:
+    """The entries of ``search_params`` this module applies itself (``efConstruction``, ``k_factor``), checked."""
     found: dict[str, int] = {}
     for entry in _parameters(search_params):
         name, _, value = (part.strip() for part in entry.partition("="))
-        if name in _BUILD_PARAMETERS:
-            if not (value.isascii() and value.isdecimal() and 1 <= int(value) <= _MAX_BUILD_BREADTH):
+        if name in _OWN_PARAMETERS:
+            largest = _MAX_BUILD_BREADTH if name in _BUILD_PARAMETERS else _MAX_K_FACTOR
+            if not (value.isascii() and value.isdecimal() and 1 <= int(value) <= largest):
                 raise FusionError(
                     f"invalid FAISS search parameters {search_params!r} for {factory!r}: "
-                    f"{name} must be a whole number from 1 to {_MAX_BUILD_BREADTH}; got {value!r}"
+                    f"{name} must be a whole number from 1 to {largest}; got {value!r}"
                 )
             found[name] = int(value)
     return found
