@@ -347,31 +347,85 @@ def worker_bm25(corpus: Corpus, args: argparse.Namespace, out: dict[str, Any]) -
 
 
 def worker_ann(corpus: Corpus, args: argparse.Namespace, out: dict[str, Any]) -> None:
-    """HNSW: build time, then agreement with the exact top-10 and p50 for each efSearch."""
+    """One approximate index (``--_factory``): build time, then agreement with the exact top-10 and p50 per setting.
+
+    A graph is swept over ``--ef`` (efSearch), an IVF index over ``--nprobe``, an index of
+    compressed codes over ``--k-factor`` (candidates rescored exactly per wanted row), each on the
+    index as built, without rebuilding.
+    """
     import faiss
 
+    factory, _, params = args._factory.partition("@")
     exact = json.loads((Path(args._data) / "exact_top.json").read_text())
-    index, mem, build_s = _index(corpus, vector_index=HNSW_FACTORY)
-    out.update(ann_build_s=build_s, ann_kept_mb=mem.kept)
+    index, mem, build_s = _index(corpus, vector_index=factory, vector_search_params=params or None)
+    out.update(build_s=build_s, kept_mb=mem.kept)
     retriever = index.as_retriever(k=K, alpha=ALPHA, fetch_k=FETCH_K, method=METHOD)
     queries = list(exact)
-    # The benchmark sets efSearch on the built graphs directly, to sweep it without rebuilding.
-    graphs = [s.ann._index for s in index.store._snapshot.segments if s.ann is not None]
+    anns = [s.ann for s in index.store._snapshot.segments if s.ann is not None]
+    graphs = [a._index for a in anns if isinstance(a._index, faiss.IndexHNSW)]
     if graphs:
-        out["ann_ef_construction"] = int(graphs[0].hnsw.efConstruction)
+        out["ef_construction"] = int(graphs[0].hnsw.efConstruction)
+    settings: list[tuple[str, Callable[[], None]]] = [(_ann_default_label(anns), lambda: None)]
+    if graphs:
+        settings += [(f"efSearch {ef}", _setter(anns, f"efSearch={ef}")) for ef in args.ef]
+    elif anns and _is_ivf(anns[0]._index):
+        settings += [(f"nprobe {p}", _setter(anns, f"nprobe={p}")) for p in args.nprobe]
+    if anns and anns[0].k_factor > 1:
+        base = settings[-1][1]
+        settings += [(f"{settings[-1][0]}, k_factor {kf}", _k_factor_setter(anns, kf, base)) for kf in args.k_factor]
     sweep: dict[str, Any] = {}
-    for ef in [None, *args.ef]:
-        if ef is not None:
-            for graph in graphs:
-                faiss.ParameterSpace().set_index_parameters(graph, f"efSearch={ef}")
-        label = "default" if ef is None else str(ef)
-        if ef is None:
-            label += f" ({graphs[0].hnsw.efSearch})" if graphs else " (no graph)"
+    for label, apply in settings:
+        apply()
         p50(retriever.invoke, queries[:WARMUP])
         got = {q: ids_of(retriever.invoke(q)) for q in queries}
         agree = [len(set(got[q]) & set(exact[q])) / max(len(exact[q]), 1) for q in queries]
         sweep[label] = {"agreement": float(np.mean(agree)), "p50_ms": p50(retriever.invoke, queries)}
-    out["ann"] = sweep
+    out["sweep"] = sweep
+
+
+def _is_ivf(index: Any) -> bool:
+    import faiss
+
+    try:
+        faiss.extract_index_ivf(index)
+    except RuntimeError:
+        return False
+    return True
+
+
+def _ann_default_label(anns: Sequence[Any]) -> str:
+    """``default (...)``: the search settings the library chose for the first ANN index."""
+    import faiss
+
+    if not anns:
+        return "default (no ANN index: segments too small)"
+    index, parts = anns[0]._index, []
+    if isinstance(index, faiss.IndexHNSW):
+        parts.append(f"efSearch {index.hnsw.efSearch}")
+    elif _is_ivf(index):
+        parts.append(f"nprobe {faiss.extract_index_ivf(index).nprobe}")
+    parts.append(f"k_factor {anns[0].k_factor}")
+    return f"default ({', '.join(parts)})"
+
+
+def _setter(anns: Sequence[Any], parameters: str) -> Callable[[], None]:
+    """Set FAISS search parameters on built indexes (the benchmark sweeps them without rebuilding)."""
+    import faiss
+
+    def apply() -> None:
+        for ann in anns:
+            faiss.ParameterSpace().set_index_parameters(ann._index, parameters)
+
+    return apply
+
+
+def _k_factor_setter(anns: Sequence[Any], k_factor: int, base: Callable[[], None]) -> Callable[[], None]:
+    def apply() -> None:
+        base()
+        for ann in anns:
+            ann.k_factor = k_factor
+
+    return apply
 
 
 def worker_ensemble(corpus: Corpus, args: argparse.Namespace, out: dict[str, Any]) -> None:
@@ -421,23 +475,33 @@ def run_size(args: argparse.Namespace, n: int, shape: str, workdir: Path) -> dic
     skipped = {"ensemble"} if args.skip_ensemble or n > args.ensemble_max else set()
     if args.skip_ann:
         skipped.add("ann")
+    skipped |= args.skip
     parts = [w for w in WORKERS if w not in skipped]
-    for part in parts:
+    jobs = [(p, None) for p in parts if p != "ann"]
+    jobs[jobs.index(("index", None)) + 1 : jobs.index(("index", None)) + 1] = [
+        ("ann", factory) for factory in (args.ann_factories if "ann" in parts else [])
+    ]
+    for part, factory in jobs:
+        name = part if factory is None else f"{part} {factory}"
         out = folder / f"{part}.json"
         command = [sys.executable, str(Path(__file__).resolve()), "--_worker", part, "--_data", str(folder)]
-        command += ["--_out", str(out), "--ef", ",".join(map(str, args.ef))]
-        log(f"[{_size(n)} {shape}] {part} ...")
+        command += ["--_out", str(out), "--ef", ",".join(map(str, args.ef)), "--_factory", factory or ""]
+        command += ["--nprobe", ",".join(map(str, args.nprobe)), "--k-factor", ",".join(map(str, args.k_factor))]
+        log(f"[{_size(n)} {shape}] {name} ...")
         t0 = time.perf_counter()
         proc = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if proc.returncode != 0:
-            log(f"[{_size(n)} {shape}] {part} FAILED: {proc.stderr.strip()[-2000:]}")
-            merged.setdefault("errors", {})[part] = (proc.stderr.strip().splitlines() or ["?"])[-1]
+            log(f"[{_size(n)} {shape}] {name} FAILED: {proc.stderr.strip()[-2000:]}")
+            merged.setdefault("errors", {})[name] = (proc.stderr.strip().splitlines() or ["?"])[-1]
             continue
         result = json.loads(out.read_text())
         if part == "index":
             (folder / "exact_top.json").write_text(json.dumps(result.pop("exact_top")))
-        merged.update(result)
-        log(f"[{_size(n)} {shape}] {part} done in {time.perf_counter() - t0:.1f}s")
+        if factory is None:
+            merged.update(result)
+        else:
+            merged.setdefault("ann", {})[factory] = result
+        log(f"[{_size(n)} {shape}] {name} done in {time.perf_counter() - t0:.1f}s")
     shutil.rmtree(folder)
     return merged
 
@@ -548,17 +612,18 @@ def report(r: dict[str, Any]) -> list[str]:
             f"{r['bm25_build_s']:.1f} s build",
             "<= 150 MB at 100k",
         )
-    for label, row in r.get("ann", {}).items():
-        add(
-            f"HNSW32 efSearch {label}: fused top-{K} agreement with exact",
-            f"{row['agreement']:.3f}",
-            f"p50 {_ms(row['p50_ms'])} ms",
-            _ratio(row["p50_ms"], r.get("default_ms")) + " of exact",
-            ">= 0.95 within 10 ms at 1M",
-        )
-    if "ann_build_s" in r:
-        built = f" (efConstruction {r['ann_ef_construction']})" if "ann_ef_construction" in r else ""
-        add(f"HNSW32 build time{built}", f"{r['ann_build_s']:.1f} s", f"exact {r.get('build_s', 0):.1f} s", "", "")
+    for factory, ann in r.get("ann", {}).items():
+        for label, row in ann["sweep"].items():
+            add(
+                f"`{factory}` {label}: fused top-{K} agreement with exact",
+                f"{row['agreement']:.3f}",
+                f"p50 {_ms(row['p50_ms'])} ms",
+                _ratio(row["p50_ms"], r.get("default_ms")) + " of exact",
+                ">= 0.95 within 10 ms at 1M",
+            )
+        built = f" (efConstruction {ann['ef_construction']})" if "ef_construction" in ann else ""
+        kept = f"kept {_gb(ann['kept_mb'])}"
+        add(f"`{factory}` build time{built}", f"{ann['build_s']:.1f} s", f"exact {r.get('build_s', 0):.1f} s", kept, "")
     lines = [
         f"### {_size(n)} chunks, {r.get('corpus', 'topics')} corpus",
         "",
@@ -584,16 +649,36 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="comma-separated corpus shapes: topics (latency.py's: stopword head, topic vectors), "
         "zipf (frequent terms that are not stopwords, crowded vectors); default both",
     )
+    parser.add_argument(
+        "--ann-factories",
+        default=HNSW_FACTORY,
+        help="approximate indexes to build and sweep, ';'-separated FAISS factory strings, each optionally "
+        f"FACTORY@SEARCH_PARAMS (e.g. '{HNSW_FACTORY};IVF1024,PQ96x4fs@nprobe=128'); default {HNSW_FACTORY}",
+    )
     parser.add_argument("--ef", default="64,128,256,512", help="HNSW efSearch values to sweep")
+    parser.add_argument("--nprobe", default="", help="IVF nprobe values to sweep (none by default)")
+    parser.add_argument(
+        "--k-factor", default="", help="k_factor values to sweep on indexes of compressed codes (none by default)"
+    )
     parser.add_argument("--skip-ensemble", action="store_true", help="skip the EnsembleRetriever reference")
-    parser.add_argument("--skip-ann", action="store_true", help="skip the HNSW build and sweep (20 min at 1M)")
+    parser.add_argument("--skip-ann", action="store_true", help="skip the ANN builds and sweeps (HNSW: 20 min at 1M)")
+    parser.add_argument(
+        "--skip", default="", help="comma-separated parts to skip besides those: load, bm25 (the index part is needed)"
+    )
     parser.add_argument("--ensemble-max", type=int, default=100_000, help="largest size with EnsembleRetriever")
     parser.add_argument("--json", type=Path, help="also write every measurement to this JSON file")
     parser.add_argument("--_worker", help=argparse.SUPPRESS)
     parser.add_argument("--_data", help=argparse.SUPPRESS)
     parser.add_argument("--_out", help=argparse.SUPPRESS)
+    parser.add_argument("--_factory", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.ef = [int(x) for x in str(args.ef).split(",") if x]
+    args.nprobe = [int(x) for x in str(args.nprobe).split(",") if x]
+    args.k_factor = [int(x) for x in str(args.k_factor).split(",") if x]
+    args.ann_factories = [f.strip() for f in str(args.ann_factories).split(";") if f.strip()]
+    args.skip = {p.strip() for p in str(args.skip).split(",") if p.strip()}
+    if args.skip - {"load", "bm25", "ensemble", "ann"}:
+        parser.error(f"--skip takes load, bm25, ensemble, ann; got {args.skip!r}")
     args.corpora = [c.strip() for c in str(args.corpus).split(",") if c.strip()]
     unknown = sorted(set(args.corpora) - set(CORPORA))
     if unknown or not args.corpora:
@@ -628,7 +713,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "texts and vectors, held outside the index.",
         "- `load`: `FusionIndex.load` with its checksum verification; reference: reading every file and hashing "
         "it with SHA-256 (page cache warm for both).",
-        "- HNSW agreement: |HNSW top-10 ∩ exact top-10| / 10 averaged over the queries; exact = the Flat index's "
+        "- ANN agreement: |approximate top-10 ∩ exact top-10| / 10 averaged over the queries; exact = the Flat index's "
         "default query in the same run; both rescore their pool exactly.",
         f"- load average at end: {_load()}; total {time.perf_counter() - t0:.0f} s",
     ]

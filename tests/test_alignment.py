@@ -314,6 +314,14 @@ class TestCompressedIndex:
         assert k_factor_of(chosen) == 3
         assert k_factor_of(FusionIndex.load(chosen.save(tmp_path / "idx"), embeddings)) == 3
 
+    def test_sub_quantizers_are_checked_against_the_embedding_dimension(self) -> None:
+        from langchain_fusion import LocalStore
+        from langchain_fusion.errors import FusionError
+
+        LocalStore(vector_index="IVF1024,PQ96x4fs")  # 384-d embeddings: fine (the dimension is not known yet)
+        with pytest.raises(FusionError, match=r"'PQ96x4fs'.*multiple of the number of subquantizers"):
+            FusionIndex.from_documents(random_corpus(18, 5000), HashingEmbeddings(size=32), vector_index="PQ96x4fs")
+
     @pytest.mark.parametrize("value", ["0", "-1", "ten", "", "1.5", "1001"])
     def test_bad_k_factor_is_refused_up_front(self, value: str) -> None:
         from langchain_fusion import LocalStore

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Callable
@@ -304,9 +305,15 @@ def _own_parameters(factory: str, search_params: str | None) -> dict[str, int]:
     return found
 
 
+_CHECK_DIMENSION = 3840
+"""Dimension a factory string is checked with before the embedding's is known: a multiple of every
+usual number of PQ sub-quantizers (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384...)."""
+
+
+@functools.lru_cache(maxsize=64)
 def check_vector_index(factory: str, search_params: str | None) -> int:
     """Validate a factory string and search parameters now; returns the rows it needs to train."""
-    index = new_faiss_index(8, factory)
+    index = new_faiss_index(_CHECK_DIMENSION, factory)
     _apply_search_params(index, factory, search_params)
     try:
         return max(int(faiss.extract_index_ivf(index).nlist), 1)
