@@ -501,6 +501,9 @@ def run_size(args: argparse.Namespace, n: int, shape: str, workdir: Path) -> dic
             merged.update(result)
         else:
             merged.setdefault("ann", {})[factory] = result
+            for label, row in result["sweep"].items():
+                found = f"agreement {row['agreement']:.3f}, p50 {row['p50_ms']:.2f} ms"
+                log(f"[{_size(n)} {shape}] {factory} {label}: {found}")
         log(f"[{_size(n)} {shape}] {name} done in {time.perf_counter() - t0:.1f}s")
     shutil.rmtree(folder)
     return merged
