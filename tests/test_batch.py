@@ -152,26 +152,6 @@ class TestEqualsInvoke:
         expected = [summary(retriever.invoke(q)) for q in QUERIES]
         assert [summary(r) for r in retriever.batch(QUERIES)] == expected
 
-    @pytest.mark.parametrize("workers", [2, 3])
-    def test_product_split_over_threads(self, workers: int, monkeypatch: pytest.MonkeyPatch) -> None:
-        # Large indexes split the batch's product by row blocks over threads: the same results, several segments.
-        from langchain_fusion.stores.local import vectors as vectors_module
-        from langchain_fusion.threads import LazyPool
-
-        monkeypatch.setattr(vectors_module, "_PARALLEL_MIN_ROWS", 8)
-        monkeypatch.setattr(vectors_module, "_SCAN_WORKERS", workers)
-        monkeypatch.setattr(vectors_module, "_scan_pool", LazyPool(workers - 1, "test-scan"))
-        index = FusionIndex.from_documents(corpus(), HashingEmbeddings())
-        index.add_documents([Document(d.page_content, metadata=d.metadata, id=f"later-{d.id}") for d in corpus(20, 7)])
-        retriever = FusionRetriever(index=index, k=6, fetch_k=None)
-        expected = [summary(retriever.invoke(q)) for q in QUERIES]
-        assert [summary(r) for r in retriever.batch(QUERIES)] == expected
-        snapshot = index.store.snapshot  # type: ignore[attr-defined]
-        assert len(snapshot.segments) == 2
-        queries = np.asarray(index.embeddings.embed_documents(QUERIES), dtype=np.float32)
-        whole = np.concatenate([segment.vectors for segment in snapshot.segments])
-        np.testing.assert_allclose(snapshot.vector_scores_many(queries), queries @ whole.T, rtol=1e-5, atol=1e-6)
-
     def test_sliced_batches(self, index: FusionIndex, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(pool_module, "BATCH_SCORES_BUDGET", 2 * len(index))  # two queries per slice
         retriever = FusionRetriever(index=index, k=3)

@@ -37,7 +37,7 @@ from langchain_fusion.stores.local.bm25 import (
 from langchain_fusion.stores.local.documents import DocumentBlock
 from langchain_fusion.stores.local.mapped import MappedFiles
 from langchain_fusion.stores.local.tokens import query_term_counts
-from langchain_fusion.stores.local.vectors import AnnIndex, check_vector_index, inner_products, inner_products_many
+from langchain_fusion.stores.local.vectors import AnnIndex, check_vector_index, inner_products
 from langchain_fusion.stores.ranking import top_rows
 from langchain_fusion.stores.settings import StoreSettings
 from langchain_fusion.threads import usable_cores
@@ -273,7 +273,7 @@ class Snapshot:
         out = np.empty((queries.shape[0], self.size), dtype=np.float32)
         for segment in self.segments:
             # One matrix product reads the segment once for all queries.
-            inner_products_many(segment.vectors, queries, out[:, segment.start : segment.stop])
+            np.matmul(queries, segment.vectors.T, out=out[:, segment.start : segment.stop])
         return out
 
     def bm25_scores_all(self, query: str, shared: TermWeights | None = None) -> NDArray[np.float32]:

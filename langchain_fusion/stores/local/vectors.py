@@ -354,21 +354,6 @@ def inner_products(matrix: FloatMatrix, vector: NDArray[np.float32]) -> NDArray[
     return out
 
 
-def inner_products_many(matrix: FloatMatrix, queries: FloatMatrix, out: NDArray[np.float32]) -> None:
-    """``queries @ matrix.T`` into ``out`` (queries x rows), split over threads by row blocks for large matrices.
-
-    A batch's product is bound by arithmetic, not memory: BLAS is kept to one thread per process
-    (see :func:`~langchain_fusion.threads.one_blas_thread`), so each core multiplies a block of rows
-    (numpy releases the GIL) as :func:`inner_products` scans them.
-    """
-
-    def multiply(start: int, stop: int) -> None:
-        if stop > start:
-            np.matmul(queries, matrix[start:stop].T, out=out[:, start:stop])
-
-    _in_row_blocks(matrix.shape[0], multiply)
-
-
 def _in_row_blocks(rows: int, work: Callable[[int, int], None]) -> None:
     """Run ``work(start, stop)`` over ``rows`` rows: in one call when small, else one contiguous block per core."""
     workers = _SCAN_WORKERS
