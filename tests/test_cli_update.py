@@ -318,6 +318,23 @@ class TestHierarchicalRerun:
         assert summary["llm"]["summaries"]["cached"] == 2  # a.txt and b.md are not summarised again
         assert len(model.calls) - calls_before == summary["llm"]["summaries"]["calls"] == 2
 
+    def test_a_rerun_reads_the_chunks_under_the_folders_lock(
+        self, docs: Path, built: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # As HierarchicalIndex.load reads them: a save of the whole folder waits (not only one of the part).
+        from langchain_fusion.stores.local import folder as fmt
+
+        locked: list[Path] = []
+        real = fmt.load_lock
+
+        def recorded(folder: Path) -> Any:
+            locked.append(Path(folder))
+            return real(folder)
+
+        monkeypatch.setattr(fmt, "load_lock", recorded)
+        _index(docs, built, "--summaries")
+        assert locked and locked[0] == built and built / "chunks" not in locked
+
     def test_an_invalid_saved_model_fails_before_any_summary(
         self, docs: Path, built: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:

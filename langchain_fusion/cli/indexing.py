@@ -203,13 +203,12 @@ class _Target:
 
     def open(self, embeddings: Any) -> Any:
         """The index to update (a hierarchical folder's chunk index), or a new empty one."""
-        from langchain_fusion.index.fusion_index import FusionIndex
-        from langchain_fusion.index.hierarchical import CHUNKS_DIR
+        from langchain_fusion.index.hierarchical import load_chunks
         from langchain_fusion.index.opening import open_for_update
 
         try:
             if self.hierarchical is not None:  # no probe embedding: a rerun with nothing new must not load the model
-                return FusionIndex.load(self.hierarchical / CHUNKS_DIR, embeddings, check_dimension=False)
+                return load_chunks(self.hierarchical, embeddings, check_dimension=False)
             return open_for_update(self.out, embeddings, self.options)
         except EmbeddingsMismatchError as exc:
             raise UserError(f"{exc}; to use other embeddings, choose a new --out") from None

@@ -244,6 +244,18 @@ class HierarchicalIndex:
         return HierarchicalRetriever(index=self, **kwargs)
 
 
+def load_chunks(folder: Path, embeddings: Embeddings | None = None, *, check_dimension: bool = True) -> FusionIndex:
+    """The chunk index of the hierarchical index saved in ``folder``, read under the folder's lock.
+
+    As :meth:`HierarchicalIndex.load` reads it: a save of the folder waits, and no lock file of the
+    part is left inside the folder.
+    """
+    folder = folder.expanduser()
+    fmt.recover(folder)
+    with fmt.load_lock(folder):
+        return FusionIndex.load(folder / CHUNKS_DIR, embeddings, lock=False, check_dimension=check_dimension)
+
+
 def calibration_kind(index: FusionIndex | HierarchicalIndex) -> str:
     """How an error names the calibration ``index`` needs (hierarchical search needs its own)."""
     return HIERARCHICAL_KIND if isinstance(index, HierarchicalIndex) else "index"
