@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -350,19 +349,14 @@ def inner_products(matrix: FloatMatrix, vector: NDArray[np.float32]) -> NDArray[
                 stop - start,
             )
 
-    _in_row_blocks(rows, scan)
-    return out
-
-
-def _in_row_blocks(rows: int, work: Callable[[int, int], None]) -> None:
-    """Run ``work(start, stop)`` over ``rows`` rows: in one call when small, else one contiguous block per core."""
     workers = _SCAN_WORKERS
     if rows < _PARALLEL_MIN_ROWS or workers < 2:
-        work(0, rows)
-        return
+        scan(0, rows)
+        return out
     pool = _scan_pool.get()
     blocks = list(itertools.pairwise(int(b) for b in np.linspace(0, rows, workers + 1)))
-    futures = [pool.submit(work, start, stop) for start, stop in blocks[1:]]
-    work(*blocks[0])
+    futures = [pool.submit(scan, start, stop) for start, stop in blocks[1:]]
+    scan(*blocks[0])
     for future in futures:
         future.result()
+    return out
