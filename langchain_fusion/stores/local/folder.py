@@ -265,9 +265,7 @@ class PendingChecksums:
                 if digest is None:
                     return
                 if digest != sha256:
-                    raise IndexFormatError(
-                        f"{path} does not match its checksum: the file is altered; rebuild the index"
-                    )
+                    raise _altered(path)
         except BaseException as exc:  # re-raised by wait() in the loading thread
             self._failure = exc
 
@@ -290,7 +288,12 @@ class PendingChecksums:
 def check_checksum(path: Path, sha256: Any) -> None:
     """IndexFormatError unless the file's sha256 is ``sha256``."""
     if sha256_file(path) != sha256:
-        raise IndexFormatError(f"{path} does not match its checksum: the file is altered; rebuild the index")
+        raise _altered(path)
+
+
+def _altered(path: Path) -> IndexFormatError:
+    """The error of a file whose bytes are not those its manifest recorded."""
+    return IndexFormatError(f"{path} does not match its checksum: the file is altered; rebuild the index")
 
 
 def require_file(path: Path) -> None:
