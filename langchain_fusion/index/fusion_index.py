@@ -38,7 +38,6 @@ from langchain_fusion.ingest.loading import (
 from langchain_fusion.metadata import (
     DEFAULT_TEXT_FIELDS,
     MAX_METADATA_DEPTH,
-    RELEVANCE,
     TextField,
     check_text_fields,
     content_id,
@@ -626,11 +625,9 @@ class FusionIndex(VectorStore):
         say the documents do not cover the question instead of calling a model. ``options`` are
         search options (e.g. ``filter``). Needs a calibrated index (:meth:`calibrate`).
         """
-        from langchain_fusion.search.relevance import require_model
+        from langchain_fusion.search.relevance import top_relevance
 
-        require_model(self.relevance_model, "answerability")
-        results = self.as_retriever(k=1, **options).invoke(query)
-        return float(results[0].metadata[RELEVANCE]) if results else 0.0
+        return top_relevance(self.as_retriever(k=1, **options), self.relevance_model, query)
 
     def explain(self, query: str, document: str | Document, **options: Any) -> Explanation:
         """Why ``document`` (a chunk's ``Document.id``, or the chunk) is or is not a result of searching ``query``.

@@ -40,8 +40,8 @@ from langchain_fusion.search.relevance import (
     RELEVANCE_INFO_KEY,
     RelevanceModel,
     calibrate_search,
-    require_model,
     saved_model,
+    top_relevance,
 )
 from langchain_fusion.stores.local import folder as fmt
 from langchain_fusion.stores.local.store import LocalStore, write_snapshot
@@ -161,9 +161,7 @@ class HierarchicalIndex:
 
         ``options`` are those of :meth:`as_retriever`. Needs a hierarchical calibration (:meth:`calibrate`).
         """
-        require_model(self.relevance_model, "answerability", HIERARCHICAL_KIND)
-        results = self.as_retriever(k=1, **options).invoke(query)
-        return float(results[0].metadata[keys.RELEVANCE]) if results else 0.0
+        return top_relevance(self.as_retriever(k=1, **options), self.relevance_model, query, HIERARCHICAL_KIND)
 
     # --- persistence ------------------------------------------------------------------------
 

@@ -257,6 +257,17 @@ def calibrate_search(search: BaseRetriever, dataset: EvalDataset, *, k: int) -> 
     return fit_relevance(ranked, labels, k=k, dataset=dataset.name)
 
 
+def top_relevance(search: BaseRetriever, model: RelevanceModel | None, query: str, index: str = "index") -> float:
+    """The calibrated relevance of the best result ``search`` (asking for one result) finds for ``query``; 0.0 if none.
+
+    What ``answerability`` returns on a plain or a hierarchical index; ``index`` names its kind in the error
+    raised when ``model`` is None (:func:`require_model`).
+    """
+    require_model(model, "answerability", index)
+    results = search.invoke(query)
+    return float(results[0].metadata[keys.RELEVANCE]) if results else 0.0
+
+
 def saved_model(saved: Any, where: str = "this index") -> RelevanceModel:
     """A relevance model read back from its saved JSON data; IndexFormatError when it is not a valid one."""
     try:
