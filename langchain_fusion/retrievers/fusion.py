@@ -62,6 +62,10 @@ class _IndexRetriever(SearchRetriever):
         # Only a view that scores a batch in one pass holds its score arrays (and a count may be a round trip).
         return queries_per_pass(len(view)) if isinstance(view, BatchScorer) else super()._batch_step()
 
+    def _prepared_runs_inline(self) -> bool:
+        # A view that scores a batch in one pass is in process: its prepared queries wait on nothing.
+        return isinstance(self.index.view(), BatchScorer)
+
     def _score_many(
         self, texts: list[str], vectors: FloatMatrix | None, options: dict[str, Any]
     ) -> list[PreparedQuery]:
