@@ -4,8 +4,13 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-PIP := $(BIN)/python -m pip
-INSTALL := $(PIP) install --quiet -c constraints.txt
+# Installs go through uv: the dev dependencies take about 15 s on a fresh machine, pip's resolver and
+# installer about 75 s. uv reads neither pip's configuration nor its cache: the wheel folders pip is
+# configured with (find-links: where a machine keeps its CPU build of torch) are passed on, and
+# constraints.txt pins torch either way. uv does not byte-compile what it installs (pip would spend about
+# 80 s on modules never imported); the test run writes the bytecode of what it imports.
+FIND_LINKS = $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null)
+INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python -c constraints.txt $(addprefix --find-links ,$(FIND_LINKS))
 DEMO_INDEX ?= .demo-index
 DEMO_QUERY ?= Why did the batteries come through the flood without harm?
 
@@ -13,16 +18,17 @@ DEMO_QUERY ?= Why did the batteries come through the flood without harm?
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade "pip>=24"
 
-$(VENV)/.installed-local: pyproject.toml constraints.txt | $(BIN)/python
+$(BIN)/uv: | $(BIN)/python
+	$(BIN)/python -m pip install --quiet "uv>=0.5,<1"
+
+$(VENV)/.installed-local: pyproject.toml constraints.txt | $(BIN)/uv
 	$(INSTALL) -e ".[local]"
 	touch $@
 
-# --no-compile: pip would byte-compile every installed module (about 80 s, most of it never imported);
-# the test run below writes the bytecode of what it imports instead, even where PYTHONDONTWRITEBYTECODE is set.
-$(VENV)/.installed-dev: pyproject.toml constraints.txt | $(BIN)/python
-	$(INSTALL) --no-compile -e ".[local,dev]"
+# The test run below writes bytecode even where PYTHONDONTWRITEBYTECODE is set.
+$(VENV)/.installed-dev: pyproject.toml constraints.txt | $(BIN)/uv
+	$(INSTALL) -e ".[local,dev]"
 	touch $@ $(VENV)/.installed-local
 
 demo: $(VENV)/.installed-local
