@@ -101,6 +101,26 @@ class TestRankOf:
         assert rank_of(scores, positions).tolist() == ranks(scores)[positions].tolist()
         assert rank_of(scores, positions, valid).tolist() == ranks(scores, valid)[positions].tolist()
 
+    @pytest.mark.parametrize("seed", range(5))
+    def test_the_best_few_of_many_float32_scores(self, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        scores = rng.standard_normal(5000).astype(np.float32)
+        scores[rng.choice(5000, 500)] = scores[0]  # a tie shared by many rows, on both sides of position 0
+        valid = rng.random(5000) > 0.3
+        positions = np.concatenate([np.argsort(-scores)[:8], [0, 4999]]).astype(np.int64)
+        assert rank_of(scores, positions).tolist() == ranks(scores)[positions].tolist()
+        assert rank_of(scores, positions, valid).tolist() == ranks(scores, valid)[positions].tolist()
+
+    def test_not_a_number_is_above_nothing(self) -> None:
+        scores = np.array([0.5, np.nan, 0.9, 0.5, np.nan])
+        positions = np.array([0, 1, 2, 3], dtype=np.int64)
+        by_pass = [
+            1 + int(np.count_nonzero(scores > scores[p])) + int(np.count_nonzero(scores[:p] == scores[p]))
+            for p in positions
+        ]
+        assert rank_of(scores, positions).tolist() == by_pass == [2, 1, 1, 3]
+        assert rank_of(scores, np.array([1, 4], dtype=np.int64)).tolist() == [1, 1]
+
 
 class TestFuseTop:
     """The partial selection returns exactly the first k of a full sort of :func:`fuse`."""
