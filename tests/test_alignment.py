@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -523,6 +524,39 @@ class TestSidesInParallel:
         assert all(seen == "acme" for _, seen in side_calls)  # the caller's context came along
         # A callable filter (user code) only ever runs in the caller's thread.
         assert filter_threads == {threading.current_thread().name}
+
+    @pytest.mark.parametrize("where", [None, {"n": list(range(0, 150, 3))}, "callable"])
+    def test_a_whole_corpus_query_scores_bm25_beside_the_scan(
+        self, monkeypatch: pytest.MonkeyPatch, where: Any
+    ) -> None:
+        """fetch_k=None on a large exact index: BM25 over every row in a worker thread while this one scans."""
+        import threading
+
+        from langchain_fusion.stores.local import snapshot as snapshot_module
+
+        index = FusionIndex.from_documents(random_corpus(17), HashingEmbeddings(size=32))
+        options: dict[str, Any] = {"k": 5, "fetch_k": None}
+        if where is not None:
+            options["filter"] = (lambda metadata: metadata["n"] % 2 == 0) if where == "callable" else where
+        retriever = FusionRetriever(index=index, **options)
+        monkeypatch.setattr(snapshot_module, "PARALLEL_SIDES_MIN_ROWS", 10**9)
+        sequential = [retriever.invoke(q) for q in queries(17)]
+        threads: list[str] = []
+        real = snapshot_module.LocalBM25Scorer.all_scores
+
+        def recording(scorer: Any) -> Any:
+            threads.append(threading.current_thread().name)
+            return real(scorer)
+
+        monkeypatch.setattr(snapshot_module.LocalBM25Scorer, "all_scores", recording)
+        monkeypatch.setattr(snapshot_module, "PARALLEL_SIDES_MIN_ROWS", 1)
+        monkeypatch.setattr(snapshot_module, "_MANY_CORES", True)
+        parallel = [retriever.invoke(q) for q in queries(17)]
+        assert [[(d.id, d.metadata) for d in r] for r in parallel] == [
+            [(d.id, d.metadata) for d in r] for r in sequential
+        ]
+        beside = {name.startswith("langchain-fusion-side") for name in threads}
+        assert beside == ({False} if where == "callable" else {True})  # a callable filter stays in this thread
 
 
 def test_worker_pools_start_afresh_in_a_forked_child() -> None:

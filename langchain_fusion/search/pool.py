@@ -287,8 +287,7 @@ def _whole_corpus_pool(
     The vector side returns every allowed row, so with any vector weight the pool is simply
     the allowed rows; no per-side top-k or union is needed.
     """
-    vector_all = scorers.vector.all_scores()  # type: ignore[attr-defined]  # checked by the caller
-    bm25_all = scorers.bm25.all_scores()  # type: ignore[attr-defined]
+    vector_all, bm25_all = _all_scores(view, scorers.vector, scorers.bm25, where)  # type: ignore[arg-type]  # checked by the caller
     pool = view.select(where or Where()) if alpha > 0 else np.sort(scorers.bm25.top(None, where)[0])
     if pool.size == vector_all.size:  # every key: no gather needed
         return pool, vector_all, bm25_all
@@ -296,6 +295,20 @@ def _whole_corpus_pool(
 
 
 _side_pool = LazyPool(usable_cores(), "langchain-fusion-side")
+
+
+def _all_scores(
+    view: StoreView, vector: WholeCorpusScorer, bm25: WholeCorpusScorer, where: Where | None
+) -> tuple[NDArray[np.floating], NDArray[np.floating]]:
+    """Every row's score on each side; BM25 in a worker thread while this one scans, where the view allows."""
+    if not (isinstance(view, ConcurrentSides) and view.sides_in_parallel(where, whole_corpus=True)):
+        return vector.all_scores(), bm25.all_scores()
+    bm25_all = _side_pool.get().submit(contextvars.copy_context().run, bm25.all_scores)
+    try:
+        vector_all = vector.all_scores()
+    finally:
+        wait([bm25_all])
+    return vector_all, bm25_all.result()
 
 
 def _side_tops(

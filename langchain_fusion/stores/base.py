@@ -98,8 +98,11 @@ class BatchScorer(Protocol):
 class ConcurrentSides(Protocol):
     """Optional capability of a view: its two sides may search at the same time, from two threads."""
 
-    def sides_in_parallel(self, where: Where | None) -> bool:
-        """Whether searching the sides under ``where`` side by side pays for handing one to another thread."""
+    def sides_in_parallel(self, where: Where | None, whole_corpus: bool = False) -> bool:
+        """Whether searching the sides under ``where`` side by side pays for handing one to another thread.
+
+        ``whole_corpus``: every row of both sides is scored (``fetch_k=None``), not a top-k of each.
+        """
         ...
 
 
