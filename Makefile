@@ -6,10 +6,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # Installs go through uv: the dev dependencies take about 15 s on a fresh machine, pip's resolver and
 # installer about 75 s. uv reads neither pip's configuration nor its cache: the wheel folders pip is
-# configured with (find-links: where a machine keeps its CPU build of torch) are passed on, and
-# constraints.txt pins torch either way. uv does not byte-compile what it installs (pip would spend about
-# 80 s on modules never imported); the test run writes the bytecode of what it imports.
-FIND_LINKS = $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null)
+# configured with (find-links, from a config file or PIP_FIND_LINKS: where a machine keeps its CPU build of
+# torch) are passed on, and constraints.txt pins torch either way. The dev install is not byte-compiled (the
+# test run writes the bytecode of what it imports; compiling every module would take longer than it saves);
+# the demo's is, as pip's was.
+FIND_LINKS = $(shell $(PYTHON) -m pip config list 2>/dev/null | sed -n "s/^[^=]*find-links='\(.*\)'$$/\1/p" | sort -u)
+GET_UV = [ -x $(BIN)/uv ] || $(BIN)/python -m pip install --quiet "uv>=0.5,<1"
 INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python -c constraints.txt $(addprefix --find-links ,$(FIND_LINKS))
 DEMO_INDEX ?= .demo-index
 DEMO_QUERY ?= Why did the batteries come through the flood without harm?
@@ -19,15 +21,13 @@ DEMO_QUERY ?= Why did the batteries come through the flood without harm?
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(BIN)/uv: | $(BIN)/python
-	$(BIN)/python -m pip install --quiet "uv>=0.5,<1"
-
-$(VENV)/.installed-local: pyproject.toml constraints.txt | $(BIN)/uv
-	$(INSTALL) -e ".[local]"
+$(VENV)/.installed-local: pyproject.toml constraints.txt | $(BIN)/python
+	$(GET_UV)
+	$(INSTALL) --compile-bytecode -e ".[local]"
 	touch $@
 
-# The test run below writes bytecode even where PYTHONDONTWRITEBYTECODE is set.
-$(VENV)/.installed-dev: pyproject.toml constraints.txt | $(BIN)/uv
+$(VENV)/.installed-dev: pyproject.toml constraints.txt | $(BIN)/python
+	$(GET_UV)
 	$(INSTALL) -e ".[local,dev]"
 	touch $@ $(VENV)/.installed-local
 

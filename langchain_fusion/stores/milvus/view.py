@@ -46,7 +46,7 @@ class MilvusView(StoreView):
         """True only before the collection exists: an existing one is searched without counting it first."""
         return not self.store.exists
 
-    def sides_in_parallel(self, where: Where | None, whole_corpus: bool = False) -> bool:
+    def sides_in_parallel(self, where: Where | None) -> bool:
         """Both searches are in flight at once: a query waits for the slower, not for the sum."""
         return True
 
