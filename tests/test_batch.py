@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import math
 import threading
 from typing import Any
@@ -229,6 +230,33 @@ class TestRunsAndErrors:
 
         FusionRetriever(index=index).batch(QUERIES, config={"callbacks": [Threads()]})
         assert threads == [threading.get_ident()] * len(QUERIES)
+
+    def test_a_graph_searched_index_keeps_the_pool(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Each query's graph search releases the GIL: LangChain's pool overlaps them."""
+        monkeypatch.setattr(snapshot_module, "ANN_MIN_ROWS", 1)
+        index = FusionIndex.from_documents(corpus(), HashingEmbeddings(), vector_index="HNSW16")
+        monkeypatch.setattr(snapshot_module, "PARALLEL_SIDES_MIN_ROWS", 1)
+        monkeypatch.setattr(snapshot_module, "_MANY_CORES", True)
+        threads: list[int] = []
+
+        class Threads(BaseCallbackHandler):
+            def on_retriever_start(self, serialized: Any, query: str, **kwargs: Any) -> None:
+                threads.append(threading.get_ident())
+
+        FusionRetriever(index=index).batch(QUERIES, config={"callbacks": [Threads()]})
+        assert len(threads) == len(QUERIES) and threading.get_ident() not in threads
+
+    def test_each_query_runs_in_its_own_copy_of_the_context(self, index: FusionIndex) -> None:
+        seen: list[int] = []
+        counter: contextvars.ContextVar[int] = contextvars.ContextVar("counter", default=0)
+
+        class Counting(BaseCallbackHandler):
+            def on_retriever_start(self, serialized: Any, query: str, **kwargs: Any) -> None:
+                seen.append(counter.get())
+                counter.set(counter.get() + 1)
+
+        FusionRetriever(index=index).batch(QUERIES, config={"callbacks": [Counting()]})
+        assert seen == [0] * len(QUERIES) and counter.get() == 0  # as in a pool's threads: nothing carries over
 
     def test_bad_options_fail_every_input(self, index: FusionIndex) -> None:
         out = FusionRetriever(index=index).batch(["cat", "dog"], return_exceptions=True, alpha=True)

@@ -111,6 +111,9 @@ class TestRankOf:
         assert rank_of(scores, positions).tolist() == ranks(scores)[positions].tolist()
         assert rank_of(scores, positions, valid).tolist() == ranks(scores, valid)[positions].tolist()
 
+    def test_no_positions(self) -> None:
+        assert rank_of(np.array([0.3, 0.1]), np.array([])).tolist() == []
+
     def test_not_a_number_is_above_nothing(self) -> None:
         scores = np.array([0.5, np.nan, 0.9, 0.5, np.nan])
         positions = np.array([0, 1, 2, 3], dtype=np.int64)

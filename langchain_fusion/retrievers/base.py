@@ -8,6 +8,7 @@ retriever's fields that are search options, checked by the same functions as the
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
@@ -204,24 +205,29 @@ class SearchRetriever(CheckedModel, BaseRetriever):
         """Prepared queries for embedded ``texts``: here their embeddings; retrievers over an index score them too."""
         return [PreparedQuery(None if vectors is None else vectors[i : i + 1]) for i in range(len(texts))]
 
-    def _prepared_runs_inline(self) -> bool:
-        """Whether a prepared batch's invokes run one after another in the calling thread.
+    def _prepared_runs_inline(self, prepared: Mapping[tuple[int, str], PreparedQuery]) -> bool:
+        """Whether the invokes of a batch of ``prepared`` queries run one after another in the calling thread.
 
         True where what a prepared query has left is in-process work (ranking, fusion, documents)
         that holds the GIL: a thread pool then only adds hand-offs (measured: 64 queries at 100k
-        chunks took 546 ms through LangChain's pool, 419 ms in turn). False, the default, keeps
-        LangChain's pool, which overlaps the waits of a store across the network.
+        chunks took 457 ms through LangChain's pool, 358 ms in turn). False, the default, keeps
+        LangChain's pool, which overlaps waits that release the GIL: a store across the network, a
+        graph search of each query.
         """
         return False
 
     def _invoke_each(
         self, inputs: Sequence[Any], configs: Sequence[RunnableConfig], return_exceptions: bool, kwargs: dict[str, Any]
     ) -> list[Any]:
-        """Each input's ``invoke`` in turn; an error is returned in its place or raised, as ``Runnable.batch`` does."""
+        """Each input's ``invoke`` in turn, each in a copy of this context (as a pool's thread would run it).
+
+        An error is returned in its input's place with ``return_exceptions``, else raised at once
+        (the inputs after it do not start).
+        """
         results: list[Any] = []
         for item, config in zip(inputs, configs, strict=True):
             try:
-                results.append(self.invoke(item, config, **kwargs))
+                results.append(contextvars.copy_context().run(self.invoke, item, config, **kwargs))
             except Exception as exc:
                 if not return_exceptions:
                     raise
@@ -270,7 +276,7 @@ class SearchRetriever(CheckedModel, BaseRetriever):
             prepared = self._prepare(*found, chunk_configs[0]) if found else {}
             token = _BATCH.set(prepared or None)
             try:
-                if prepared and self._prepared_runs_inline():
+                if prepared and self._prepared_runs_inline(prepared):
                     results.extend(self._invoke_each(chunk, chunk_configs, return_exceptions, kwargs))
                 else:
                     results.extend(super().batch(chunk, chunk_configs, return_exceptions=return_exceptions, **kwargs))

@@ -10,6 +10,7 @@ Their option fields are :mod:`langchain_fusion.search.options`' (a ``FusionRetri
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.documents import Document
@@ -36,7 +37,7 @@ from langchain_fusion.search.pool import (
     vector_search,
 )
 from langchain_fusion.search.relevance import with_relevance
-from langchain_fusion.stores.base import BatchScorer, FloatMatrix, StoreView, Where
+from langchain_fusion.stores.base import BatchScorer, ConcurrentSides, FloatMatrix, StoreView, Where
 
 __all__ = ["BM25Retriever", "FusionRetriever", "SearchRetriever", "VectorRetriever"]
 
@@ -62,9 +63,13 @@ class _IndexRetriever(SearchRetriever):
         # Only a view that scores a batch in one pass holds its score arrays (and a count may be a round trip).
         return queries_per_pass(len(view)) if isinstance(view, BatchScorer) else super()._batch_step()
 
-    def _prepared_runs_inline(self) -> bool:
-        # A view that scores a batch in one pass is in process: its prepared queries wait on nothing.
-        return isinstance(self.index.view(), BatchScorer)
+    def _prepared_runs_inline(self, prepared: Mapping[tuple[int, str], PreparedQuery]) -> bool:
+        # A view that scores a batch in one pass is in process; one whose sides search side by side (a graph
+        # search on each query, a server) has waits that a pool overlaps.
+        view = next(iter(prepared.values())).view
+        return isinstance(view, BatchScorer) and not (
+            isinstance(view, ConcurrentSides) and view.sides_in_parallel(None)
+        )
 
     def _score_many(
         self, texts: list[str], vectors: FloatMatrix | None, options: dict[str, Any]

@@ -119,6 +119,7 @@ def rank_of(
     Positions that are not ``valid`` get 0.
     """
     values = np.asarray(scores)
+    positions = np.asarray(positions, dtype=np.int64)
     result = np.zeros(positions.size, dtype=np.int64)
     asked = positions if valid is None else positions[valid[positions]]
     asked_values = values[asked]

@@ -26,6 +26,7 @@ from langchain_fusion.search.fusion import FusedPool, FusionMethod, fuse_pool
 from langchain_fusion.stores.base import (
     BatchScorer,
     ConcurrentSides,
+    ConcurrentWholeCorpus,
     FloatMatrix,
     JointCompletion,
     Keys,
@@ -301,7 +302,7 @@ def _all_scores(
     view: StoreView, vector: WholeCorpusScorer, bm25: WholeCorpusScorer, where: Where | None
 ) -> tuple[NDArray[np.floating], NDArray[np.floating]]:
     """Every row's score on each side; BM25 in a worker thread while this one scans, where the view allows."""
-    if not (isinstance(view, ConcurrentSides) and view.sides_in_parallel(where, whole_corpus=True)):
+    if not (isinstance(view, ConcurrentWholeCorpus) and view.whole_corpus_in_parallel(where)):
         return vector.all_scores(), bm25.all_scores()
     bm25_all = _side_pool.get().submit(contextvars.copy_context().run, bm25.all_scores)
     try:

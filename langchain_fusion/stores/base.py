@@ -98,11 +98,17 @@ class BatchScorer(Protocol):
 class ConcurrentSides(Protocol):
     """Optional capability of a view: its two sides may search at the same time, from two threads."""
 
-    def sides_in_parallel(self, where: Where | None, whole_corpus: bool = False) -> bool:
-        """Whether searching the sides under ``where`` side by side pays for handing one to another thread.
+    def sides_in_parallel(self, where: Where | None) -> bool:
+        """Whether searching the sides under ``where`` side by side pays for handing one to another thread."""
+        ...
 
-        ``whole_corpus``: every row of both sides is scored (``fetch_k=None``), not a top-k of each.
-        """
+
+@runtime_checkable
+class ConcurrentWholeCorpus(Protocol):
+    """Optional capability of a view: both sides may score every row at the same time, from two threads."""
+
+    def whole_corpus_in_parallel(self, where: Where | None) -> bool:
+        """Whether scoring every row of the two sides (``fetch_k=None``) side by side pays for a second thread."""
         ...
 
 

@@ -576,24 +576,30 @@ class LocalView(StoreView):
         """The BM25 side for one query."""
         return LocalBM25Scorer(self.snapshot, query)
 
-    def sides_in_parallel(self, where: Where | None, whole_corpus: bool = False) -> bool:
-        """True for a large snapshot searched through ANN indexes, or scored whole, on a machine with a second core.
+    def sides_in_parallel(self, where: Where | None) -> bool:
+        """True for a large snapshot searched through ANN indexes, on a machine with a second core.
 
         A graph search runs on one core while BM25 takes milliseconds on another. An exact scan
-        already spreads over every core (see :func:`inner_products`): for a top-k of each side, a
-        second thread for BM25 only competes with it (measured at 100k rows: no gain for a query,
-        10-20% slower batches). Scoring every row is different: BM25 over every row costs a fifth to
-        a half of the scan, which waits on memory, and the two overlap (1M zipf chunks: 167 -> 128 ms
-        a query; 100k: no change). A callable metadata filter keeps both sides in the caller's thread:
-        each side evaluates it, and user code must not run twice at once, nor outside the caller's thread.
+        already spreads over every core (see :func:`inner_products`): a second thread for BM25
+        only competes with it (measured at 100k rows: no gain for a query, 10-20% slower batches).
         """
+        return self._second_thread_pays(where) and self.snapshot.approximate
+
+    def whole_corpus_in_parallel(self, where: Where | None) -> bool:
+        """True for a large snapshot on a machine with a second core, exact or not.
+
+        Scoring every row differs from a top-k of each side: BM25 over every row costs a fifth to a
+        half of the scan, which waits on memory, and the two overlap (1M zipf chunks: 167 -> 128 ms a
+        query; 100k: no change).
+        """
+        return self._second_thread_pays(where)
+
+    def _second_thread_pays(self, where: Where | None) -> bool:
+        # A callable metadata filter keeps both sides in the caller's thread: each side evaluates it, and
+        # user code must not run twice at once, nor outside the caller's thread.
         if where is not None and where.metadata is not None and not isinstance(where.metadata, Mapping):
             return False
-        return (
-            _MANY_CORES
-            and self.snapshot.size >= PARALLEL_SIDES_MIN_ROWS
-            and (whole_corpus or self.snapshot.approximate)
-        )
+        return _MANY_CORES and self.snapshot.size >= PARALLEL_SIDES_MIN_ROWS
 
     def vector_many(self, query_vectors: FloatMatrix) -> list[LocalVectorScorer]:
         """The vector side for each query vector (a row), scored in one pass over the vectors when exact."""
