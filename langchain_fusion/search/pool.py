@@ -288,7 +288,8 @@ def _whole_corpus_pool(
     The vector side returns every allowed row, so with any vector weight the pool is simply
     the allowed rows; no per-side top-k or union is needed.
     """
-    vector_all, bm25_all = _all_scores(view, scorers.vector, scorers.bm25, where)  # type: ignore[arg-type]  # checked by the caller
+    # Both scorers score every row: fused_search checked that before choosing this path.
+    vector_all, bm25_all = _all_scores(view, scorers.vector, scorers.bm25, where)  # type: ignore[arg-type]
     pool = view.select(where or Where()) if alpha > 0 else np.sort(scorers.bm25.top(None, where)[0])
     if pool.size == vector_all.size:  # every key: no gather needed
         return pool, vector_all, bm25_all
