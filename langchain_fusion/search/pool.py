@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import contextvars
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import wait
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 from langchain_core.documents import Document
@@ -298,6 +299,19 @@ def _whole_corpus_pool(
 
 _side_pool = LazyPool(usable_cores(), "langchain-fusion-side")
 
+_Aside = TypeVar("_Aside")
+_Here = TypeVar("_Here")
+
+
+def _side_by_side(aside: Callable[[], _Aside], here: Callable[[], _Here]) -> tuple[_Aside, _Here]:
+    """``aside()`` in a worker thread, in the caller's context as if it ran here, while ``here()`` runs in this one."""
+    future = _side_pool.get().submit(contextvars.copy_context().run, aside)
+    try:
+        mine = here()
+    finally:
+        wait([future])
+    return future.result(), mine
+
 
 def _all_scores(
     view: StoreView, vector: WholeCorpusScorer, bm25: WholeCorpusScorer, where: Where | None
@@ -305,12 +319,8 @@ def _all_scores(
     """Every row's score on each side; BM25 in a worker thread while this one scans, where the view allows."""
     if not (isinstance(view, ConcurrentWholeCorpus) and view.whole_corpus_in_parallel(where)):
         return vector.all_scores(), bm25.all_scores()
-    bm25_all = _side_pool.get().submit(contextvars.copy_context().run, bm25.all_scores)
-    try:
-        vector_all = vector.all_scores()
-    finally:
-        wait([bm25_all])
-    return vector_all, bm25_all.result()
+    bm25_all, vector_all = _side_by_side(bm25.all_scores, vector.all_scores)
+    return vector_all, bm25_all
 
 
 def _side_tops(
@@ -329,13 +339,10 @@ def _side_tops(
         if alpha < 1:
             found.append(scorers.bm25.top(pool_size, where))
         return found
-    # In the caller's context, as if it ran in the caller's thread.
-    vector = _side_pool.get().submit(contextvars.copy_context().run, scorers.vector.top, pool_size, where)
-    try:
-        bm25 = scorers.bm25.top(pool_size, where)
-    finally:
-        wait([vector])
-    return [vector.result(), bm25]
+    vector, bm25 = _side_by_side(
+        lambda: scorers.vector.top(pool_size, where), lambda: scorers.bm25.top(pool_size, where)
+    )
+    return [vector, bm25]
 
 
 def _sorted_union(parts: list[Keys]) -> Keys:
