@@ -190,11 +190,13 @@ class TestOnePass:
 class Runs(BaseCallbackHandler):
     def __init__(self) -> None:
         self.started: list[str] = []
+        self.threads: list[int] = []
         self.ended = 0
         self.errors = 0
 
     def on_retriever_start(self, serialized: Any, query: str, **kwargs: Any) -> None:
         self.started.append(query)
+        self.threads.append(threading.get_ident())
 
     def on_retriever_end(self, documents: Any, **kwargs: Any) -> None:
         self.ended += 1
@@ -222,14 +224,9 @@ class TestRunsAndErrors:
             FusionRetriever(index=index).batch(["cat", 5, "market"])
 
     def test_scored_queries_run_in_the_calling_thread(self, index: FusionIndex) -> None:
-        threads: list[int] = []
-
-        class Threads(BaseCallbackHandler):
-            def on_retriever_start(self, serialized: Any, query: str, **kwargs: Any) -> None:
-                threads.append(threading.get_ident())
-
-        FusionRetriever(index=index).batch(QUERIES, config={"callbacks": [Threads()]})
-        assert threads == [threading.get_ident()] * len(QUERIES)
+        runs = Runs()
+        FusionRetriever(index=index).batch(QUERIES, config={"callbacks": [runs]})
+        assert runs.threads == [threading.get_ident()] * len(QUERIES)
 
     def test_a_graph_searched_index_keeps_the_pool(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Each query's graph search releases the GIL: LangChain's pool overlaps them."""
@@ -237,14 +234,9 @@ class TestRunsAndErrors:
         index = FusionIndex.from_documents(corpus(), HashingEmbeddings(), vector_index="HNSW16")
         monkeypatch.setattr(snapshot_module, "PARALLEL_SIDES_MIN_ROWS", 1)
         monkeypatch.setattr(snapshot_module, "_MANY_CORES", True)
-        threads: list[int] = []
-
-        class Threads(BaseCallbackHandler):
-            def on_retriever_start(self, serialized: Any, query: str, **kwargs: Any) -> None:
-                threads.append(threading.get_ident())
-
-        FusionRetriever(index=index).batch(QUERIES, config={"callbacks": [Threads()]})
-        assert len(threads) == len(QUERIES) and threading.get_ident() not in threads
+        runs = Runs()
+        FusionRetriever(index=index).batch(QUERIES, config={"callbacks": [runs]})
+        assert len(runs.threads) == len(QUERIES) and threading.get_ident() not in runs.threads
 
     def test_each_query_runs_in_its_own_copy_of_the_context(self, index: FusionIndex) -> None:
         seen: list[int] = []
