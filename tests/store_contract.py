@@ -488,6 +488,19 @@ class StoreContract:
                     found = index.as_retriever(k=40, alpha=alpha, fetch_k=fetch_k).invoke(query)
                     assert not {d.id for d in found} & set(victims)
 
+    def test_ids_are_the_documents_ids(self) -> None:
+        """``view.ids`` (what evaluation sweeps read) names the same documents as ``view.documents``."""
+        docs = self.corpus(14, 30)
+        index = self.new_index(docs)
+        deleted = {d.id or "" for d in docs[::3]}
+        index.delete(sorted(deleted))
+        view = index.store.view()
+        wanted = [d.id or "" for d in docs[::-2]]  # live and deleted, out of row order
+        keys = view.keys_of(wanted)
+        keys = keys[keys >= 0]
+        assert view.ids(keys) == [d.id for d in view.documents(keys)] == [i for i in wanted if i not in deleted]
+        assert view.ids(keys[:0]) == []
+
     def test_delete_everything_then_add(self) -> None:
         docs = self.corpus(10, 12)
         index = self.new_index(docs)

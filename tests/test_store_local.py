@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from langchain_fusion import Analyzer, BM25Params
-from langchain_fusion.stores.base import FusionStore
+from langchain_fusion.stores.base import FusionStore, StoreView
 from langchain_fusion.stores.local import bm25 as bm25_module
 from langchain_fusion.stores.local import snapshot
 from langchain_fusion.stores.local.snapshot import LocalView
@@ -68,6 +68,8 @@ class _SeamOnlyScorer:
 
 
 class _SeamOnlyView(LocalView):
+    ids = StoreView.ids  # the generic path: ids read through documents
+
     def vector(self, query_vector: Any) -> Any:  # type: ignore[override]
         return _SeamOnlyScorer(super().vector(query_vector))
 

@@ -390,8 +390,8 @@ def _sweep_runs(
                         view, texts[position], vectors[position : position + 1], k=depth, where=None, scorers=scorers,
                         vector_evidence=evidence, **options,
                     )  # fmt: skip
-                    documents = view.documents(np.fromiter((h.key for h in hits), dtype=np.int64, count=len(hits)))
-                    run[chunk[position][0]] = [doc.id or "" for doc in documents]
+                    keys = np.fromiter((h.key for h in hits), dtype=np.int64, count=len(hits))
+                    run[chunk[position][0]] = view.ids(keys)
             bar.update(len(chunk))
     return runs
 

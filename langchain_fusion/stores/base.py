@@ -173,6 +173,14 @@ class StoreView(ABC):
     def documents(self, keys: Keys) -> list[Document]:
         """The stored documents of ``keys`` in order (shared objects: copy before changing them)."""
 
+    def ids(self, keys: Keys) -> list[str]:
+        """The document ids of ``keys``, in order ('' for a document without one).
+
+        This reads whole documents; stores that can read ids alone override it (an evaluation
+        sweep needs only the ids of thousands of results).
+        """
+        return [doc.id or "" for doc in self.documents(keys)]
+
     @abstractmethod
     def vectors(self, keys: Keys) -> FloatMatrix:
         """The stored unit vectors of ``keys``, in order (for diversity re-ranking)."""

@@ -235,6 +235,10 @@ class Snapshot:
         """The ``page_content`` of ``rows``, in order."""
         return [segment.documents.text(local) for segment, local in self._located_many(rows)]
 
+    def ids_of(self, rows: Keys) -> list[str]:
+        """The document ids of ``rows``, in order (no document is built)."""
+        return [segment.documents.ids[local] for segment, local in self._located_many(rows)]
+
     def documents_of(self, rows: Keys) -> list[Document]:
         """New ``Document`` objects for ``rows``, in order."""
         return [segment.documents.document(local) for segment, local in self._located_many(rows)]
@@ -622,6 +626,10 @@ class LocalView(StoreView):
     def texts(self, keys: Keys) -> list[str]:
         """The texts of ``keys`` (no document is built)."""
         return self.snapshot.texts_of(keys)
+
+    def ids(self, keys: Keys) -> list[str]:
+        """The ids of ``keys`` (no document is built)."""
+        return self.snapshot.ids_of(keys)
 
     def vectors(self, keys: Keys) -> FloatMatrix:
         """The stored vectors of ``keys``."""
