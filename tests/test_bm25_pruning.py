@@ -71,7 +71,12 @@ def always_prune(monkeypatch: pytest.MonkeyPatch) -> None:
 class TestPrunedTopK:
     @pytest.mark.parametrize("method", ["lucene", "robertson", "atire"])
     @pytest.mark.parametrize("seed", range(8))
-    def test_equals_exhaustive_on_random_corpora(self, method: str, seed: int) -> None:
+    @pytest.mark.parametrize("dense_share", [0, bm25_module.DENSE_PARTIAL_SHARE, 10**9], ids=["sorted", "", "dense"])
+    def test_equals_exhaustive_on_random_corpora(
+        self, method: str, seed: int, dense_share: int, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # The candidates of the rare terms are gathered by sorting their postings or over every row: both exact.
+        monkeypatch.setattr(bm25_module, "DENSE_PARTIAL_SHARE", dense_share)
         rng = np.random.default_rng(seed)
         size, vocabulary = int(rng.integers(50, 600)), int(rng.integers(20, 400))
         docs = zipf_corpus(rng, size, vocabulary, duplicates=size // 5)

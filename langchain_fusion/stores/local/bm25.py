@@ -356,11 +356,22 @@ class QueryWeights:
         Each row receives its terms' weights in the same order and float32 arithmetic as in
         :meth:`add_scores`; only the rows asked for are looked up in the postings.
         """
-        out = np.zeros(rows.size, dtype=np.float32)
+        weights = np.zeros((len(self.terms), rows.size), dtype=np.float32)
         if rows.size:
-            for term, repeats, term_idf in self.terms:
+            for number, (term, _, term_idf) in enumerate(self.terms):
                 for at, weight in self._weights_at(rows, blocks, term, term_idf):
-                    out[at] += weight if repeats == 1 else weight * np.float32(repeats)
+                    weights[number, at] = weight
+        return self._summed(weights)
+
+    def _summed(self, weights: NDArray[np.float32]) -> NDArray[np.float32]:
+        """Rows' scores from each query term's weight in them (one line a term, in :attr:`terms` order; 0: absent).
+
+        The same float32 additions, in the same order, as :meth:`add_scores` makes for each row:
+        adding a 0 for an absent term changes nothing.
+        """
+        out = np.zeros(weights.shape[1], dtype=np.float32)
+        for (_, repeats, _), weight in zip(self.terms, weights, strict=True):
+            out += weight if repeats == 1 else weight * np.float32(repeats)
         if self.nonoccurrence:
             out += self.nonoccurrence
         return out
@@ -370,8 +381,11 @@ class QueryWeights:
     ) -> Iterator[tuple[IntArray, NDArray[np.float32]]]:
         """Per block: where in ``rows`` (ascending, distinct) the rows holding ``term`` are, and its weight in each."""
         for number, (postings, first_row) in enumerate(blocks):
-            lo = int(np.searchsorted(rows, first_row))
-            hi = int(np.searchsorted(rows, blocks[number + 1][1])) if number + 1 < len(blocks) else rows.size
+            if len(blocks) == 1:  # one segment: every row is in it
+                lo, hi = 0, rows.size
+            else:
+                lo = int(np.searchsorted(rows, first_row))
+                hi = int(np.searchsorted(rows, blocks[number + 1][1])) if number + 1 < len(blocks) else rows.size
             if hi > lo:
                 positions, matched = _matches(postings, term, (rows[lo:hi] - first_row).astype(np.int32))
                 if positions.size:
@@ -411,19 +425,27 @@ class QueryWeights:
         essential = order[j:]
         if int(counts[essential].sum()) > size * ESSENTIAL_MAX_SHARE:
             return None
-        candidates, partial = self._essential_partial(size, blocks, [self.terms[t] for t in essential.tolist()])
+        candidates, partial, known = self._essential_partial(
+            size, blocks, [self.terms[t] for t in essential.tolist()], per_term=True
+        )
+        # Each term's weight in each first candidate (columns), kept as found: exact scores are their float32 sum.
+        weights = np.zeros((len(self.terms), candidates.size), dtype=np.float32)
+        weights[essential] = known
+        column = np.arange(candidates.size)  # the column of each remaining candidate
         if allowed is not None:
             keep = allowed[candidates]
-            candidates, partial = candidates[keep], partial[keep]
+            candidates, partial, column = candidates[keep], partial[keep], column[keep]
         for position in range(j, -1, -1):  # the common terms, most weighty first: prune as bounds become weights
             keep = (partial + prefix[position]) * (1 + _ROUNDING) >= theta
-            candidates, partial = candidates[keep], partial[keep]
+            candidates, partial, column = candidates[keep], partial[keep], column[keep]
             if position == 0 or not candidates.size:
                 break
-            term, repeats, term_idf = self.terms[int(order[position - 1])]
+            number = int(order[position - 1])
+            term, repeats, term_idf = self.terms[number]
             for at, weight in self._weights_at(candidates, blocks, term, term_idf):
                 partial[at] += weight.astype(np.float64) * repeats
-        scores = self.row_scores(candidates, blocks)
+                weights[number, column[at]] = weight
+        scores = self._summed(weights[:, column])
         best = top_rows(scores, k, above=0.0)
         return candidates[best], scores[best]
 
@@ -449,7 +471,7 @@ class QueryWeights:
             terms = [self.terms[t] for t in descending[:count].tolist()]
             if sum(_postings_count(blocks, term) for term, _, _ in terms) > budget:
                 return None
-            rows, partial = self._essential_partial(size, blocks, terms)
+            rows, partial, _ = self._essential_partial(size, blocks, terms)
             if allowed is not None:
                 keep = allowed[rows]
                 rows, partial = rows[keep], partial[keep]
@@ -463,27 +485,52 @@ class QueryWeights:
         return float(np.partition(positive, positive.size - k)[positive.size - k])
 
     def _essential_partial(
-        self, size: int, blocks: Sequence[tuple[Postings, int]], terms: Sequence[tuple[int, int, float]]
-    ) -> tuple[IntArray, NDArray[np.float64]]:
-        """The rows holding any of ``terms`` (ascending) and the sum of those terms' weights in each."""
+        self,
+        size: int,
+        blocks: Sequence[tuple[Postings, int]],
+        terms: Sequence[tuple[int, int, float]],
+        per_term: bool = False,
+    ) -> tuple[IntArray, NDArray[np.float64], NDArray[np.float32]]:
+        """The rows holding any of ``terms`` (ascending) and the sum of those terms' weights in each.
+
+        With ``per_term``, also each term's weight in each of those rows (one line a term of
+        ``terms``, repeats not applied, 0 where absent); otherwise an empty matrix.
+        """
         parts = [
-            (*self._term_weights(postings, first_row, term, term_idf), repeats)
+            (*self._term_weights(postings, first_row, term, term_idf), repeats, number)
             for postings, first_row in blocks
-            for term, repeats, term_idf in terms
+            for number, (term, repeats, term_idf) in enumerate(terms)
         ]
         if not parts:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64), np.zeros((len(terms), 0), np.float32)
         rows = np.concatenate([part[0] for part in parts])
         weights = np.concatenate([part[1].astype(np.float64) * part[2] for part in parts])
+        position = np.zeros(0, dtype=np.int64)  # with per_term: the candidate of each of ``rows``
         if rows.size * DENSE_PARTIAL_SHARE > size:  # many postings: accumulate over every row, no sort
             marked = np.zeros(size, dtype=bool)
             marked[rows] = True
             candidates = np.flatnonzero(marked).astype(np.int64)
-            return candidates, np.bincount(rows, weights, minlength=size)[candidates].astype(np.float64)
-        order = np.argsort(rows, kind="stable")
-        rows = rows[order]
-        first = np.concatenate(([True], rows[1:] != rows[:-1]))
-        return rows[first].astype(np.int64), np.bincount(np.cumsum(first) - 1, weights[order]).astype(np.float64)
+            partial = np.bincount(rows, weights, minlength=size)[candidates].astype(np.float64)
+            if per_term:
+                column = np.empty(size, dtype=np.int64)  # only the candidates' entries are read
+                column[candidates] = np.arange(candidates.size)
+                position = column[rows]
+        else:
+            order = np.argsort(rows, kind="stable")
+            ordered = rows[order]
+            first = np.concatenate(([True], ordered[1:] != ordered[:-1]))
+            candidates = ordered[first].astype(np.int64)
+            partial = np.bincount(np.cumsum(first) - 1, weights[order]).astype(np.float64)
+            if per_term:
+                position = np.empty(rows.size, dtype=np.int64)
+                position[order] = np.cumsum(first) - 1
+        known = np.zeros((len(terms), candidates.size) if per_term else (0, 0), dtype=np.float32)
+        if per_term:
+            start = 0
+            for _, weight, _, number in parts:
+                known[number, position[start : start + weight.size]] = weight
+                start += weight.size
+        return candidates, partial, known
 
 
 def _postings_count(blocks: Sequence[tuple[Postings, int]], term: int) -> int:
