@@ -7,6 +7,7 @@ import functools
 import hashlib
 import io
 import json
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -179,6 +180,40 @@ def quick_milvus_polls() -> Iterator[None]:
         return
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(grpc_handler, "time", _QuickPolls(grpc_handler.time))
+        yield
+
+
+class _OwnHome:
+    """``subprocess`` for milvus_lite.server: each Milvus Lite server it starts gets a HOME of its own."""
+
+    def __init__(self, real: Any, homes: pytest.TempPathFactory) -> None:
+        self._real = real
+        self._homes = homes
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def Popen(self, *args: Any, env: dict[str, str] | None = None, **kwargs: Any) -> Any:
+        env = dict(os.environ if env is None else env)
+        env["HOME"] = str(self._homes.mktemp("milvus-home"))
+        return self._real.Popen(*args, env=env, **kwargs)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def milvus_lite_servers_apart(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Each Milvus Lite server keeps its mmap folder under a HOME of its own.
+
+    Milvus Lite 2.5.1 empties ``$HOME/.cache/milvus`` when a server starts and again when it
+    stops: a server starting while another starts or stops (two xdist workers) can fail its
+    first collection with "Mmap manager has not been init" (pymilvus issue 2981).
+    """
+    try:
+        from milvus_lite import server
+    except ImportError:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(server, "subprocess", _OwnHome(server.subprocess, tmp_path_factory))
         yield
 
 
