@@ -54,7 +54,7 @@ from langchain_fusion.models.embeddings import (
 )
 from langchain_fusion.search.diversity import DEFAULT_MMR_WEIGHT, MMR_WEIGHT, check_lambda_mult
 from langchain_fusion.search.options import SEARCH_DEFAULTS
-from langchain_fusion.search.relevance import RELEVANCE_INFO_KEY, RelevanceModel, calibrate_search, saved_model
+from langchain_fusion.search.relevance import RELEVANCE_INFO_KEY, RelevanceModel, SavedModel, calibrate_search
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.base import FloatMatrix, FusionStore, StoreView, Where
 from langchain_fusion.stores.filters import check_filter
@@ -156,7 +156,7 @@ class FusionIndex(VectorStore):
         self.saved_info: dict[str, Any] = {}
         """The ``info`` given to :meth:`save`, as read back by :meth:`load` (empty otherwise); it also keeps the
         relevance model (:meth:`calibrate`)."""
-        self._relevance: tuple[Any, RelevanceModel | None] = (None, None)
+        self._relevance = SavedModel()
         settings = store.settings
         fields = {
             "embed_fields": check_text_fields(embed_fields, "embed_fields") if embed_fields is not None else None,
@@ -595,12 +595,7 @@ class FusionIndex(VectorStore):
     @property
     def relevance_model(self) -> RelevanceModel | None:
         """The calibrated relevance model (:meth:`calibrate`), saved with the index; None when not calibrated."""
-        saved = self.saved_info.get(RELEVANCE_INFO_KEY)
-        if saved is None:
-            return None
-        if self._relevance[0] is not saved:
-            self._relevance = (saved, saved_model(saved))
-        return self._relevance[1]
+        return self._relevance.of(self.saved_info.get(RELEVANCE_INFO_KEY))
 
     def calibrate(self, dataset: EvalDataset, *, k: int = 10, **options: Any) -> RelevanceModel:
         """Fit the index's relevance model on labelled queries; every result then carries ``metadata["relevance"]``.

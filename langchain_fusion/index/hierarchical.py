@@ -39,8 +39,8 @@ from langchain_fusion.models.llm_calls import LLMReport
 from langchain_fusion.search.relevance import (
     RELEVANCE_INFO_KEY,
     RelevanceModel,
+    SavedModel,
     calibrate_search,
-    saved_model,
     top_relevance,
 )
 from langchain_fusion.stores.local import folder as fmt
@@ -88,7 +88,7 @@ class HierarchicalIndex:
         """The summarizer's report when built by :meth:`build` (None after :meth:`load`)."""
         self.relevance_data: dict[str, Any] | None = None
         """The hierarchical relevance model as JSON data (:meth:`calibrate`), saved in the folder's manifest."""
-        self._relevance: tuple[Any, RelevanceModel | None] = (None, None)
+        self._relevance = SavedModel("this hierarchical index")
 
     @classmethod
     def from_summaries(
@@ -136,12 +136,7 @@ class HierarchicalIndex:
 
         Not the chunk index's own (``index.chunks.relevance_model``, fitted on flat fused ranks).
         """
-        saved = self.relevance_data
-        if saved is None:
-            return None
-        if self._relevance[0] is not saved:
-            self._relevance = (saved, saved_model(saved, "this hierarchical index"))
-        return self._relevance[1]
+        return self._relevance.of(self.relevance_data)
 
     def calibrate(self, dataset: EvalDataset, *, k: int = 10, **options: Any) -> RelevanceModel:
         """Fit the relevance model of hierarchical search; every result then carries ``metadata["relevance"]``.

@@ -279,6 +279,24 @@ def saved_model(saved: Any, where: str = "this index") -> RelevanceModel:
         ) from None
 
 
+class SavedModel:
+    """The relevance model of some saved JSON data, parsed once per data object (it changes when recalibrated)."""
+
+    def __init__(self, where: str = "this index") -> None:
+        """``where``: what the model is saved with, for the error an invalid one raises."""
+        self.where = where
+        self._data: Any = None
+        self._model: RelevanceModel | None = None
+
+    def of(self, saved: Any) -> RelevanceModel | None:
+        """The model ``saved`` holds (None for None): parsed on first sight of this object, then reused."""
+        if saved is None:
+            return None
+        if self._data is not saved:
+            self._model, self._data = saved_model(saved, self.where), saved
+        return self._model
+
+
 def require_model(model: RelevanceModel | None, asked: str, index: str = "index") -> RelevanceModel:
     """``model``, or the one error that says ``asked`` (what needed it) needs a calibrated ``index`` (its kind)."""
     if model is None:
