@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
@@ -208,7 +209,9 @@ def milvus_lite_servers_apart(tmp_path_factory: pytest.TempPathFactory) -> Itera
     first collection with "Mmap manager has not been init" (pymilvus issue 2981).
     """
     try:
-        from milvus_lite import server
+        with warnings.catch_warnings():  # milvus_lite imports setuptools' deprecated pkg_resources
+            warnings.filterwarnings("ignore", "pkg_resources is deprecated", UserWarning)
+            from milvus_lite import server
     except ImportError:
         yield
         return

@@ -136,6 +136,18 @@ class TestPrunedTopK:
         weights = weights_for(BM25Params(method=method), docs, Counter([1]))
         assert weights.top(3, blocks, 1, None) is None
 
+    def test_terms_without_postings_here_find_nothing(self) -> None:
+        # Counted in the statistics (another segment held them) but absent from these blocks.
+        docs = [np.array([0, 1]), np.array([1, 2]), np.array([2])]
+        blocks = blocks_of(docs, 3, [])
+        frequency = np.array([1, 2, 2, 1, 1, 1])
+        weights = QueryWeights(BM25Params(), Counter([4, 5]), frequency, 3, np.ones(3, dtype=np.float32))
+        for dense_share in (0, 10**9):
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(bm25_module, "DENSE_PARTIAL_SHARE", dense_share)
+                got = weights.top(3, blocks, 2, None)
+            assert got is not None and got[0].size == 0 and got[1].size == 0
+
     def test_a_term_in_every_row_is_not_read_for_rows_without_the_rare_term(self) -> None:
         # 1000 rows hold the common term; 3 also hold the rare one: the k=2 best are found among those 3.
         docs = [np.array([0, 0, 1]) if row % 300 == 0 else np.array([0, 2, 3]) for row in range(1000)]

@@ -356,22 +356,25 @@ class QueryWeights:
         Each row receives its terms' weights in the same order and float32 arithmetic as in
         :meth:`add_scores`; only the rows asked for are looked up in the postings.
         """
-        weights = np.zeros((len(self.terms), rows.size), dtype=np.float32)
+        found: list[list[tuple[IntArray, NDArray[np.float32]]]] = [[] for _ in self.terms]
         if rows.size:
             for number, (term, _, term_idf) in enumerate(self.terms):
-                for at, weight in self._weights_at(rows, blocks, term, term_idf):
-                    weights[number, at] = weight
-        return self._summed(weights)
+                found[number].extend(self._weights_at(rows, blocks, term, term_idf))
+        return self._summed(rows.size, found)
 
-    def _summed(self, weights: NDArray[np.float32]) -> NDArray[np.float32]:
-        """Rows' scores from each query term's weight in them (one line a term, in :attr:`terms` order; 0: absent).
+    def _summed(
+        self, size: int, found: Sequence[Sequence[tuple[IntArray, NDArray[np.float32]]]]
+    ) -> NDArray[np.float32]:
+        """The scores of ``size`` rows from where each query term was found in them and its weight there.
 
-        The same float32 additions, in the same order, as :meth:`add_scores` makes for each row:
-        adding a 0 for an absent term changes nothing.
+        ``found[i]``: ``(positions, weights)`` parts of term ``i`` of :attr:`terms`, each row at most
+        once a term. Each row receives its terms' weights in the order and float32 arithmetic of
+        :meth:`add_scores`, so the scores are the same bits as scoring every row.
         """
-        out = np.zeros(weights.shape[1], dtype=np.float32)
-        for (_, repeats, _), weight in zip(self.terms, weights, strict=True):
-            out += weight if repeats == 1 else weight * np.float32(repeats)
+        out = np.zeros(size, dtype=np.float32)
+        for (_, repeats, _), parts in zip(self.terms, found, strict=True):
+            for at, weight in parts:
+                out[at] += weight if repeats == 1 else weight * np.float32(repeats)
         if self.nonoccurrence:
             out += self.nonoccurrence
         return out
@@ -425,13 +428,16 @@ class QueryWeights:
         essential = order[j:]
         if int(counts[essential].sum()) > size * ESSENTIAL_MAX_SHARE:
             return None
-        candidates, partial, known = self._essential_partial(
+        candidates, partial, parts = self._essential_partial(
             size, blocks, [self.terms[t] for t in essential.tolist()], per_term=True
         )
-        # Each term's weight in each first candidate (columns), kept as found: exact scores are their float32 sum.
-        weights = np.zeros((len(self.terms), candidates.size), dtype=np.float32)
-        weights[essential] = known
-        column = np.arange(candidates.size)  # the column of each remaining candidate
+        # Each term's weights as found, by column (a candidate's place among the first ones): the exact
+        # scores are their float32 sum, with no second lookup of the terms.
+        found: list[list[tuple[IntArray, NDArray[np.float32]]]] = [[] for _ in self.terms]
+        for number, columns, weight in parts:
+            found[int(essential[number])].append((columns, weight))
+        first_count = candidates.size
+        column = np.arange(first_count)  # the column of each remaining candidate
         if allowed is not None:
             keep = allowed[candidates]
             candidates, partial, column = candidates[keep], partial[keep], column[keep]
@@ -444,8 +450,8 @@ class QueryWeights:
             term, repeats, term_idf = self.terms[number]
             for at, weight in self._weights_at(candidates, blocks, term, term_idf):
                 partial[at] += weight.astype(np.float64) * repeats
-                weights[number, column[at]] = weight
-        scores = self._summed(weights[:, column])
+                found[number].append((column[at], weight))
+        scores = self._summed(first_count, found)[column]  # summed by column, then the remaining ones
         best = top_rows(scores, k, above=0.0)
         return candidates[best], scores[best]
 
@@ -490,20 +496,20 @@ class QueryWeights:
         blocks: Sequence[tuple[Postings, int]],
         terms: Sequence[tuple[int, int, float]],
         per_term: bool = False,
-    ) -> tuple[IntArray, NDArray[np.float64], NDArray[np.float32]]:
+    ) -> tuple[IntArray, NDArray[np.float64], list[tuple[int, IntArray, NDArray[np.float32]]]]:
         """The rows holding any of ``terms`` (ascending) and the sum of those terms' weights in each.
 
-        With ``per_term``, also each term's weight in each of those rows (one line a term of
-        ``terms``, repeats not applied, 0 where absent); otherwise an empty matrix.
+        With ``per_term``, also ``(i, positions, weights)`` for each block of each term ``terms[i]``:
+        where among those rows the term is and its weight there (repeats not applied); else [].
         """
         parts = [
             (*self._term_weights(postings, first_row, term, term_idf), repeats, number)
             for postings, first_row in blocks
             for number, (term, repeats, term_idf) in enumerate(terms)
         ]
-        if not parts:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64), np.zeros((len(terms), 0), np.float32)
-        rows = np.concatenate([part[0] for part in parts])
+        rows = np.concatenate([part[0] for part in parts]) if parts else np.zeros(0, dtype=np.int64)
+        if rows.size == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64), []
         weights = np.concatenate([part[1].astype(np.float64) * part[2] for part in parts])
         position = np.zeros(0, dtype=np.int64)  # with per_term: the candidate of each of ``rows``
         if rows.size * DENSE_PARTIAL_SHARE > size:  # many postings: accumulate over every row, no sort
@@ -512,9 +518,9 @@ class QueryWeights:
             candidates = np.flatnonzero(marked).astype(np.int64)
             partial = np.bincount(rows, weights, minlength=size)[candidates].astype(np.float64)
             if per_term:
-                column = np.empty(size, dtype=np.int64)  # only the candidates' entries are read
-                column[candidates] = np.arange(candidates.size)
-                position = column[rows]
+                of_row = np.empty(size, dtype=np.int64)  # only the candidates' entries are read
+                of_row[candidates] = np.arange(candidates.size)
+                position = of_row[rows]
         else:
             order = np.argsort(rows, kind="stable")
             ordered = rows[order]
@@ -524,13 +530,13 @@ class QueryWeights:
             if per_term:
                 position = np.empty(rows.size, dtype=np.int64)
                 position[order] = np.cumsum(first) - 1
-        known = np.zeros((len(terms), candidates.size) if per_term else (0, 0), dtype=np.float32)
+        found = []
         if per_term:
-            start = 0
-            for _, weight, _, number in parts:
-                known[number, position[start : start + weight.size]] = weight
-                start += weight.size
-        return candidates, partial, known
+            ends = np.cumsum([part[0].size for part in parts])
+            for (_, weight, _, number), end in zip(parts, ends.tolist(), strict=True):
+                if weight.size:
+                    found.append((number, position[end - weight.size : end], weight))
+        return candidates, partial, found
 
 
 def _postings_count(blocks: Sequence[tuple[Postings, int]], term: int) -> int:
