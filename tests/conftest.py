@@ -220,6 +220,23 @@ def milvus_lite_servers_apart(tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """On a whole-suite run, the second xdist worker imports the bundled model's stack before it collects.
+
+    In a new virtual environment the first import of a module compiles it: both workers collect
+    the same test modules at once (compiling their imports twice, side by side) and both later
+    import torch for their model tests. Importing torch first on the second worker while the first
+    collects shares the compiling out (about 15 s of CPU each): each then finds the other's bytecode.
+    Every worker of a whole-suite run imports torch anyway.
+    """
+    whole_suite = config.args_source is pytest.Config.ArgsSource.TESTPATHS and not (
+        config.option.keyword or config.option.markexpr
+    )
+    if whole_suite and os.environ.get("PYTEST_XDIST_WORKER") == "gw1":
+        with contextlib.suppress(ImportError):
+            import sentence_transformers  # noqa: F401
+
+
 @pytest.fixture
 def embeddings() -> HashingEmbeddings:
     return HashingEmbeddings()
