@@ -17,6 +17,7 @@ from langchain_fusion import BM25Retriever, FusionIndex, FusionRetriever, Vector
 from langchain_fusion.errors import ProviderError
 from langchain_fusion.retrievers import fusion as fusion_module
 from langchain_fusion.search import pool as pool_module
+from langchain_fusion.stores.local import bm25 as bm25_module
 from langchain_fusion.stores.local import snapshot as snapshot_module
 from tests.conftest import HashingEmbeddings
 
@@ -153,6 +154,39 @@ class TestEqualsInvoke:
         retriever = FusionRetriever(index=index, k=5)
         expected = [summary(retriever.invoke(q)) for q in QUERIES]
         assert [summary(r) for r in retriever.batch(QUERIES)] == expected
+
+    @pytest.mark.parametrize("batch_prunes", [False, True], ids=["every-row", "pruned"])
+    @pytest.mark.parametrize("options", [{}, {"k": 9, "fetch_k": 12}, {"filter": {"source": ["s1", "s4"]}}])
+    def test_bm25_every_row_in_a_batch_equals_pruning_alone(
+        self, index: FusionIndex, batch_prunes: bool, options: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # Alone, each query's BM25 top-k prunes; a batch on a small index scores every row with shared weights.
+        more = corpus(40, seed=5)  # a second segment
+        index.add_documents([Document(page_content=d.page_content, id=f"e{i}") for i, d in enumerate(more)])
+        monkeypatch.setattr(snapshot_module, "PRUNED_TOP_MIN_POSTINGS", 0)
+        monkeypatch.setattr(bm25_module, "SEED_MAX_SHARE", 100.0)
+        monkeypatch.setattr(bm25_module, "ESSENTIAL_MAX_SHARE", 100.0)
+        if batch_prunes:
+            monkeypatch.setattr(snapshot_module, "BATCH_EVERY_ROW_MAX_ROWS", 0)
+            monkeypatch.setattr(snapshot_module, "BATCH_EVERY_ROW_POSTINGS_SHARE", 10**9)
+        pruned: list[int] = []
+        original = bm25_module.QueryWeights.top
+
+        def counting_top(weights: bm25_module.QueryWeights, *args: Any) -> Any:
+            pruned.append(1)
+            return original(weights, *args)
+
+        monkeypatch.setattr(bm25_module.QueryWeights, "top", counting_top)
+        retriever = FusionRetriever(index=index, alpha=0.4)
+        bm25_only = BM25Retriever(index=index)
+        expected = [summary(retriever.invoke(q, **options)) for q in QUERIES]
+        bm25_options = {name: value for name, value in options.items() if name != "fetch_k"}
+        expected_bm25 = [summary(bm25_only.invoke(q, **bm25_options)) for q in QUERIES]
+        assert pruned  # the queries alone did prune
+        pruned.clear()
+        assert [summary(r) for r in retriever.batch(QUERIES, **options)] == expected
+        assert [summary(r) for r in bm25_only.batch(QUERIES, **bm25_options)] == expected_bm25
+        assert bool(pruned) == batch_prunes
 
     def test_sliced_batches(self, index: FusionIndex, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(pool_module, "BATCH_SCORES_BUDGET", 2 * len(index))  # two queries per slice

@@ -20,6 +20,7 @@ from langchain_fusion.stores.local.bm25 import BM25Corpus, QueryWeights
 from langchain_fusion.stores.local.store import LocalStore
 from langchain_fusion.stores.local.tokens import query_term_counts
 from langchain_fusion.stores.settings import BM25Params
+from tests.test_bm25_pruning import blocks_of, weights_for, zipf_corpus
 
 CORPUS = [
     "solar panels charge the battery bank during the day",
@@ -239,6 +240,32 @@ class TestAnalyzer:
     def test_rejects_unknown_options(self) -> None:
         with pytest.raises(ValueError):
             Analyzer(stemmer="klingon")  # type: ignore[arg-type]
+
+
+class TestBatchTermWeights:
+    """A batch weighs each term once and shares it (dense over a block where the term is common)."""
+
+    @pytest.mark.parametrize("method", ["lucene", "robertson", "atire", "bm25l", "bm25+"])
+    @pytest.mark.parametrize("dense_share", [0, bm25_module.DENSE_TERM_SHARE, 10**9], ids=["sparse", "", "dense"])
+    def test_shared_weights_give_the_bits_of_each_query_alone(
+        self, method: str, dense_share: int, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(bm25_module, "DENSE_TERM_SHARE", dense_share)
+        rng = np.random.default_rng(11)
+        docs = zipf_corpus(rng, 500, 90, duplicates=30)
+        blocks = blocks_of(docs, 90, [130, 131, 400])  # a one-row segment among them
+        params = BM25Params(method=method, k1=1.4, b=0.6)
+        shared: bm25_module.TermWeights = {}
+        for _ in range(25):  # queries share terms, so later ones add weights another query computed
+            source = docs[int(rng.integers(0, len(docs)))]
+            query = Counter(rng.choice(source, size=min(source.size, int(rng.integers(1, 9)))).tolist())
+            weights = weights_for(params, docs, query)
+            batched = np.zeros(len(docs), dtype=np.float32)
+            weights.add_scores(batched, blocks, shared)
+            assert batched.tobytes() == weights.scores(len(docs), blocks).tobytes()
+        dense = [key for key, part in shared.items() if part.rows is None]
+        assert bool(dense) == (dense_share > 0)  # the commonest term is in over a third of every block
+        assert len(dense) < len(shared) or dense_share == 10**9
 
 
 class TestAgainstBm25s:

@@ -50,8 +50,37 @@ TOKENIZE_BATCH = 4096
 
 IntArray = NDArray[np.int64]
 
-TermWeights = dict[tuple[int, int], tuple[IntArray, NDArray[np.float32]]]
-"""(term, block number) -> the rows of the block holding the term and the term's weight in each."""
+DENSE_TERM_SHARE = 3
+"""A batch keeps a term's weights over every row of a block once 1/this of its rows hold it (:class:`BlockWeights`)."""
+
+
+@dataclass(frozen=True)
+class BlockWeights:
+    """One term's BM25 weight in the rows of one block (repeats not applied), as a batch keeps it.
+
+    Sparse, the rows holding the term and its weight in each; dense, its weight in every row of
+    the block, 0 where the term is absent. A row without the term gains ``+0.0``, which leaves
+    its float32 score the same bits, so both forms add exactly what scattering the postings adds.
+    Dense from :data:`DENSE_TERM_SHARE` on: no more memory than the sparse form (4 bytes a row
+    against 12 a posting), and added as one contiguous vector instead of a scatter.
+    """
+
+    rows: IntArray | None
+    """The rows holding the term, or None when ``weights`` covers every row of the block."""
+    weights: NDArray[np.float32]
+    """The term's weight in each of ``rows`` (or in each row of the block)."""
+
+    def add_to(self, out: NDArray[np.float32], first_row: int, repeats: int) -> None:
+        """Add the term's weight, ``repeats`` times, to ``out`` (whose row ``first_row`` is the block's first)."""
+        weight = self.weights if repeats == 1 else self.weights * np.float32(repeats)
+        if self.rows is None:
+            out[first_row : first_row + weight.size] += weight
+        elif self.rows.size:
+            out[self.rows] += weight
+
+
+TermWeights = dict[tuple[int, int], BlockWeights]
+"""(term, block number) -> the term's weights in the block, kept for the other queries of a batch."""
 
 
 def idf(method: BM25Method, df: int, n: int) -> float:
@@ -284,34 +313,49 @@ class QueryWeights:
     def scores(self, size: int, blocks: Sequence[tuple[Postings, int]]) -> NDArray[np.float32]:
         """The score of each of ``size`` rows, from ``(postings, first_row)`` blocks covering them."""
         out = np.zeros(size, dtype=np.float32)
-        self.add_scores(out, blocks, {})
+        self.add_scores(out, blocks, None)
         return out
 
     def add_scores(
         self,
         out: NDArray[np.float32],
         blocks: Sequence[tuple[Postings, int]],
-        shared: TermWeights,
+        shared: TermWeights | None,
     ) -> None:
-        """Add this query's scores to ``out`` (zeros on entry).
+        """Add this query's scores to ``out`` (zeros on entry; its length: the rows the blocks cover).
 
-        ``shared`` holds each (term, block) contribution already computed for another query of
-        the same batch: weighing a term depends on the statistics only, not on the query, so a
-        batch weighs each distinct term once.
+        ``shared`` (in a batch) holds each (term, block) contribution already computed for another
+        query of the same batch, and receives this query's: weighing a term depends on the
+        statistics only, not on the query, so a batch weighs each distinct term once.
         """
         if not self.terms:
             return
         for number, (postings, first_row) in enumerate(blocks):
+            block_rows = (blocks[number + 1][1] if number + 1 < len(blocks) else out.size) - first_row
             for term, repeats, term_idf in self.terms:
-                key = (term, number)
-                contribution = shared.get(key)
-                if contribution is None:
-                    contribution = shared[key] = self._term_weights(postings, first_row, term, term_idf)
-                rows, weight = contribution
-                if rows.size:
-                    out[rows] += weight if repeats == 1 else weight * np.float32(repeats)
+                if shared is None:
+                    contribution = BlockWeights(*self._term_weights(postings, first_row, term, term_idf))
+                else:
+                    cached = shared.get((term, number))
+                    if cached is None:
+                        cached = shared[term, number] = self._block_weights(
+                            postings, first_row, block_rows, term, term_idf
+                        )
+                    contribution = cached
+                contribution.add_to(out, first_row, repeats)
         if self.nonoccurrence:
             out += self.nonoccurrence
+
+    def _block_weights(
+        self, postings: Postings, first_row: int, block_rows: int, term: int, term_idf: float
+    ) -> BlockWeights:
+        """``term``'s weights in a block of ``block_rows`` rows, dense where it is common (:class:`BlockWeights`)."""
+        rows, weights = self._term_weights(postings, first_row, term, term_idf)
+        if rows.size * DENSE_TERM_SHARE < block_rows:
+            return BlockWeights(rows, weights)
+        every_row = np.zeros(block_rows, dtype=np.float32)
+        every_row[rows - first_row] = weights
+        return BlockWeights(None, every_row)
 
     def _term_weights(
         self, postings: Postings, first_row: int, term: int, term_idf: float
