@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from langchain_fusion.search import fusion as fusion_module
 from langchain_fusion.search.fusion import RRF_RANK_CONSTANT, fuse, fuse_top, min_max, rank_of, ranks, z_score
 
 
@@ -93,7 +94,11 @@ class TestFuse:
 
 class TestRankOf:
     @pytest.mark.parametrize("seed", range(5))
-    def test_equals_ranks_with_ties_and_validity(self, seed: int) -> None:
+    @pytest.mark.parametrize("comparisons", [fusion_module._RANK_COMPARISONS, 450], ids=["", "in-steps"])
+    def test_equals_ranks_with_ties_and_validity(
+        self, seed: int, comparisons: int, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(fusion_module, "_RANK_COMPARISONS", comparisons)  # 450: a few positions at a time
         rng = np.random.default_rng(seed)
         scores = rng.integers(0, 6, 200).astype(np.float64)  # many ties
         valid = scores > 1

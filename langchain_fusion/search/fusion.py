@@ -115,30 +115,35 @@ def rank_of(
 
     Only rows scoring at least the lowest of the asked positions can be above or tied with any of
     them: one pass over ``scores`` finds those, and each position is counted among them alone (for
-    the few returned results of a whole corpus, a few hundred rows rather than every row).
-    Positions that are not ``valid`` get 0.
+    the few returned results of a whole corpus, a few hundred rows rather than every row), all
+    positions at once. Positions that are not ``valid`` get 0.
     """
     values = np.asarray(scores)
     positions = np.asarray(positions, dtype=np.int64)
     result = np.zeros(positions.size, dtype=np.int64)
-    asked = positions if valid is None else positions[valid[positions]]
+    counted = np.arange(positions.size) if valid is None else np.flatnonzero(valid[positions])
+    asked = positions[counted]
     asked_values = values[asked]
-    asked_values = asked_values[~np.isnan(asked_values)]  # NaN is above and tied with nothing (rank 1)
-    if asked_values.size:
-        near = values >= asked_values.min()
+    known = asked_values[~np.isnan(asked_values)]  # NaN is above and tied with nothing (rank 1)
+    if known.size:
+        near = values >= known.min()
         if valid is not None:
             near &= valid
         rows = np.flatnonzero(near)
     else:
         rows = np.zeros(0, dtype=np.int64)
     near_values = values[rows]
-    for i, position in enumerate(positions.tolist()):
-        if valid is not None and not valid[position]:
-            continue
-        value = values[position]
-        before = int(np.searchsorted(rows, position))  # rows ascend: the first ``before`` come earlier
-        result[i] = 1 + np.count_nonzero(near_values > value) + np.count_nonzero(near_values[:before] == value)
+    step = max(1, _RANK_COMPARISONS // max(1, rows.size))  # bounds the positions x rows comparisons held at once
+    for lo in range(0, asked.size, step):
+        value, position = asked_values[lo : lo + step, None], asked[lo : lo + step, None]
+        above = np.count_nonzero(near_values > value, axis=1)
+        tied_before = np.count_nonzero((near_values == value) & (rows < position), axis=1)
+        result[counted[lo : lo + step]] = 1 + above + tied_before
     return result
+
+
+_RANK_COMPARISONS = 1 << 22
+"""Comparisons :func:`rank_of` makes at once (positions x rows): 4 MB of booleans per temporary."""
 
 
 Normalised = tuple[FloatArray, FloatArray, NDArray[np.int64] | None, NDArray[np.int64] | None]
