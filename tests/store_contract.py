@@ -344,6 +344,16 @@ class StoreContract:
         again = index.as_retriever(k=3).invoke("w1")
         assert "changed" not in again[0].metadata and again[0].page_content != "changed"
 
+    def test_documents_said_to_be_new_are_new_objects(self) -> None:
+        """A view with ``documents_are_new`` gets its results' scores written into them in place."""
+        view = self.new_index(self.corpus(4, 30)).view()
+        if not view.documents_are_new:
+            pytest.skip("this store's views share their documents: results are copies of them")
+        keys_ = view.select(Where())[:5]
+        first, again = view.documents(keys_), view.documents(keys_)
+        assert len(first) == 5 and first == again
+        assert not any(a is b or a.metadata is b.metadata for a, b in zip(first, again, strict=True))
+
     def test_copies_of_one_text_are_returned_once(self) -> None:
         """The same text under several sources: one result with its own scores, the other copies in also_in."""
         docs = self.corpus(5, 30)

@@ -442,9 +442,12 @@ def _hits(
     return hits
 
 
-def scored_copy(document: Document, hit: Hit, method: str | None = None) -> Document:
-    """A copy of ``document`` whose metadata also holds the hit's score provenance."""
-    meta = copy.deepcopy(document.metadata)
+def scored_copy(document: Document, hit: Hit, method: str | None = None, *, owned: bool = False) -> Document:
+    """``document`` with the hit's score provenance in its metadata: a copy, or the document itself if ``owned``.
+
+    ``owned``: ``document`` is a new object no one else holds (see ``StoreView.documents_are_new``).
+    """
+    meta = document.metadata if owned else copy.deepcopy(document.metadata)
     if hit.fused is not None:
         meta[keys.SCORE] = hit.fused
         meta[keys.FUSION_SCORE] = hit.fused
@@ -463,13 +466,16 @@ def scored_copy(document: Document, hit: Hit, method: str | None = None) -> Docu
         meta[keys.SCORE] = hit.bm25_score
         meta[keys.BM25_SCORE] = hit.bm25_score
         meta[keys.BM25_RANK] = hit.bm25_rank
+    if owned:
+        return document
     return Document(id=document.id, page_content=document.page_content, metadata=meta)
 
 
 def hits_to_documents(view: StoreView, hits: list[Hit], method: str | None = None) -> list[Document]:
     """Scored copies of the hits' documents, in hit order; a hit with copies lists them in ``also_in``."""
     documents = view.documents(np.fromiter((h.key for h in hits), dtype=np.int64, count=len(hits)))
-    results = [scored_copy(doc, hit, method) for doc, hit in zip(documents, hits, strict=True)]
+    owned = view.documents_are_new
+    results = [scored_copy(doc, hit, method, owned=owned) for doc, hit in zip(documents, hits, strict=True)]
     copy_keys = [key for hit in hits for key in hit.copies]
     if copy_keys:
         found = dict(zip(copy_keys, view.documents(np.asarray(copy_keys, dtype=np.int64)), strict=True))

@@ -21,7 +21,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 from langchain_core.documents import Document
@@ -144,6 +144,9 @@ class IdsBySource(Protocol):
 class StoreView(ABC):
     """A consistent read view of a store: what one query (or one batch) sees."""
 
+    documents_are_new: ClassVar[bool] = False
+    """True when :meth:`documents` builds new objects on every call, which the caller may change."""
+
     @property
     @abstractmethod
     def settings(self) -> StoreSettings:
@@ -171,7 +174,7 @@ class StoreView(ABC):
 
     @abstractmethod
     def documents(self, keys: Keys) -> list[Document]:
-        """The stored documents of ``keys`` in order (shared objects: copy before changing them)."""
+        """The stored documents of ``keys`` in order (shared: copy them first, unless :attr:`documents_are_new`)."""
 
     def ids(self, keys: Keys) -> list[str]:
         """The document ids of ``keys``, in order ('' for a document without one).

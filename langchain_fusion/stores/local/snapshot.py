@@ -576,6 +576,8 @@ def _filter_key(spec: Any) -> str | None:
 class LocalView(StoreView):
     """A read view of one :class:`Snapshot`: keys are its row numbers."""
 
+    documents_are_new = True  # materialised from the compact store on every call
+
     def __init__(self, snapshot: Snapshot) -> None:
         """View ``snapshot`` (which never changes)."""
         self.snapshot = snapshot
