@@ -94,11 +94,11 @@ class TestFuse:
 
 class TestRankOf:
     @pytest.mark.parametrize("seed", range(5))
-    @pytest.mark.parametrize("comparisons", [fusion_module._RANK_COMPARISONS, 450], ids=["", "in-steps"])
+    @pytest.mark.parametrize("at_once", [fusion_module._RANK_AT_ONCE, 0], ids=["", "one-by-one"])
     def test_equals_ranks_with_ties_and_validity(
-        self, seed: int, comparisons: int, monkeypatch: pytest.MonkeyPatch
+        self, seed: int, at_once: int, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        monkeypatch.setattr(fusion_module, "_RANK_COMPARISONS", comparisons)  # 450: a few positions at a time
+        monkeypatch.setattr(fusion_module, "_RANK_AT_ONCE", at_once)
         rng = np.random.default_rng(seed)
         scores = rng.integers(0, 6, 200).astype(np.float64)  # many ties
         valid = scores > 1

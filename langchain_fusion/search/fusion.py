@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 
 from langchain_fusion._checks import is_real_number
 from langchain_fusion.errors import InvalidParameterError
+from langchain_fusion.stores.ranking import at_least_kth
 
 RRF_RANK_CONSTANT = 60
 """The rank constant of reciprocal rank fusion (Cormack et al., 2009)."""
@@ -111,12 +112,13 @@ def ranks(scores: NDArray[np.floating], valid: NDArray[np.bool_] | None = None) 
 def rank_of(
     scores: NDArray[np.floating], positions: NDArray[np.int64], valid: NDArray[np.bool_] | None = None
 ) -> NDArray[np.int64]:
-    """The ranks :func:`ranks` gives ``positions``, without sorting ``scores``.
+    """The ranks :func:`ranks` gives ``positions``, without sorting ``scores`` (a NaN score: rank 1, see below).
 
     Only rows scoring at least the lowest of the asked positions can be above or tied with any of
     them: one pass over ``scores`` finds those, and each position is counted among them alone (for
-    the few returned results of a whole corpus, a few hundred rows rather than every row), all
-    positions at once. Positions that are not ``valid`` get 0.
+    the few returned results of a whole corpus, a few hundred rows rather than every row). A few
+    such rows are compared with every position at once; many, one position at a time, with ties
+    counted in the rows before it only. Positions that are not ``valid`` get 0.
     """
     values = np.asarray(scores)
     positions = np.asarray(positions, dtype=np.int64)
@@ -133,17 +135,20 @@ def rank_of(
     else:
         rows = np.zeros(0, dtype=np.int64)
     near_values = values[rows]
-    step = max(1, _RANK_COMPARISONS // max(1, rows.size))  # bounds the positions x rows comparisons held at once
-    for lo in range(0, asked.size, step):
-        value, position = asked_values[lo : lo + step, None], asked[lo : lo + step, None]
+    if asked.size * rows.size <= _RANK_AT_ONCE:
+        value, position = asked_values[:, None], asked[:, None]
         above = np.count_nonzero(near_values > value, axis=1)
         tied_before = np.count_nonzero((near_values == value) & (rows < position), axis=1)
-        result[counted[lo : lo + step]] = 1 + above + tied_before
+        result[counted] = 1 + above + tied_before
+        return result
+    before = np.searchsorted(rows, asked)  # rows ascend: the first ``before`` come earlier
+    for i, value, earlier in zip(counted.tolist(), asked_values.tolist(), before.tolist(), strict=True):
+        result[i] = 1 + np.count_nonzero(near_values > value) + np.count_nonzero(near_values[:earlier] == value)
     return result
 
 
-_RANK_COMPARISONS = 1 << 22
-"""Comparisons :func:`rank_of` makes at once (positions x rows): 4 MB of booleans per temporary."""
+_RANK_AT_ONCE = 1 << 16
+"""Up to this many comparisons (positions x rows), :func:`rank_of` compares every position at once."""
 
 
 Normalised = tuple[FloatArray, FloatArray, NDArray[np.int64] | None, NDArray[np.int64] | None]
@@ -275,12 +280,12 @@ class FusedPool:
         that are not eligible are never returned but keep their part in the normalisation.
         """
         fused = self.fused
-        candidates = np.arange(self.size, dtype=np.int64) if eligible is None else np.flatnonzero(eligible)
-        wanted = candidates.size if k is None else max(k, 0)
-        if 0 < wanted < candidates.size:
-            values = fused[candidates]
-            kth = np.partition(values, values.size - wanted)[values.size - wanted]
-            candidates = candidates[values >= kth]  # ties at the k-th score are all kept for the sort
+        eligible_rows = None if eligible is None else np.flatnonzero(eligible)
+        values = fused if eligible_rows is None else fused[eligible_rows]
+        wanted = values.size if k is None else max(k, 0)
+        # Ties at the k-th score are all kept for the sort.
+        picked = at_least_kth(values, wanted, None) if 0 < wanted < values.size else np.arange(values.size)
+        candidates = picked if eligible_rows is None else eligible_rows[picked]
         keys_ = (self.tie_break[candidates], -self.heavier[candidates], -fused[candidates])
         return candidates[np.lexsort(keys_)][:wanted].astype(np.int64)
 

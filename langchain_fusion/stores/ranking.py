@@ -30,13 +30,13 @@ def top_rows(
     values = scores[candidates] if candidates is not None else scores
     if k <= 0 or values.size == 0:
         return np.zeros(0, dtype=np.int64)
-    picked = _at_least_kth(values, k, above)
+    picked = at_least_kth(values, k, above)
     picked = picked[np.lexsort((picked, -values[picked]))][:k]
     rows = candidates[picked] if candidates is not None else picked
     return rows.astype(np.int64)
 
 
-def _at_least_kth(values: NDArray[np.floating], k: int, above: float | None) -> NDArray[np.int64]:
+def at_least_kth(values: NDArray[np.floating], k: int, above: float | None) -> NDArray[np.int64]:
     """Positions of the values greater than ``above`` that are at least the ``k``-th highest of those.
 
     More than ``k`` come back when values tie at the ``k``-th. A partition of every value costs
