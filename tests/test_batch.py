@@ -104,6 +104,22 @@ def summary(documents: list[Document]) -> Result:
     return Result(documents)
 
 
+def prune_and_count(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make every BM25 top-k of a query alone prune (small corpora otherwise score every row); count the prunings."""
+    monkeypatch.setattr(snapshot_module, "PRUNED_TOP_MIN_POSTINGS", 0)
+    monkeypatch.setattr(bm25_module, "SEED_MAX_SHARE", 100.0)
+    monkeypatch.setattr(bm25_module, "ESSENTIAL_MAX_SHARE", 100.0)
+    pruned: list[int] = []
+    original = bm25_module.QueryWeights.top
+
+    def counting_top(weights: bm25_module.QueryWeights, *args: Any) -> Any:
+        pruned.append(1)
+        return original(weights, *args)
+
+    monkeypatch.setattr(bm25_module.QueryWeights, "top", counting_top)
+    return pruned
+
+
 @pytest.fixture
 def index() -> FusionIndex:
     index = FusionIndex.from_documents(corpus(), QueryBatchingEmbeddings())
@@ -163,20 +179,10 @@ class TestEqualsInvoke:
         # Alone, each query's BM25 top-k prunes; a batch on a small index scores every row with shared weights.
         more = corpus(40, seed=5)  # a second segment
         index.add_documents([Document(page_content=d.page_content, id=f"e{i}") for i, d in enumerate(more)])
-        monkeypatch.setattr(snapshot_module, "PRUNED_TOP_MIN_POSTINGS", 0)
-        monkeypatch.setattr(bm25_module, "SEED_MAX_SHARE", 100.0)
-        monkeypatch.setattr(bm25_module, "ESSENTIAL_MAX_SHARE", 100.0)
+        pruned = prune_and_count(monkeypatch)
         if batch_prunes:
             monkeypatch.setattr(snapshot_module, "BATCH_EVERY_ROW_MAX_ROWS", 0)
             monkeypatch.setattr(snapshot_module, "BATCH_EVERY_ROW_POSTINGS_SHARE", 10**9)
-        pruned: list[int] = []
-        original = bm25_module.QueryWeights.top
-
-        def counting_top(weights: bm25_module.QueryWeights, *args: Any) -> Any:
-            pruned.append(1)
-            return original(weights, *args)
-
-        monkeypatch.setattr(bm25_module.QueryWeights, "top", counting_top)
         retriever = FusionRetriever(index=index, alpha=0.4)
         bm25_only = BM25Retriever(index=index)
         expected = [summary(retriever.invoke(q, **options)) for q in QUERIES]
@@ -187,6 +193,14 @@ class TestEqualsInvoke:
         assert [summary(r) for r in retriever.batch(QUERIES, **options)] == expected
         assert [summary(r) for r in bm25_only.batch(QUERIES, **bm25_options)] == expected_bm25
         assert bool(pruned) == batch_prunes
+
+    def test_one_distinct_query_prunes_as_alone(self, index: FusionIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+        pruned = prune_and_count(monkeypatch)
+        retriever = BM25Retriever(index=index)
+        expected = summary(retriever.invoke("cat on the mat"))
+        pruned.clear()
+        assert [summary(r) for r in retriever.batch(["cat on the mat"] * 3)] == [expected] * 3
+        assert pruned  # nothing to share: no query scores every row
 
     def test_sliced_batches(self, index: FusionIndex, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(pool_module, "BATCH_SCORES_BUDGET", 2 * len(index))  # two queries per slice

@@ -255,7 +255,7 @@ class TestBatchTermWeights:
         docs = zipf_corpus(rng, 500, 90, duplicates=30)
         blocks = blocks_of(docs, 90, [130, 131, 400])  # a one-row segment among them
         params = BM25Params(method=method, k1=1.4, b=0.6)
-        shared: bm25_module.TermWeights = {}
+        shared = bm25_module.TermWeights()
         for _ in range(25):  # queries share terms, so later ones add weights another query computed
             source = docs[int(rng.integers(0, len(docs)))]
             query = Counter(rng.choice(source, size=min(source.size, int(rng.integers(1, 9)))).tolist())
@@ -263,9 +263,23 @@ class TestBatchTermWeights:
             batched = np.zeros(len(docs), dtype=np.float32)
             weights.add_scores(batched, blocks, shared)
             assert batched.tobytes() == weights.scores(len(docs), blocks).tobytes()
-        dense = [key for key, part in shared.items() if part.rows is None]
+        dense = [key for key, part in shared.parts() if part.rows is None]
         assert bool(dense) == (dense_share > 0)  # the commonest term is in over a third of every block
-        assert len(dense) < len(shared) or dense_share == 10**9
+        assert len(dense) < len(shared.parts()) or dense_share == 10**9
+
+    def test_weights_past_the_budget_are_weighed_again_not_kept(self) -> None:
+        rng = np.random.default_rng(5)
+        docs = zipf_corpus(rng, 400, 60, duplicates=10)
+        blocks = blocks_of(docs, 60, [150])
+        shared = bm25_module.TermWeights(budget=4000)
+        for _ in range(20):
+            source = docs[int(rng.integers(0, len(docs)))]
+            weights = weights_for(BM25Params(), docs, Counter(source[:6].tolist()))
+            batched = np.zeros(len(docs), dtype=np.float32)
+            weights.add_scores(batched, blocks, shared)
+            assert batched.tobytes() == weights.scores(len(docs), blocks).tobytes()
+        kept = sum(part.nbytes for _, part in shared.parts())
+        assert 0 < kept <= 4000
 
 
 class TestAgainstBm25s:

@@ -145,7 +145,8 @@ class StoreView(ABC):
     """A consistent read view of a store: what one query (or one batch) sees."""
 
     documents_are_new: ClassVar[bool] = False
-    """True when :meth:`documents` builds new objects on every call, which the caller may change."""
+    """True when :meth:`documents` builds a new object for every key on every call (its metadata too, nothing
+    nested shared with the store), which the caller may change."""
 
     @property
     @abstractmethod

@@ -78,9 +78,43 @@ class BlockWeights:
         elif self.rows.size:
             out[self.rows] += weight
 
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the arrays."""
+        return self.weights.nbytes + (0 if self.rows is None else self.rows.nbytes)
 
-TermWeights = dict[tuple[int, int], BlockWeights]
-"""(term, block number) -> the term's weights in the block, kept for the other queries of a batch."""
+
+SHARED_WEIGHTS_BUDGET = 64 << 20
+"""Bytes of term weights a batch keeps for its other queries (as much as one side's score arrays, 2^24 float32)."""
+
+
+class TermWeights:
+    """The term weights a batch's queries share: (term, block number) -> :class:`BlockWeights`.
+
+    Weighing a term depends on the statistics only, not on the query, so a batch weighs each
+    distinct term once and keeps it, up to ``budget`` bytes; terms weighed once the budget is
+    spent are not kept (the queries that need them weigh them again). Threads of one batch may
+    share it: two may weigh the same term at once, and keep the same values.
+    """
+
+    def __init__(self, budget: int = SHARED_WEIGHTS_BUDGET) -> None:
+        """An empty store of at most ``budget`` bytes."""
+        self._parts: dict[tuple[int, int], BlockWeights] = {}
+        self._left = budget
+
+    def get(self, term: int, block: int) -> BlockWeights | None:
+        """The weights kept for ``term`` in block number ``block``, if any."""
+        return self._parts.get((term, block))
+
+    def keep(self, term: int, block: int, weights: BlockWeights) -> None:
+        """Keep ``weights`` for the batch's other queries if the budget allows."""
+        if weights.nbytes <= self._left:
+            self._parts[term, block] = weights
+            self._left -= weights.nbytes
+
+    def parts(self) -> list[tuple[tuple[int, int], BlockWeights]]:
+        """Every ``((term, block number), weights)`` kept."""
+        return list(self._parts.items())
 
 
 def idf(method: BM25Method, df: int, n: int) -> float:
@@ -324,38 +358,42 @@ class QueryWeights:
     ) -> None:
         """Add this query's scores to ``out`` (zeros on entry; its length: the rows the blocks cover).
 
-        ``shared`` (in a batch) holds each (term, block) contribution already computed for another
-        query of the same batch, and receives this query's: weighing a term depends on the
-        statistics only, not on the query, so a batch weighs each distinct term once.
+        ``shared`` (in a batch) holds the term weights other queries of the batch computed, and
+        keeps this query's (see :class:`TermWeights`). Alone, each term's postings are added as
+        they are weighed.
         """
         if not self.terms:
             return
         for number, (postings, first_row) in enumerate(blocks):
             block_rows = (blocks[number + 1][1] if number + 1 < len(blocks) else out.size) - first_row
             for term, repeats, term_idf in self.terms:
-                if shared is None:
-                    contribution = BlockWeights(*self._term_weights(postings, first_row, term, term_idf))
-                else:
-                    cached = shared.get((term, number))
-                    if cached is None:
-                        cached = shared[term, number] = self._block_weights(
-                            postings, first_row, block_rows, term, term_idf
-                        )
-                    contribution = cached
-                contribution.add_to(out, first_row, repeats)
+                block = (postings, first_row, block_rows, number)
+                self._block_weights(block, term, term_idf, shared).add_to(out, first_row, repeats)
         if self.nonoccurrence:
             out += self.nonoccurrence
 
     def _block_weights(
-        self, postings: Postings, first_row: int, block_rows: int, term: int, term_idf: float
+        self, block: tuple[Postings, int, int, int], term: int, term_idf: float, shared: TermWeights | None
     ) -> BlockWeights:
-        """``term``'s weights in a block of ``block_rows`` rows, dense where it is common (:class:`BlockWeights`)."""
+        """``term``'s weights in ``block`` (postings, first row, rows, number): as ``shared`` kept them, or weighed.
+
+        Weighed for a batch, they are dense where the term is common (:class:`BlockWeights`) and kept.
+        """
+        postings, first_row, block_rows, number = block
+        if shared is None:
+            return BlockWeights(*self._term_weights(postings, first_row, term, term_idf))
+        kept = shared.get(term, number)
+        if kept is not None:
+            return kept
         rows, weights = self._term_weights(postings, first_row, term, term_idf)
         if rows.size * DENSE_TERM_SHARE < block_rows:
-            return BlockWeights(rows, weights)
-        every_row = np.zeros(block_rows, dtype=np.float32)
-        every_row[rows - first_row] = weights
-        return BlockWeights(None, every_row)
+            found = BlockWeights(rows, weights)
+        else:
+            every_row = np.zeros(block_rows, dtype=np.float32)
+            every_row[rows - first_row] = weights
+            found = BlockWeights(None, every_row)
+        shared.keep(term, number, found)
+        return found
 
     def _term_weights(
         self, postings: Postings, first_row: int, term: int, term_idf: float
