@@ -71,12 +71,20 @@ def always_prune(monkeypatch: pytest.MonkeyPatch) -> None:
 class TestPrunedTopK:
     @pytest.mark.parametrize("method", ["lucene", "robertson", "atire"])
     @pytest.mark.parametrize("seed", range(8))
-    @pytest.mark.parametrize("dense_share", [0, bm25_module.DENSE_PARTIAL_SHARE, 10**9], ids=["sorted", "", "dense"])
+    @pytest.mark.parametrize(
+        ("dense_share", "bitmaps"),
+        [(0, False), (bm25_module.DENSE_PARTIAL_SHARE, False), (10**9, False), (bm25_module.DENSE_PARTIAL_SHARE, True)],
+        ids=["sorted", "", "dense", "bitmaps"],
+    )
     def test_equals_exhaustive_on_random_corpora(
-        self, method: str, seed: int, dense_share: int, monkeypatch: pytest.MonkeyPatch
+        self, method: str, seed: int, dense_share: int, bitmaps: bool, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        # The candidates of the rare terms are gathered by sorting their postings or over every row: both exact.
+        # The candidates of the rare terms are gathered by sorting their postings or over every row, and the
+        # common terms' rows found by binary search or in bitmaps: every way exact.
         monkeypatch.setattr(bm25_module, "DENSE_PARTIAL_SHARE", dense_share)
+        if bitmaps:  # every term that rows are looked up in has a bitmap, however few the rows
+            monkeypatch.setattr(bm25_module, "PRESENCE_MIN_LOOKUPS", 0)
+            monkeypatch.setattr(bm25_module, "PRESENCE_MIN_SHARE", 10**9)
         rng = np.random.default_rng(seed)
         size, vocabulary = int(rng.integers(50, 600)), int(rng.integers(20, 400))
         docs = zipf_corpus(rng, size, vocabulary, duplicates=size // 5)
@@ -147,6 +155,32 @@ class TestPrunedTopK:
                 patch.setattr(bm25_module, "DENSE_PARTIAL_SHARE", dense_share)
                 got = weights.top(3, blocks, 2, None)
             assert got is not None and got[0].size == 0 and got[1].size == 0
+
+    @pytest.mark.parametrize("seed", range(6))
+    def test_a_bitmap_finds_what_the_binary_search_finds(self, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        rng = np.random.default_rng(seed)
+        span = int(rng.integers(1, 5000))
+        held = np.flatnonzero(rng.random(span) < rng.uniform(0.05, 1.0)).astype(np.int32)
+        if held.size == 0:
+            held = np.array([span - 1], dtype=np.int32)
+        edges = np.array([0, 63, 64, 65, 127, 128, held[-1], held[-1] + 1, held[-1] + 64, held[-1] + 200])
+        local = np.unique(np.concatenate([rng.integers(0, span + 300, 700), edges])).astype(np.int32)
+        holds = set(held.tolist())
+        postings = build_postings([np.array([1 if row in holds else 0]) for row in range(span)], 2)
+        searched = bm25_module._matches(postings, 1, local)
+        monkeypatch.setattr(bm25_module, "PRESENCE_MIN_LOOKUPS", 0)
+        monkeypatch.setattr(bm25_module, "PRESENCE_MIN_SHARE", 10**9)
+        found = bm25_module._matches(postings, 1, local)
+        assert postings.term_presence(1) is not None
+        for a, b in zip(found, searched, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+    def test_only_common_terms_get_a_bitmap(self) -> None:
+        docs = [np.array([0, 1]) if row % 40 == 0 else np.array([0]) for row in range(400)]
+        postings = build_postings(docs, 2)
+        assert postings.term_presence(0) is not None  # in every row
+        assert postings.term_presence(1) is None  # in 1 of 40
+        assert postings.term_presence(5) is None  # not in the block
 
     def test_a_term_in_every_row_is_not_read_for_rows_without_the_rare_term(self) -> None:
         # 1000 rows hold the common term; 3 also hold the rare one: the k=2 best are found among those 3.
