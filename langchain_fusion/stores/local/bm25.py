@@ -100,7 +100,8 @@ class TermWeights:
     Weighing a term depends on the statistics only, not on the query, so a batch weighs each
     distinct term once and keeps it, up to ``budget`` bytes; terms weighed once the budget is
     spent are not kept (the queries that need them weigh them again). Threads of one batch may
-    share it: two may weigh the same term at once, and keep the same values.
+    share it: two may weigh the same term at once and keep the same values (the budget is then
+    exceeded by that one term's weights).
     """
 
     def __init__(self, budget: int = SHARED_WEIGHTS_BUDGET) -> None:
