@@ -66,6 +66,7 @@ from latency import (  # benchmarks/ is not a package: latency.py is found by th
 K = 10
 WARMUP = 10
 BATCH = 64
+BATCH_ROUNDS = 5  # rounds of 64 `invoke` calls and one `batch`, taken in turn (see `alternating`)
 IDLE_PAUSE_S = 0.25  # between "after idle" queries: long enough for caches and CPU clocks to cool
 IDLE_QUERIES = 30
 HNSW_FACTORY = "HNSW32"
@@ -167,8 +168,24 @@ def p50(fn: Callable[[Any], Any], inputs: Sequence[Any], pause: float = 0.0) -> 
     return statistics.median(times)
 
 
+def alternating(first: Callable[[], Any], second: Callable[[], Any], repeats: int) -> tuple[float, float]:
+    """Median seconds of ``first`` and of ``second``, called in turn ``repeats`` times each.
+
+    Taking turns exposes both to the same spells of a shared machine's load, so their ratio
+    drifts less than that of two medians measured one after the other.
+    """
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeats):
+        for fn, found in zip((first, second), times, strict=True):
+            gc.collect()
+            t0 = time.perf_counter()
+            fn()
+            found.append(time.perf_counter() - t0)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
 def best_of(fn: Callable[[], Any], repeats: int) -> float:
-    """Median seconds of ``repeats`` calls of ``fn`` (for whole batches and whole loads)."""
+    """Median seconds of ``repeats`` calls of ``fn`` (for whole loads)."""
     times = []
     for _ in range(repeats):
         gc.collect()
@@ -273,8 +290,9 @@ def worker_index(corpus: Corpus, args: argparse.Namespace, out: dict[str, Any]) 
     sequential = [ids_of(retriever.invoke(q)) for q in batch]
     batched = [ids_of(docs) for docs in retriever.batch(batch)]
     out["batch_equal"] = batched == sequential
-    out["sequential_s"] = best_of(lambda: [retriever.invoke(q) for q in batch], 3)
-    out["batch_s"] = best_of(lambda: retriever.batch(batch), 3)
+    out["sequential_s"], out["batch_s"] = alternating(
+        lambda: [retriever.invoke(q) for q in batch], lambda: retriever.batch(batch), BATCH_ROUNDS
+    )
     out["batch_size"] = len(batch)
 
     folder = Path(args._data) / "saved"
@@ -711,6 +729,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"- default query: `FusionRetriever.invoke` (k={K}, alpha={ALPHA}, fetch_k={FETCH_K}), LangChain plumbing and "
         "Document building included, the embedding a dict lookup; after idle: "
         f"{IDLE_PAUSE_S} s pause before each of {IDLE_QUERIES} queries.",
+        f"- `batch({BATCH})`: {BATCH} `invoke` calls and one `batch` of the same queries, taken in turn "
+        f"{BATCH_ROUNDS} times; medians of each.",
         "- memory: RSS growth of a fresh process across the build (peak: the kernel's VmHWM reset before it), "
         "after `gc.collect()` and `malloc_trim(0)` (freed heap given back); the corpus is the benchmark's own "
         "texts and vectors, held outside the index.",
