@@ -15,6 +15,7 @@ Scale: the formulas are bm25s's (Kamphuis et al., ECIR 2020). The default ``luce
 from __future__ import annotations
 
 import math
+import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -100,24 +101,25 @@ class TermWeights:
     Weighing a term depends on the statistics only, not on the query, so a batch weighs each
     distinct term once and keeps it, up to ``budget`` bytes; terms weighed once the budget is
     spent are not kept (the queries that need them weigh them again). Threads of one batch may
-    share it: two may weigh the same term at once and keep the same values (the budget is then
-    exceeded by that one term's weights).
+    share it: two may weigh the same term at once, and the first one's weights are kept.
     """
 
     def __init__(self, budget: int = SHARED_WEIGHTS_BUDGET) -> None:
         """An empty store of at most ``budget`` bytes."""
         self._parts: dict[tuple[int, int], BlockWeights] = {}
         self._left = budget
+        self._lock = threading.Lock()
 
     def get(self, term: int, block: int) -> BlockWeights | None:
         """The weights kept for ``term`` in block number ``block``, if any."""
         return self._parts.get((term, block))
 
     def keep(self, term: int, block: int, weights: BlockWeights) -> None:
-        """Keep ``weights`` for the batch's other queries if the budget allows."""
-        if weights.nbytes <= self._left:
-            self._parts[term, block] = weights
-            self._left -= weights.nbytes
+        """Keep ``weights`` for the batch's other queries if the budget allows (and no other thread kept them)."""
+        with self._lock:
+            if weights.nbytes <= self._left and (term, block) not in self._parts:
+                self._parts[term, block] = weights
+                self._left -= weights.nbytes
 
     def parts(self) -> list[tuple[tuple[int, int], BlockWeights]]:
         """Every ``((term, block number), weights)`` kept."""
@@ -169,7 +171,8 @@ class TermPresence:
     a word plus the set bits below ``r`` in it give its posting's offset among the term's. A
     lookup is a few array reads per row, where a binary search in a long postings list costs
     about twenty scattered reads. Built only for a term holding at least 1/:data:`PRESENCE_MIN_SHARE`
-    of the rows its postings span, it takes at most 3 bytes per posting (a posting: 6).
+    of the rows its postings span, it takes at most 3 bytes per posting and one spare word (a
+    posting: 6 bytes); building it briefly takes a byte per row spanned.
     """
 
     bits: NDArray[np.uint64]
