@@ -472,7 +472,11 @@ def scored_copy(document: Document, hit: Hit, method: str | None = None, *, owne
 
 
 def hits_to_documents(view: StoreView, hits: list[Hit], method: str | None = None) -> list[Document]:
-    """Scored copies of the hits' documents, in hit order; a hit with copies lists them in ``also_in``."""
+    """The hits' documents with their scores (see :func:`scored_copy`), in hit order; copies listed in ``also_in``.
+
+    The view's documents get the scores in place where it builds new ones (``StoreView.documents_are_new``),
+    else copies of them do.
+    """
     documents = view.documents(np.fromiter((h.key for h in hits), dtype=np.int64, count=len(hits)))
     owned = view.documents_are_new
     results = [scored_copy(doc, hit, method, owned=owned) for doc, hit in zip(documents, hits, strict=True)]
