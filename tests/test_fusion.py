@@ -165,3 +165,36 @@ class TestFuseTop:
     def test_empty_pool_and_zero_k(self) -> None:
         assert fuse_top(np.array([]), np.array([]), 0.5, "weighted", 3).positions.size == 0
         assert fuse_top(np.array([0.1, 0.2]), np.array([1.0, 0.0]), 0.5, "rrf", 0).positions.size == 0
+
+
+class TestBlockedFusion:
+    """A pool is fused block by block and normalised on demand, with the bits of whole-array arithmetic."""
+
+    @staticmethod
+    def scores(n: int, dtype: type) -> tuple[np.ndarray, np.ndarray]:
+        rng = np.random.default_rng(n)
+        vector = rng.standard_normal(n).astype(dtype)
+        bm25 = np.where(rng.random(n) < 0.6, 0.0, rng.random(n) * 9).astype(dtype)
+        return vector, bm25
+
+    @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+    def test_a_pool_of_several_blocks_equals_the_whole_array_formula(self, dtype: type) -> None:
+        vector, bm25 = self.scores(2 * fusion_module.FUSE_BLOCK_ROWS + 3, dtype)
+        pool = fusion_module.fuse_pool(vector, bm25, 0.3, "weighted")
+        expected = 0.3 * min_max(vector.astype(np.float64)) + 0.7 * min_max(bm25.astype(np.float64))
+        assert pool.fused.view(np.int64).tolist() == expected.view(np.int64).tolist()
+        assert pool.vector is vector and pool.bm25 is bm25  # raw scores kept as given, not widened
+
+    @pytest.mark.parametrize("method", ["weighted", "zscore", "rrf"])
+    @pytest.mark.parametrize("evidence", [True, False])
+    def test_block_size_changes_no_bit(self, method: str, evidence: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+        vector, bm25 = self.scores(1000, np.float32)
+        whole = fusion_module.fuse_pool(vector, bm25, 0.6, method, vector_evidence=evidence)  # type: ignore[arg-type]
+        monkeypatch.setattr(fusion_module, "FUSE_BLOCK_ROWS", 7)
+        blocked = fusion_module.fuse_pool(vector, bm25, 0.6, method, vector_evidence=evidence)  # type: ignore[arg-type]
+        for name in ("fused", "vector_normalized", "bm25_normalized"):
+            assert getattr(blocked, name).tobytes() == getattr(whole, name).tobytes(), name
+        positions = blocked.order(25)
+        top = blocked.at(positions)
+        assert top.vector_normalized.tobytes() == whole.vector_normalized[positions].tobytes()
+        assert top.bm25_normalized.tobytes() == whole.bm25_normalized[positions].tobytes()

@@ -8,6 +8,7 @@ widely copied tutorial adds arrays that are sorted in different orders).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
@@ -48,12 +49,16 @@ def check_method(method: Any) -> FusionMethod:
 
 
 __all__ = [
+    "FUSE_BLOCK_ROWS",
     "FUSION_METHODS",
     "RRF_RANK_CONSTANT",
+    "AffineScale",
     "FusedScores",
     "FusedPool",
     "FusedTop",
     "FusionMethod",
+    "GivenScale",
+    "SideScale",
     "check_alpha",
     "check_method",
     "fuse",
@@ -69,33 +74,92 @@ __all__ = [
 FloatArray = NDArray[np.float64]
 
 
+@dataclass(frozen=True)
+class AffineScale:
+    """One side's normalised scores as ``(raw - shift) / spread``, computed for the rows read.
+
+    ``spread`` 0: the side cannot tell candidates apart and every score becomes ``constant``.
+    Each score is computed alone from its raw score, so a block, a gather and the whole array
+    give the same bits: a pool of a whole corpus is normalised in cache-sized blocks, and only
+    the returned rows are normalised again for their metadata.
+    """
+
+    raw: NDArray[np.floating]
+    """The side's raw scores (float32 or float64; each is widened to float64 exactly)."""
+    shift: float = 0.0
+    """Subtracted from every raw score (min-max: the minimum; z-score: the mean)."""
+    spread: float = 1.0
+    """What the shifted scores are divided by (min-max: max - min; z-score: the standard deviation)."""
+    constant: float = 0.0
+    """Every normalised score when ``spread`` is 0."""
+
+    def part(self, rows: slice | NDArray[np.int64]) -> FloatArray:
+        """The normalised scores of ``rows``: a new float64 array."""
+        if self.spread == 0:
+            return np.full(self.raw[rows].shape, self.constant)
+        values = self.raw[rows].astype(np.float64)  # always a copy: the raw scores stay untouched
+        values -= self.shift
+        values /= self.spread
+        return values
+
+
+@dataclass(frozen=True)
+class GivenScale:
+    """One side's normalised scores computed in full beforehand (RRF's reciprocal ranks)."""
+
+    values: FloatArray
+    """The normalised score of every candidate."""
+
+    def part(self, rows: slice | NDArray[np.int64]) -> FloatArray:
+        """The normalised scores of ``rows``: a new float64 array."""
+        return np.array(self.values[rows], dtype=np.float64)
+
+
+SideScale = AffineScale | GivenScale
+"""How one side's raw scores become normalised scores."""
+
+
+def _float_scores(scores: NDArray[np.floating]) -> NDArray[np.floating]:
+    """``scores`` as an array of float32 or float64 (as given when it is one already: no copy)."""
+    values = np.asarray(scores)
+    return values if values.dtype in (np.float32, np.float64) else values.astype(np.float64)
+
+
+def _min_max_scale(values: NDArray[np.floating]) -> AffineScale:
+    """:func:`min_max` of ``values`` as a scale (the minimum and maximum widened to float64)."""
+    if values.size == 0:
+        return AffineScale(values)
+    low, high = float(values.min()), float(values.max())
+    if high > low:
+        return AffineScale(values, shift=low, spread=high - low)
+    return AffineScale(values, spread=0.0, constant=1.0 if high > 0 else 0.0)
+
+
+def _z_score_scale(values: NDArray[np.floating]) -> AffineScale:
+    """:func:`z_score` of ``values`` as a scale (statistics of the float64 scores)."""
+    wide = np.asarray(values, dtype=np.float64)
+    if wide.size == 0:
+        return AffineScale(wide)
+    std = float(wide.std())
+    if std > 0:
+        return AffineScale(wide, shift=float(wide.mean()), spread=std)
+    return AffineScale(wide, spread=0.0)
+
+
 def min_max(scores: NDArray[np.floating]) -> FloatArray:
     """Scale scores linearly to [0, 1]: ``(s - min) / (max - min)``.
 
     When every score is equal the side cannot tell candidates apart: the result is all 1.0 if
     that score is positive (everything matched equally) and all 0.0 otherwise.
     """
-    values = np.asarray(scores, dtype=np.float64)
-    if values.size == 0:
-        return values
-    low, high = values.min(), values.max()
-    if high > low:
-        # One new array, divided in place: over a whole corpus each copy is 8 MB per million rows.
-        scaled: FloatArray = np.subtract(values, low)
-        scaled /= high - low
-        return scaled
-    return np.full_like(values, 1.0 if high > 0 else 0.0)
+    values = _float_scores(scores)
+    return _min_max_scale(values).part(slice(None))
 
 
 def z_score(scores: NDArray[np.floating]) -> FloatArray:
     """Standardise scores: ``(s - mean) / std``; all zeros when every score is equal."""
-    values = np.asarray(scores, dtype=np.float64)
-    if values.size == 0:
-        return values
-    std = values.std()
-    if std > 0:
-        return np.asarray((values - values.mean()) / std, dtype=np.float64)
-    return np.zeros_like(values)
+    values = _float_scores(scores)
+    return _z_score_scale(values).part(slice(None))
 
 
 def ranks(scores: NDArray[np.floating], valid: NDArray[np.bool_] | None = None) -> NDArray[np.int64]:
@@ -151,26 +215,27 @@ _RANK_AT_ONCE = 1 << 16
 """Up to this many comparisons (positions x rows), :func:`rank_of` compares every position at once."""
 
 
-Normalised = tuple[FloatArray, FloatArray, NDArray[np.int64] | None, NDArray[np.int64] | None]
-"""Each side's normalised scores, and every candidate's rank on each side when the method computed them."""
+Normalised = tuple[SideScale, SideScale, NDArray[np.int64] | None, NDArray[np.int64] | None]
+"""Each side's scale, and every candidate's rank on each side when the method computed them."""
 
 
-def _by_min_max(vector: FloatArray, bm25: FloatArray, matched: NDArray[np.bool_]) -> Normalised:
-    return min_max(vector), min_max(bm25), None, None
+def _by_min_max(vector: NDArray[np.floating], bm25: NDArray[np.floating]) -> Normalised:
+    return _min_max_scale(vector), _min_max_scale(bm25), None, None
 
 
-def _by_z_score(vector: FloatArray, bm25: FloatArray, matched: NDArray[np.bool_]) -> Normalised:
-    return z_score(vector), z_score(bm25), None, None
+def _by_z_score(vector: NDArray[np.floating], bm25: NDArray[np.floating]) -> Normalised:
+    return _z_score_scale(vector), _z_score_scale(bm25), None, None
 
 
-def _by_reciprocal_rank(vector: FloatArray, bm25: FloatArray, matched: NDArray[np.bool_]) -> Normalised:
+def _by_reciprocal_rank(vector: NDArray[np.floating], bm25: NDArray[np.floating]) -> Normalised:
+    matched = _matched(bm25)
     vector_rank, bm25_rank = ranks(vector), ranks(bm25, valid=matched)
     v_norm = 1.0 / (RRF_RANK_CONSTANT + vector_rank)
     b_norm = np.where(matched, 1.0 / (RRF_RANK_CONSTANT + np.maximum(bm25_rank, 1)), 0.0)
-    return v_norm, b_norm, vector_rank, bm25_rank
+    return GivenScale(v_norm), GivenScale(b_norm), vector_rank, bm25_rank
 
 
-NORMALISERS: dict[str, Callable[[FloatArray, FloatArray, NDArray[np.bool_]], Normalised]] = {
+NORMALISERS: dict[str, Callable[[NDArray[np.floating], NDArray[np.floating]], Normalised]] = {
     "weighted": _by_min_max,
     "zscore": _by_z_score,
     "rrf": _by_reciprocal_rank,
@@ -178,9 +243,10 @@ NORMALISERS: dict[str, Callable[[FloatArray, FloatArray, NDArray[np.bool_]], Nor
 """How each fusion method puts the two sides on one scale (RRF also returns the ranks it needs them all for)."""
 
 
-def _aligned(vector_scores: NDArray[np.floating], bm25_scores: NDArray[np.floating]) -> tuple[FloatArray, FloatArray]:
-    vector = np.asarray(vector_scores, dtype=np.float64)
-    bm25 = np.asarray(bm25_scores, dtype=np.float64)
+def _aligned(
+    vector_scores: NDArray[np.floating], bm25_scores: NDArray[np.floating]
+) -> tuple[NDArray[np.floating], NDArray[np.floating]]:
+    vector, bm25 = _float_scores(vector_scores), _float_scores(bm25_scores)
     if vector.shape != bm25.shape:
         raise ValueError(f"vector and BM25 score arrays must be aligned; got shapes {vector.shape} and {bm25.shape}")
     return vector, bm25
@@ -247,19 +313,17 @@ class FusedPool:
     only them; :meth:`at` reads the scores and ranks of given positions.
     """
 
-    vector: FloatArray
-    """Raw vector scores, aligned with the pool."""
-    bm25: FloatArray
-    """Raw BM25 scores, aligned with the pool."""
+    vector: NDArray[np.floating]
+    """Raw vector scores, aligned with the pool (float32 or float64, as given)."""
+    bm25: NDArray[np.floating]
+    """Raw BM25 scores, aligned with the pool (float32 or float64, as given)."""
     fused: FloatArray
     """Fused score of every candidate."""
-    vector_normalized: FloatArray
-    """Normalised vector score of every candidate."""
-    bm25_normalized: FloatArray
-    """Normalised BM25 score of every candidate."""
-    matched: NDArray[np.bool_]
-    """Candidates with a positive BM25 score (a query term matched)."""
-    heavier: FloatArray
+    vector_scale: SideScale
+    """How the vector side's raw scores are normalised."""
+    bm25_scale: SideScale
+    """How the BM25 side's raw scores are normalised."""
+    heavier: NDArray[np.floating]
     """Raw scores of the side with the larger weight (the first tie-break)."""
     tie_break: NDArray[np.int64]
     """The last tie-break, ascending is better (default: position)."""
@@ -272,6 +336,21 @@ class FusedPool:
     def size(self) -> int:
         """Number of candidates."""
         return int(self.fused.size)
+
+    @functools.cached_property
+    def matched(self) -> NDArray[np.bool_]:
+        """Candidates with a positive BM25 score (a query term matched)."""
+        return _matched(self.bm25)
+
+    @functools.cached_property
+    def vector_normalized(self) -> FloatArray:
+        """Normalised vector score of every candidate."""
+        return self.vector_scale.part(slice(None))
+
+    @functools.cached_property
+    def bm25_normalized(self) -> FloatArray:
+        """Normalised BM25 score of every candidate."""
+        return self.bm25_scale.part(slice(None))
 
     def order(self, k: int | None, eligible: NDArray[np.bool_] | None = None) -> NDArray[np.int64]:
         """Positions of the best ``k`` candidates (None: all), best first, among the ``eligible`` ones.
@@ -294,8 +373,8 @@ class FusedPool:
         return FusedTop(
             positions=positions,
             fused=self.fused[positions],
-            vector_normalized=self.vector_normalized[positions],
-            bm25_normalized=self.bm25_normalized[positions],
+            vector_normalized=self.vector_scale.part(positions),
+            bm25_normalized=self.bm25_scale.part(positions),
             vector_rank=self.vector_rank[positions]
             if self.vector_rank is not None
             else rank_of(self.vector, positions),
@@ -319,29 +398,44 @@ def fuse_pool(
     :mod:`~langchain_fusion.models.scripts`) gives the vector side no part in the fused score: every
     normalised vector score is 0, so the BM25 side ranks the pool; its raw scores still break ties
     (with ``alpha`` 1, vector only, nothing changes).
+
+    The raw scores are kept as given (float32 stays float32) and fused in blocks of
+    :data:`FUSE_BLOCK_ROWS`: over a whole corpus, the normalised scores never exist as whole
+    arrays, only the fused ones do.
     """
     check_alpha(alpha)
     check_method(method)
     vector, bm25 = _aligned(vector_scores, bm25_scores)
-    matched = bm25 > 0
-    v_norm, b_norm, vector_rank, bm25_rank = NORMALISERS[method](vector, bm25, matched)
+    v_scale, b_scale, vector_rank, bm25_rank = NORMALISERS[method](vector, bm25)
     if not vector_evidence and alpha < 1:  # vector only (alpha 1) keeps its own ranking
-        v_norm = np.zeros_like(v_norm)
-    fused = alpha * v_norm
-    fused += (1.0 - alpha) * b_norm
-    order = np.arange(fused.size, dtype=np.int64) if tie_break is None else tie_break
+        v_scale = AffineScale(vector, spread=0.0)
+    fused = np.empty(vector.size, dtype=np.float64)
+    for start in range(0, vector.size, FUSE_BLOCK_ROWS):
+        block = slice(start, start + FUSE_BLOCK_ROWS)
+        v_part, b_part = v_scale.part(block), b_scale.part(block)
+        v_part *= alpha
+        b_part *= 1.0 - alpha
+        np.add(v_part, b_part, out=fused[block])
     return FusedPool(
         vector=vector,
         bm25=bm25,
         fused=fused,
-        vector_normalized=v_norm,
-        bm25_normalized=b_norm,
-        matched=matched,
+        vector_scale=v_scale,
+        bm25_scale=b_scale,
         heavier=vector if alpha >= 0.5 else bm25,
-        tie_break=order,
+        tie_break=np.arange(fused.size, dtype=np.int64) if tie_break is None else tie_break,
         vector_rank=vector_rank,
         bm25_rank=bm25_rank,
     )
+
+
+FUSE_BLOCK_ROWS = 1 << 15
+"""Rows fused at a time: each block's normalised scores (256 KB a side) stay in a core's cache."""
+
+
+def _matched(bm25: NDArray[np.floating]) -> NDArray[np.bool_]:
+    """Candidates whose BM25 score is positive (a query term matched)."""
+    return np.asarray(bm25 > 0)
 
 
 def fuse_top(
