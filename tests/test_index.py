@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from langchain_core.documents import Document
@@ -200,6 +202,44 @@ class TestFlatScan:
         vectors = normalize_rows(rng.standard_normal((rows, 24)), 24)
         query = normalize_rows(rng.standard_normal((1, 24)), 24)
         np.testing.assert_allclose(inner_products(vectors, query[0]), vectors @ query[0], atol=1e-5)
+
+    @pytest.mark.parametrize("workers", [2, 3])
+    def test_many_small_blocks_give_the_bits_of_one_scan(self, workers: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        from langchain_fusion.stores.local import vectors as vectors_module
+
+        rng = np.random.default_rng(workers)
+        matrix = vectors_module.normalize_rows(rng.standard_normal((5_003, 24)), 24)
+        query = vectors_module.normalize_rows(rng.standard_normal((1, 24)), 24)[0]
+        one_scan = vectors_module.inner_products(matrix, query)  # below the parallel size: one kernel call
+        monkeypatch.setattr(vectors_module, "_PARALLEL_MIN_ROWS", 1)
+        monkeypatch.setattr(vectors_module, "_SCAN_WORKERS", workers)
+        monkeypatch.setattr(vectors_module, "_SCAN_BLOCK_BYTES", 24 * 4 * 100)  # 51 blocks of 100 rows
+        assert vectors_module.inner_products(matrix, query).tobytes() == one_scan.tobytes()
+
+    def test_a_busy_scan_pool_does_not_hold_up_the_caller(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """With the pool's threads busy elsewhere, the caller scans every block itself and returns."""
+        from langchain_fusion.stores.local import vectors as vectors_module
+
+        rng = np.random.default_rng(5)
+        matrix = vectors_module.normalize_rows(rng.standard_normal((2_000, 24)), 24)
+        query = matrix[3]
+        monkeypatch.setattr(vectors_module, "_PARALLEL_MIN_ROWS", 1)
+        monkeypatch.setattr(vectors_module, "_SCAN_WORKERS", 2)
+        monkeypatch.setattr(vectors_module, "_SCAN_BLOCK_BYTES", 24 * 4 * 100)
+        pool = vectors_module._scan_pool.get()
+        release = threading.Event()
+        busy = [pool.submit(release.wait, 30) for _ in range(pool._max_workers)]
+        try:
+            result: list[np.ndarray] = []
+            caller = threading.Thread(target=lambda: result.append(vectors_module.inner_products(matrix, query)))
+            caller.start()
+            caller.join(10)
+            assert not caller.is_alive(), "the scan waited for the busy pool"
+        finally:
+            release.set()
+            for future in busy:
+                future.result()
+        np.testing.assert_allclose(result[0], matrix @ query, atol=1e-5)
 
     def test_store_scans_every_segment(self, embeddings: HashingEmbeddings, monkeypatch: pytest.MonkeyPatch) -> None:
         """The store's whole-corpus scan over several segments equals NumPy over all rows."""

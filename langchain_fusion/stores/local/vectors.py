@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-import itertools
+import queue
 import re
 from pathlib import Path
 from typing import Any
@@ -334,7 +334,10 @@ def inner_products(matrix: FloatMatrix, vector: NDArray[np.float32]) -> NDArray[
 
     A flat scan is bound by memory bandwidth. BLAS's own threads busy-wait for each other and
     stall for milliseconds when another process holds a core, so the scan uses FAISS's
-    single-threaded kernel (which releases the GIL) on contiguous row blocks instead.
+    single-threaded kernel (which releases the GIL) on contiguous row blocks instead. The
+    blocks are small (:data:`_SCAN_BLOCK_BYTES`) and each thread takes the next one left: a
+    thread slowed by other work on its core (the BM25 side of the same query, another query)
+    scans fewer of them instead of holding up the rest.
     """
     rows, dimension = matrix.shape
     out = np.empty(rows, dtype=np.float32)
@@ -353,10 +356,27 @@ def inner_products(matrix: FloatMatrix, vector: NDArray[np.float32]) -> NDArray[
     if rows < _PARALLEL_MIN_ROWS or workers < 2:
         scan(0, rows)
         return out
+    block_rows = max(_SCAN_BLOCK_BYTES // (dimension * matrix.itemsize), 1)
+    blocks: queue.SimpleQueue[tuple[int, int]] = queue.SimpleQueue()
+    for start in range(0, rows, block_rows):
+        blocks.put((start, min(start + block_rows, rows)))
+
+    def scan_blocks() -> None:
+        while True:
+            try:
+                start, stop = blocks.get_nowait()
+            except queue.Empty:
+                return
+            scan(start, stop)
+
     pool = _scan_pool.get()
-    blocks = list(itertools.pairwise(int(b) for b in np.linspace(0, rows, workers + 1)))
-    futures = [pool.submit(scan, start, stop) for start, stop in blocks[1:]]
-    scan(*blocks[0])
+    futures = [pool.submit(scan_blocks) for _ in range(workers - 1)]
+    scan_blocks()
     for future in futures:
-        future.result()
+        if not future.cancel():  # a helper that never started (its threads busy elsewhere) is not waited for
+            future.result()
     return out
+
+
+_SCAN_BLOCK_BYTES = 4 << 20
+"""Bytes of the matrix in one block of a parallel scan (about 100 blocks for a million 384-d rows)."""
