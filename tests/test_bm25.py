@@ -282,6 +282,63 @@ class TestBatchTermWeights:
         assert 0 < kept <= 4000
 
 
+class TestCommonTermWeights:
+    """An index snapshot keeps its common terms' weights for every query; a batch's store reads and fills it first."""
+
+    @staticmethod
+    def run_queries(docs: list[NDArray[np.int64]], blocks: list, shared: bm25_module.TermWeights, method: str) -> None:
+        rng = np.random.default_rng(3)
+        params = BM25Params(method=method, k1=1.4, b=0.6)  # type: ignore[arg-type]
+        for _ in range(20):
+            source = docs[int(rng.integers(0, len(docs)))]
+            weights = weights_for(params, docs, Counter(rng.choice(source, size=min(source.size, 6)).tolist()))
+            kept = np.zeros(len(docs), dtype=np.float32)
+            weights.add_scores(kept, blocks, shared)
+            assert kept.tobytes() == weights.scores(len(docs), blocks).tobytes()
+
+    @pytest.mark.parametrize("method", ["lucene", "bm25l", "bm25+"])
+    def test_a_common_only_store_keeps_dense_weights_only_with_the_same_bits(self, method: str) -> None:
+        docs = zipf_corpus(np.random.default_rng(11), 500, 90, duplicates=30)
+        common = bm25_module.TermWeights(common_only=True)
+        self.run_queries(docs, blocks_of(docs, 90, [130, 400]), common, method)
+        assert common.parts() and all(part.rows is None for _, part in common.parts())
+
+    def test_a_batch_store_gives_common_terms_to_its_parent_while_it_has_room(self) -> None:
+        docs = zipf_corpus(np.random.default_rng(12), 500, 90, duplicates=30)
+        blocks = blocks_of(docs, 90, [250])
+        parent = bm25_module.TermWeights(common_only=True)
+        batch = bm25_module.TermWeights(parent=parent)
+        self.run_queries(docs, blocks, batch, "lucene")
+        assert parent.parts() and all(part.rows is None for _, part in parent.parts())
+        assert batch.parts() and all(part.rows is not None for _, part in batch.parts())
+        assert all(batch.get(*key) is part for key, part in parent.parts())  # read through to the parent
+        full = bm25_module.TermWeights(parent=bm25_module.TermWeights(0, common_only=True))
+        self.run_queries(docs, blocks, full, "lucene")
+        assert any(part.rows is None for _, part in full.parts())  # no room above: kept in the batch's own
+
+    def test_a_store_with_no_room_keeps_nothing(self) -> None:
+        docs = zipf_corpus(np.random.default_rng(13), 300, 60, duplicates=10)
+        empty = bm25_module.TermWeights(0, common_only=True)
+        self.run_queries(docs, blocks_of(docs, 60, []), empty, "lucene")
+        assert not empty.parts()
+
+    def test_a_snapshot_keeps_them_across_queries_and_a_change_starts_afresh(self) -> None:
+        store = store_of(CORPUS)
+        before = store.snapshot
+        first = before.bm25_scores_all("battery inverter")
+        common = before.common_term_weights()
+        assert common.parts() and common is before.common_term_weights()
+        assert before.bm25_scores_all("battery inverter").tobytes() == first.tobytes()
+        add_texts(store, ["battery battery storage", "a quiet day"], first_id=len(CORPUS))
+        after = store.snapshot
+        assert after.common_term_weights() is not common  # new statistics, new weights
+        fresh = after.bm25_weights("battery inverter")
+        assert fresh is not None
+        expected = fresh.scores(after.size, after.bm25_blocks())
+        assert after.bm25_scores_all("battery inverter").tobytes() == expected.tobytes()
+        assert after.bm25_scores_all("battery inverter").tobytes() == expected.tobytes()  # from its kept weights
+
+
 class TestAgainstBm25s:
     """Our postings, weighted at query time, equal bm25s's precomputed weight matrix."""
 

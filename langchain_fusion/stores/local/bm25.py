@@ -94,35 +94,60 @@ class BlockWeights:
 SHARED_WEIGHTS_BUDGET = 64 << 20
 """Bytes of term weights a batch keeps for its other queries (as much as one side's score arrays, 2^24 float32)."""
 
+COMMON_WEIGHTS_BUDGET = 32 << 20
+"""Bytes of common terms' weights an index snapshot keeps for every query it serves (8 terms over 1M rows)."""
+
 
 class TermWeights:
-    """The term weights a batch's queries share: (term, block number) -> :class:`BlockWeights`.
+    """Term weights kept for other queries: (term, block number) -> :class:`BlockWeights`.
 
-    Weighing a term depends on the statistics only, not on the query, so a batch weighs each
-    distinct term once and keeps it, up to ``budget`` bytes; terms weighed once the budget is
-    spent are not kept (the queries that need them weigh them again). Threads of one batch may
-    share it: two may weigh the same term at once, and the first one's weights are kept.
+    Weighing a term depends on the statistics only, not on the query, so queries under the same
+    statistics can share it. A batch weighs each distinct term once and keeps it, up to
+    ``budget`` bytes; terms weighed once the budget is spent are not kept (the queries that
+    need them weigh them again). An index snapshot keeps only common terms (``common_only``: the
+    dense form, see :class:`BlockWeights`), which recur in many queries and cost the most to
+    weigh; a batch's store has the snapshot's as ``parent``, read first and filled first with
+    common terms. Threads may share a store: two may weigh the same term at once, and the first
+    one's weights are kept.
     """
 
-    def __init__(self, budget: int = SHARED_WEIGHTS_BUDGET) -> None:
+    def __init__(
+        self, budget: int = SHARED_WEIGHTS_BUDGET, *, common_only: bool = False, parent: TermWeights | None = None
+    ) -> None:
         """An empty store of at most ``budget`` bytes."""
         self._parts: dict[tuple[int, int], BlockWeights] = {}
         self._left = budget
         self._lock = threading.Lock()
+        self.common_only = common_only
+        """Keep dense weights only (the common terms')."""
+        self.parent = parent
+        """A longer-lived store read before this one and given common terms first, if any."""
 
     def get(self, term: int, block: int) -> BlockWeights | None:
-        """The weights kept for ``term`` in block number ``block``, if any."""
-        return self._parts.get((term, block))
+        """The weights kept for ``term`` in block number ``block``, here or in the parent, if any."""
+        found = self._parts.get((term, block))
+        if found is None and self.parent is not None:
+            return self.parent.get(term, block)
+        return found
+
+    def has_room(self, nbytes: int) -> bool:
+        """Whether weights of ``nbytes`` would be kept here or in the parent (the budget is not spent)."""
+        return nbytes <= self._left or (self.parent is not None and self.parent.has_room(nbytes))
 
     def keep(self, term: int, block: int, weights: BlockWeights) -> None:
-        """Keep ``weights`` for the batch's other queries if the budget allows (and no other thread kept them)."""
+        """Keep ``weights`` for other queries if a budget allows (and no other thread kept them)."""
+        if weights.rows is None and self.parent is not None and self.parent.has_room(weights.nbytes):
+            self.parent.keep(term, block, weights)
+            return
+        if self.common_only and weights.rows is not None:
+            return
         with self._lock:
             if weights.nbytes <= self._left and (term, block) not in self._parts:
                 self._parts[term, block] = weights
                 self._left -= weights.nbytes
 
     def parts(self) -> list[tuple[tuple[int, int], BlockWeights]]:
-        """Every ``((term, block number), weights)`` kept."""
+        """Every ``((term, block number), weights)`` kept here (not in the parent)."""
         return list(self._parts.items())
 
 
@@ -416,9 +441,9 @@ class QueryWeights:
     ) -> None:
         """Add this query's scores to ``out`` (zeros on entry; its length: the rows the blocks cover).
 
-        ``shared`` (in a batch) holds the term weights other queries of the batch computed, and
-        keeps this query's (see :class:`TermWeights`). Alone, each term's postings are added as
-        they are weighed.
+        ``shared`` holds the term weights other queries under the same statistics computed (a
+        batch's, an index snapshot's common terms) and keeps this query's where it has room (see
+        :class:`TermWeights`). None: each term's postings are added as they are weighed.
         """
         if not self.terms:
             return
@@ -435,7 +460,8 @@ class QueryWeights:
     ) -> BlockWeights:
         """``term``'s weights in ``block`` (postings, first row, rows, number): as ``shared`` kept them, or weighed.
 
-        Weighed for a batch, they are dense where the term is common (:class:`BlockWeights`) and kept.
+        Weighed with a store, they are dense where the term is common (:class:`BlockWeights`) and
+        kept, if the store has room for them.
         """
         postings, first_row, block_rows, number = block
         if shared is None:
@@ -446,9 +472,12 @@ class QueryWeights:
         rows, weights = self._term_weights(postings, first_row, term, term_idf)
         if rows.size * DENSE_TERM_SHARE < block_rows:
             found = BlockWeights(rows, weights)
+        elif not shared.has_room(block_rows * 4):
+            return BlockWeights(rows, weights)  # it would not be kept: no dense array for one use
         else:
             every_row = np.zeros(block_rows, dtype=np.float32)
             every_row[rows - first_row] = weights
+            every_row.flags.writeable = False  # read by every query of the store, from any thread
             found = BlockWeights(None, every_row)
         shared.keep(term, number, found)
         return found

