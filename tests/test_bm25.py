@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -337,6 +338,39 @@ class TestCommonTermWeights:
         expected = fresh.scores(after.size, after.bm25_blocks())
         assert after.bm25_scores_all("battery inverter").tobytes() == expected.tobytes()
         assert after.bm25_scores_all("battery inverter").tobytes() == expected.tobytes()  # from its kept weights
+
+    def test_weights_kept_per_segment_are_dropped_when_segments_merge(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(snapshot_module, "MERGE_FACTOR", 0)  # every add stays a segment of its own
+        store = store_of(CORPUS)
+        add_texts(store, CORPUS[:4], first_id=len(CORPUS))
+        split = store.snapshot
+        assert len(split.segments) == 2
+        split.bm25_scores_all("battery inverter")
+        assert split.common_term_weights().parts()
+        monkeypatch.setattr(snapshot_module, "MERGE_FACTOR", 4)
+        merged = split._maintained()
+        assert len(merged.segments) == 1
+        assert merged.common_term_weights() is not split.common_term_weights()
+        fresh = merged.bm25_weights("battery inverter")
+        assert fresh is not None
+        expected = fresh.scores(merged.size, merged.bm25_blocks())
+        assert merged.bm25_scores_all("battery inverter").tobytes() == expected.tobytes()
+
+    def test_keeping_never_waits_for_another_thread(self) -> None:
+        """A store whose lock is held (another thread keeping, or a fork taken then) skips keeping instead."""
+        store = bm25_module.TermWeights(common_only=True)
+        dense = bm25_module.BlockWeights(None, np.ones(8, dtype=np.float32))
+        store._lock.acquire()
+        try:
+            keeper = threading.Thread(target=store.keep, args=(1, 0, dense))
+            keeper.start()
+            keeper.join(10)
+            assert not keeper.is_alive()
+        finally:
+            store._lock.release()
+        assert store.get(1, 0) is None
+        store.keep(1, 0, dense)
+        assert store.get(1, 0) is dense
 
 
 class TestAgainstBm25s:

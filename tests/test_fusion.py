@@ -25,6 +25,10 @@ class TestMinMax:
     def test_empty(self) -> None:
         assert min_max(np.array([])).size == 0
 
+    def test_a_single_score_as_a_zero_dimensional_array(self) -> None:
+        assert min_max(np.float64(0.5)).shape == () and float(min_max(np.float64(0.5))) == 1.0
+        assert z_score(np.float32(3.0)).shape == () and float(z_score(np.float32(3.0))) == 0.0
+
 
 class TestZScore:
     def test_standardises(self) -> None:

@@ -8,10 +8,10 @@ widely copied tutorial adds arrays that are sorted in different orders).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, cast, get_args
+from types import EllipsisType
+from typing import Any, Literal, TypeVar, cast, get_args
 
 import numpy as np
 from numpy.typing import NDArray
@@ -73,6 +73,9 @@ __all__ = [
 
 FloatArray = NDArray[np.float64]
 
+Rows = slice | NDArray[np.int64] | EllipsisType
+"""Which scores of a side to read: a block, positions, or ``...`` for all (any shape)."""
+
 
 @dataclass(frozen=True)
 class AffineScale:
@@ -93,7 +96,7 @@ class AffineScale:
     constant: float = 0.0
     """Every normalised score when ``spread`` is 0."""
 
-    def part(self, rows: slice | NDArray[np.int64]) -> FloatArray:
+    def part(self, rows: Rows) -> FloatArray:
         """The normalised scores of ``rows``: a new float64 array."""
         if self.spread == 0:
             return np.full(self.raw[rows].shape, self.constant)
@@ -110,7 +113,7 @@ class GivenScale:
     values: FloatArray
     """The normalised score of every candidate."""
 
-    def part(self, rows: slice | NDArray[np.int64]) -> FloatArray:
+    def part(self, rows: Rows) -> FloatArray:
         """The normalised scores of ``rows``: a new float64 array."""
         return np.array(self.values[rows], dtype=np.float64)
 
@@ -136,14 +139,14 @@ def _min_max_scale(values: NDArray[np.floating]) -> AffineScale:
 
 
 def _z_score_scale(values: NDArray[np.floating]) -> AffineScale:
-    """:func:`z_score` of ``values`` as a scale (statistics of the float64 scores)."""
+    """:func:`z_score` of ``values`` as a scale (statistics of the scores widened to float64)."""
     wide = np.asarray(values, dtype=np.float64)
     if wide.size == 0:
-        return AffineScale(wide)
+        return AffineScale(values)
     std = float(wide.std())
     if std > 0:
-        return AffineScale(wide, shift=float(wide.mean()), spread=std)
-    return AffineScale(wide, spread=0.0)
+        return AffineScale(values, shift=float(wide.mean()), spread=std)
+    return AffineScale(values, spread=0.0)
 
 
 def min_max(scores: NDArray[np.floating]) -> FloatArray:
@@ -153,13 +156,13 @@ def min_max(scores: NDArray[np.floating]) -> FloatArray:
     that score is positive (everything matched equally) and all 0.0 otherwise.
     """
     values = _float_scores(scores)
-    return _min_max_scale(values).part(slice(None))
+    return _min_max_scale(values).part(...)
 
 
 def z_score(scores: NDArray[np.floating]) -> FloatArray:
     """Standardise scores: ``(s - mean) / std``; all zeros when every score is equal."""
     values = _float_scores(scores)
-    return _z_score_scale(values).part(slice(None))
+    return _z_score_scale(values).part(...)
 
 
 def ranks(scores: NDArray[np.floating], valid: NDArray[np.bool_] | None = None) -> NDArray[np.int64]:
@@ -305,12 +308,16 @@ class FusedTop:
     """1-based BM25 rank within the pool; 0 where the BM25 score is not positive."""
 
 
+_Memo = TypeVar("_Memo")
+
+
 @dataclass(frozen=True)
 class FusedPool:
     """A fused candidate pool, from which any ranking prefix or set of positions is read cheaply.
 
     Build it with :func:`fuse_pool`. :meth:`order` selects winners with a partition and sorts
-    only them; :meth:`at` reads the scores and ranks of given positions.
+    only them; :meth:`at` reads the scores and ranks of given positions. The raw score arrays
+    are the caller's, not copies: they must not change while the pool is read.
     """
 
     vector: NDArray[np.floating]
@@ -337,20 +344,28 @@ class FusedPool:
         """Number of candidates."""
         return int(self.fused.size)
 
-    @functools.cached_property
+    @property
     def matched(self) -> NDArray[np.bool_]:
         """Candidates with a positive BM25 score (a query term matched)."""
-        return _matched(self.bm25)
+        return self._memo("_matched", lambda: _matched(self.bm25))
 
-    @functools.cached_property
+    @property
     def vector_normalized(self) -> FloatArray:
         """Normalised vector score of every candidate."""
-        return self.vector_scale.part(slice(None))
+        return self._memo("_vector_normalized", lambda: self.vector_scale.part(...))
 
-    @functools.cached_property
+    @property
     def bm25_normalized(self) -> FloatArray:
         """Normalised BM25 score of every candidate."""
-        return self.bm25_scale.part(slice(None))
+        return self._memo("_bm25_normalized", lambda: self.bm25_scale.part(...))
+
+    def _memo(self, name: str, compute: Callable[[], _Memo]) -> _Memo:
+        # Not functools.cached_property: before Python 3.12 it holds one lock for every instance of the class.
+        found: _Memo | None = self.__dict__.get(name)
+        if found is None:
+            found = compute()
+            object.__setattr__(self, name, found)  # two threads may both compute it: the same array
+        return found
 
     def order(self, k: int | None, eligible: NDArray[np.bool_] | None = None) -> NDArray[np.int64]:
         """Positions of the best ``k`` candidates (None: all), best first, among the ``eligible`` ones.
@@ -399,11 +414,12 @@ def fuse_pool(
     normalised vector score is 0, so the BM25 side ranks the pool; its raw scores still break ties
     (with ``alpha`` 1, vector only, nothing changes).
 
-    The raw scores are kept as given (float32 stays float32) and fused in blocks of
-    :data:`FUSE_BLOCK_ROWS`: over a whole corpus, the normalised scores never exist as whole
-    arrays, only the fused ones do.
+    The raw scores are kept as given (float32 stays float32, no copy: they must not change while
+    the pool is read) and fused in blocks of :data:`FUSE_BLOCK_ROWS`. For min-max and z-score,
+    the normalised scores of a whole corpus never exist as whole arrays, only the fused ones do;
+    each returned candidate's are computed again from its raw scores (same bits).
     """
-    check_alpha(alpha)
+    alpha = check_alpha(alpha)
     check_method(method)
     vector, bm25 = _aligned(vector_scores, bm25_scores)
     v_scale, b_scale, vector_rank, bm25_rank = NORMALISERS[method](vector, bm25)

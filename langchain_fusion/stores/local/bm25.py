@@ -58,12 +58,12 @@ TOKENIZE_BATCH = 4096
 IntArray = NDArray[np.int64]
 
 DENSE_TERM_SHARE = 3
-"""A batch keeps a term's weights over every row of a block once 1/this of its rows hold it (:class:`BlockWeights`)."""
+"""A term's weights are kept over every row of a block once 1/this of its rows hold it (:class:`BlockWeights`)."""
 
 
 @dataclass(frozen=True)
 class BlockWeights:
-    """One term's BM25 weight in the rows of one block (repeats not applied), as a batch keeps it.
+    """One term's BM25 weight in the rows of one block (repeats not applied), as a :class:`TermWeights` keeps it.
 
     Sparse, the rows holding the term and its weight in each; dense, its weight in every row of
     the block, 0 where the term is absent. A row without the term gains ``+0.0``, which leaves
@@ -106,9 +106,10 @@ class TermWeights:
     ``budget`` bytes; terms weighed once the budget is spent are not kept (the queries that
     need them weigh them again). An index snapshot keeps only common terms (``common_only``: the
     dense form, see :class:`BlockWeights`), which recur in many queries and cost the most to
-    weigh; a batch's store has the snapshot's as ``parent``, read first and filled first with
-    common terms. Threads may share a store: two may weigh the same term at once, and the first
-    one's weights are kept.
+    weigh; a batch's store has the snapshot's as ``parent``, which it reads too and fills first
+    with common terms. Threads may share a store: two may weigh the same term at once, and one
+    copy is kept; a thread that finds another keeping weights at that moment does not keep its own
+    (nor wait).
     """
 
     def __init__(
@@ -121,10 +122,10 @@ class TermWeights:
         self.common_only = common_only
         """Keep dense weights only (the common terms')."""
         self.parent = parent
-        """A longer-lived store read before this one and given common terms first, if any."""
+        """A longer-lived store also read, and given common terms first, if any."""
 
     def get(self, term: int, block: int) -> BlockWeights | None:
-        """The weights kept for ``term`` in block number ``block``, here or in the parent, if any."""
+        """The weights kept for ``term`` in block number ``block``, here or else in the parent, if any."""
         found = self._parts.get((term, block))
         if found is None and self.parent is not None:
             return self.parent.get(term, block)
@@ -141,10 +142,16 @@ class TermWeights:
             return
         if self.common_only and weights.rows is not None:
             return
-        with self._lock:
+        # Never wait: a thread keeping weights at the same moment wins, and a child forked while another
+        # thread held the lock keeps nothing more instead of blocking for ever.
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
             if weights.nbytes <= self._left and (term, block) not in self._parts:
                 self._parts[term, block] = weights
                 self._left -= weights.nbytes
+        finally:
+            self._lock.release()
 
     def parts(self) -> list[tuple[tuple[int, int], BlockWeights]]:
         """Every ``((term, block number), weights)`` kept here (not in the parent)."""
