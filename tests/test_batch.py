@@ -107,7 +107,6 @@ def summary(documents: list[Document]) -> Result:
 def prune_and_count(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Make every BM25 top-k of a query alone prune (small corpora otherwise score every row); count the prunings."""
     monkeypatch.setattr(snapshot_module, "PRUNED_TOP_MIN_POSTINGS", 0)
-    monkeypatch.setattr(snapshot_module, "EVERY_ROW_MAX_ROWS", 0)
     monkeypatch.setattr(bm25_module, "SEED_MAX_SHARE", 100.0)
     monkeypatch.setattr(bm25_module, "ESSENTIAL_MAX_SHARE", 100.0)
     pruned: list[int] = []
@@ -181,8 +180,9 @@ class TestEqualsInvoke:
         more = corpus(40, seed=5)  # a second segment
         index.add_documents([Document(page_content=d.page_content, id=f"e{i}") for i, d in enumerate(more)])
         pruned = prune_and_count(monkeypatch)
-        # The batch's own rule (queries sharing weights score every row unless their terms are common), either way.
-        monkeypatch.setattr(snapshot_module, "BATCH_EVERY_ROW_POSTINGS_SHARE", 10**9 if batch_prunes else 0)
+        if batch_prunes:
+            monkeypatch.setattr(snapshot_module, "BATCH_EVERY_ROW_MAX_ROWS", 0)
+            monkeypatch.setattr(snapshot_module, "BATCH_EVERY_ROW_POSTINGS_SHARE", 10**9)
         retriever = FusionRetriever(index=index, alpha=0.4)
         bm25_only = BM25Retriever(index=index)
         expected = [summary(retriever.invoke(q, **options)) for q in QUERIES]
@@ -201,20 +201,6 @@ class TestEqualsInvoke:
         pruned.clear()
         assert [summary(r) for r in retriever.batch(["cat on the mat"] * 3)] == [expected] * 3
         assert pruned  # nothing to share: no query scores every row
-
-    def test_a_query_alone_on_a_small_index_scores_every_row(
-        self, index: FusionIndex, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
-        """Up to EVERY_ROW_MAX_ROWS rows a lone query reads every row (the common terms' weights kept): same results."""
-        every_row_max = snapshot_module.EVERY_ROW_MAX_ROWS
-        pruned = prune_and_count(monkeypatch)
-        retriever = FusionRetriever(index=index, alpha=0.4, k=5)
-        expected = [summary(retriever.invoke(q)) for q in QUERIES]
-        assert pruned
-        pruned.clear()
-        monkeypatch.setattr(snapshot_module, "EVERY_ROW_MAX_ROWS", every_row_max)
-        assert [summary(retriever.invoke(q)) for q in QUERIES] == expected
-        assert not pruned
 
     def test_sliced_batches(self, index: FusionIndex, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(pool_module, "BATCH_SCORES_BUDGET", 2 * len(index))  # two queries per slice

@@ -234,7 +234,6 @@ class TestThroughTheStore:
     @pytest.mark.parametrize("query", ["東京の天気", "天気予報 電車", "서울 날씨", "北京天气", "晴れ 雨 天気", "大阪"])
     def test_cjk_bigrams_equal_the_exhaustive_top_k(self, query: str, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(snapshot_module, "PRUNED_TOP_MIN_POSTINGS", 0)
-        monkeypatch.setattr(snapshot_module, "EVERY_ROW_MAX_ROWS", 0)
         pruned_tops: list[int] = []
         original = QueryWeights.top
 
