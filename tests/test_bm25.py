@@ -351,6 +351,8 @@ class TestCommonTermWeights:
         merged = split._maintained()
         assert len(merged.segments) == 1
         assert merged.common_term_weights() is not split.common_term_weights()
+        merged.bm25_scores_all("battery inverter")
+        assert merged._maintained().common_term_weights() is merged.common_term_weights()  # nothing merged: kept
         fresh = merged.bm25_weights("battery inverter")
         assert fresh is not None
         expected = fresh.scores(merged.size, merged.bm25_blocks())

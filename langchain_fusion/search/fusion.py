@@ -364,7 +364,7 @@ class FusedPool:
         found: _Memo | None = self.__dict__.get(name)
         if found is None:
             found = compute()
-            object.__setattr__(self, name, found)  # two threads may both compute it: the same array
+            object.__setattr__(self, name, found)  # two threads may both compute it: equal arrays, one kept
         return found
 
     def order(self, k: int | None, eligible: NDArray[np.bool_] | None = None) -> NDArray[np.int64]:

@@ -132,8 +132,9 @@ class TermWeights:
         return found
 
     def has_room(self, nbytes: int) -> bool:
-        """Whether weights of ``nbytes`` would be kept here or in the parent (the budget is not spent)."""
-        return nbytes <= self._left or (self.parent is not None and self.parent.has_room(nbytes))
+        """Whether weights of ``nbytes`` would be kept here or in the parent (budget left, no other thread keeping)."""
+        here = nbytes <= self._left and not self._lock.locked()
+        return here or (self.parent is not None and self.parent.has_room(nbytes))
 
     def keep(self, term: int, block: int, weights: BlockWeights) -> None:
         """Keep ``weights`` for other queries if a budget allows (and no other thread kept them)."""

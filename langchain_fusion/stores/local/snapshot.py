@@ -512,7 +512,9 @@ class Snapshot:
         segments = [state._with_ann(s) for s in segments]
         # Row-based derived data stays valid; the segment starts and the weights kept per segment do not once
         # segments merged. Readers may be adding to the cache: copy it in one step before reading it.
-        cache = {key: value for key, value in dict(state._cache).items() if key not in _PER_SEGMENT_CACHE}
+        cache = dict(state._cache)
+        if len(segments) != len(state.segments):
+            cache = {key: value for key, value in cache.items() if key not in _PER_SEGMENT_CACHE}
         return replace(state, segments=tuple(segments), _cache=cache)
 
     def _merge(self, first: Segment, second: Segment) -> Segment:
