@@ -84,6 +84,7 @@ class TestPrunedTopK:
         monkeypatch.setattr(bm25_module, "DENSE_PARTIAL_SHARE", dense_share)
         if bitmaps:  # every term that rows are looked up in has a bitmap, however few the rows
             monkeypatch.setattr(bm25_module, "PRESENCE_MIN_LOOKUPS", 0)
+            monkeypatch.setattr(bm25_module, "PRESENCE_BUILD_MIN_LOOKUPS", 0)
             monkeypatch.setattr(bm25_module, "PRESENCE_MIN_SHARE", 10**9)
         rng = np.random.default_rng(seed)
         size, vocabulary = int(rng.integers(50, 600)), int(rng.integers(20, 400))
@@ -169,9 +170,23 @@ class TestPrunedTopK:
         postings = build_postings([np.array([1 if row in holds else 0]) for row in range(span)], 2)
         searched = bm25_module._matches(postings, 1, local)
         monkeypatch.setattr(bm25_module, "PRESENCE_MIN_LOOKUPS", 0)
+        monkeypatch.setattr(bm25_module, "PRESENCE_BUILD_MIN_LOOKUPS", 0)
         monkeypatch.setattr(bm25_module, "PRESENCE_MIN_SHARE", 10**9)
         found = bm25_module._matches(postings, 1, local)
         assert postings.term_presence(1) is not None
+        for a, b in zip(found, searched, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+    def test_a_few_rows_use_a_bitmap_built_by_many_but_build_none(self) -> None:
+        docs = [np.array([0, 1]) if row % 3 else np.array([1]) for row in range(2000)]
+        postings = build_postings(docs, 2)
+        few = np.arange(0, 2000, 41, dtype=np.int32)  # 49 rows
+        searched = bm25_module._matches(postings, 0, few)
+        assert bm25_module.PRESENCE_MIN_LOOKUPS <= few.size < bm25_module.PRESENCE_BUILD_MIN_LOOKUPS
+        assert postings.term_presence(0, build=False) is None  # a few rows build no bitmap
+        bm25_module._matches(postings, 0, np.arange(0, 2000, 3, dtype=np.int32))  # 667 rows build one
+        assert postings.term_presence(0, build=False) is not None
+        found = bm25_module._matches(postings, 0, few)  # now read from the bitmap
         for a, b in zip(found, searched, strict=True):
             np.testing.assert_array_equal(a, b)
 

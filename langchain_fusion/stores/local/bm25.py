@@ -46,8 +46,12 @@ DENSE_PARTIAL_SHARE = 16
 PRESENCE_MIN_SHARE = 16
 """A term gets a :class:`TermPresence` where it holds at least 1/this of the rows its postings span."""
 
-PRESENCE_MIN_LOOKUPS = 512
-"""Rows looked up at once from which a term's presence bitmap beats a binary search in its postings."""
+PRESENCE_MIN_LOOKUPS = 32
+"""Rows looked up at once from which a term's presence bitmap, once built, beats a binary search in its postings."""
+
+PRESENCE_BUILD_MIN_LOOKUPS = 512
+"""Rows looked up at once from which a common term's bitmap is built if it has none yet (a one-off cost of
+about a binary search of 20,000 rows for a term in every row of a million)."""
 
 _ROUNDING = 1e-5
 """Relative room left for float32 rounding when a sum of upper bounds is compared with a score."""
@@ -285,10 +289,10 @@ class Postings:
             found = self._extremes[term] = (int(self.tf[lo:hi].max()), int(rows[int(np.argmin(lengths[rows]))]))
         return found
 
-    def term_presence(self, term: int) -> TermPresence | None:
-        """``term``'s :class:`TermPresence`, built on first use; None for a term too sparse to have one."""
+    def term_presence(self, term: int, build: bool = True) -> TermPresence | None:
+        """``term``'s :class:`TermPresence`, built on first use if ``build``; None if too sparse (or not built)."""
         found = self._presence.get(term)
-        if found is None and term < self.vocabulary_size:
+        if found is None and build and term < self.vocabulary_size:
             lo, hi = int(self.indptr[term]), int(self.indptr[term + 1])
             if hi > lo and (hi - lo) * PRESENCE_MIN_SHARE > int(self.rows[hi - 1]):
                 found = self._presence[term] = TermPresence.of(self.rows[lo:hi])
@@ -725,8 +729,8 @@ def _matches(postings: Postings, term: int, local: NDArray[np.int32]) -> tuple[I
     """Positions of ``term``'s postings for the rows ``local`` (ascending) holds, and where in ``local`` each row is.
 
     Binary search from the shorter side: a rare term's postings into the rows, or the rows
-    into a common term's postings; many rows are looked up in a common term's bitmap
-    (:class:`TermPresence`) instead.
+    into a common term's postings; rows are looked up in a common term's bitmap
+    (:class:`TermPresence`) instead once it has one (built by a lookup of many rows).
     """
     if term >= postings.vocabulary_size or local.size == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
@@ -738,7 +742,11 @@ def _matches(postings: Postings, term: int, local: NDArray[np.int32]) -> tuple[I
         at = np.minimum(np.searchsorted(local, rows), local.size - 1)
         hit = local[at] == rows
         return lo + np.flatnonzero(hit), at[hit].astype(np.int64)
-    presence = postings.term_presence(term) if local.size >= PRESENCE_MIN_LOOKUPS else None
+    presence = (
+        postings.term_presence(term, build=local.size >= PRESENCE_BUILD_MIN_LOOKUPS)
+        if local.size >= PRESENCE_MIN_LOOKUPS
+        else None
+    )
     if presence is not None:
         offsets, held = presence.find(local)
         return lo + offsets, held
