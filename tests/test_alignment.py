@@ -295,9 +295,33 @@ class TestCompressedIndex:
                 for index in (approx, loaded):
                     got = FusionRetriever(index=index, k=5, fetch_k=20, filter=where).invoke(query)
                     assert [d.id for d in got] == [d.id for d in want]
-                    assert [d.metadata["fusion_score"] for d in got] == pytest.approx(
-                        [d.metadata["fusion_score"] for d in want], abs=1e-12
-                    )
+                    # The same pool rescored from the same vectors: the same bits.
+                    assert [d.metadata["fusion_score"] for d in got] == [d.metadata["fusion_score"] for d in want]
+
+    @pytest.mark.usefixtures("ann_on_small_segments")
+    def test_bounded_float32_products_leave_the_top_k_and_its_bits(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Candidates ruled out by float32 products and their error bounds change nothing, ties included."""
+        import langchain_fusion.stores.local.snapshot as snapshot_module
+
+        docs = random_corpus(21, 1500)
+        docs += [Document(page_content=d.page_content, metadata={"n": -1}) for d in docs[:300]]  # exact ties
+        embeddings = HashingEmbeddings(size=32)
+        index = FusionIndex.from_documents(
+            docs, embeddings, vector_index="IVF8,PQ8x4fs", vector_search_params="nprobe=8"
+        )
+        store = index.store
+        narrowed = 0
+        for query in queries(21, 30):
+            vector = index.embed_query(query)
+            candidates = store.view().vector(vector)._ann_candidates(50, None)  # type: ignore[attr-defined]
+            narrowed += store.snapshot.products_at(candidates, vector[0]).contenders(50).size < candidates.size  # type: ignore[attr-defined]
+            monkeypatch.setattr(snapshot_module, "CONTENDERS_MIN_RATIO", 10**9)
+            every = store.view().vector(vector).top(50)
+            monkeypatch.setattr(snapshot_module, "CONTENDERS_MIN_RATIO", 2)
+            some = store.view().vector(vector).top(50)
+            assert every[0].tolist() == some[0].tolist()
+            assert every[1].tobytes() == some[1].tobytes()
+        assert narrowed == 30
 
     @pytest.mark.usefixtures("ann_on_small_segments")
     def test_k_factor_defaults_and_override(self, tmp_path: Path) -> None:

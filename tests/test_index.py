@@ -255,3 +255,67 @@ class TestFlatScan:
         vectors = snapshot.vectors_of(np.arange(50))
         query = index.embed_query("cats")
         np.testing.assert_allclose(snapshot.vector_scores_all(query), vectors @ query[0], atol=1e-5)
+
+
+class TestBoundedProducts:
+    """Float32 products with error bounds narrow rescoring candidates without losing any of the exact top k."""
+
+    @staticmethod
+    def exact(matrix: np.ndarray, rows: np.ndarray, query: np.ndarray) -> np.ndarray:
+        return np.add.reduce(matrix[rows].astype(np.float64) * query.astype(np.float64), axis=1)
+
+    @pytest.mark.parametrize("dimension", [3, 64, 384, 1000])
+    @pytest.mark.parametrize("scale", [1e-30, 1e-3, 1.0, 1e3, 1e15])
+    def test_each_product_is_within_its_bound(self, dimension: int, scale: float) -> None:
+        from langchain_fusion.stores.local.vectors import products_at
+
+        rng = np.random.default_rng(dimension)
+        matrix = (rng.standard_normal((500, dimension)) * scale * rng.uniform(0.01, 100, (500, 1))).astype(np.float32)
+        query = rng.standard_normal(dimension).astype(np.float32)
+        rows = rng.choice(500, 200, replace=False)
+        found = products_at(matrix, rows, query)
+        assert np.all(np.abs(found.products - self.exact(matrix, rows, query)) <= found.error)
+        gathered = products_at(np.asfortranarray(matrix), rows, query)  # not C-contiguous: read by NumPy
+        assert np.all(np.abs(gathered.products - self.exact(matrix, rows, query)) <= gathered.error)
+
+    @pytest.mark.parametrize("seed", range(20))
+    def test_contenders_hold_the_exact_top_k_among_near_ties(self, seed: int) -> None:
+        """Rows a few float32 ulps apart: float32 sums order them wrongly, the bounds keep every true top-k row."""
+        from langchain_fusion.stores.local.vectors import products_at
+
+        rng = np.random.default_rng(seed)
+        base = rng.standard_normal(384)
+        matrix = (base + 1e-7 * rng.standard_normal((400, 384))).astype(np.float32)
+        query = rng.standard_normal(384).astype(np.float32)
+        rows = np.arange(400)
+        exact = self.exact(matrix, rows, query)
+        found = products_at(matrix, rows, query)
+        assert np.argsort(-found.products, kind="stable")[:10].tolist() != np.lexsort((rows, -exact))[:10].tolist()
+        for k in (1, 10, 100, 399):
+            truth = set(np.lexsort((rows, -exact))[:k].tolist())
+            assert truth <= set(found.contenders(k).tolist())
+
+    def test_narrows_well_separated_candidates_and_keeps_all_when_unsure(self) -> None:
+        from langchain_fusion.stores.local.vectors import ProductsAt, normalize_rows, products_at
+
+        rng = np.random.default_rng(3)
+        matrix = normalize_rows(rng.standard_normal((1000, 64)), 64)
+        found = products_at(matrix, np.arange(1000), matrix[0])
+        assert found.contenders(10).size < 20
+        assert found.contenders(1000).size == found.contenders(0).size == 1000  # nothing to rule out
+        unsure = ProductsAt(np.array([1.0, np.nan, 0.5]), np.zeros(3))
+        assert unsure.contenders(1).tolist() == [0, 1, 2]
+
+
+class TestExactVectorScores:
+    def test_a_rows_score_does_not_depend_on_the_rows_scored_with_it(self) -> None:
+        """BLAS sums 1-3 rows in another order than more: the float64 scores are summed row by row instead."""
+        rng = np.random.default_rng(0)
+        docs = [Document(page_content=" ".join(rng.choice(ANIMALS, 6)), id=str(i)) for i in range(300)]
+        index = FusionIndex.from_documents(docs, HashingEmbeddings(size=384))
+        scorer = index.store.view().vector(index.embed_query("cat dog owl"))  # type: ignore[attr-defined]
+        together = scorer.scores(np.arange(300))
+        for size in (1, 2, 3, 5):
+            for start in range(0, 300 - size, 37):
+                alone = scorer.scores(np.arange(start, start + size))
+                assert alone.tobytes() == together[start : start + size].tobytes()

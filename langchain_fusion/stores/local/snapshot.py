@@ -38,7 +38,7 @@ from langchain_fusion.stores.local.bm25 import (
 from langchain_fusion.stores.local.documents import DocumentBlock
 from langchain_fusion.stores.local.mapped import MappedFiles
 from langchain_fusion.stores.local.tokens import query_term_counts
-from langchain_fusion.stores.local.vectors import AnnIndex, check_vector_index, inner_products
+from langchain_fusion.stores.local.vectors import AnnIndex, ProductsAt, check_vector_index, inner_products, products_at
 from langchain_fusion.stores.ranking import top_rows
 from langchain_fusion.stores.settings import StoreSettings
 from langchain_fusion.threads import usable_cores
@@ -53,6 +53,10 @@ PARALLEL_SIDES_MIN_ROWS = 1 << 16
 """From this many rows a fused query searches its vector and BM25 sides in two threads."""
 
 _MANY_CORES = usable_cores() > 1
+
+CONTENDERS_MIN_RATIO = 2
+"""ANN candidates are narrowed by float32 products with error bounds before the float64 rescoring when there are
+more than this many per wanted row (indexes of compressed codes propose ``k_factor`` of them, 10 by default)."""
 
 PRUNED_TOP_MIN_POSTINGS = 1 << 16
 """A BM25 top-k is found by pruning when the query's terms hold this many postings (fewer: weighing them all
@@ -273,6 +277,18 @@ class Snapshot:
             if inside.any():
                 out[inside] = segment.vectors[rows[inside] - segment.start]
         return out
+
+    def products_at(self, rows: Keys, vector: NDArray[np.float32]) -> ProductsAt:
+        """Float32 inner products of ``rows`` with ``vector`` and bounds on their rounding (:func:`products_at`)."""
+        if len(self.segments) == 1:
+            return products_at(self.segments[0].vectors, rows, vector)
+        products, error = np.empty(rows.size, dtype=np.float64), np.empty(rows.size, dtype=np.float64)
+        for segment in self.segments:
+            inside = (rows >= segment.start) & (rows < segment.stop)
+            if inside.any():
+                found = products_at(segment.vectors, rows[inside] - segment.start, vector)
+                products[inside], error[inside] = found.products, found.error
+        return ProductsAt(products, error)
 
     def vector_scores_all(self, query: FloatMatrix) -> NDArray[np.float32]:
         """Exact similarity of the query to every row."""
@@ -759,7 +775,10 @@ class LocalVectorScorer(_LocalScorer):
 
     def _exact(self, keys: Keys) -> Scores:
         vectors = self.snapshot.vectors_of(np.asarray(keys, dtype=np.int64)).astype(np.float64)
-        return np.asarray(vectors @ self.query_vector[0].astype(np.float64), dtype=np.float64)
+        # Row by row, not a matrix-vector product: BLAS sums a row in an order that depends on how many rows it
+        # is given (1-3 rows differ from more in the last bit), and a row's score must not depend on the others.
+        vectors *= self.query_vector[0].astype(np.float64)  # in place: the float64 copy is ours
+        return np.asarray(np.add.reduce(vectors, axis=1), dtype=np.float64)
 
     def scores(self, keys: Keys) -> Scores:
         """Exact similarity of ``keys`` (float64 dot products of the stored vectors)."""
@@ -772,6 +791,10 @@ class LocalVectorScorer(_LocalScorer):
             return self._top_of(self.all_scores(), None, allowed)
         if self.snapshot.approximate:
             candidates = self._ann_candidates(k, allowed)
+            if candidates.size > CONTENDERS_MIN_RATIO * k:
+                # Compressed codes propose many candidates: float32 products with error bounds rule most
+                # of them out, and only the rest are rescored in float64 (the same top k, the same bits).
+                candidates = candidates[self.snapshot.products_at(candidates, self.query_vector[0]).contenders(k)]
         else:
             candidates = top_rows(self.all_scores(), k, allowed)
         exact = self._exact(candidates)

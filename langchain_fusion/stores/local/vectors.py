@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import queue
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -380,3 +381,71 @@ def inner_products(matrix: FloatMatrix, vector: NDArray[np.float32]) -> NDArray[
 
 _SCAN_BLOCK_BYTES = 4 << 20
 """Bytes of the matrix in one block of a parallel scan (2,730 rows of 384 dimensions: 367 blocks for a million)."""
+
+
+def products_at(matrix: FloatMatrix, rows: NDArray[np.int64], vector: NDArray[np.float32]) -> ProductsAt:
+    """``matrix[rows] @ vector`` in float32, with a bound on each product's rounding error.
+
+    FAISS reads the rows in place (no copy of them is made) and releases the GIL. The bound
+    holds for any order of summation: a float32 dot product of ``d`` terms is within
+    ``gamma_d * |x| * |q|`` of the exact one (``gamma_d = d u / (1 - d u)``, ``u = 2^-24``), and
+    the row norms are computed alongside; the bound is doubled so that it also covers the norms'
+    own rounding and the float64 rescoring that follows.
+    """
+    ids = np.ascontiguousarray(rows, dtype=np.int64)
+    products = np.empty(ids.size, dtype=np.float32)
+    squared_norms = np.empty(ids.size, dtype=np.float32)
+    dimension = matrix.shape[1]
+    query = np.ascontiguousarray(vector, dtype=np.float32)
+    if ids.size and matrix.dtype == np.float32 and matrix.flags.c_contiguous:
+        origin = np.zeros(dimension, dtype=np.float32)
+        # FAISS runs these loops over OpenMP threads even for one query: the idle thread would then spin
+        # for a while on the core the BM25 side needs. One thread for this call (a per-thread setting).
+        threads = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(1)
+        try:
+            faiss.fvec_inner_products_by_idx(
+                faiss.swig_ptr(products), faiss.swig_ptr(query), faiss.swig_ptr(matrix), faiss.swig_ptr(ids),
+                dimension, 1, ids.size,
+            )  # fmt: skip
+            faiss.fvec_L2sqr_by_idx(
+                faiss.swig_ptr(squared_norms), faiss.swig_ptr(origin), faiss.swig_ptr(matrix), faiss.swig_ptr(ids),
+                dimension, 1, ids.size,
+            )  # fmt: skip
+        finally:
+            faiss.omp_set_num_threads(threads)
+    elif ids.size:
+        picked = np.asarray(matrix[ids], dtype=np.float32)
+        products[:] = picked @ query
+        squared_norms[:] = np.einsum("ij,ij->i", picked, picked)
+    unit = 2.0**-24 * dimension
+    gamma = unit / (1 - unit)
+    query_norm = float(np.linalg.norm(query.astype(np.float64)))
+    # Squares below float32's range are lost from a norm (at most 2^-149 each, as much again in rounding), and
+    # products in the subnormal range are exact only to 2^-149 each: both covered by absolute terms.
+    norms = np.sqrt(squared_norms.astype(np.float64) / (1 - gamma) + dimension * 2.0**-148)
+    error = 2 * gamma * norms * query_norm + dimension * 2.0**-126
+    return ProductsAt(products.astype(np.float64), error)
+
+
+@dataclass(frozen=True)
+class ProductsAt:
+    """Float32 inner products of some rows with a query, and a bound on how far each is from the exact one."""
+
+    products: NDArray[np.float64]
+    """The float32 products (widened)."""
+    error: NDArray[np.float64]
+    """For each, a bound on its distance from the exact inner product (and from a float64 one)."""
+
+    def contenders(self, k: int) -> NDArray[np.int64]:
+        """Positions of the rows that may be among the ``k`` largest exact products (all if the bounds cannot tell).
+
+        A row whose largest possible product is below the ``k``-th largest smallest possible one
+        is below at least ``k`` rows, ties included, so it is left out.
+        """
+        size = self.products.size
+        if k <= 0 or size <= k or not (np.isfinite(self.products).all() and np.isfinite(self.error).all()):
+            return np.arange(size, dtype=np.int64)
+        lowest = self.products - self.error
+        kth = np.partition(lowest, size - k)[size - k]
+        return np.flatnonzero(self.products + self.error >= kth)
