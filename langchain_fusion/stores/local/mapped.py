@@ -51,7 +51,7 @@ class MappedFiles:
         if size < MAP_MIN_BYTES or size == 0:  # an empty file cannot be mapped
             return np.frombuffer(path.read_bytes(), dtype=np.uint8)
         handle = self._open(path)
-        return np.memmap(handle, dtype=np.uint8, mode="r")
+        return np.asarray(np.memmap(handle, dtype=np.uint8, mode="r"))  # see array()
 
     def array(self, path: Path, dtype: Any, ndim: int) -> NDArray[Any]:
         """An ``.npy`` array of ``dtype`` (one, or a tuple of allowed ones) and rank ``ndim``, read or mapped."""
@@ -77,7 +77,10 @@ class MappedFiles:
         if count == 0:
             return np.zeros(shape, dtype=found)
         order: Literal["C", "F"] = "F" if fortran else "C"
-        return np.memmap(handle, dtype=found, mode="r", shape=shape, order=order, offset=handle.tell())
+        mapped = np.memmap(handle, dtype=found, mode="r", shape=shape, order=order, offset=handle.tell())
+        # A plain array over the same map (which it keeps alive): each slice of a memmap object runs
+        # Python code of its own, about a hundred per query in the BM25 postings.
+        return np.asarray(mapped)
 
     def check(self) -> None:
         """IndexFormatError if a mapped file changed on disk since it was loaded (see the module docstring)."""

@@ -552,8 +552,7 @@ def _postings_mismatch(
     if not n:
         return None
     term_of = {t: i for i, t in enumerate(vocabulary)}
-    # Plain arrays: slicing a memory map builds a memmap object per slice, the cost of this check on long texts.
-    indptr, rows, tf = np.asarray(postings.indptr), np.asarray(postings.rows), np.asarray(postings.tf)
+    indptr, rows, tf = postings.indptr, postings.rows, postings.tf
     for row in sorted({int(r) for r in np.linspace(0, n - 1, min(n, SPOT_CHECK_ROWS))}):
         counts: dict[int, int] = {}
         for token in tokenize(settings.analyzer, indexed_text(documents.document(row), settings.bm25_fields)):
