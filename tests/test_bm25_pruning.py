@@ -117,14 +117,18 @@ class TestPrunedTopK:
             np.testing.assert_array_equal(got[0], rows)
             assert got[1].tobytes() == scores.tobytes()
 
-    def test_row_scores_are_the_same_bits_as_every_row_scored(self) -> None:
+    @pytest.mark.parametrize("method", ["lucene", "robertson", "atire", "bm25l", "bm25+"])
+    def test_row_scores_are_the_same_bits_as_every_row_scored(self, method: str) -> None:
+        # All the query's terms are weighed in one pass: each weight in the float32 steps of weighing its term alone.
         rng = np.random.default_rng(7)
         docs = zipf_corpus(rng, 400, 120, duplicates=40)
         blocks = blocks_of(docs, 120, [100, 101, 350])
-        weights = weights_for(BM25Params(k1=1.3, b=0.75), docs, Counter([0, 0, 5, 17, 90, 119]))
+        params = BM25Params(method=method, k1=1.3, b=0.75)  # type: ignore[arg-type]
+        weights = weights_for(params, docs, Counter([0, 0, 5, 17, 90, 119, 500]))  # 500: in no row
         every = weights.scores(len(docs), blocks)
-        rows = np.unique(rng.integers(0, len(docs), 150))
-        assert weights.row_scores(rows, blocks).tobytes() == every[rows].tobytes()
+        for rows in (np.unique(rng.integers(0, len(docs), 150)), np.arange(len(docs)), np.array([7]), np.zeros(0)):
+            rows = rows.astype(np.int64)
+            assert weights.row_scores(rows, blocks).tobytes() == every[rows].tobytes()
 
     @pytest.mark.parametrize("method", ["lucene", "robertson", "atire"])
     def test_term_bounds_hold_every_weight(self, method: str) -> None:
