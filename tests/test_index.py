@@ -305,6 +305,8 @@ class TestBoundedProducts:
         assert found.contenders(1000).size == found.contenders(0).size == 1000  # nothing to rule out
         unsure = ProductsAt(np.array([1.0, np.nan, 0.5]), np.zeros(3))
         assert unsure.contenders(1).tolist() == [0, 1, 2]
+        with pytest.raises(IndexError):
+            products_at(matrix, np.array([0, 1000]), matrix[0])  # FAISS would read past the matrix
 
 
 class TestExactVectorScores:

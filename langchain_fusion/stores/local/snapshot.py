@@ -56,7 +56,8 @@ _MANY_CORES = usable_cores() > 1
 
 CONTENDERS_MIN_RATIO = 2
 """ANN candidates are narrowed by float32 products with error bounds before the float64 rescoring when there are
-more than this many per wanted row (indexes of compressed codes propose ``k_factor`` of them, 10 by default)."""
+more than this many per wanted row (indexes of compressed codes propose ``k_factor`` of them, 10 by default, and
+several segments each their own)."""
 
 PRUNED_TOP_MIN_POSTINGS = 1 << 16
 """A BM25 top-k is found by pruning when the query's terms hold this many postings (fewer: weighing them all
@@ -281,8 +282,8 @@ class Snapshot:
     def products_at(self, rows: Keys, vector: NDArray[np.float32]) -> ProductsAt:
         """Float32 inner products of ``rows`` with ``vector`` and bounds on their rounding (:func:`products_at`)."""
         if len(self.segments) == 1:
-            return products_at(self.segments[0].vectors, rows, vector)
-        products, error = np.empty(rows.size, dtype=np.float64), np.empty(rows.size, dtype=np.float64)
+            return products_at(self.segments[0].vectors, rows - self.segments[0].start, vector)
+        products, error = np.zeros(rows.size, dtype=np.float64), np.full(rows.size, np.inf)  # no segment: unsure
         for segment in self.segments:
             inside = (rows >= segment.start) & (rows < segment.stop)
             if inside.any():
@@ -792,8 +793,9 @@ class LocalVectorScorer(_LocalScorer):
         if self.snapshot.approximate:
             candidates = self._ann_candidates(k, allowed)
             if candidates.size > CONTENDERS_MIN_RATIO * k:
-                # Compressed codes propose many candidates: float32 products with error bounds rule most
-                # of them out, and only the rest are rescored in float64 (the same top k, the same bits).
+                # Many candidates (compressed codes propose k_factor per wanted row, and each segment its own):
+                # float32 products with error bounds rule most of them out, and only the rest are rescored in
+                # float64 (the same top k, the same bits).
                 candidates = candidates[self.snapshot.products_at(candidates, self.query_vector[0]).contenders(k)]
         else:
             candidates = top_rows(self.all_scores(), k, allowed)
@@ -802,7 +804,7 @@ class LocalVectorScorer(_LocalScorer):
         return candidates[best], exact[best]
 
     def _ann_candidates(self, k: int, allowed: NDArray[np.bool_] | None) -> Keys:
-        """Up to ``k`` candidates per segment: from its ANN index, or an exact scan of a small segment."""
+        """Per segment: up to ``k_factor * k`` candidates from its ANN index, or ``k`` from an exact scan."""
         found: list[Keys] = []
         for segment in self.snapshot.segments:
             local = None if allowed is None else allowed[segment.start : segment.stop]

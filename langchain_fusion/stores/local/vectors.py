@@ -388,11 +388,14 @@ def products_at(matrix: FloatMatrix, rows: NDArray[np.int64], vector: NDArray[np
 
     FAISS reads the rows in place (no copy of them is made) and releases the GIL. The bound
     holds for any order of summation: a float32 dot product of ``d`` terms is within
-    ``gamma_d * |x| * |q|`` of the exact one (``gamma_d = d u / (1 - d u)``, ``u = 2^-24``), and
-    the row norms are computed alongside; the bound is doubled so that it also covers the norms'
-    own rounding and the float64 rescoring that follows.
+    ``gamma_d * |x| * |q|`` of the exact one (``gamma_d = d u / (1 - d u)``, ``u = 2^-24``). The
+    row norms are computed alongside, widened for their own rounding and underflow; the bound is
+    then doubled so that it also covers the float64 rescoring that follows, in any order of
+    summation. ``rows`` must be rows of ``matrix`` (IndexError otherwise: FAISS does not check).
     """
     ids = np.ascontiguousarray(rows, dtype=np.int64)
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= matrix.shape[0]):
+        raise IndexError(f"rows outside the matrix's {matrix.shape[0]} rows")
     products = np.empty(ids.size, dtype=np.float32)
     squared_norms = np.empty(ids.size, dtype=np.float32)
     dimension = matrix.shape[1]
@@ -421,9 +424,10 @@ def products_at(matrix: FloatMatrix, rows: NDArray[np.int64], vector: NDArray[np
     unit = 2.0**-24 * dimension
     gamma = unit / (1 - unit)
     query_norm = float(np.linalg.norm(query.astype(np.float64)))
-    # Squares below float32's range are lost from a norm (at most 2^-149 each, as much again in rounding), and
-    # products in the subnormal range are exact only to 2^-149 each: both covered by absolute terms.
-    norms = np.sqrt(squared_norms.astype(np.float64) / (1 - gamma) + dimension * 2.0**-148)
+    # Squares below float32's range are lost from a norm (at most 2^-149 each, as much again in rounding; 2^-126
+    # where the CPU flushes subnormals to zero), and products in the subnormal range are exact only to 2^-149
+    # (2^-126) each: both covered by absolute terms.
+    norms = np.sqrt(squared_norms.astype(np.float64) / (1 - gamma) + dimension * 2.0**-125)
     error = 2 * gamma * norms * query_norm + dimension * 2.0**-126
     return ProductsAt(products.astype(np.float64), error)
 
@@ -435,13 +439,14 @@ class ProductsAt:
     products: NDArray[np.float64]
     """The float32 products (widened)."""
     error: NDArray[np.float64]
-    """For each, a bound on its distance from the exact inner product (and from a float64 one)."""
+    """For each, a bound on its distance from the exact inner product and from a float64 one (any summation order)."""
 
     def contenders(self, k: int) -> NDArray[np.int64]:
-        """Positions of the rows that may be among the ``k`` largest exact products (all if the bounds cannot tell).
+        """Positions of the rows that may be among the ``k`` largest float64 products (all if the bounds cannot tell).
 
-        A row whose largest possible product is below the ``k``-th largest smallest possible one
-        is below at least ``k`` rows, ties included, so it is left out.
+        Each row's float64 product lies within ``products +- error``. A row whose largest possible
+        product is below the ``k``-th largest smallest possible one is below at least ``k`` rows,
+        ties included, so it is left out.
         """
         size = self.products.size
         if k <= 0 or size <= k or not (np.isfinite(self.products).all() and np.isfinite(self.error).all()):
