@@ -485,6 +485,7 @@ class TestMilvusDenseIndex:
         if not ivf.store.is_lite:  # type: ignore[attr-defined]
             pytest.skip("checks Milvus Lite's own indexes")
         assert ivf.store.vector_index == "IVF_FLAT nlist=8, nprobe=8"  # type: ignore[attr-defined]
+        local = FusionIndex.from_documents(docs, HashingEmbeddings())
         for query in ("w1 w2", "w7", "w3 w30 w31"):
             for alpha in (0.5, 1.0):
                 a = exact.as_retriever(k=8, alpha=alpha, fetch_k=40).invoke(query)
@@ -493,6 +494,9 @@ class TestMilvusDenseIndex:
                 assert [d.metadata["vector_score"] for d in a] == pytest.approx(
                     [d.metadata["vector_score"] for d in b], abs=1e-6
                 )
+                # Candidates rescored from the stored vectors as in process: the in-process scores' bits.
+                by_id = {d.id: d.metadata["vector_score"] for d in local.as_retriever(k=300, alpha=1.0).invoke(query)}
+                assert [d.metadata["vector_score"] for d in b] == [by_id[d.id] for d in b]
         description = self._description(milvus_uri, name)
         assert description["vector_index"] == {
             "index_type": "IVF_FLAT",

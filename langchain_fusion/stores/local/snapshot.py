@@ -38,7 +38,14 @@ from langchain_fusion.stores.local.bm25 import (
 from langchain_fusion.stores.local.documents import DocumentBlock
 from langchain_fusion.stores.local.mapped import MappedFiles
 from langchain_fusion.stores.local.tokens import query_term_counts
-from langchain_fusion.stores.local.vectors import AnnIndex, ProductsAt, check_vector_index, inner_products, products_at
+from langchain_fusion.stores.local.vectors import (
+    AnnIndex,
+    ProductsAt,
+    check_vector_index,
+    exact_products,
+    inner_products,
+    products_at,
+)
 from langchain_fusion.stores.ranking import top_rows
 from langchain_fusion.stores.settings import StoreSettings
 from langchain_fusion.threads import usable_cores
@@ -775,11 +782,7 @@ class LocalVectorScorer(_LocalScorer):
         return self.snapshot.vector_scores_all(self.query_vector)
 
     def _exact(self, keys: Keys) -> Scores:
-        vectors = self.snapshot.vectors_of(np.asarray(keys, dtype=np.int64)).astype(np.float64)
-        # Row by row, not a matrix-vector product: BLAS sums a row in an order that depends on how many rows it
-        # is given (1-3 rows differ from more in the last bit), and a row's score must not depend on the others.
-        vectors *= self.query_vector[0].astype(np.float64)  # in place: the float64 copy is ours
-        return np.asarray(np.add.reduce(vectors, axis=1), dtype=np.float64)
+        return exact_products(self.snapshot.vectors_of(np.asarray(keys, dtype=np.int64)), self.query_vector[0])
 
     def scores(self, keys: Keys) -> Scores:
         """Exact similarity of ``keys`` (float64 dot products of the stored vectors)."""

@@ -10,6 +10,7 @@ import numpy as np
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.stores.base import FloatMatrix, Keys, Scores, Where
 from langchain_fusion.stores.local.tokens import tokenize
+from langchain_fusion.stores.local.vectors import exact_products
 from langchain_fusion.stores.milvus import reads
 from langchain_fusion.stores.milvus.expressions import filter_expression, id_filter
 
@@ -127,10 +128,10 @@ class MilvusVectorScorer(_MilvusScorer):
         return [float(score) for score in self.scores(keys)]
 
     def scores(self, keys: Keys) -> Scores:
-        """Exact similarities of ``keys`` (dot products of the stored vectors)."""
+        """Exact similarities of ``keys`` (float64 dot products of the stored vectors, as in process)."""
         if keys.size == 0:
             return np.zeros(0, dtype=np.float64)
-        return np.asarray(self.view.vectors(keys) @ self.query_vector, dtype=np.float64)
+        return exact_products(self.view.vectors(keys), self.query_vector)
 
 
 class MilvusBM25Scorer(_MilvusScorer):
