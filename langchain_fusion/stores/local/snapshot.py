@@ -280,22 +280,25 @@ class Snapshot:
         """The stored vectors of ``rows``, in order."""
         dimension = self.settings.dimension or 0
         out = np.empty((rows.size, dimension), dtype=np.float32)
+        for segment, inside, local in self._rows_by_segment(rows):
+            out[inside] = segment.vectors[local]
+        return out
+
+    def _rows_by_segment(self, rows: Keys) -> Iterator[tuple[Segment, NDArray[np.bool_], Keys]]:
+        """For each segment holding some of ``rows``: which of ``rows`` it holds, and their rows in it."""
         for segment in self.segments:
             inside = (rows >= segment.start) & (rows < segment.stop)
             if inside.any():
-                out[inside] = segment.vectors[rows[inside] - segment.start]
-        return out
+                yield segment, inside, rows[inside] - segment.start
 
     def products_at(self, rows: Keys, vector: NDArray[np.float32]) -> ProductsAt:
         """Float32 inner products of ``rows`` with ``vector`` and bounds on their rounding (:func:`products_at`)."""
         if len(self.segments) == 1:
             return products_at(self.segments[0].vectors, rows - self.segments[0].start, vector)
         products, error = np.zeros(rows.size, dtype=np.float64), np.full(rows.size, np.inf)  # no segment: unsure
-        for segment in self.segments:
-            inside = (rows >= segment.start) & (rows < segment.stop)
-            if inside.any():
-                found = products_at(segment.vectors, rows[inside] - segment.start, vector)
-                products[inside], error[inside] = found.products, found.error
+        for segment, inside, local in self._rows_by_segment(rows):
+            found = products_at(segment.vectors, local, vector)
+            products[inside], error[inside] = found.products, found.error
         return ProductsAt(products, error)
 
     def vector_scores_all(self, query: FloatMatrix) -> NDArray[np.float32]:
