@@ -70,7 +70,8 @@ def measure(name: str, corpus: tuple[list[Any], Any, list[str], np.ndarray], efs
     import faiss
 
     from langchain_fusion import FusionIndex
-    from langchain_fusion.search.pool import fused_search
+    from langchain_fusion.search.options import PoolOptions
+    from langchain_fusion.search.pool import fused_search, query_scorers
 
     documents, embeddings, queries, query_vectors = corpus
     exact = FusionIndex.from_documents(documents, embeddings)
@@ -82,7 +83,8 @@ def measure(name: str, corpus: tuple[list[Any], Any, list[str], np.ndarray], efs
     searches = [(q, query_vectors[i : i + 1]) for i, q in enumerate(queries)]
 
     def fused(view: Any, query: str, vector: np.ndarray) -> list[int]:
-        hits = fused_search(view, query, vector, k=K, alpha=ALPHA, fetch_k=FETCH_K, method="weighted", where=None)
+        options = PoolOptions(k=K, alpha=ALPHA, fetch_k=FETCH_K, duplicates="keep")
+        hits = fused_search(view, query_scorers(view, query, vector), options)
         return [h.key for h in hits]
 
     reference = [set(fused(exact_view, q, v)) for q, v in searches]

@@ -407,7 +407,8 @@ def run_worker(args: argparse.Namespace) -> None:
 
     elif system in ("exact", "hnsw"):
         from langchain_fusion.index.fusion_index import FusionIndex
-        from langchain_fusion.search.pool import fused_search
+        from langchain_fusion.search.options import PoolOptions
+        from langchain_fusion.search.pool import fused_search, query_scorers
 
         docs = corpus.documents()
         options: dict[str, Any] = {}
@@ -423,9 +424,11 @@ def run_worker(args: argparse.Namespace) -> None:
         warm_v = [(q, index.embed_query(q)) for q, _ in warmup]
         timed_v = [(q, index.embed_query(q)) for q, _ in timed]
 
+        searched = PoolOptions(k=k, alpha=ALPHA, fetch_k=FETCH_K, method=METHOD, duplicates="keep")
+
         def ours(query: str, query_vector: np.ndarray) -> Any:
             view = index.view()
-            return fused_search(view, query, query_vector, k=k, alpha=ALPHA, fetch_k=FETCH_K, method=METHOD, where=None)
+            return fused_search(view, query_scorers(view, query, query_vector), searched)
 
         timing = time_queries(ours, warm_v, timed_v, None)
         result["latencies_ms"] = timing.latencies_ms
@@ -495,11 +498,13 @@ def run_worker(args: argparse.Namespace) -> None:
 def breakdown(index: Any, timed: Sequence[tuple[str, np.ndarray]]) -> dict[str, float]:
     """Median ms of the pieces of one fused query (the same calls fused_search makes)."""
     from langchain_fusion.search.fusion import fuse
-    from langchain_fusion.search.pool import fused_search
+    from langchain_fusion.search.options import PoolOptions
+    from langchain_fusion.search.pool import fused_search, query_scorers
     from langchain_fusion.stores.local.tokens import query_term_counts
     from langchain_fusion.stores.ranking import top_rows
 
     snapshot = index.store.snapshot  # the in-process store's current state
+    searched = PoolOptions(k=5, alpha=ALPHA, fetch_k=FETCH_K, method=METHOD, duplicates="keep")
 
     pieces: dict[str, list[float]] = {
         name: []
@@ -530,7 +535,8 @@ def breakdown(index: Any, timed: Sequence[tuple[str, np.ndarray]]) -> dict[str, 
         fused = fuse(vector_pool, bm25_pool, ALPHA, METHOD)
         np.lexsort((pool, -vector_pool, -fused.fused))
         t.append(time.perf_counter())
-        fused_search(index.view(), query, qv, k=5, alpha=ALPHA, fetch_k=FETCH_K, method=METHOD, where=None)
+        view = index.view()
+        fused_search(view, query_scorers(view, query, qv), searched)
         t.append(time.perf_counter())
         for name, start, stop in zip(pieces, t[:-1], t[1:], strict=True):
             pieces[name].append((stop - start) * 1000)

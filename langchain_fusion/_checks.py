@@ -8,10 +8,12 @@ parsed into numbers: a check either returns the value in its canonical type or r
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from langchain_fusion.errors import InvalidParameterError
 
@@ -107,3 +109,44 @@ class CheckedModel(BaseModel):
             super().__init__(**data)
         except ValidationError as exc:
             raise InvalidParameterError(describe_validation(type(self).__name__, exc)) from exc
+
+
+@dataclass(frozen=True)
+class Switch:
+    """Field metadata: an option that a switch turns on at a default value.
+
+    ``--mmr`` turns maximal marginal relevance on at its default weight.
+
+    The command line gives such an option a switch flag beside its own, and its own flag then needs the switch.
+    """
+
+    name: str
+    """The switch's name (the flag ``--NAME``)."""
+    value: Any
+    """The option's value when the switch is given without the option."""
+    help: str
+    """What the switch does, for its help text."""
+    option_help: str
+    """The option's help text beside the switch."""
+    meaning: str
+    """What the option is, in a few words, for the error of an option given without its switch."""
+
+
+class OptionGroup(CheckedModel):
+    """A group of search options whose fields carry their own check; their docstrings are their descriptions.
+
+    Each group is declared beside the code that acts on it (floors, diversity, duplicates...);
+    :class:`~langchain_fusion.search.options.SearchOptions` is their union.
+    """
+
+    model_config = ConfigDict(use_attribute_docstrings=True, validate_assignment=True)
+
+    @classmethod
+    def option_checks(cls) -> dict[str, Callable[[Any], Any]]:
+        """The check of each option field (the function its ``BeforeValidator`` calls)."""
+        checks = {}
+        for name, field in cls.model_fields.items():
+            for item in field.metadata:
+                if isinstance(item, BeforeValidator):
+                    checks[name] = item.func
+        return checks  # type: ignore[return-value]  # pydantic types the func loosely

@@ -13,8 +13,9 @@ from langchain_fusion import FusionError, FusionIndex, FusionRetriever
 from langchain_fusion.cli.app import main
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.evaluation import evaluate_retrievers, load_labelled, load_queries, sweep_floors
-from langchain_fusion.evaluation.harness import ANSWERED, NO_ANSWER_EMPTY, floor_name, value_grid
+from langchain_fusion.evaluation.harness import ANSWERED, NO_ANSWER_EMPTY, value_grid
 from langchain_fusion.ingest.loading import load_files, split_documents
+from langchain_fusion.search.floors import floor_name
 from tests.conftest import DATA, SAMPLE_QUERIES, HashingEmbeddings, fake_cli_embeddings
 from tests.test_evaluation import write_beir
 

@@ -13,7 +13,7 @@ from langchain_fusion import BM25Retriever, FusionIndex, FusionRetriever, Vector
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.search.diversity import capped, maximal_marginal_relevance, source_groups
-from langchain_fusion.search.floors import Floors
+from langchain_fusion.search.floors import FloorOptions
 from tests.conftest import HashingEmbeddings
 
 WORDS = ["cat", "dog", "fire", "mat", "market", "stock", "quantum", "wave", "parrot", "speech", "energy", "bark"]
@@ -140,13 +140,14 @@ class TestRelevanceFloors:
 
     def test_floors_rule_directly(self) -> None:
         vector, bm25 = np.array([0.9, 0.1, 0.1, 0.5]), np.array([0.0, 3.0, 0.0, 1.0])
-        assert Floors().passing(vector, bm25, 0.5) is None
-        assert Floors(vector=0.5).passing(vector, bm25, 0.5).tolist() == [True, False, False, True]
-        assert Floors(vector=0.5, bm25=2.0).passing(vector, bm25, 0.5).tolist() == [True, True, False, True]
-        assert Floors(bm25=0.0).passing(vector, bm25, 0.5).tolist() == [False, True, False, True]
-        assert Floors(vector=0.5, bm25=2.0).passing(vector, bm25, 1.0).tolist() == [True, False, False, True]
-        assert Floors(vector=0.5, bm25=2.0).passing(vector, bm25, 0.0).tolist() == [False, True, False, False]
-        assert Floors(bm25=2.0).passing(vector, bm25, 1.0) is None
+        both = FloorOptions(min_vector_score=0.5, min_bm25_score=2.0)
+        assert FloorOptions().passing(vector, bm25, 0.5) is None
+        assert FloorOptions(min_vector_score=0.5).passing(vector, bm25, 0.5).tolist() == [True, False, False, True]
+        assert both.passing(vector, bm25, 0.5).tolist() == [True, True, False, True]
+        assert FloorOptions(min_bm25_score=0.0).passing(vector, bm25, 0.5).tolist() == [False, True, False, True]
+        assert both.passing(vector, bm25, 1.0).tolist() == [True, False, False, True]
+        assert both.passing(vector, bm25, 0.0).tolist() == [False, True, False, False]
+        assert FloorOptions(min_bm25_score=2.0).passing(vector, bm25, 1.0) is None
 
 
 class TestMaximalMarginalRelevance:

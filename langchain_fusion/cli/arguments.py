@@ -1,8 +1,8 @@
 """The command line's flags, derived from the option schemas, and the spec they make.
 
 Search flags come from :class:`~langchain_fusion.search.options.SearchOptions` (and
-:class:`~langchain_fusion.search.options.HierarchyOptions`): ``--min-vector-score`` from
-``min_vector_score``, its type from the field's type, its check from the field's check, its help
+:class:`~langchain_fusion.search.options.HierarchyOptions`): ``--min-bm25-score`` from
+``min_bm25_score``, its type from the field's type, its check from the field's check, its help
 from the field's description and default. Serving flags come from
 :class:`~langchain_fusion.pipeline.spec.ServeLimits`. A new option is a field: its flag follows.
 :func:`spec_from_args` turns the parsed flags into a :class:`~langchain_fusion.pipeline.spec.PipelineSpec`;
@@ -24,12 +24,11 @@ from typing import Any
 
 from pydantic.fields import FieldInfo
 
-from langchain_fusion._checks import MAX_REWRITES, check_rewrites
+from langchain_fusion._checks import MAX_REWRITES, Switch, check_rewrites
 from langchain_fusion.cli.errors import UserError
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.pipeline.spec import DEFAULT_LLM_TIMEOUT, DEFAULT_RERANK_CANDIDATES, PipelineSpec, ServeLimits
 from langchain_fusion.retrievers.rerank_spec import RerankSpec, parse_rerank_spec
-from langchain_fusion.search.diversity import DEFAULT_MMR_WEIGHT, MMR_WEIGHT
 from langchain_fusion.search.options import (
     DEFAULT_WINDOW_MAX_CHARS,
     OPTION_CHECKS,
@@ -38,6 +37,7 @@ from langchain_fusion.search.options import (
     HierarchyOptions,
     SearchOptions,
     describe_option,
+    option_field,
 )
 from langchain_fusion.stores.registry import location_help
 
@@ -239,27 +239,27 @@ def add_option_flag(sub: argparse.ArgumentParser, name: str, note: str = "", hel
     sub.add_argument(flag_of(name), **kwargs)
 
 
-def add_search_flags(sub: argparse.ArgumentParser, note: str = "", remote_note: str = "") -> None:
-    """A flag per search option (``-k``, ``--alpha``, ... ``--max-per-source``), and ``--mmr``.
+def switch_of(name: str) -> Switch | None:
+    """The switch that turns option ``name`` on (``--mmr`` for maximal marginal relevance), if its schema has one."""
+    return next((item for item in option_field(name).metadata if isinstance(item, Switch)), None)
 
-    ``note`` is added to every default; ``remote_note`` to the options a request may also set.
+
+def add_search_flags(sub: argparse.ArgumentParser, note: str = "", remote_note: str = "") -> None:
+    """A flag per search option (``-k``, ``--alpha``, ... ``--max-per-source``), and a flag per switch (``--mmr``).
+
+    ``note`` is added to every default; ``remote_note`` to the options a request may also set. An
+    option with a switch comes after the others, beside its switch.
     """
+    switched = [name for name in SearchOptions.model_fields if switch_of(name) is not None]
     for name in SearchOptions.model_fields:
-        if name == MMR_WEIGHT:
-            continue
-        local = name in FusionOptions.LOCAL_ONLY
-        add_option_flag(sub, name, note if local or not remote_note else remote_note)
-    sub.add_argument(
-        "--mmr",
-        action="store_true",
-        help="re-rank the best fetch_k fused candidates by maximal marginal relevance, so that near-copies of one "
-        "passage do not fill the results",
-    )
-    add_option_flag(
-        sub,
-        MMR_WEIGHT,
-        help_text="with --mmr, the weight of relevance against diversity, 0 to 1 (1: the fused order)",
-    )
+        if name not in switched:
+            local = name in FusionOptions.LOCAL_ONLY
+            add_option_flag(sub, name, note if local or not remote_note else remote_note)
+    for name in switched:
+        switch = switch_of(name)
+        assert switch is not None
+        sub.add_argument(flag_of(switch.name), action="store_true", help=switch.help)
+        add_option_flag(sub, name, help_text=switch.option_help)
 
 
 def add_hierarchy_flags(sub: argparse.ArgumentParser, note: str = "") -> None:
@@ -274,13 +274,17 @@ def given_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def search_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The search options given on the command line (MMR on with ``--mmr``, at its default weight unless given)."""
+    """The search options given on the command line; a switch (``--mmr``) sets its option's value unless given."""
     given = {name: value for name, value in given_options(args).items() if name in SearchOptions.model_fields}
-    mmr = getattr(args, "mmr", False)
-    if MMR_WEIGHT in given and not mmr:
-        raise UserError(f"{flag_of(MMR_WEIGHT)} is the weight of maximal marginal relevance: add --mmr")
-    if mmr:
-        given.setdefault(MMR_WEIGHT, DEFAULT_MMR_WEIGHT)
+    for name in SearchOptions.model_fields:
+        switch = switch_of(name)
+        if switch is None:
+            continue
+        on = getattr(args, switch.name, False)
+        if name in given and not on:
+            raise UserError(f"{flag_of(name)} is {switch.meaning}: add {flag_of(switch.name)}")
+        if on:
+            given.setdefault(name, switch.value)
     return given
 
 

@@ -22,7 +22,7 @@ from langchain_fusion.cli.arguments import (
 )
 from langchain_fusion.cli.errors import UserError
 from langchain_fusion.pipeline.spec import DEFAULT_LLM_TIMEOUT, DEFAULT_RERANK_CANDIDATES
-from langchain_fusion.search.diversity import SOURCE_CAP, Diversity
+from langchain_fusion.search.diversity import DiversityOptions
 from langchain_fusion.search.fusion import FUSION_METHODS
 from langchain_fusion.search.options import SEARCH_DEFAULTS, SearchOptions
 from langchain_fusion.search.relevance import RELEVANCE_INFO_KEY, check_min_relevance
@@ -218,7 +218,7 @@ def _add_floor_arguments(floors: Any) -> None:
         metavar="LAMBDAS",
         help="add a fusion row re-ranked by maximal marginal relevance for each weight of relevance (comma list)",
     )
-    add_option_flag(floors, SOURCE_CAP, help_text="add a fusion row with at most N results per source")
+    add_option_flag(floors, "max_per_source", help_text="add a fusion row with at most N results per source")
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any, Any]:
@@ -278,19 +278,17 @@ def _calibrate(args: argparse.Namespace, plan: _Plan) -> Any:
 def _selection_rows(args: argparse.Namespace, lambdas: Sequence[float]) -> dict[str, Callable[[Any], Any]]:
     """The extra fusion rows asked for by --mmr (``lambdas``, checked) and --max-per-source: row name -> wrapper."""
 
-    def with_options(**options: Any) -> Callable[[Any], Any]:
+    def with_options(diversity: DiversityOptions) -> Callable[[Any], Any]:
+        given = diversity.model_dump(exclude_none=True)
         # A new retriever rather than model_copy, so the options go through its validation.
-        return lambda fusion: type(fusion)(**{n: getattr(fusion, n) for n in fusion.model_fields_set} | options)
-
-    def set_options(diversity: Diversity) -> dict[str, Any]:
-        return {name: value for name, value in diversity.options().items() if value is not None}
+        return lambda fusion: type(fusion)(**{n: getattr(fusion, n) for n in fusion.model_fields_set} | given)
 
     rows: dict[str, Callable[[Any], Any]] = {}
     for weight in lambdas:
-        rows[f"fusion, mmr lambda={weight:g}"] = with_options(**set_options(Diversity(weight)))
-    cap = given_options(args).get(SOURCE_CAP)
-    if cap is not None:
-        rows[f"fusion, max {cap} per source"] = with_options(**set_options(Diversity(None, cap)))
+        rows[f"fusion, mmr lambda={weight:g}"] = with_options(DiversityOptions(lambda_mult=weight))
+    cap = DiversityOptions(**{n: v for n, v in given_options(args).items() if n in DiversityOptions.model_fields})
+    if cap.max_per_source is not None:
+        rows[f"fusion, max {cap.max_per_source} per source"] = with_options(cap)
     return rows
 
 
@@ -332,7 +330,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
         check_min_relevance(level)
     lambdas = value_grid(args.mmr, "--mmr") if args.mmr else []
     for value in lambdas:
-        Diversity(value)  # checks the weight
+        DiversityOptions(lambda_mult=value)  # checks the weight
     if args.fail_if_worse and not args.baseline:
         raise UserError("--fail-if-worse compares with a saved report: add --baseline REPORT")
     if args.calibrate and not (args.index and args.labels):

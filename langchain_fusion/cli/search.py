@@ -106,9 +106,7 @@ def run_query(args: argparse.Namespace) -> int:
         rewrites = docs[0].metadata.get(keys.MULTI_QUERY_REWRITES) or []
         print("also searched: " + ("; ".join(rewrites) if rewrites else "nothing (no usable rewrites)"))
     if not docs:
-        from langchain_fusion.search.floors import Floors
-
-        floors = Floors.of(dict(pipeline.spec.search)).active or pipeline.spec.search.min_relevance is not None
+        floors = pipeline.spec.search.has_floor or pipeline.spec.search.min_relevance is not None
         print("no results above the relevance floor" if floors else "no results")
         return 0
     _print_table(docs, args)

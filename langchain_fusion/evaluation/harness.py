@@ -31,9 +31,9 @@ from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex, calibration_kind
 from langchain_fusion.retrievers.fusion import BM25Retriever, FusionRetriever, VectorRetriever
 from langchain_fusion.retrievers.rerank import RerankRetriever, with_top_n
-from langchain_fusion.search.floors import Floors
+from langchain_fusion.search.floors import FloorOptions
 from langchain_fusion.search.fusion import FUSION_METHODS, FusionMethod, check_alpha, check_method
-from langchain_fusion.search.options import SEARCH_DEFAULTS
+from langchain_fusion.search.options import SEARCH_DEFAULTS, PoolOptions
 from langchain_fusion.search.pool import QueryScorers, bm25_scorers, fused_search, queries_per_pass, vector_scorers
 from langchain_fusion.search.relevance import check_min_relevance, require_model
 
@@ -364,12 +364,11 @@ def value_grid(spec: str, name: str) -> list[float]:
 def _sweep_runs(
     index: FusionIndex,
     queries: Sequence[tuple[str, str]],
-    searches: Sequence[Mapping[str, Any]],
-    depth: int,
+    searches: Sequence[PoolOptions],
     desc: str,
     progress: bool,
 ) -> list[dict[str, list[str]]]:
-    """For each of ``searches`` (``fused_search`` options), query id -> the ids of its top ``depth``.
+    """For each of ``searches`` (``fused_search`` options), query id -> the ids of its top ``k``.
 
     The queries are embedded and scored once per batch; every search reuses those scores.
     """
@@ -383,17 +382,18 @@ def _sweep_runs(
             vectors = index.embed_queries(texts)
             sides = zip(vector_scorers(view, vectors), bm25_scorers(view, texts), strict=True)
             for position, (vector, bm25) in enumerate(sides):
-                scorers = QueryScorers(vector=vector, bm25=bm25)
-                evidence = index.reads(texts[position])
+                scorers = QueryScorers(vector, bm25, index.reads(texts[position]))
                 for run, options in zip(runs, searches, strict=True):
-                    hits = fused_search(
-                        view, texts[position], vectors[position : position + 1], k=depth, where=None, scorers=scorers,
-                        vector_evidence=evidence, **options,
-                    )  # fmt: skip
+                    hits = fused_search(view, scorers, options)
                     keys = np.fromiter((h.key for h in hits), dtype=np.int64, count=len(hits))
                     run[chunk[position][0]] = view.ids(keys)
             bar.update(len(chunk))
     return runs
+
+
+def _sweep_search(k: int, alpha: float, method: FusionMethod, fetch_k: int | None) -> PoolOptions:
+    """One checked search of a sweep: every copy of a text kept (a sweep compares fusion settings, not collapsing)."""
+    return PoolOptions.model_construct(k=k, alpha=alpha, method=method, fetch_k=fetch_k, duplicates="keep")
 
 
 def sweep_alpha(
@@ -412,11 +412,11 @@ def sweep_alpha(
     ``alpha=0`` BM25-only for every method.
     """
     alphas = [check_alpha(a) for a in alphas]
-    methods = [check_method(m) for m in methods]
+    checked = [check_method(m) for m in methods]
     depth = deepest_cutoff(metrics)
-    settings = [(m, a) for m in methods for a in alphas]
-    searches = [{"alpha": alpha, "method": method, "fetch_k": fetch_k} for method, alpha in settings]
-    found = _sweep_runs(index, list(dataset.queries.items()), searches, depth, "alpha sweep", progress)
+    settings = [(m, a) for m in checked for a in alphas]
+    searches = [_sweep_search(depth, alpha, method, fetch_k) for method, alpha in settings]
+    found = _sweep_runs(index, list(dataset.queries.items()), searches, "alpha sweep", progress)
     runs = dict(zip(settings, found, strict=True))
     results = [
         MethodResult(f"{method}@{alpha:g}", evaluate_run(runs[(method, alpha)], dataset.qrels, metrics))
@@ -431,18 +431,9 @@ NO_ANSWER_EMPTY = "no_answer_empty"
 """Column of :func:`sweep_floors`: the share of no-answer queries that get no result at all."""
 
 
-def floor_name(vector: float | None, bm25: float | None) -> str:
-    """The row label of a floor setting: ``no floor``, ``vector>=0.4``, ``bm25>=3`` or ``vector>=0.4|bm25>=3``."""
-    parts = [f"{side}>={value:g}" for side, value in (("vector", vector), ("bm25", bm25)) if value is not None]
-    return "|".join(parts) or "no floor"
-
-
 def check_floor_grids(vector_floors: Iterable[float], bm25_floors: Iterable[float]) -> None:
     """An InvalidParameterError for a floor value out of range (before any work)."""
-    for value in vector_floors:
-        Floors(vector=value)
-    for value in bm25_floors:
-        Floors(bm25=value)
+    FloorOptions.grid(list(vector_floors), list(bm25_floors))
 
 
 def sweep_floors(
@@ -468,21 +459,12 @@ def sweep_floors(
     Choose the floor where ``no_answer_empty`` is high while the metrics and ``answered`` hold.
     The queries are embedded and scored once; every setting reuses the scores.
     """
-    on_vector = [Floors(vector=v).vector for v in vector_floors]  # each checked by Floors
-    on_bm25 = [Floors(bm25=b).bm25 for b in bm25_floors]
-    alpha, method, fetch_k = check_alpha(alpha), check_method(method), check_fetch_k(fetch_k)
-    settings: list[tuple[float | None, float | None]] = [(None, None)]
-    for vector_floor in [None, *on_vector]:
-        for bm25_floor in [None, *on_bm25]:
-            if (vector_floor, bm25_floor) not in settings:
-                settings.append((vector_floor, bm25_floor))
-    depth = deepest_cutoff(metrics)
+    settings = FloorOptions.grid(list(vector_floors), list(bm25_floors))  # each value checked
+    base = _sweep_search(deepest_cutoff(metrics), check_alpha(alpha), check_method(method), check_fetch_k(fetch_k))
     everything = [*dataset.queries.items(), *dataset.no_answer.items()]
-    searches = [
-        {"alpha": alpha, "method": method, "fetch_k": fetch_k, "floors": Floors(vector=v, bm25=b)} for v, b in settings
-    ]
-    runs = dict(zip(settings, _sweep_runs(index, everything, searches, depth, "floor sweep", progress), strict=True))
-    results = [_floor_row(floor_name(*setting), runs[setting], dataset, metrics) for setting in settings]
+    searches = [base.model_copy(update=dict(setting)) for setting in settings]
+    runs = _sweep_runs(index, everything, searches, "floor sweep", progress)
+    results = [_floor_row(s.label, run, dataset, metrics) for s, run in zip(settings, runs, strict=True)]
     return Report(dataset.name, list(metrics), results)
 
 

@@ -52,8 +52,7 @@ from langchain_fusion.models.embeddings import (
     embeddings_from_id,
     embeddings_id,
 )
-from langchain_fusion.search.diversity import DEFAULT_MMR_WEIGHT, MMR_WEIGHT, check_lambda_mult
-from langchain_fusion.search.options import SEARCH_DEFAULTS
+from langchain_fusion.search.diversity import DEFAULT_MMR_WEIGHT, check_lambda_mult
 from langchain_fusion.search.relevance import RELEVANCE_INFO_KEY, RelevanceModel, SavedModel, calibrate_search
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.base import FloatMatrix, FusionStore, StoreView, Where
@@ -491,27 +490,22 @@ class FusionIndex(VectorStore):
         **kwargs: Any,
     ) -> list[Document]:
         """MMR for an embedding: relevance to the query traded against similarity to what was picked."""
-        from langchain_fusion.search.diversity import Diversity
-        from langchain_fusion.search.pool import fused_search
+        from langchain_fusion.search.options import PoolOptions
+        from langchain_fusion.search.pool import fused_search, query_scorers
 
         _no_extra_options("max_marginal_relevance_search", kwargs)
-        k, fetch_k = check_k(k), check_positive_int(fetch_k, "fetch_k")
-        weight = check_lambda_mult(lambda_mult, optional=False)
+        options = PoolOptions.model_construct(
+            k=check_k(k),
+            alpha=1.0,  # the vector side alone: BM25 has no weight (and no text to score)
+            fetch_k=check_positive_int(fetch_k, "fetch_k"),
+            filter=None if filter is None else check_filter(filter),
+            lambda_mult=check_lambda_mult(lambda_mult, optional=False),
+            duplicates="keep",  # LangChain's searches return every copy
+        )
         view = self.store.view()
         if view.known_empty():
             return []
-        where = None if filter is None else Where(metadata=check_filter(filter))
-        hits = fused_search(
-            view,
-            "",  # the vector side alone: BM25 has no weight (and no text to score)
-            self._query_matrix(embedding),
-            k=k,
-            alpha=1.0,
-            fetch_k=fetch_k,
-            method=SEARCH_DEFAULTS.method,
-            where=where,
-            diversity=Diversity(lambda_mult=weight),
-        )
+        hits = fused_search(view, query_scorers(view, "", self._query_matrix(embedding)), options)
         keys = np.fromiter((hit.key for hit in hits), dtype=np.int64, count=len(hits))
         return [_plain_copy(doc) for doc in view.documents(keys)]
 
@@ -749,9 +743,9 @@ class FusionIndex(VectorStore):
                 raise InvalidParameterError("search_type='similarity' is the vector side alone (alpha=1); drop alpha")
             options["alpha"] = 1.0
         elif search_type == "mmr":
-            if options.setdefault(MMR_WEIGHT, DEFAULT_MMR_WEIGHT) is None:
+            if options.setdefault("lambda_mult", DEFAULT_MMR_WEIGHT) is None:
                 raise InvalidParameterError(
-                    f"search_type='mmr' needs a {MMR_WEIGHT} between 0 and 1; drop {MMR_WEIGHT}=None"
+                    "search_type='mmr' needs a lambda_mult between 0 and 1; drop lambda_mult=None"
                 )
         elif search_type not in SEARCH_TYPES:
             raise InvalidParameterError(f"search_type must be one of {list(SEARCH_TYPES)}; got {search_type!r}")

@@ -32,9 +32,9 @@ from langchain_fusion.retrievers.windows import ContextWindowRetriever
 from langchain_fusion.search.options import (
     DEFAULT_WINDOW_MAX_CHARS,
     SELECTION_OPTIONS,
-    DuplicateOptions,
     FusionOptions,
-    RelevanceOption,
+    HierarchicalSearchOptions,
+    HierarchyOptions,
 )
 from langchain_fusion.stores.filters import merge_filters
 from langchain_fusion.stores.local.folder import library_version
@@ -318,7 +318,7 @@ def build(spec: PipelineSpec) -> Pipeline:
     elif isinstance(served, HierarchicalIndex) and spec.hierarchical is not False:
         if spec.selection():
             spec.refuse_selection()
-        taken = {*FusionOptions.model_fields, *DuplicateOptions.model_fields, *RelevanceOption.model_fields, "filter"}
+        taken = set(HierarchicalSearchOptions.model_fields) - set(HierarchyOptions.model_fields)
         options = spec.search.model_dump(include=taken)
         search = served.as_retriever(**options, **spec.hierarchy.model_dump())
     else:

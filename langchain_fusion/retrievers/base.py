@@ -14,7 +14,7 @@ from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
@@ -23,7 +23,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import get_config_list, run_in_executor
 from pydantic import ConfigDict
 
-from langchain_fusion._checks import CheckedModel
+from langchain_fusion._checks import CheckedModel, OptionGroup
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.search.options import OPTION_CHECKS
@@ -50,7 +50,7 @@ def per_call_options(
     return options
 
 
-def innermost_search(retriever: BaseRetriever) -> SearchRetriever | None:
+def innermost_search(retriever: BaseRetriever) -> SearchRetriever[Any] | None:
     """The search a wrapper (context windows, rerank, multi-query) passes its per-call options to, or None.
 
     A wrapper passes the options it does not take itself to its ``retriever``, and so on down;
@@ -80,9 +80,16 @@ _BATCH: ContextVar[Mapping[tuple[int, str], PreparedQuery] | None] = ContextVar(
 """The prepared queries of the batch being run, keyed by (retriever id, query)."""
 
 
-class SearchRetriever(CheckedModel, BaseRetriever):
+OptionsT = TypeVar("OptionsT", bound=OptionGroup)
+"""The options model of a retriever (its option fields are that model's; see :meth:`SearchRetriever.options_model`)."""
+
+
+class SearchRetriever(CheckedModel, BaseRetriever, Generic[OptionsT]):
     """The template of every retriever here: validate options, embed (async when async), search.
 
+    A subclass is also its options model (``class FusionRetriever(SearchOptions,
+    SearchRetriever[SearchOptions])``), so its fields are its options; per call, the options
+    travel as an instance of that model (:meth:`options_model`), each value checked once.
     Subclasses say whether a query needs its embedding (:meth:`_needs_vector`), how to embed
     (:meth:`_embedder`), whether there is anything to search (:meth:`_is_empty`) and how to
     rank (:meth:`_search`, plain NumPy/engine work, run off the event loop when async).
@@ -96,14 +103,20 @@ class SearchRetriever(CheckedModel, BaseRetriever):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     @classmethod
+    @abstractmethod
+    def options_model(cls) -> type[OptionsT]:
+        """The model of this retriever's options (one of its bases)."""
+
+    @classmethod
     def per_call_option_names(cls) -> tuple[str, ...]:
-        """The options ``invoke`` takes per call (``invoke(query, k=3)``): its fields that are search options."""
-        return tuple(name for name in cls.model_fields if name in OPTION_CHECKS)
+        """The options ``invoke`` takes per call (``invoke(query, k=3)``): the fields of :meth:`options_model`."""
+        return tuple(cls.options_model().model_fields)
 
-    def _options(self, overrides: dict[str, Any]) -> dict[str, Any]:
-        return per_call_options(self, self.per_call_option_names(), overrides)
+    def _options(self, overrides: dict[str, Any]) -> OptionsT:
+        """The retriever's options with per-call ``overrides`` (each override checked by its own check)."""
+        return self.options_model().model_construct(**per_call_options(self, self.per_call_option_names(), overrides))
 
-    def _needs_vector(self, options: dict[str, Any]) -> bool:
+    def _needs_vector(self, options: OptionsT) -> bool:
         return True
 
     @abstractmethod
@@ -119,7 +132,7 @@ class SearchRetriever(CheckedModel, BaseRetriever):
         self,
         query: str,
         query_vector: FloatMatrix | None,
-        options: dict[str, Any],
+        options: OptionsT,
         prepared: PreparedQuery | None = None,
     ) -> list[Document]:
         """Rank for one query with resolved options (``prepared``: its batch's view and scores, if any)."""
@@ -164,7 +177,7 @@ class SearchRetriever(CheckedModel, BaseRetriever):
 
     # --- batches -------------------------------------------------------------------------------
 
-    def _batch_texts(self, inputs: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list[str], dict[str, Any]] | None:
+    def _batch_texts(self, inputs: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list[str], OptionsT] | None:
         """The distinct searchable queries of a batch and its options, or None when nothing can be prepared."""
         try:
             options = self._options(kwargs)
@@ -179,7 +192,7 @@ class SearchRetriever(CheckedModel, BaseRetriever):
         """Queries prepared at once (bounded by the memory their scores take)."""
         return 1 << 30
 
-    def _prepare_many(self, texts: list[str], options: dict[str, Any], config: RunnableConfig) -> list[PreparedQuery]:
+    def _prepare_many(self, texts: list[str], options: OptionsT, config: RunnableConfig) -> list[PreparedQuery]:
         """Embed the batch's queries in one call (where the model allows), then :meth:`_score_many`."""
         vectors = (
             self._embedder().embed_queries(texts, max_concurrency=config.get("max_concurrency"))
@@ -188,9 +201,7 @@ class SearchRetriever(CheckedModel, BaseRetriever):
         )
         return self._score_many(texts, vectors, options)
 
-    async def _aprepare_many(
-        self, texts: list[str], options: dict[str, Any], config: RunnableConfig
-    ) -> list[PreparedQuery]:
+    async def _aprepare_many(self, texts: list[str], options: OptionsT, config: RunnableConfig) -> list[PreparedQuery]:
         """Async twin of :meth:`_prepare_many`: the embedding awaits the model, scoring runs off the loop."""
         vectors = (
             await self._embedder().aembed_queries(texts, max_concurrency=config.get("max_concurrency"))
@@ -199,9 +210,7 @@ class SearchRetriever(CheckedModel, BaseRetriever):
         )
         return await run_in_executor(None, self._score_many, texts, vectors, options)
 
-    def _score_many(
-        self, texts: list[str], vectors: FloatMatrix | None, options: dict[str, Any]
-    ) -> list[PreparedQuery]:
+    def _score_many(self, texts: list[str], vectors: FloatMatrix | None, options: OptionsT) -> list[PreparedQuery]:
         """Prepared queries for embedded ``texts``: here their embeddings; retrievers over an index score them too."""
         return [PreparedQuery(None if vectors is None else vectors[i : i + 1]) for i in range(len(texts))]
 
@@ -235,7 +244,7 @@ class SearchRetriever(CheckedModel, BaseRetriever):
         return results
 
     def _prepare(
-        self, texts: list[str], options: dict[str, Any], config: RunnableConfig
+        self, texts: list[str], options: OptionsT, config: RunnableConfig
     ) -> dict[tuple[int, str], PreparedQuery]:
         try:
             prepared = self._prepare_many(texts, options, config)
@@ -245,7 +254,7 @@ class SearchRetriever(CheckedModel, BaseRetriever):
         return {(id(self), text): item for text, item in zip(texts, prepared, strict=True)}
 
     async def _aprepare(
-        self, texts: list[str], options: dict[str, Any], config: RunnableConfig
+        self, texts: list[str], options: OptionsT, config: RunnableConfig
     ) -> dict[tuple[int, str], PreparedQuery]:
         try:
             prepared = await self._aprepare_many(texts, options, config)

@@ -18,12 +18,9 @@ from langchain_core.documents import Document
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import InvalidParameterError, UnknownDocumentError
 from langchain_fusion.index.fusion_index import FusionIndex
-from langchain_fusion.retrievers.base import PreparedQuery, SearchRetriever
-from langchain_fusion.search.diversity import Diversity
-from langchain_fusion.search.duplicates import Duplicates
+from langchain_fusion.retrievers.base import OptionsT, PreparedQuery, SearchRetriever
 from langchain_fusion.search.explain import Explanation, SearchRecord, explain
-from langchain_fusion.search.floors import Floors
-from langchain_fusion.search.options import FilterOption, ResultsOption, SearchOptions
+from langchain_fusion.search.options import FilterOption, FusionOptions, ResultsOption, SearchOptions
 from langchain_fusion.search.pool import (
     QueryScorers,
     SearchTrace,
@@ -42,7 +39,11 @@ from langchain_fusion.stores.base import BatchScorer, ConcurrentSides, FloatMatr
 __all__ = ["BM25Retriever", "FusionRetriever", "SearchRetriever", "VectorRetriever"]
 
 
-class _IndexRetriever(SearchRetriever):
+class SideOptions(FilterOption, ResultsOption):
+    """The options of a single-side search: how many results, and which documents it may return."""
+
+
+class _IndexRetriever(SearchRetriever[OptionsT]):
     """What the retrievers over one FusionIndex share: the index, batches scored in one pass."""
 
     index: FusionIndex
@@ -53,10 +54,6 @@ class _IndexRetriever(SearchRetriever):
 
     def _is_empty(self) -> bool:
         return self.index.view().known_empty()
-
-    @staticmethod
-    def _where(options: dict[str, Any]) -> Where | None:
-        return None if options["filter"] is None else Where(metadata=options["filter"])
 
     def _batch_step(self) -> int:
         view = self.index.view()
@@ -71,14 +68,12 @@ class _IndexRetriever(SearchRetriever):
             isinstance(view, ConcurrentSides) and view.sides_in_parallel(None)
         )
 
-    def _score_many(
-        self, texts: list[str], vectors: FloatMatrix | None, options: dict[str, Any]
-    ) -> list[PreparedQuery]:
+    def _score_many(self, texts: list[str], vectors: FloatMatrix | None, options: OptionsT) -> list[PreparedQuery]:
         view = self.index.view()
         bm25 = bm25_scorers(view, texts)
         if vectors is None:
             return [PreparedQuery(None, view, bm25=side) for side in bm25]
-        if options.get("fetch_k", 0) is None:
+        if isinstance(options, FusionOptions) and options.fetch_k is None:
             # The whole corpus is normalised with the scan's float32 scores, whose last bits depend on the
             # kernel: each query keeps its own scan, so a batch returns exactly what invoke returns.
             vector = [view.vector(vectors[i : i + 1]) for i in range(len(texts))]
@@ -87,15 +82,22 @@ class _IndexRetriever(SearchRetriever):
         return [PreparedQuery(vectors[i : i + 1], view, vector=vector[i], bm25=bm25[i]) for i in range(len(texts))]
 
 
-class VectorRetriever(FilterOption, ResultsOption, _IndexRetriever):
+def _where(options: FilterOption) -> Where | None:
+    return None if options.filter is None else Where(metadata=options.filter)
+
+
+class VectorRetriever(SideOptions, _IndexRetriever[SideOptions]):
     """Dense retrieval only: cosine similarity over the index's vector side.
 
     Returned documents carry ``vector_score`` and ``vector_rank``. Options: ``k`` and ``filter``.
     """
 
-    def _score_many(
-        self, texts: list[str], vectors: FloatMatrix | None, options: dict[str, Any]
-    ) -> list[PreparedQuery]:
+    @classmethod
+    def options_model(cls) -> type[SideOptions]:
+        """:class:`SideOptions`."""
+        return SideOptions
+
+    def _score_many(self, texts: list[str], vectors: FloatMatrix | None, options: SideOptions) -> list[PreparedQuery]:
         assert vectors is not None
         view = self.index.view()
         vector = vector_scorers(view, vectors)
@@ -105,39 +107,44 @@ class VectorRetriever(FilterOption, ResultsOption, _IndexRetriever):
         self,
         query: str,
         query_vector: FloatMatrix | None,
-        options: dict[str, Any],
+        options: SideOptions,
         prepared: PreparedQuery | None = None,
     ) -> list[Document]:
         assert query_vector is not None
         view = prepared.view if prepared is not None and prepared.view is not None else self.index.view()
         scorer = prepared.vector if prepared is not None else None
-        hits = vector_search(view, query_vector, options["k"], self._where(options), scorer=scorer)
+        hits = vector_search(view, query_vector, options.k, _where(options), scorer=scorer)
         return hits_to_documents(view, hits)
 
 
-class BM25Retriever(FilterOption, ResultsOption, _IndexRetriever):
+class BM25Retriever(SideOptions, _IndexRetriever[SideOptions]):
     """Keyword retrieval only: BM25 over the index's analyzer; never embeds the query.
 
     Only documents that contain at least one query term are returned. Returned documents
     carry ``bm25_score`` and ``bm25_rank``. Options: ``k`` and ``filter``.
     """
 
-    def _needs_vector(self, options: dict[str, Any]) -> bool:
+    @classmethod
+    def options_model(cls) -> type[SideOptions]:
+        """:class:`SideOptions`."""
+        return SideOptions
+
+    def _needs_vector(self, options: SideOptions) -> bool:
         return False
 
     def _search(
         self,
         query: str,
         query_vector: FloatMatrix | None,
-        options: dict[str, Any],
+        options: SideOptions,
         prepared: PreparedQuery | None = None,
     ) -> list[Document]:
         view = prepared.view if prepared is not None and prepared.view is not None else self.index.view()
         scorer = prepared.bm25 if prepared is not None else None
-        return hits_to_documents(view, bm25_search(view, query, options["k"], self._where(options), scorer=scorer))
+        return hits_to_documents(view, bm25_search(view, query, options.k, _where(options), scorer=scorer))
 
 
-class FusionRetriever(SearchOptions, _IndexRetriever):
+class FusionRetriever(SearchOptions, _IndexRetriever[SearchOptions]):
     """Hybrid retrieval: vector and BM25 scores normalised and fused per document.
 
     For every candidate found by either side, the other side's real score is looked up by
@@ -151,47 +158,33 @@ class FusionRetriever(SearchOptions, _IndexRetriever):
     their relevance, which ``min_relevance`` floors.
     """
 
+    @classmethod
+    def options_model(cls) -> type[SearchOptions]:
+        """:class:`~langchain_fusion.search.options.SearchOptions`."""
+        return SearchOptions
+
     def _search(
         self,
         query: str,
         query_vector: FloatMatrix | None,
-        options: dict[str, Any],
+        options: SearchOptions,
         prepared: PreparedQuery | None = None,
     ) -> list[Document]:
         assert query_vector is not None
-        view, scorers = self.index.view(), None
+        view = self.index.view()
         if prepared is not None and prepared.view is not None and prepared.vector and prepared.bm25:
-            view, scorers = prepared.view, QueryScorers(vector=prepared.vector, bm25=prepared.bm25)
-        documents = self._fused(query, query_vector, options, view, scorers)
-        return with_relevance(documents, self.index.relevance_model, options["min_relevance"])
+            view = prepared.view
+            scorers = QueryScorers(prepared.vector, prepared.bm25, self.index.reads(query))
+        else:
+            scorers = query_scorers(view, query, query_vector, self.index.reads(query))
+        documents = self._fused(view, scorers, options)
+        return with_relevance(documents, self.index.relevance_model, options.min_relevance)
 
     def _fused(
-        self,
-        query: str,
-        query_vector: FloatMatrix,
-        options: dict[str, Any],
-        view: StoreView,
-        scorers: QueryScorers | None,
-        trace: SearchTrace | None = None,
+        self, view: StoreView, scorers: QueryScorers, options: SearchOptions, trace: SearchTrace | None = None
     ) -> list[Document]:
         """The fused results on ``view`` before the ``min_relevance`` floor (``trace``: filled by the search)."""
-        hits = fused_search(
-            view,
-            query,
-            query_vector,
-            k=options["k"],
-            alpha=options["alpha"],
-            fetch_k=options["fetch_k"],
-            method=options["method"],
-            where=self._where(options),
-            scorers=scorers,
-            floors=Floors.of(options),
-            diversity=Diversity.of(options),
-            duplicates=Duplicates.of(options),
-            vector_evidence=self.index.reads(query),
-            trace=trace,
-        )
-        return hits_to_documents(view, hits, options["method"])
+        return hits_to_documents(view, fused_search(view, scorers, options, trace), options.method)
 
     def explain(self, query: str, document: str | Document, **options: Any) -> Explanation:
         """Where ``document`` (a chunk's id, or the chunk) ends up when this retriever searches ``query``, and why.
@@ -215,11 +208,10 @@ class FusionRetriever(SearchOptions, _IndexRetriever):
         key = int(view.keys_of([doc_id])[0])
         if key < 0:
             raise UnknownDocumentError(unknown_id_message(view, doc_id))
-        query_vector = self.index.embed_query(query)
-        scorers = query_scorers(view, query, query_vector)
+        scorers = query_scorers(view, query, self.index.embed_query(query), self.index.reads(query))
         trace = SearchTrace()
-        scored = self._fused(query, query_vector, resolved, view, scorers, trace)
-        returned = with_relevance(list(scored), self.index.relevance_model, resolved["min_relevance"])
+        scored = self._fused(view, scorers, resolved, trace)
+        returned = with_relevance(list(scored), self.index.relevance_model, resolved.min_relevance)
         return explain(SearchRecord(view, scorers, trace, scored, returned, resolved), query, doc_id, key)
 
 

@@ -14,8 +14,6 @@ the retriever's ``alpha`` and ``method``). Results are one global top ``k`` by t
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from langchain_core.documents import Document
 
@@ -24,22 +22,14 @@ from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HIERARCHICAL_KIND, HierarchicalIndex
 from langchain_fusion.retrievers.base import PreparedQuery, SearchRetriever
 from langchain_fusion.search.diversity import pick_in_order
-from langchain_fusion.search.duplicates import Duplicates, copies_entry, copies_of, duplicate_groups
-from langchain_fusion.search.options import (
-    DuplicateOptions,
-    FilterOption,
-    FusionOptions,
-    HierarchyOptions,
-    RelevanceOption,
-)
-from langchain_fusion.search.pool import Hit, fused_search, scored_copy
+from langchain_fusion.search.duplicates import copies_entry, copies_of, duplicate_groups
+from langchain_fusion.search.options import HierarchicalSearchOptions, PoolOptions
+from langchain_fusion.search.pool import Hit, fused_search, query_scorers, scored_copy
 from langchain_fusion.search.relevance import with_relevance
 from langchain_fusion.stores.base import FloatMatrix, StoreView, Where
 
 
-class HierarchicalRetriever(
-    HierarchyOptions, RelevanceOption, DuplicateOptions, FilterOption, FusionOptions, SearchRetriever
-):
+class HierarchicalRetriever(HierarchicalSearchOptions, SearchRetriever[HierarchicalSearchOptions]):
     """Summaries first, then the best chunks of the selected pages; one global top ``k``.
 
     For a query: the ``k_summaries`` best summaries by fused score; the chunks of their pages;
@@ -66,6 +56,11 @@ class HierarchicalRetriever(
     index: HierarchicalIndex
     """The summary and chunk indexes."""
 
+    @classmethod
+    def options_model(cls) -> type[HierarchicalSearchOptions]:
+        """:class:`~langchain_fusion.search.options.HierarchicalSearchOptions`."""
+        return HierarchicalSearchOptions
+
     def _embedder(self) -> FusionIndex:
         return self.index.chunks
 
@@ -76,19 +71,21 @@ class HierarchicalRetriever(
         self,
         query: str,
         query_vector: FloatMatrix | None,
-        options: dict[str, Any],
+        options: HierarchicalSearchOptions,
         prepared: PreparedQuery | None = None,
     ) -> list[Document]:
         ranked = self._ranked(query, query_vector, options)
-        return with_relevance(ranked, self.index.relevance_model, options["min_relevance"], HIERARCHICAL_KIND)
+        return with_relevance(ranked, self.index.relevance_model, options.min_relevance, HIERARCHICAL_KIND)
 
-    def _ranked(self, query: str, query_vector: FloatMatrix | None, options: dict[str, Any]) -> list[Document]:
+    def _ranked(
+        self, query: str, query_vector: FloatMatrix | None, options: HierarchicalSearchOptions
+    ) -> list[Document]:
         """The hierarchical results before the ``min_relevance`` floor."""
         # A batch prepares the embeddings only: the two indexes are scored per query.
         assert query_vector is not None
         chunks, summaries = self.index.chunks.view(), self.index.summaries.view()
-        spec = options["filter"]
-        summary_where = None
+        spec = options.filter
+        covering = None
         if spec is not None:
             matching = chunks.documents(chunks.select(Where(metadata=spec)))
             allowed_ids = {doc.id for doc in matching}
@@ -97,44 +94,32 @@ class HierarchicalRetriever(
                 for doc in summaries.iter_documents()
                 if any(i in allowed_ids for i in doc.metadata[keys.SUMMARY_CHUNK_IDS])
             )
-            summary_where = Where(ids=covering)
-        method, alpha = options["method"], options["alpha"]
+        method, alpha = options.method, options.alpha
         evidence = self.index.chunks.reads(query)
-        summary_hits = fused_search(
-            summaries,
-            query,
-            query_vector,
-            k=options["k_summaries"],
-            alpha=alpha,
-            fetch_k=options["fetch_k"],
-            method=method,
-            where=summary_where,
-            vector_evidence=evidence,
+        # Both searches are plain fused searches: every copy kept (duplicates are collapsed by the combined score).
+        summary_options = PoolOptions.model_construct(
+            k=options.k_summaries, alpha=alpha, fetch_k=options.fetch_k, method=method, duplicates="keep"
         )
+        summary_scorers = query_scorers(summaries, query, query_vector, evidence)
+        summary_hits = fused_search(summaries, summary_scorers, summary_options, within=covering)
         summary_docs = summaries.documents(np.fromiter((h.key for h in summary_hits), np.int64, len(summary_hits)))
         leader: dict[str, tuple[int, Hit, Document]] = {}
         for rank, (summary, summary_doc) in enumerate(zip(summary_hits, summary_docs, strict=True), 1):
             for chunk_id in summary_doc.metadata[keys.SUMMARY_CHUNK_IDS]:
                 leader.setdefault(chunk_id, (rank, summary, summary_doc))  # the best-ranked summary leads
-        chunk_where = Where(metadata=spec, ids=frozenset(leader))
-        allowed = int(chunks.select(chunk_where).size)
+        selected = frozenset(leader)
+        allowed = int(chunks.select(Where(metadata=spec, ids=selected)).size)
         if allowed == 0:
             return []
         # k and fetch_k = every allowed row: the pool is every chunk of the selected pages (on the vector
         # side; with alpha=0, those containing a query term), and only those rows are scored.
-        chunk_hits = fused_search(
-            chunks,
-            query,
-            query_vector,
-            k=allowed,
-            alpha=alpha,
-            fetch_k=allowed,
-            method=method,
-            where=chunk_where,
-            vector_evidence=evidence,
+        chunk_options = PoolOptions.model_construct(
+            k=allowed, alpha=alpha, fetch_k=allowed, method=method, filter=spec, duplicates="keep"
         )
+        chunk_scorers = query_scorers(chunks, query, query_vector, evidence)
+        chunk_hits = fused_search(chunks, chunk_scorers, chunk_options, within=selected)
         chunk_docs = chunks.documents(np.fromiter((h.key for h in chunk_hits), np.int64, len(chunk_hits)))
-        weight = options["summary_weight"]
+        weight = options.summary_weight
         scored = []
         for hit, chunk_doc in zip(chunk_hits, chunk_docs, strict=True):
             rank, summary, summary_doc = leader[chunk_doc.id or ""]
@@ -157,13 +142,13 @@ class HierarchicalRetriever(
 
 
 def _first_copies(
-    view: StoreView, chunk_keys: list[int], documents: list[Document], options: dict[str, Any]
+    view: StoreView, chunk_keys: list[int], documents: list[Document], options: HierarchicalSearchOptions
 ) -> tuple[list[int], list[list[int]]]:
     """The positions of the ``k`` results among ranked chunks, copies collapsed, and each one's copies' positions."""
-    duplicates = Duplicates.of(options)
-    if not duplicates.active:
-        return list(range(min(options["k"], len(documents)))), [[] for _ in documents[: options["k"]]]
-    vectors = view.vectors(np.asarray(chunk_keys, dtype=np.int64)) if duplicates.uses_vectors else None
-    groups = duplicate_groups([doc.page_content for doc in documents], vectors, duplicates.similarity)
-    chosen = pick_in_order(len(documents), options["k"], copies=groups).positions
+    k = options.k
+    if not options.collapses_copies:
+        return list(range(min(k, len(documents)))), [[] for _ in documents[:k]]
+    vectors = view.vectors(np.asarray(chunk_keys, dtype=np.int64)) if options.copies_by_vector else None
+    groups = duplicate_groups([doc.page_content for doc in documents], vectors, options.near_duplicate_similarity)
+    chosen = pick_in_order(len(documents), k, copies=groups).positions
     return chosen.tolist(), copies_of(groups, chosen)

@@ -50,9 +50,9 @@ from langchain_fusion.models.llm_calls import (
     invoke_bounded,
 )
 from langchain_fusion.retrievers.rerank import RERANK_RETRY
-from langchain_fusion.search.diversity import SOURCE_CAP, capped, source_groups
+from langchain_fusion.search.diversity import capped, check_max_per_source, source_groups
 from langchain_fusion.search.fusion import weighted_rrf
-from langchain_fusion.search.options import OPTION_CHECKS, ResultsOption
+from langchain_fusion.search.options import ResultsOption
 
 logger = logging.getLogger(__name__)
 
@@ -126,11 +126,11 @@ def parse_rewrites(answer: Any, question: str, n: int) -> list[str]:
 def _own_cap(retriever: BaseRetriever) -> int | None:
     """The cap per source of ``retriever``, or of the retriever it wraps (and so on); None if none has one."""
     inner: Any = retriever
-    while SOURCE_CAP not in type(inner).model_fields:
+    while "max_per_source" not in type(inner).model_fields:  # ours, or any retriever with such a field
         inner = getattr(inner, "retriever", None)
         if not isinstance(inner, BaseRetriever):
             return None
-    return OPTION_CHECKS[SOURCE_CAP](getattr(inner, SOURCE_CAP))  # type: ignore[no-any-return]
+    return check_max_per_source(inner.max_per_source)
 
 
 def _doc_key(doc: Document) -> Any:
@@ -228,8 +228,8 @@ class MultiQueryFusionRetriever(ResultsOption, BaseRetriever):
 
     def _cap(self, rest: dict[str, Any]) -> int | None:
         """The cap per source of the fused list: the call's (passed on too), else the searches'."""
-        if SOURCE_CAP in rest:
-            return OPTION_CHECKS[SOURCE_CAP](rest[SOURCE_CAP])  # type: ignore[no-any-return]
+        if "max_per_source" in rest:
+            return check_max_per_source(rest["max_per_source"])
         return _own_cap(self.retriever)
 
     def _search_config(self, callbacks: Callbacks) -> RunnableConfig:

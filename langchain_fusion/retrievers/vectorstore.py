@@ -126,12 +126,14 @@ class VectorStoreFusionRetriever(FusionOptions, BaseRetriever):
             return self._by_id[doc.id]
         return self._by_content.get(content_id(Document(page_content=doc.page_content, metadata=doc.metadata)))
 
-    def _store_k(self, options: dict[str, Any]) -> int:
-        fetch_k = options["fetch_k"]
-        return len(self.documents) if fetch_k is None else max(fetch_k, options["k"])
+    def _options(self, overrides: dict[str, Any]) -> FusionOptions:
+        return FusionOptions.model_construct(**per_call_options(self, _PER_CALL, overrides))
 
-    def _fuse(self, query: str, results: Sequence[tuple[Document, float]], options: dict[str, Any]) -> list[Document]:
-        alpha, k, fetch_k = options["alpha"], options["k"], options["fetch_k"]
+    def _store_k(self, options: FusionOptions) -> int:
+        return len(self.documents) if options.fetch_k is None else max(options.fetch_k, options.k)
+
+    def _fuse(self, query: str, results: Sequence[tuple[Document, float]], options: FusionOptions) -> list[Document]:
+        alpha, k, fetch_k = options.alpha, options.k, options.fetch_k
         offset, sign = _similarity_converter(self.vectorstore, self.score_kind)
         bm25_all = self._bm25.scores(query).astype(np.float64)
         # Candidates are keyed by row in self.documents; store hits not in the corpus get extra rows.
@@ -154,16 +156,14 @@ class VectorStoreFusionRetriever(FusionOptions, BaseRetriever):
         floor = min(observed.values()) if observed else 0.0
         vector_scores = np.array([observed.get(row, floor) for row in pool.tolist()], dtype=np.float64)
         bm25_scores = np.array([bm25_all[row] if row < bm25_all.size else 0.0 for row in pool.tolist()])
-        hits = rank_pool(
-            pool, vector_scores, bm25_scores, alpha=alpha, method=options["method"], k=k, vector_known=known
-        )
+        hits = rank_pool(pool, vector_scores, bm25_scores, options, vector_known=known)
         everything = [*self.documents, *extra]
-        return [scored_copy(everything[hit.key], hit, options["method"]) for hit in hits]
+        return [scored_copy(everything[hit.key], hit, options.method) for hit in hits]
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        options = per_call_options(self, _PER_CALL, kwargs)
+        options = self._options(kwargs)
         if not query.strip() or not self.documents:
             return []
         results = self.vectorstore.similarity_search_with_score(query, k=self._store_k(options), **self.search_kwargs)
@@ -172,7 +172,7 @@ class VectorStoreFusionRetriever(FusionOptions, BaseRetriever):
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        options = per_call_options(self, _PER_CALL, kwargs)
+        options = self._options(kwargs)
         if not query.strip() or not self.documents:
             return []
         results = await self.vectorstore.asimilarity_search_with_score(

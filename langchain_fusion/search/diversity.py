@@ -20,21 +20,18 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 from langchain_core.documents import Document
 from numpy.typing import NDArray
+from pydantic import BeforeValidator, Field
 
 from langchain_fusion import metadata as keys
-from langchain_fusion._checks import is_real_number, is_whole_number
+from langchain_fusion._checks import OptionGroup, Switch, is_real_number, is_whole_number
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.search.fusion import min_max
 
-MMR_WEIGHT = "lambda_mult"
-"""The search option of maximal marginal relevance (its weight of relevance)."""
-SOURCE_CAP = "max_per_source"
-"""The search option of the cap on results per source."""
 DEFAULT_MMR_WEIGHT = 0.5
 """The weight of relevance when MMR is asked for without one (LangChain's default)."""
 
@@ -62,31 +59,30 @@ def check_max_per_source(value: Any) -> int | None:
     return int(value)
 
 
-@dataclass(frozen=True)
-class Diversity:
-    """How one search spreads its results; both None: the plain fused top ``k``."""
+class DiversityOptions(OptionGroup):
+    """How one search spreads its results; both None: the plain fused top ``k``. See the module docstring."""
 
-    lambda_mult: float | None = None
-    """Maximal marginal relevance with this weight of relevance (0: most diverse, 1: fused order); None: no MMR."""
-    max_per_source: int | None = None
-    """The most results from one source; None: no cap."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "lambda_mult", check_lambda_mult(self.lambda_mult))
-        object.__setattr__(self, "max_per_source", check_max_per_source(self.max_per_source))
-
-    @classmethod
-    def of(cls, options: Mapping[str, Any]) -> Diversity:
-        """The diversity set in a search's resolved options (absent: none)."""
-        return cls(lambda_mult=options.get(MMR_WEIGHT), max_per_source=options.get(SOURCE_CAP))
-
-    def options(self) -> dict[str, Any]:
-        """The diversity as search options (``FusionRetriever(**diversity.options())``)."""
-        return {MMR_WEIGHT: self.lambda_mult, SOURCE_CAP: self.max_per_source}
+    lambda_mult: Annotated[
+        Annotated[float, Field(ge=0.0, le=1.0)] | None,
+        BeforeValidator(check_lambda_mult),
+        Switch(
+            "mmr",
+            DEFAULT_MMR_WEIGHT,
+            "re-rank the best fetch_k fused candidates by maximal marginal relevance, so that near-copies of one "
+            "passage do not fill the results",
+            "with --mmr, the weight of relevance against diversity, 0 to 1 (1: the fused order)",
+            "the weight of maximal marginal relevance",
+        ),
+    ] = None
+    """Diversity by maximal marginal relevance among the best fetch_k fused candidates: the weight of relevance
+    against variety, 0 to 1 (1: the fused order). None: no MMR."""
+    max_per_source: Annotated[Annotated[int, Field(ge=1)] | None, BeforeValidator(check_max_per_source)] = None
+    """At most this many results from one source (file), the next best taking the place of the others.
+    None: no cap."""
 
     @property
-    def active(self) -> bool:
-        """True when it changes what a plain fused search returns."""
+    def diversifies(self) -> bool:
+        """True when it changes what a plain fused search returns (MMR or a cap per source)."""
         return self.lambda_mult is not None or self.max_per_source is not None
 
 

@@ -3,7 +3,7 @@
 A corpus often holds one text several times: a page copied into two reports, a file saved
 under two names, a boilerplate paragraph. Each copy is its own chunk (its own id and source),
 so a search would return the same text several times and push other results out of the ``k``.
-The ``duplicates`` search option (:class:`Duplicates`) collapses them:
+The ``duplicates`` search option (:class:`DuplicateOptions`) collapses them:
 
 - ``"exact"`` (the default): chunks whose text (``page_content``, whitespace runs counted as one
   space) is identical are copies. Chunks with no text are never copies.
@@ -31,16 +31,16 @@ searches return every copy; so ``alpha=1`` (or 0) equals the single side exactly
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, cast, get_args
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal, cast, get_args
 
 import numpy as np
 from langchain_core.documents import Document
 from numpy.typing import NDArray
+from pydantic import BeforeValidator, Field
 
 from langchain_fusion import metadata as keys
-from langchain_fusion._checks import is_real_number
+from langchain_fusion._checks import OptionGroup, is_real_number
 from langchain_fusion.errors import InvalidParameterError
 
 DuplicateMode = Literal["exact", "near", "keep"]
@@ -51,11 +51,6 @@ DUPLICATE_MODES: tuple[str, ...] = get_args(DuplicateMode)
 
 DEFAULT_NEAR_DUPLICATE_SIMILARITY = 0.95
 """The cosine similarity from which ``duplicates="near"`` counts two chunks as copies (see the module docstring)."""
-
-DUPLICATES = "duplicates"
-"""The search option that says how copies are returned."""
-NEAR_SIMILARITY = "near_duplicate_similarity"
-"""The search option of the cosine similarity that makes two chunks near duplicates."""
 
 
 def check_duplicates(value: Any) -> DuplicateMode:
@@ -78,36 +73,28 @@ def check_near_duplicate_similarity(value: Any) -> float:
     return float(value)
 
 
-@dataclass(frozen=True)
-class Duplicates:
-    """How one search returns copies of one text; see the module docstring."""
+class DuplicateOptions(OptionGroup):
+    """How copies of one text (the same passage under several files) are returned; see the module docstring."""
 
-    mode: DuplicateMode = "exact"
-    """``exact``, ``near`` or ``keep``."""
-    similarity: float = DEFAULT_NEAR_DUPLICATE_SIMILARITY
-    """With ``near``: the least cosine similarity of two near duplicates' vectors."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "mode", check_duplicates(self.mode))
-        object.__setattr__(self, "similarity", check_near_duplicate_similarity(self.similarity))
-
-    @classmethod
-    def of(cls, options: Mapping[str, Any]) -> Duplicates:
-        """The duplicates setting of a search's resolved options (absent: the defaults)."""
-        return cls(
-            mode=options.get(DUPLICATES, "exact"),
-            similarity=options.get(NEAR_SIMILARITY, DEFAULT_NEAR_DUPLICATE_SIMILARITY),
-        )
+    duplicates: Annotated[DuplicateMode, BeforeValidator(check_duplicates)] = "exact"
+    """Copies of one passage: exact returns chunks with identical text once (the best-ranked copy, whose
+    metadata also_in lists the others); near also collapses chunks whose vectors have a cosine similarity of at least
+    near_duplicate_similarity; keep returns every copy. Collapsed before k is counted."""
+    near_duplicate_similarity: Annotated[
+        float, BeforeValidator(check_near_duplicate_similarity), Field(ge=0.0, le=1.0)
+    ] = DEFAULT_NEAR_DUPLICATE_SIMILARITY
+    """With duplicates=near: the cosine similarity of two chunks' vectors from which they are copies (0.95:
+    near-identical texts)."""
 
     @property
-    def active(self) -> bool:
-        """True when copies are collapsed."""
-        return self.mode != "keep"
+    def collapses_copies(self) -> bool:
+        """True when copies are collapsed (not ``keep``)."""
+        return self.duplicates != "keep"
 
     @property
-    def uses_vectors(self) -> bool:
+    def copies_by_vector(self) -> bool:
         """True when the stored vectors decide too (``near``)."""
-        return self.mode == "near"
+        return self.duplicates == "near"
 
 
 def text_key(text: str) -> str:

@@ -21,7 +21,7 @@ results, so it always agrees with them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -30,8 +30,8 @@ from langchain_core.documents import Document
 
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import InvalidParameterError
-from langchain_fusion.search.diversity import MMR_WEIGHT, PASSED_OVER_CAPPED, PASSED_OVER_DUPLICATE, SOURCE_CAP
-from langchain_fusion.search.floors import BM25_FLOOR, VECTOR_FLOOR, Floors
+from langchain_fusion.search.diversity import PASSED_OVER_CAPPED, PASSED_OVER_DUPLICATE
+from langchain_fusion.search.options import SearchOptions
 from langchain_fusion.search.pool import QueryScorers, SearchTrace
 from langchain_fusion.stores.base import SideScorer, StoreView, Where
 
@@ -115,7 +115,7 @@ class SearchRecord:
     """Its results before the ``min_relevance`` floor (with ``relevance`` on a calibrated index)."""
     returned: Sequence[Document]
     """Its results."""
-    options: Mapping[str, Any]
+    options: SearchOptions
     """The resolved search options."""
 
 
@@ -135,14 +135,14 @@ def explain(record: SearchRecord, query: str, doc_id: str, key: int) -> Explanat
         if doc_id in returned:
             return _returned(base, returned.index(doc_id) + 1, record)
         base["rank"] = scored_ids.index(doc_id) + 1
-        floor = record.options.get("min_relevance")
+        floor = record.options.min_relevance
         return _verdict(
             base,
             "below_min_relevance",
-            f"{doc_id} makes the top {record.options['k']} at rank {base['rank']}, but its calibrated relevance "
+            f"{doc_id} makes the top {record.options.k} at rank {base['rank']}, but its calibrated relevance "
             f"{base['relevance']:.3f} is below min_relevance={floor}",
         )
-    filter_spec = record.options.get("filter")
+    filter_spec = record.options.filter
     if filter_spec is not None and record.view.select(Where(metadata=filter_spec, ids=frozenset({doc_id}))).size == 0:
         return _verdict(
             base, "filtered", f"{doc_id} is removed by the filter {filter_spec!r}: its metadata does not match"
@@ -188,7 +188,7 @@ def _outside_pool(base: dict[str, Any], record: SearchRecord, key: int) -> Expla
     bm25_rank, searched_b = (None, None) if bm25_score <= 0 else side_rank(record.scorers.bm25, key, where)
     searched = searched_v or searched_b
     pool = record.trace.pool_size
-    alpha = options["alpha"]
+    alpha = options.alpha
     sides = []
     for name, rank, weight, score in (
         ("vector", vector_rank, alpha, f"{vector_score:.3f}"),
@@ -202,7 +202,7 @@ def _outside_pool(base: dict[str, Any], record: SearchRecord, key: int) -> Expla
             where_ = f"rank {rank:,}"
         unweighted = " (no weight: it adds no candidates)" if weight == 0 else ""
         sides.append(f"{name} {where_}, score {score}{unweighted}")
-    size = "every allowed row" if pool is None else f"the best {pool:,} of each side (fetch_k={options['fetch_k']})"
+    size = "every allowed row" if pool is None else f"the best {pool:,} of each side (fetch_k={options.fetch_k})"
     message = f"{base['doc_id']} is outside both candidate pools: {'; '.join(sides)}; the pool takes {size}"
     if vector_rank is not None and pool is not None and vector_rank <= pool and alpha > 0:
         message += "; the approximate vector index did not propose it"
@@ -238,8 +238,8 @@ def side_rank(scorer: SideScorer, key: int, where: Where | None) -> tuple[int | 
         depth *= 8
 
 
-def _where(options: Mapping[str, Any]) -> Where | None:
-    return None if options.get("filter") is None else Where(metadata=options["filter"])
+def _where(options: SearchOptions) -> Where | None:
+    return None if options.filter is None else Where(metadata=options.filter)
 
 
 def _in_pool(base: dict[str, Any], record: SearchRecord, position: int) -> Explanation:
@@ -263,11 +263,11 @@ def _in_pool(base: dict[str, Any], record: SearchRecord, position: int) -> Expla
             return _duplicate(base, record, index)
         if why == PASSED_OVER_CAPPED:
             return _capped(base, record, index)
-        if options.get(MMR_WEIGHT) is not None:
+        if options.lambda_mult is not None:
             return _not_picked(base, record, position)
-    k, rank = options["k"], base["fused_rank"]
+    k, rank = options.k, base["fused_rank"]
     message = f"{doc_id} qualifies but ranks {rank} by fused score ({base['fused_score']:.3f}), below k={k}"
-    if options.get(MMR_WEIGHT) is not None:
+    if options.lambda_mult is not None:
         message += f"; maximal marginal relevance chooses among the best {trace.pool_size or 'all'} only"
     elif trace.picks is not None and trace.picks.passed_over:
         above = [i for i in trace.picks.passed_over if not read.size or i < int(read[0])]
@@ -275,17 +275,17 @@ def _in_pool(base: dict[str, Any], record: SearchRecord, position: int) -> Expla
     return _verdict(base, "below_k", message)
 
 
-def _below_floor(base: dict[str, Any], options: Mapping[str, Any]) -> Explanation:
-    floors, alpha = Floors.of(options), options["alpha"]
+def _below_floor(base: dict[str, Any], options: SearchOptions) -> Explanation:
+    alpha = options.alpha
     applied: dict[str, float] = {}
     parts = []
-    if floors.vector is not None and alpha > 0:
-        applied[VECTOR_FLOOR] = floors.vector
-        parts.append(f"vector {base['vector_score']:.3f} < {VECTOR_FLOOR}={floors.vector}")
-    if floors.bm25 is not None and alpha < 1:
-        applied[BM25_FLOOR] = floors.bm25
+    if options.min_vector_score is not None and alpha > 0:
+        applied["min_vector_score"] = options.min_vector_score
+        parts.append(f"vector {base['vector_score']:.3f} < min_vector_score={options.min_vector_score}")
+    if options.min_bm25_score is not None and alpha < 1:
+        applied["min_bm25_score"] = options.min_bm25_score
         shown = "0 (no query term)" if base["bm25_score"] <= 0 else f"{base['bm25_score']:.2f}"
-        parts.append(f"BM25 {shown} < {BM25_FLOOR}={floors.bm25}")
+        parts.append(f"BM25 {shown} < min_bm25_score={options.min_bm25_score}")
     message = f"{base['doc_id']} is in the candidate pool but below every relevance floor: {'; '.join(parts)}"
     return _verdict(base, "below_floor", message, floors=applied)
 
@@ -304,7 +304,7 @@ def _duplicate(base: dict[str, Any], record: SearchRecord, index: int) -> Explan
     place = f"returned at rank {returned.index(kept_id) + 1}" if kept_id in returned else "chosen"
     message = (
         f"{base['doc_id']} holds the same text as {kept_id}, {place} in its place; that result lists it in "
-        f"metadata['{keys.ALSO_IN}'] (duplicates={record.options['duplicates']!r})"
+        f"metadata['{keys.ALSO_IN}'] (duplicates={record.options.duplicates!r})"
     )
     return _verdict(base, "duplicate", message, kept_copy=kept_id)
 
@@ -315,15 +315,15 @@ def _capped(base: dict[str, Any], record: SearchRecord, index: int) -> Explanati
     source = record.view.documents(trace.pool[trace.ranked[index : index + 1]])[0].metadata.get(keys.SOURCE)
     chosen = _chosen_documents(record)
     by = [d.id or "" for d in chosen if d.metadata.get(keys.SOURCE) == source]
-    cap = record.options[SOURCE_CAP]
+    cap = record.options.max_per_source
     message = (
-        f"{base['doc_id']} is capped by {SOURCE_CAP}={cap}: {source!r} already gives {len(by)} result(s) "
+        f"{base['doc_id']} is capped by max_per_source={cap}: {source!r} already gives {len(by)} result(s) "
         f"chosen before it ({', '.join(by)})"
     )
     returned = {d.id for d in record.returned}
     dropped = [i for i in by if i not in returned]
     if dropped:
-        message += f"; {', '.join(dropped)} then fell below min_relevance={record.options.get('min_relevance')}"
+        message += f"; {', '.join(dropped)} then fell below min_relevance={record.options.min_relevance}"
     return _verdict(base, "capped", message, capped_by=by)
 
 
@@ -336,7 +336,7 @@ def _not_picked(base: dict[str, Any], record: SearchRecord, position: int) -> Ex
     closest_id = None if closest is None else record.view.documents(chosen[closest : closest + 1])[0].id
     message = (
         f"{base['doc_id']} was a candidate of maximal marginal relevance (fused rank {base['fused_rank']}) but was "
-        f"not picked: with {MMR_WEIGHT}={record.options[MMR_WEIGHT]}, the {chosen.size} picks were more relevant "
+        f"not picked: with lambda_mult={record.options.lambda_mult}, the {chosen.size} picks were more relevant "
         "or less like those already picked"
     )
     if closest is not None:

@@ -5,7 +5,7 @@ compares with the other candidates, never whether any of them is relevant: the b
 unrelated passages still scores 1.0. A floor is set on a side's raw score, which does not
 depend on the pool (cosine similarity on the vector side, BM25 on the keyword side).
 
-The rule, applied to every candidate of the pool:
+The floors are the options of :class:`FloorOptions`. The rule, applied to every candidate of the pool:
 
 - A candidate is kept when it clears **at least one** floor that applies: ``vector_score >=
   min_vector_score``, or ``bm25_score >= min_bm25_score`` with at least one query term
@@ -23,20 +23,14 @@ The rule, applied to every candidate of the pool:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 from numpy.typing import NDArray
+from pydantic import BeforeValidator, Field
 
-from langchain_fusion._checks import is_real_number
+from langchain_fusion._checks import OptionGroup, is_real_number
 from langchain_fusion.errors import InvalidParameterError
-
-VECTOR_FLOOR = "min_vector_score"
-"""The search option of the floor on the raw cosine similarity."""
-BM25_FLOOR = "min_bm25_score"
-"""The search option of the floor on the raw BM25 score."""
 
 
 def check_min_vector_score(value: Any) -> float | None:
@@ -61,44 +55,59 @@ def check_min_bm25_score(value: Any) -> float | None:
     return float(value)
 
 
-@dataclass(frozen=True)
-class Floors:
-    """The floors of one search (None: no floor on that side); see the module docstring."""
+def floor_name(vector: float | None, bm25: float | None) -> str:
+    """The label of a floor setting: ``no floor``, ``vector>=0.4``, ``bm25>=3`` or ``vector>=0.4|bm25>=3``."""
+    parts = [f"{side}>={value:g}" for side, value in (("vector", vector), ("bm25", bm25)) if value is not None]
+    return "|".join(parts) or "no floor"
 
-    vector: float | None = None
-    """Least raw cosine similarity a candidate needs to clear the vector floor."""
-    bm25: float | None = None
-    """Least raw BM25 score (and at least one query term matched) to clear the BM25 floor."""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "vector", check_min_vector_score(self.vector))
-        object.__setattr__(self, "bm25", check_min_bm25_score(self.bm25))
+class FloorOptions(OptionGroup):
+    """The relevance floors of a fused search (None: no floor on that side); see the module docstring."""
 
-    @classmethod
-    def of(cls, options: Mapping[str, Any]) -> Floors:
-        """The floors set in a search's resolved options (absent: no floor)."""
-        return cls(vector=options.get(VECTOR_FLOOR), bm25=options.get(BM25_FLOOR))
-
-    def options(self) -> dict[str, float | None]:
-        """The floors as search options (``FusionRetriever(**floors.options())``)."""
-        return {VECTOR_FLOOR: self.vector, BM25_FLOOR: self.bm25}
+    min_vector_score: Annotated[
+        Annotated[float, Field(ge=-1.0, le=1.0)] | None, BeforeValidator(check_min_vector_score)
+    ] = None
+    """Relevance floor on the raw vector (cosine) similarity, -1 to 1: a result is returned only if it clears
+    this floor or the BM25 floor, so a search with no good answer returns fewer results, or none. None: no floor."""
+    min_bm25_score: Annotated[Annotated[float, Field(ge=0.0)] | None, BeforeValidator(check_min_bm25_score)] = None
+    """Relevance floor on the raw keyword (BM25) score, 0 or more (0: the result contains a query word); a result
+    must clear this floor or the vector floor. None: no floor."""
 
     @property
-    def active(self) -> bool:
+    def has_floor(self) -> bool:
         """True when a floor is set on either side."""
-        return self.vector is not None or self.bm25 is not None
+        return self.min_vector_score is not None or self.min_bm25_score is not None
 
     def passing(
         self, vector_scores: NDArray[np.floating], bm25_scores: NDArray[np.floating], alpha: float
     ) -> NDArray[np.bool_] | None:
         """Which candidates clear a floor that applies at ``alpha``; None when no floor applies."""
         cleared: list[NDArray[np.bool_]] = []
-        if self.vector is not None and alpha > 0:
-            cleared.append(np.asarray(vector_scores) >= self.vector)
-        if self.bm25 is not None and alpha < 1:
+        if self.min_vector_score is not None and alpha > 0:
+            cleared.append(np.asarray(vector_scores) >= self.min_vector_score)
+        if self.min_bm25_score is not None and alpha < 1:
             bm25 = np.asarray(bm25_scores)
-            cleared.append((bm25 > 0) & (bm25 >= self.bm25))
+            cleared.append((bm25 > 0) & (bm25 >= self.min_bm25_score))
         if not cleared:
             return None
         passing: NDArray[np.bool_] = np.logical_or.reduce(cleared)
         return passing
+
+    @property
+    def label(self) -> str:
+        """The setting in a few characters, as a report's row names it (see :func:`floor_name`)."""
+        return floor_name(self.min_vector_score, self.min_bm25_score)
+
+    @classmethod
+    def grid(cls, vector_floors: list[float], bm25_floors: list[float]) -> list[FloorOptions]:
+        """The floor settings to compare: none, each vector floor alone, each BM25 floor alone and every pair.
+
+        Each value is checked (an InvalidParameterError before any work); settings are distinct, in that order.
+        """
+        settings: list[FloorOptions] = []
+        for vector in [None, *vector_floors]:
+            for bm25 in [None, *bm25_floors]:
+                setting = cls(min_vector_score=vector, min_bm25_score=bm25)
+                if setting not in settings:
+                    settings.append(setting)
+        return settings

@@ -6,7 +6,7 @@ request) and its description. Everything else is derived from it:
 
 - the retrievers' fields (:class:`~langchain_fusion.retrievers.fusion.FusionRetriever` *is* a
   ``SearchOptions``) and the options their ``invoke`` takes per call (:data:`OPTION_CHECKS`);
-- the command line's flags (``--min-vector-score`` from ``min_vector_score``, its help from the
+- the command line's flags (``--min-bm25-score`` from ``min_bm25_score``, its help from the
   description and the default);
 - LangServe's configurable fields and the MCP search tool's input schema
   (:func:`request_annotation`: the field's type and bounds, ``k`` capped by the server's ``max_k``).
@@ -20,19 +20,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, Union
 
-from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BeforeValidator, Field, WithJsonSchema
 from pydantic.fields import FieldInfo
 
-from langchain_fusion._checks import CheckedModel, check_fetch_k, check_k, check_positive_int, is_real_number
+from langchain_fusion._checks import OptionGroup, Switch, check_fetch_k, check_k, check_positive_int, is_real_number
 from langchain_fusion.errors import InvalidParameterError
-from langchain_fusion.search.diversity import check_lambda_mult, check_max_per_source
-from langchain_fusion.search.duplicates import (
-    DEFAULT_NEAR_DUPLICATE_SIMILARITY,
-    DuplicateMode,
-    check_duplicates,
-    check_near_duplicate_similarity,
-)
-from langchain_fusion.search.floors import check_min_bm25_score, check_min_vector_score
+from langchain_fusion.search.diversity import DiversityOptions
+from langchain_fusion.search.duplicates import DuplicateOptions
+from langchain_fusion.search.floors import FloorOptions
 from langchain_fusion.search.fusion import FusionMethod, check_alpha, check_method
 from langchain_fusion.search.relevance import check_min_relevance
 from langchain_fusion.stores.filters import MetadataFilter, check_filter
@@ -73,30 +68,14 @@ def check_k_summaries(value: Any) -> int:
     return check_positive_int(value, "k_summaries", "how many summaries to select")
 
 
-class _Options(CheckedModel):
-    """Options whose fields carry their own check (and whose docstrings are their descriptions)."""
-
-    model_config = ConfigDict(use_attribute_docstrings=True, validate_assignment=True)
-
-    @classmethod
-    def option_checks(cls) -> dict[str, Callable[[Any], Any]]:
-        """The check of each option field (the function its ``BeforeValidator`` calls)."""
-        checks = {}
-        for name, field in cls.model_fields.items():
-            for item in field.metadata:
-                if isinstance(item, BeforeValidator):
-                    checks[name] = item.func
-        return checks  # type: ignore[return-value]  # pydantic types the func loosely
-
-
-class ResultsOption(_Options):
+class ResultsOption(OptionGroup):
     """How many results a search returns."""
 
     k: Annotated[int, BeforeValidator(check_k), Field(ge=1)] = 4
     """How many results to return."""
 
 
-class FilterOption(_Options):
+class FilterOption(OptionGroup):
     """Which documents a search may return."""
 
     filter: Annotated[MetadataFilter | None, BeforeValidator(check_filter), _FILTER_SCHEMA] = None
@@ -121,21 +100,7 @@ class FusionOptions(ResultsOption):
     """Options a served request may not set: they bound what one request costs, so the server decides them."""
 
 
-class DuplicateOptions(_Options):
-    """How copies of one text (the same passage under several files) are returned."""
-
-    duplicates: Annotated[DuplicateMode, BeforeValidator(check_duplicates)] = "exact"
-    """Copies of one passage: exact returns chunks with identical text once (the best-ranked copy, whose
-    metadata also_in lists the others); near also collapses chunks whose vectors have a cosine similarity of at least
-    near_duplicate_similarity; keep returns every copy. Collapsed before k is counted."""
-    near_duplicate_similarity: Annotated[
-        float, BeforeValidator(check_near_duplicate_similarity), Field(ge=0.0, le=1.0)
-    ] = DEFAULT_NEAR_DUPLICATE_SIMILARITY
-    """With duplicates=near: the cosine similarity of two chunks' vectors from which they are copies (0.95:
-    near-identical texts)."""
-
-
-class RelevanceOption(_Options):
+class RelevanceOption(OptionGroup):
     """The floor on calibrated relevance (fused and hierarchical search; each index brings its own calibration)."""
 
     min_relevance: Annotated[Annotated[float, Field(ge=0.0, le=1.0)] | None, BeforeValidator(check_min_relevance)] = (
@@ -145,44 +110,40 @@ class RelevanceOption(_Options):
     queries): lower results are left out, so a question the documents do not answer gets none. None: no floor."""
 
 
-class FusedSelectionOptions(_Options):
+class FusedSelectionOptions(DiversityOptions, FloorOptions):
     """Raw-score floors and diversity: options of fused search over one index (hierarchical search takes none).
 
-    The floors keep only candidates that clear a raw-score floor on a side with weight (see
-    :mod:`~langchain_fusion.search.floors`); diversity spreads the results (see
-    :mod:`~langchain_fusion.search.diversity`).
+    The floors keep only candidates that clear a raw-score floor on a side with weight
+    (:class:`~langchain_fusion.search.floors.FloorOptions`); diversity spreads the results
+    (:class:`~langchain_fusion.search.diversity.DiversityOptions`).
     """
 
-    min_vector_score: Annotated[
-        Annotated[float, Field(ge=-1.0, le=1.0)] | None, BeforeValidator(check_min_vector_score)
-    ] = None
-    """Relevance floor on the raw vector (cosine) similarity, -1 to 1: a result is returned only if it clears
-    this floor or the BM25 floor, so a search with no good answer returns fewer results, or none. None: no floor."""
-    min_bm25_score: Annotated[Annotated[float, Field(ge=0.0)] | None, BeforeValidator(check_min_bm25_score)] = None
-    """Relevance floor on the raw keyword (BM25) score, 0 or more (0: the result contains a query word); a result
-    must clear this floor or the vector floor. None: no floor."""
-    lambda_mult: Annotated[Annotated[float, Field(ge=0.0, le=1.0)] | None, BeforeValidator(check_lambda_mult)] = None
-    """Diversity by maximal marginal relevance among the best fetch_k fused candidates: the weight of relevance
-    against variety, 0 to 1 (1: the fused order). None: no MMR."""
-    max_per_source: Annotated[Annotated[int, Field(ge=1)] | None, BeforeValidator(check_max_per_source)] = None
-    """At most this many results from one source (file), the next best taking the place of the others.
-    None: no cap."""
+
+class PoolOptions(FusedSelectionOptions, DuplicateOptions, FilterOption, FusionOptions):
+    """What the fused search over a candidate pool reads (:func:`~langchain_fusion.search.pool.fused_search`).
+
+    The floor on calibrated relevance is applied to its results (it needs the documents).
+    """
 
 
-class SearchOptions(RelevanceOption, FusedSelectionOptions, DuplicateOptions, FilterOption, FusionOptions):
+class SearchOptions(RelevanceOption, PoolOptions):
     """Every option of a fused search: the pool and weights, relevance floors and diversity.
 
     Construct one to check a set of options at once.
     """
 
 
-class HierarchyOptions(_Options):
+class HierarchyOptions(OptionGroup):
     """The options of hierarchical search: summaries first, then the chunks of the selected pages."""
 
     k_summaries: Annotated[int, BeforeValidator(check_k_summaries), Field(ge=1)] = 3
     """How many summaries (pages or sections) to select before searching their chunks."""
     summary_weight: Annotated[float, BeforeValidator(check_summary_weight), Field(ge=0.0, le=1.0)] = 0.5
     """Weight of the summary's score in a chunk's score, 0 to 1; the chunk's own fused score gets the rest."""
+
+
+class HierarchicalSearchOptions(HierarchyOptions, RelevanceOption, DuplicateOptions, FilterOption, FusionOptions):
+    """Every option of a hierarchical search: the fusion of both levels, filter, duplicates, relevance, hierarchy."""
 
 
 SEARCH_DEFAULTS = SearchOptions()
@@ -242,7 +203,7 @@ def request_annotation(name: str, max_k: int | None = None, *, nullable: bool = 
     annotation: Any = RequestFilter | None if name == "filter" else field.annotation
     if nullable:
         annotation = annotation | None
-    constraints = [item for item in field.metadata if not isinstance(item, (BeforeValidator, WithJsonSchema))]
+    constraints = [item for item in field.metadata if not isinstance(item, (BeforeValidator, WithJsonSchema, Switch))]
     bounds: dict[str, Any] = {"le": max_k} if max_k is not None and name in COUNT_OPTIONS else {}
     description = describe_option(name, request=True)
     return Annotated[(annotation, *constraints, Field(description=description, **bounds))]

@@ -20,10 +20,10 @@ from langchain_core.documents import Document
 from numpy.typing import NDArray
 
 from langchain_fusion import metadata as keys
-from langchain_fusion.search.diversity import Diversity, Picks, mmr_picks, pick_in_order, source_groups
-from langchain_fusion.search.duplicates import Duplicates, copies_entry, copies_of, duplicate_groups
-from langchain_fusion.search.floors import Floors
-from langchain_fusion.search.fusion import FusedPool, FusionMethod, fuse_pool
+from langchain_fusion.search.diversity import Picks, mmr_picks, pick_in_order, source_groups
+from langchain_fusion.search.duplicates import copies_entry, copies_of, duplicate_groups
+from langchain_fusion.search.fusion import FusedPool, fuse_pool
+from langchain_fusion.search.options import FusionOptions, PoolOptions
 from langchain_fusion.stores.base import (
     BatchScorer,
     ConcurrentSides,
@@ -81,6 +81,9 @@ class QueryScorers:
     """The vector side for the query's embedding."""
     bm25: SideScorer
     """The BM25 side for the query's text."""
+    vector_evidence: bool = True
+    """False when the embedding model cannot read the query: its side then gets no weight in the fused scores
+    (see :func:`~langchain_fusion.search.fusion.fuse_pool`)."""
 
 
 @dataclass
@@ -109,9 +112,9 @@ class SearchTrace:
     """Pool positions of the results, in result order."""
 
 
-def query_scorers(view: StoreView, query: str, query_vector: FloatMatrix) -> QueryScorers:
-    """Both sides of ``view`` for one query."""
-    return QueryScorers(vector=view.vector(query_vector), bm25=view.bm25(query))
+def query_scorers(view: StoreView, query: str, query_vector: FloatMatrix, vector_evidence: bool = True) -> QueryScorers:
+    """Both sides of ``view`` for one query (``vector_evidence``: see :class:`QueryScorers`)."""
+    return QueryScorers(vector=view.vector(query_vector), bm25=view.bm25(query), vector_evidence=vector_evidence)
 
 
 def vector_scorers(view: StoreView, query_vectors: FloatMatrix) -> list[SideScorer]:
@@ -163,44 +166,34 @@ def bm25_search(
 
 def fused_search(
     view: StoreView,
-    query: str,
-    query_vector: FloatMatrix,
-    *,
-    k: int,
-    alpha: float,
-    fetch_k: int | None,
-    method: FusionMethod,
-    where: Where | None,
-    scorers: QueryScorers | None = None,
-    floors: Floors | None = None,
-    diversity: Diversity | None = None,
-    duplicates: Duplicates | None = None,
-    vector_evidence: bool = True,
+    scorers: QueryScorers,
+    options: PoolOptions,
     trace: SearchTrace | None = None,
+    within: frozenset[str] | None = None,
 ) -> list[Hit]:
-    """Top ``k`` rows by fused score; see the module docstring for the candidate pool.
+    """Top ``options.k`` rows by fused score; see the module docstring for the candidate pool.
+
+    ``scorers`` are the query's two sides on ``view`` (:func:`query_scorers`; reuse them to fuse the
+    same query under several options). The rows searched are those ``options.filter`` allows,
+    and only those with an id in ``within`` when it is given.
 
     A side whose weight is zero (``alpha`` 0 or 1) adds no candidates, so the limits give
     exactly the single-side rankings. Ties are broken by the raw score of the side with the
-    larger weight, then by key. ``scorers`` (from :func:`query_scorers` for the same query and
-    view) lets several settings share one scoring of the query.
+    larger weight, then by key.
 
-    ``floors`` leave out the candidates below a relevance floor
-    (:mod:`~langchain_fusion.search.floors`); ``diversity`` chooses the ``k`` results by
-    maximal marginal relevance among the best ``fetch_k`` fused candidates (all of them when
-    ``fetch_k`` is None) and/or caps the results per source
-    (:mod:`~langchain_fusion.search.diversity`); ``duplicates`` returns copies of one text once
-    (:mod:`~langchain_fusion.search.duplicates`; None: every copy). None of them changes a
-    returned candidate's scores.
-    ``vector_evidence`` False: the embedding model cannot read the query, and its side gets no
-    weight in the fused scores (see :func:`~langchain_fusion.search.fusion.fuse_pool`).
+    The floors (:class:`~langchain_fusion.search.floors.FloorOptions`) leave out the candidates
+    below a relevance floor; diversity (:class:`~langchain_fusion.search.diversity.DiversityOptions`)
+    chooses the ``k`` results by maximal marginal relevance among the best ``fetch_k`` fused
+    candidates (all of them when ``fetch_k`` is None) and/or caps the results per source;
+    ``duplicates`` (:class:`~langchain_fusion.search.duplicates.DuplicateOptions`) returns copies of
+    one text once. None of them changes a returned candidate's scores.
     ``trace`` is filled with what the search saw (:class:`SearchTrace`).
     """
     if view.known_empty():
         return []
-    if scorers is None:
-        scorers = query_scorers(view, query, query_vector)
-    pool_size = None if fetch_k is None else max(fetch_k, k)
+    alpha, k = options.alpha, options.k
+    where = None if options.filter is None and within is None else Where(metadata=options.filter, ids=within)
+    pool_size = None if options.fetch_k is None else max(options.fetch_k, k)
     if (
         pool_size is None
         and isinstance(scorers.vector, WholeCorpusScorer)
@@ -217,47 +210,39 @@ def fused_search(
         trace.pool, trace.pool_size = pool, pool_size
     if pool.size == 0:
         return []
-    fused = fuse_pool(vector_pool, bm25_pool, alpha, method, tie_break=pool, vector_evidence=vector_evidence)
-    eligible = floors.passing(vector_pool, bm25_pool, alpha) if floors is not None else None
-    duplicates = duplicates if duplicates is not None and duplicates.active else None
+    fused = fuse_pool(
+        vector_pool, bm25_pool, alpha, options.method, tie_break=pool, vector_evidence=scorers.vector_evidence
+    )
     selecting = trace if trace is not None else SearchTrace()
-    selecting.fused, selecting.eligible = fused, eligible
-    if (diversity is None or not diversity.active) and duplicates is None:
-        selecting.chosen = fused.order(k, eligible)
+    selecting.fused, selecting.eligible = fused, options.passing(vector_pool, bm25_pool, alpha)
+    if not options.diversifies and not options.collapses_copies:
+        selecting.chosen = fused.order(k, selecting.eligible)
     else:
-        _select(view, pool, selecting, diversity or Diversity(), duplicates, k=k, candidates=pool_size)
+        _select(view, pool, selecting, options, pool_size)
     return _hits(pool, fused, selecting.chosen, copies=_copies(pool, selecting))
 
 
-def _select(
-    view: StoreView,
-    pool: Keys,
-    trace: SearchTrace,
-    diversity: Diversity,
-    duplicates: Duplicates | None,
-    *,
-    k: int,
-    candidates: int | None,
-) -> None:
-    """Choose the ``k`` results by :mod:`~langchain_fusion.search.diversity` and duplicates, into ``trace``."""
+def _select(view: StoreView, pool: Keys, trace: SearchTrace, options: PoolOptions, candidates: int | None) -> None:
+    """Choose the ``k`` results by diversity and duplicates (see :func:`fused_search`), into ``trace``."""
     assert trace.fused is not None
-    fused, eligible, cap = trace.fused, trace.eligible, diversity.max_per_source
-    depth: int | None = candidates if diversity.lambda_mult is not None else 2 * k  # MMR: one reading
+    fused, eligible, k = trace.fused, trace.eligible, options.k
+    cap, weight = options.max_per_source, options.lambda_mult
+    near = options.copies_by_vector
+    depth: int | None = candidates if weight is not None else 2 * k  # MMR: one reading
     while True:  # the fused ranking, read deeper until k results fit (cap, copies) or the pool runs out
         ranked = fused.order(depth, eligible)
         keys_ = pool[ranked]
-        vectors = view.vectors(keys_) if diversity.lambda_mult is not None or _near(duplicates) else None
+        vectors = view.vectors(keys_) if weight is not None or near else None
         groups = source_groups(view.documents(keys_)) if cap is not None else None
         copies = None
-        if duplicates is not None:
-            near = vectors if duplicates.uses_vectors else None
-            copies = duplicate_groups(_texts(view, keys_), near, duplicates.similarity)
-        if diversity.lambda_mult is not None:
+        if options.collapses_copies:
+            copies = duplicate_groups(_texts(view, keys_), vectors if near else None, options.near_duplicate_similarity)
+        if weight is not None:
             assert vectors is not None
-            picks = mmr_picks(fused.fused[ranked], vectors, k, diversity.lambda_mult, groups, cap, copies)
+            picks = mmr_picks(fused.fused[ranked], vectors, k, weight, groups, cap, copies)
         else:
             picks = pick_in_order(ranked.size, k, groups, cap, copies)
-        if depth is None or diversity.lambda_mult is not None or picks.positions.size == k or ranked.size < depth:
+        if depth is None or weight is not None or picks.positions.size == k or ranked.size < depth:
             trace.ranked, trace.copies, trace.picks, trace.chosen = ranked, copies, picks, ranked[picks.positions]
             return
         depth *= 4
@@ -267,10 +252,6 @@ def _texts(view: StoreView, keys_: Keys) -> list[str]:
     if isinstance(view, TextReader):
         return view.texts(keys_)
     return [doc.page_content for doc in view.documents(keys_)]
-
-
-def _near(duplicates: Duplicates | None) -> bool:
-    return duplicates is not None and duplicates.uses_vectors
 
 
 def _copies(pool: Keys, trace: SearchTrace) -> list[tuple[int, ...]] | None:
@@ -397,20 +378,17 @@ def rank_pool(
     keys_: Keys,
     vector_scores: NDArray[np.floating],
     bm25_scores: NDArray[np.floating],
-    *,
-    alpha: float,
-    method: FusionMethod,
-    k: int,
+    options: FusionOptions,
     vector_known: NDArray[np.bool_] | None = None,
 ) -> list[Hit]:
-    """Fuse an aligned candidate pool and return its top ``k`` as hits.
+    """Fuse an aligned candidate pool with ``options.alpha`` and ``options.method``; its top ``options.k`` as hits.
 
     ``keys_`` must be sorted ascending (it is the final tie-break). ``vector_known`` marks the
     candidates whose vector score was actually observed; the others are reported with no
     vector score or rank (their placeholder score still takes part in normalisation).
     """
-    fused = fuse_pool(vector_scores, bm25_scores, alpha, method, tie_break=keys_)
-    return _hits(keys_, fused, fused.order(k), vector_known)
+    fused = fuse_pool(vector_scores, bm25_scores, options.alpha, options.method, tie_break=keys_)
+    return _hits(keys_, fused, fused.order(options.k), vector_known)
 
 
 def _hits(
