@@ -113,8 +113,14 @@ class SearchRetriever(CheckedModel, BaseRetriever, Generic[OptionsT]):
         return tuple(cls.options_model().model_fields)
 
     def _options(self, overrides: dict[str, Any]) -> OptionsT:
-        """The retriever's options with per-call ``overrides`` (each override checked by its own check)."""
-        return self.options_model().model_construct(**per_call_options(self, self.per_call_option_names(), overrides))
+        """The retriever's options with per-call ``overrides`` (each override checked by its own check).
+
+        Without overrides they are the retriever itself, which is an instance of its options model.
+        """
+        model = self.options_model()
+        if not overrides and isinstance(self, model):
+            return self
+        return model.model_construct(**per_call_options(self, self.per_call_option_names(), overrides))
 
     def _needs_vector(self, options: OptionsT) -> bool:
         return True
