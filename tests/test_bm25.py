@@ -16,9 +16,11 @@ from rank_bm25 import BM25Okapi
 
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.local import bm25 as bm25_module
+from langchain_fusion.stores.local import postings as postings_module
 from langchain_fusion.stores.local import snapshot as snapshot_module
 from langchain_fusion.stores.local.bm25 import BM25Corpus, QueryWeights
 from langchain_fusion.stores.local.store import LocalStore
+from langchain_fusion.stores.local.term_weights import BlockWeights, TermWeights
 from langchain_fusion.stores.local.tokens import query_term_counts
 from langchain_fusion.stores.settings import BM25Params
 from tests.test_bm25_pruning import blocks_of, weights_for, zipf_corpus
@@ -256,7 +258,7 @@ class TestBatchTermWeights:
         docs = zipf_corpus(rng, 500, 90, duplicates=30)
         blocks = blocks_of(docs, 90, [130, 131, 400])  # a one-row segment among them
         params = BM25Params(method=method, k1=1.4, b=0.6)
-        shared = bm25_module.TermWeights()
+        shared = TermWeights()
         for _ in range(25):  # queries share terms, so later ones add weights another query computed
             source = docs[int(rng.integers(0, len(docs)))]
             query = Counter(rng.choice(source, size=min(source.size, int(rng.integers(1, 9)))).tolist())
@@ -272,7 +274,7 @@ class TestBatchTermWeights:
         rng = np.random.default_rng(5)
         docs = zipf_corpus(rng, 400, 60, duplicates=10)
         blocks = blocks_of(docs, 60, [150])
-        shared = bm25_module.TermWeights(budget=4000)
+        shared = TermWeights(budget=4000)
         for _ in range(20):
             source = docs[int(rng.integers(0, len(docs)))]
             weights = weights_for(BM25Params(), docs, Counter(source[:6].tolist()))
@@ -287,7 +289,7 @@ class TestCommonTermWeights:
     """An index snapshot keeps its common terms' weights for every query; a batch's store reads and fills it first."""
 
     @staticmethod
-    def run_queries(docs: list[NDArray[np.int64]], blocks: list, shared: bm25_module.TermWeights, method: str) -> None:
+    def run_queries(docs: list[NDArray[np.int64]], blocks: list, shared: TermWeights, method: str) -> None:
         rng = np.random.default_rng(3)
         params = BM25Params(method=method, k1=1.4, b=0.6)  # type: ignore[arg-type]
         for _ in range(20):
@@ -300,26 +302,26 @@ class TestCommonTermWeights:
     @pytest.mark.parametrize("method", ["lucene", "bm25l", "bm25+"])
     def test_a_common_only_store_keeps_dense_weights_only_with_the_same_bits(self, method: str) -> None:
         docs = zipf_corpus(np.random.default_rng(11), 500, 90, duplicates=30)
-        common = bm25_module.TermWeights(common_only=True)
+        common = TermWeights(common_only=True)
         self.run_queries(docs, blocks_of(docs, 90, [130, 400]), common, method)
         assert common.parts() and all(part.rows is None for _, part in common.parts())
 
     def test_a_batch_store_gives_common_terms_to_its_parent_while_it_has_room(self) -> None:
         docs = zipf_corpus(np.random.default_rng(12), 500, 90, duplicates=30)
         blocks = blocks_of(docs, 90, [250])
-        parent = bm25_module.TermWeights(common_only=True)
-        batch = bm25_module.TermWeights(parent=parent)
+        parent = TermWeights(common_only=True)
+        batch = TermWeights(parent=parent)
         self.run_queries(docs, blocks, batch, "lucene")
         assert parent.parts() and all(part.rows is None for _, part in parent.parts())
         assert batch.parts() and all(part.rows is not None for _, part in batch.parts())
         assert all(batch.get(*key) is part for key, part in parent.parts())  # read through to the parent
-        full = bm25_module.TermWeights(parent=bm25_module.TermWeights(0, common_only=True))
+        full = TermWeights(parent=TermWeights(0, common_only=True))
         self.run_queries(docs, blocks, full, "lucene")
         assert any(part.rows is None for _, part in full.parts())  # no room above: kept in the batch's own
 
     def test_a_store_with_no_room_keeps_nothing(self) -> None:
         docs = zipf_corpus(np.random.default_rng(13), 300, 60, duplicates=10)
-        empty = bm25_module.TermWeights(0, common_only=True)
+        empty = TermWeights(0, common_only=True)
         self.run_queries(docs, blocks_of(docs, 60, []), empty, "lucene")
         assert not empty.parts()
 
@@ -360,8 +362,8 @@ class TestCommonTermWeights:
 
     def test_keeping_never_waits_for_another_thread(self) -> None:
         """A store whose lock is held (another thread keeping, or a fork taken then) skips keeping instead."""
-        store = bm25_module.TermWeights(common_only=True)
-        dense = bm25_module.BlockWeights(None, np.ones(8, dtype=np.float32))
+        store = TermWeights(common_only=True)
+        dense = BlockWeights(None, np.ones(8, dtype=np.float32))
         store._lock.acquire()
         try:
             keeper = threading.Thread(target=store.keep, args=(1, 0, dense))
@@ -416,7 +418,7 @@ class TestAgainstBm25s:
 
     def test_batches_are_equivalent_to_one_add(self, monkeypatch: pytest.MonkeyPatch) -> None:
         whole = store_of(CORPUS)
-        monkeypatch.setattr(bm25_module, "TOKENIZE_BATCH", 3)  # three postings blocks, merged
+        monkeypatch.setattr(postings_module, "TOKENIZE_BATCH", 3)  # three postings blocks, merged
         batched = store_of(CORPUS)
         (a,), (b,) = whole.snapshot.segments, batched.snapshot.segments
         np.testing.assert_array_equal(a.postings.indptr, b.postings.indptr)

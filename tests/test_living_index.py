@@ -15,7 +15,7 @@ from langchain_core.documents import Document
 
 from langchain_fusion import Analyzer, BM25Params, FusionError, FusionIndex, IndexFormatError
 from langchain_fusion import metadata as keys
-from langchain_fusion.stores.local import bm25 as bm25_module
+from langchain_fusion.stores.local import postings as postings_module
 from langchain_fusion.stores.local import snapshot as snapshot_module
 from langchain_fusion.stores.local.store import LocalStore
 from tests.conftest import HashingEmbeddings
@@ -58,9 +58,9 @@ class TestAllOrNothing:
     """A failure at any point between the sides leaves the index exactly as it was."""
 
     POINTS: ClassVar[list[tuple[Any, str]]] = [
-        (bm25_module, "text_token_ids"),  # the BM25 side, before anything else
-        (bm25_module, "build_postings"),
-        (bm25_module, "merge_postings"),  # merging new postings (many blocks)
+        (postings_module, "text_token_ids"),  # the BM25 side, before anything else
+        (postings_module, "build_postings"),
+        (postings_module, "merge_postings"),  # merging new postings (many blocks)
         (snapshot_module, "merge_postings"),  # merging segments
         (snapshot_module, "_read_only"),  # the vector side
         (snapshot_module, "_padded"),  # the statistics
@@ -73,7 +73,7 @@ class TestAllOrNothing:
     ) -> None:
         before = state(index)
         snapshot = index.store.snapshot  # type: ignore[attr-defined]
-        monkeypatch.setattr(bm25_module, "TOKENIZE_BATCH", 4)  # several blocks, so merges run
+        monkeypatch.setattr(postings_module, "TOKENIZE_BATCH", 4)  # several blocks, so merges run
         monkeypatch.setattr(module, name, _raiser(error))
         with pytest.raises(error):
             index.add_documents(corpus(3, 20, prefix="new"))
@@ -86,7 +86,7 @@ class TestAllOrNothing:
     @pytest.mark.parametrize("error", FAILURES)
     def test_upsert(self, index: FusionIndex, monkeypatch: pytest.MonkeyPatch, error: type[BaseException]) -> None:
         before = state(index)
-        monkeypatch.setattr(bm25_module, "build_postings", _raiser(error))
+        monkeypatch.setattr(postings_module, "build_postings", _raiser(error))
         with pytest.raises(error):
             index.upsert_documents([Document(id="d1-10", page_content="replaced text")])
         monkeypatch.undo()
@@ -95,7 +95,7 @@ class TestAllOrNothing:
     @pytest.mark.parametrize("error", FAILURES)
     def test_delete(self, index: FusionIndex, monkeypatch: pytest.MonkeyPatch, error: type[BaseException]) -> None:
         before = state(index)
-        monkeypatch.setattr(bm25_module.Postings, "terms_of_rows", _raiser(error))
+        monkeypatch.setattr(postings_module.Postings, "terms_of_rows", _raiser(error))
         with pytest.raises(error):
             index.delete(["d1-20", "b2-3"])
         monkeypatch.undo()

@@ -8,8 +8,7 @@ import pytest
 
 from langchain_fusion import Analyzer, BM25Params
 from langchain_fusion.stores.base import FusionStore, StoreView
-from langchain_fusion.stores.local import bm25 as bm25_module
-from langchain_fusion.stores.local import snapshot
+from langchain_fusion.stores.local import postings, snapshot
 from langchain_fusion.stores.local.snapshot import LocalView
 from langchain_fusion.stores.local.store import LocalStore
 from tests.store_contract import CJK, StoreContract, corpus
@@ -31,7 +30,7 @@ class TestLocalStoreWithSmallSegmentsContract(StoreContract):
 
     @pytest.fixture(autouse=True)
     def _small_segments(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(bm25_module, "TOKENIZE_BATCH", 7)
+        monkeypatch.setattr(postings, "TOKENIZE_BATCH", 7)
         monkeypatch.setattr(snapshot, "MERGE_FACTOR", 1)
         monkeypatch.setattr(snapshot, "COMPACT_DEAD_RATIO", 0.05)
 

@@ -27,16 +27,11 @@ from numpy.typing import NDArray
 from langchain_fusion import metadata as keys_
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.stores.base import FloatMatrix, Keys, Scores, StoreView, Where
-from langchain_fusion.stores.local.bm25 import (
-    COMMON_WEIGHTS_BUDGET,
-    Postings,
-    QueryWeights,
-    TermWeights,
-    merge_postings,
-    postings_of_texts,
-)
+from langchain_fusion.stores.local.bm25 import QueryWeights
 from langchain_fusion.stores.local.documents import DocumentBlock
 from langchain_fusion.stores.local.mapped import MappedFiles
+from langchain_fusion.stores.local.postings import Postings, merge_postings, postings_of_texts
+from langchain_fusion.stores.local.term_weights import COMMON_WEIGHTS_BUDGET, TermWeights
 from langchain_fusion.stores.local.tokens import query_term_counts
 from langchain_fusion.stores.local.vectors import (
     AnnIndex,
@@ -336,7 +331,7 @@ class Snapshot:
 
         A term held by a third or more of a segment's rows is weighed once per snapshot, kept as
         one float32 array over the segment, and added as one vector by each query scoring every
-        row (at most :data:`~langchain_fusion.stores.local.bm25.COMMON_WEIGHTS_BUDGET` bytes).
+        row (at most :data:`~langchain_fusion.stores.local.term_weights.COMMON_WEIGHTS_BUDGET` bytes).
         100k zipf chunks, every row's BM25 score: 2.54 -> 0.49 ms a query. A change to the
         index makes a new snapshot, whose statistics (and weights) are new.
         """

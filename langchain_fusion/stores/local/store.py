@@ -28,9 +28,9 @@ from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, check_text_fields, in
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.base import FloatMatrix, FusionStore
 from langchain_fusion.stores.local import folder as fmt
-from langchain_fusion.stores.local.bm25 import Postings
 from langchain_fusion.stores.local.documents import DocumentBlock
 from langchain_fusion.stores.local.mapped import MappedFiles
+from langchain_fusion.stores.local.postings import Postings
 from langchain_fusion.stores.local.snapshot import LocalView, Segment, Snapshot, ann_min_rows, empty_snapshot
 from langchain_fusion.stores.local.tokens import tokenize
 from langchain_fusion.stores.local.vectors import AnnIndex, check_vector_index
