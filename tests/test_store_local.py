@@ -9,8 +9,8 @@ import pytest
 from langchain_fusion import Analyzer, BM25Params
 from langchain_fusion.stores.base import FusionStore, StoreView
 from langchain_fusion.stores.local import postings, snapshot
-from langchain_fusion.stores.local.snapshot import LocalView
 from langchain_fusion.stores.local.store import LocalStore
+from langchain_fusion.stores.local.view import LocalView
 from tests.store_contract import CJK, StoreContract, corpus
 
 

@@ -31,9 +31,10 @@ from langchain_fusion.stores.local import folder as fmt
 from langchain_fusion.stores.local.documents import DocumentBlock
 from langchain_fusion.stores.local.mapped import MappedFiles
 from langchain_fusion.stores.local.postings import Postings
-from langchain_fusion.stores.local.snapshot import LocalView, Segment, Snapshot, ann_min_rows, empty_snapshot
+from langchain_fusion.stores.local.snapshot import Segment, Snapshot, ann_min_rows, empty_snapshot
 from langchain_fusion.stores.local.tokens import tokenize
 from langchain_fusion.stores.local.vectors import AnnIndex, check_vector_index
+from langchain_fusion.stores.local.view import LocalView
 from langchain_fusion.stores.settings import MAX_DIMENSION, BM25Params, StoreSettings
 
 logger = logging.getLogger(__name__)
