@@ -195,9 +195,9 @@ def is_approximate(index: FusionIndex) -> bool:
 @pytest.fixture
 def ann_on_small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
     """Build ANN indexes for segments of any size (normally only from ANN_MIN_ROWS rows on)."""
-    import langchain_fusion.stores.local.snapshot as snapshot_module
+    import langchain_fusion.stores.local.mutations as mutations_module
 
-    monkeypatch.setattr(snapshot_module, "ANN_MIN_ROWS", 1)
+    monkeypatch.setattr(mutations_module, "ANN_MIN_ROWS", 1)
 
 
 class TestApproximateIndex:
@@ -491,10 +491,10 @@ class TestSidesInParallel:
         import threading
 
         from langchain_fusion.search import pool as pool_module
-        from langchain_fusion.stores.local import snapshot as snapshot_module
+        from langchain_fusion.stores.local import mutations as mutations_module
         from langchain_fusion.stores.local import view as view_module
 
-        monkeypatch.setattr(snapshot_module, "ANN_MIN_ROWS", 1)
+        monkeypatch.setattr(mutations_module, "ANN_MIN_ROWS", 1)
         docs = random_corpus(17)
         index = FusionIndex.from_documents(docs, HashingEmbeddings(size=32), vector_index=vector_index)
         tenant: contextvars.ContextVar[str | None] = contextvars.ContextVar("tenant", default=None)

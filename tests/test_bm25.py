@@ -16,9 +16,10 @@ from rank_bm25 import BM25Okapi
 
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.local import bm25 as bm25_module
+from langchain_fusion.stores.local import mutations as mutations_module
 from langchain_fusion.stores.local import postings as postings_module
-from langchain_fusion.stores.local import snapshot as snapshot_module
 from langchain_fusion.stores.local.bm25 import BM25Corpus, QueryWeights
+from langchain_fusion.stores.local.mutations import maintained
 from langchain_fusion.stores.local.store import LocalStore
 from langchain_fusion.stores.local.term_weights import BlockWeights, TermWeights
 from langchain_fusion.stores.local.tokens import query_term_counts
@@ -138,7 +139,7 @@ class TestBM25Scores:
     @pytest.mark.parametrize("compact", [True, False], ids=["compacted", "tombstones"])
     def test_add_and_delete_equal_a_fresh_build(self, compact: bool, monkeypatch: pytest.MonkeyPatch) -> None:
         if not compact:  # keep the deleted rows as tombstones: statistics must still ignore them
-            monkeypatch.setattr(snapshot_module, "COMPACT_DEAD_RATIO", 2.0)
+            monkeypatch.setattr(mutations_module, "COMPACT_DEAD_RATIO", 2.0)
         grown = LocalStore()
         ids = add_texts(grown, CORPUS[:3])
         ids += add_texts(grown, CORPUS[3:], first_id=3)
@@ -342,19 +343,19 @@ class TestCommonTermWeights:
         assert after.bm25_scores_all("battery inverter").tobytes() == expected.tobytes()  # from its kept weights
 
     def test_weights_kept_per_segment_are_dropped_when_segments_merge(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(snapshot_module, "MERGE_FACTOR", 0)  # every add stays a segment of its own
+        monkeypatch.setattr(mutations_module, "MERGE_FACTOR", 0)  # every add stays a segment of its own
         store = store_of(CORPUS)
         add_texts(store, CORPUS[:4], first_id=len(CORPUS))
         split = store.snapshot
         assert len(split.segments) == 2
         split.bm25_scores_all("battery inverter")
         assert split.common_term_weights().parts()
-        monkeypatch.setattr(snapshot_module, "MERGE_FACTOR", 4)
-        merged = split._maintained()
+        monkeypatch.setattr(mutations_module, "MERGE_FACTOR", 4)
+        merged = maintained(split)
         assert len(merged.segments) == 1
         assert merged.common_term_weights() is not split.common_term_weights()
         merged.bm25_scores_all("battery inverter")
-        assert merged._maintained().common_term_weights() is merged.common_term_weights()  # nothing merged: kept
+        assert maintained(merged).common_term_weights() is merged.common_term_weights()  # nothing merged: kept
         fresh = merged.bm25_weights("battery inverter")
         assert fresh is not None
         expected = fresh.scores(merged.size, merged.bm25_blocks())

@@ -15,8 +15,8 @@ from langchain_core.documents import Document
 
 from langchain_fusion import Analyzer, BM25Params, FusionError, FusionIndex, IndexFormatError
 from langchain_fusion import metadata as keys
+from langchain_fusion.stores.local import mutations as mutations_module
 from langchain_fusion.stores.local import postings as postings_module
-from langchain_fusion.stores.local import snapshot as snapshot_module
 from langchain_fusion.stores.local.store import LocalStore
 from tests.conftest import HashingEmbeddings
 from tests.store_contract import WORDS, assert_same, corpus, results
@@ -61,9 +61,9 @@ class TestAllOrNothing:
         (postings_module, "text_token_ids"),  # the BM25 side, before anything else
         (postings_module, "build_postings"),
         (postings_module, "merge_postings"),  # merging new postings (many blocks)
-        (snapshot_module, "merge_postings"),  # merging segments
-        (snapshot_module, "_read_only"),  # the vector side
-        (snapshot_module, "_padded"),  # the statistics
+        (mutations_module, "merge_postings"),  # merging segments
+        (mutations_module, "_read_only"),  # the vector side
+        (mutations_module, "_padded"),  # the statistics
     ]
 
     @pytest.mark.parametrize("error", FAILURES)
@@ -104,8 +104,8 @@ class TestAllOrNothing:
     @pytest.mark.parametrize("error", FAILURES)
     def test_compaction(self, index: FusionIndex, monkeypatch: pytest.MonkeyPatch, error: type[BaseException]) -> None:
         before = state(index)
-        monkeypatch.setattr(snapshot_module, "COMPACT_DEAD_RATIO", 0.0)
-        monkeypatch.setattr(snapshot_module.Snapshot, "compacted", _raiser(error))
+        monkeypatch.setattr(mutations_module, "COMPACT_DEAD_RATIO", 0.0)
+        monkeypatch.setattr(mutations_module, "compacted", _raiser(error))
         with pytest.raises(error):
             index.delete(["d1-20"])
         monkeypatch.undo()
@@ -130,7 +130,7 @@ class TestAllOrNothing:
     def test_a_failed_mutation_then_save_writes_the_good_index(
         self, index: FusionIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        monkeypatch.setattr(snapshot_module, "_read_only", _raiser(MemoryError))
+        monkeypatch.setattr(mutations_module, "_read_only", _raiser(MemoryError))
         with pytest.raises(MemoryError):
             index.add_documents(corpus(7, 5, prefix="m"))
         monkeypatch.undo()

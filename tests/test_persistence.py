@@ -91,9 +91,9 @@ def _assert_aligned(index: FusionIndex) -> None:
 @pytest.fixture
 def ann_on_small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
     """Build ANN indexes for segments of any size (normally only from ANN_MIN_ROWS rows on)."""
-    import langchain_fusion.stores.local.snapshot as snapshot_module
+    import langchain_fusion.stores.local.mutations as mutations_module
 
-    monkeypatch.setattr(snapshot_module, "ANN_MIN_ROWS", 1)
+    monkeypatch.setattr(mutations_module, "ANN_MIN_ROWS", 1)
 
 
 def _fail_writing_bm25(monkeypatch: pytest.MonkeyPatch) -> None:

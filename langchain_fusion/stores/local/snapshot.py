@@ -11,14 +11,16 @@ vector stay until a compaction rewrites the segments without the dead rows. Stat
 (row count, average length, document frequencies) count live rows only, so scores equal a
 fresh build over the live documents.
 
-The read view of a snapshot and the per-query scorers are in :mod:`~langchain_fusion.stores.local.view`
-and :mod:`~langchain_fusion.stores.local.scorers`.
+This module holds the state and its reads: rows and their documents, live statistics, filter
+masks, and each side's scores over the segments. The mutations that build new snapshots are in
+:mod:`~langchain_fusion.stores.local.mutations`; the read view and the per-query scorers in
+:mod:`~langchain_fusion.stores.local.view` and :mod:`~langchain_fusion.stores.local.scorers`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -32,17 +34,11 @@ from langchain_fusion.stores.base import FloatMatrix, Keys, Where
 from langchain_fusion.stores.local.bm25 import QueryWeights
 from langchain_fusion.stores.local.documents import DocumentBlock
 from langchain_fusion.stores.local.mapped import MappedFiles
-from langchain_fusion.stores.local.postings import Postings, merge_postings, postings_of_texts
+from langchain_fusion.stores.local.postings import Postings
 from langchain_fusion.stores.local.term_weights import COMMON_WEIGHTS_BUDGET, TermWeights
 from langchain_fusion.stores.local.tokens import query_term_counts
-from langchain_fusion.stores.local.vectors import AnnIndex, ProductsAt, check_vector_index, inner_products, products_at
+from langchain_fusion.stores.local.vectors import AnnIndex, ProductsAt, inner_products, products_at
 from langchain_fusion.stores.settings import StoreSettings
-
-MERGE_FACTOR = 4
-"""A segment is merged into its predecessor once it holds at least 1/MERGE_FACTOR of its rows."""
-
-COMPACT_DEAD_RATIO = 0.25
-"""Segments are rewritten without dead rows once this share of all rows is dead."""
 
 PRUNED_TOP_MIN_POSTINGS = 1 << 16
 """A BM25 top-k is found by pruning when the query's terms hold this many postings (fewer: weighing them all
@@ -55,9 +51,6 @@ a query's score array (1 MB) stays in a core's cache; see
 
 BATCH_EVERY_ROW_POSTINGS_SHARE = 4
 """...and on more rows when the query's terms hold at most 1/this as many postings as there are rows."""
-
-ANN_MIN_ROWS = 4096
-"""Segments smaller than this are scanned exactly even when an approximate index is configured."""
 
 _FILTER_CACHE = 16
 """Metadata filter masks remembered per snapshot (filters repeat across queries)."""
@@ -119,8 +112,8 @@ class Snapshot:
     """Total BM25 tokens of live rows."""
     mapped: MappedFiles | None = None
     """The memory-mapped files of the folder the rows were loaded from, checked before serving; None if none."""
-    _cache: dict[Any, Any] = field(default_factory=dict, repr=False)
-    """Derived data computed on first use (safe: the snapshot never changes)."""
+    _cache: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
+    """Derived data computed on first use (safe: the snapshot never changes); a new snapshot starts empty."""
 
     # --- shape -------------------------------------------------------------------------------
 
@@ -198,6 +191,17 @@ class Snapshot:
             problems.append("the id table points at other documents")
         if problems:
             raise FusionError(f"index parts are not aligned ({'; '.join(problems)}); refusing to use them")
+
+    def with_segments(self, segments: tuple[Segment, ...]) -> Snapshot:
+        """The same rows laid out in ``segments`` (merged, or given ANN indexes), keeping what was derived from them."""
+        # Row-based derived data stays valid; the segment starts and the weights kept per segment do not once
+        # segments merged. Readers may be adding to the cache: copy it in one step before reading it.
+        cache = dict(self._cache)
+        if len(segments) != len(self.segments):
+            cache = {key: value for key, value in cache.items() if key not in _PER_SEGMENT_CACHE}
+        new = replace(self, segments=segments)
+        new._cache.update(cache)
+        return new
 
     # --- reads -------------------------------------------------------------------------------
 
@@ -431,158 +435,12 @@ class Snapshot:
             self._cache["chunks"] = table
         return table
 
-    # --- mutations (each returns a new snapshot) ---------------------------------------------
-
-    def upserted(self, documents: Sequence[Document], vectors: FloatMatrix, bm25_texts: Sequence[str]) -> Snapshot:
-        """A snapshot with these rows added, replacing live rows with the same ids."""
-        if not documents:
-            return self
-        ids = [doc.id for doc in documents]
-        if any(not isinstance(i, str) or not i for i in ids) or len(set(ids)) != len(ids):
-            raise FusionError("every row needs a distinct, non-empty string id; got repeated or missing ids")
-        dimension = int(vectors.shape[1])
-        settings = self.settings
-        if settings.dimension is None:
-            settings = settings.model_copy(update={"dimension": dimension})
-        elif settings.dimension != dimension:
-            raise FusionError(
-                f"expected vectors of dimension {settings.dimension}; got {dimension}. "
-                "Every text must be embedded by the same model that built the index."
-            )
-        replaced = np.asarray([r for d in documents if (r := self.rows.get(d.id or "")) is not None], dtype=np.int64)
-        state = self._without_rows(replaced) if replaced.size else self
-        vocabulary = dict(state.vocabulary)
-        postings, lengths = postings_of_texts(settings.analyzer, bm25_texts, vocabulary)
-        start = state.size
-        block = DocumentBlock.from_documents(documents)
-        segment = Segment(start=start, vectors=_read_only(vectors), postings=postings, documents=block)
-        frequency = _padded(state.document_frequency, len(vocabulary)) + postings.document_frequencies(len(vocabulary))
-        rows = dict(state.rows)
-        rows.update({doc.id or "": start + position for position, doc in enumerate(documents)})
-        dead = None if state.dead is None else np.concatenate((state.dead, np.zeros(len(documents), dtype=bool)))
-        new = replace(
-            state,
-            settings=settings,
-            vocabulary=vocabulary,
-            segments=(*state.segments, segment),
-            lengths=np.concatenate((state.lengths, lengths)),
-            dead=dead,
-            id_table=rows,
-            document_frequency=frequency,
-            live_length=state.live_length + int(lengths.sum()),
-            _cache={},
-        )
-        return new._maintained()
-
-    def deleted(self, ids: Sequence[str]) -> tuple[Snapshot, int]:
-        """A snapshot without the live rows of these ids (unknown ids are ignored), and how many went."""
-        found = np.unique(np.asarray([r for i in ids if (r := self.rows.get(i)) is not None], dtype=np.int64))
-        if found.size == 0:
-            return self, 0
-        return self._without_rows(found)._maintained(), int(found.size)
-
-    def _without_rows(self, rows: Keys) -> Snapshot:
-        """Tombstone live ``rows`` and take them out of the statistics."""
-        flagged = np.zeros(self.size, dtype=bool)
-        flagged[rows] = True
-        frequency = self.document_frequency.copy()
-        for segment in self.segments:
-            local = flagged[segment.start : segment.stop]
-            if local.any():
-                frequency -= np.bincount(segment.postings.terms_of_rows(local), minlength=frequency.size)
-        dead = flagged if self.dead is None else self.dead | flagged
-        remaining = dict(self.rows)
-        for row in rows.tolist():
-            remaining.pop(self.id_of(row), None)
-        return replace(
-            self,
-            dead=dead,
-            id_table=remaining,
-            document_frequency=frequency,
-            live_length=self.live_length - int(self.lengths[rows].sum()),
-            _cache={},
-        )
-
-    def _maintained(self) -> Snapshot:
-        """Merge small trailing segments, compact when many rows are dead, build ANN indexes."""
-        state = self
-        if state.dead_count and state.dead_count >= COMPACT_DEAD_RATIO * state.size:
-            state = state.compacted()
-        segments = list(state.segments)
-        while len(segments) >= 2 and segments[-2].size <= MERGE_FACTOR * segments[-1].size:
-            last = segments.pop()
-            segments[-1] = state._merge(segments[-1], last)
-        segments = [state._with_ann(s) for s in segments]
-        # Row-based derived data stays valid; the segment starts and the weights kept per segment do not once
-        # segments merged. Readers may be adding to the cache: copy it in one step before reading it.
-        cache = dict(state._cache)
-        if len(segments) != len(state.segments):
-            cache = {key: value for key, value in cache.items() if key not in _PER_SEGMENT_CACHE}
-        return replace(state, segments=tuple(segments), _cache=cache)
-
-    def _merge(self, first: Segment, second: Segment) -> Segment:
-        vocabulary_size = len(self.vocabulary)
-        postings = merge_postings([(first.postings, first.start), (second.postings, second.start)], vocabulary_size)
-        vectors = np.concatenate((first.vectors, second.vectors))
-        documents = DocumentBlock.concatenated([first.documents, second.documents])
-        return Segment(start=first.start, vectors=_read_only(vectors), postings=postings, documents=documents)
-
-    def _with_ann(self, segment: Segment) -> Segment:
-        # A segment too small for the index (or to train it: IVF needs a row per list) is scanned exactly.
-        if self.vector_index == "Flat" or segment.ann is not None or segment.size < ann_min_rows(self.vector_index):
-            return segment
-        ann = AnnIndex.build(np.ascontiguousarray(segment.vectors), self.vector_index, self.vector_search_params)
-        shared = ann.shared_vectors  # a graph index holds the vectors itself: keep that one copy only
-        return replace(segment, ann=ann, vectors=shared if shared is not None else segment.vectors)
-
-    def compacted(self) -> Snapshot:
-        """The same live rows in one segment with no tombstones (rows renumbered, order kept)."""
-        if self.dead is None and len(self.segments) <= 1:
-            return self
-        keep = np.ones(self.size, dtype=bool) if self.dead is None else ~self.dead
-        new_row = np.cumsum(keep, dtype=np.int64) - 1
-        vocabulary_size = len(self.vocabulary)
-        postings = merge_postings(
-            [(s.postings, s.start) for s in self.segments], vocabulary_size, keep=keep, new_row=new_row
-        )
-        vectors = np.concatenate([s.vectors[keep[s.start : s.stop]] for s in self.segments]) if self.segments else None
-        documents = DocumentBlock.concatenated([s.documents.kept(keep[s.start : s.stop]) for s in self.segments])
-        segments: tuple[Segment, ...] = ()
-        if vectors is not None and vectors.shape[0]:
-            segments = (Segment(start=0, vectors=_read_only(vectors), postings=postings, documents=documents),)
-        rows = dict(zip(documents.ids, range(len(documents)), strict=True))
-        return replace(
-            self,
-            segments=segments,
-            lengths=self.lengths[keep],
-            dead=None,
-            id_table=rows,
-            _cache={},
-        )
-
-
-def ann_min_rows(vector_index: str) -> int:
-    """Rows a segment needs before it gets an approximate index of this kind."""
-    return max(ANN_MIN_ROWS, check_vector_index(vector_index, None))
-
 
 def empty_snapshot(settings: StoreSettings, vector_index: str, vector_search_params: str | None) -> Snapshot:
     """A snapshot with no rows."""
     return Snapshot(
         settings=settings, vector_index=vector_index, vector_search_params=vector_search_params, vocabulary={}
     )
-
-
-def _padded(array: NDArray[np.int64], size: int) -> NDArray[np.int64]:
-    if array.size >= size:
-        return array.copy()
-    return np.concatenate((array, np.zeros(size - array.size, dtype=array.dtype)))
-
-
-def _read_only(array: FloatMatrix) -> FloatMatrix:
-    array = np.ascontiguousarray(array, dtype=np.float32)
-    array.flags.writeable = False
-    return array
 
 
 def _filter_key(spec: Any) -> str | None:

@@ -30,8 +30,9 @@ from langchain_fusion.stores.base import FloatMatrix, FusionStore
 from langchain_fusion.stores.local import folder as fmt
 from langchain_fusion.stores.local.documents import DocumentBlock
 from langchain_fusion.stores.local.mapped import MappedFiles
+from langchain_fusion.stores.local.mutations import ann_min_rows, compacted, deleted, maintained, upserted
 from langchain_fusion.stores.local.postings import Postings
-from langchain_fusion.stores.local.snapshot import Segment, Snapshot, ann_min_rows, empty_snapshot
+from langchain_fusion.stores.local.snapshot import Segment, Snapshot, empty_snapshot
 from langchain_fusion.stores.local.tokens import tokenize
 from langchain_fusion.stores.local.vectors import AnnIndex, check_vector_index
 from langchain_fusion.stores.local.view import LocalView
@@ -153,18 +154,18 @@ class LocalStore(FusionStore):
                 f"{vectors.shape[0]} vectors, {len(bm25_texts)} texts"
             )
         with self._write_lock:
-            self._snapshot = self.snapshot.upserted(documents, vectors, bm25_texts)
+            self._snapshot = upserted(self.snapshot, documents, vectors, bm25_texts)
 
     def delete(self, ids: Sequence[str]) -> int:
         """Remove the rows with these ids; unknown ids are ignored. All or nothing."""
         with self._write_lock:
-            self._snapshot, removed = self.snapshot.deleted(ids)
+            self._snapshot, removed = deleted(self.snapshot, ids)
         return removed
 
     def compact(self) -> None:
         """Rewrite the rows into one segment without tombstones (saves do this on their copy)."""
         with self._write_lock:
-            self._snapshot = self.snapshot.compacted()._maintained()
+            self._snapshot = maintained(compacted(self.snapshot))
 
     # --- the folder format -----------------------------------------------------------------------
 
@@ -226,13 +227,13 @@ class LocalStore(FusionStore):
 
 
 def _replace_settings(snapshot: Snapshot, settings: StoreSettings) -> Snapshot:
-    return replace(snapshot, settings=settings, _cache={})
+    return replace(snapshot, settings=settings)
 
 
 def write_snapshot(snapshot: Snapshot, folder: Path, extra: dict[str, Any]) -> None:
     """Write the live rows of ``snapshot`` into ``folder`` in the format above (refuses misaligned parts)."""
     snapshot.check_aligned()
-    compact = snapshot.compacted()
+    compact = compacted(snapshot)
     segment = compact.segments[0] if compact.segments else None
     write_documents(folder, segment.documents if segment is not None else DocumentBlock.empty())
     dimension = compact.settings.dimension
@@ -502,7 +503,7 @@ def read_snapshot(
     )
     if ann is None and factory != "Flat" and n >= ann_min_rows(factory):
         logger.info("building the %s index of %s (%d rows): it was not saved", factory, folder, n)
-    return loaded._maintained()
+    return maintained(loaded)
 
 
 def _repeats(ids: Sequence[str]) -> bool:
