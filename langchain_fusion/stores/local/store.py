@@ -28,7 +28,10 @@ from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, check_text_fields, in
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.base import FloatMatrix, FusionStore
 from langchain_fusion.stores.local import folder as fmt
+from langchain_fusion.stores.local import saving
+from langchain_fusion.stores.local.checksums import PendingChecksums, check_file_list, file_entries
 from langchain_fusion.stores.local.documents import DocumentBlock
+from langchain_fusion.stores.local.manifest import check_format, library_version, now_iso, read_manifest, write_manifest
 from langchain_fusion.stores.local.mapped import MappedFiles
 from langchain_fusion.stores.local.mutations import ann_min_rows, compacted, deleted, maintained, upserted
 from langchain_fusion.stores.local.postings import Postings
@@ -170,9 +173,9 @@ class LocalStore(FusionStore):
     # --- the folder format -----------------------------------------------------------------------
 
     def save(self, folder: Path, extra: dict[str, Any] | None = None) -> Path:
-        """Save the current snapshot to ``folder`` atomically (see :mod:`~langchain_fusion.stores.local.folder`)."""
+        """Save the current snapshot to ``folder`` atomically (see :mod:`~langchain_fusion.stores.local.saving`)."""
         snapshot = self.snapshot  # a consistent state, whatever writers do meanwhile
-        return fmt.save_folder(folder, lambda staging: write_snapshot(snapshot, staging, extra or {}))
+        return saving.save_folder(folder, lambda staging: write_snapshot(snapshot, staging, extra or {}))
 
     @classmethod
     def load(
@@ -185,24 +188,24 @@ class LocalStore(FusionStore):
         a shared lock (``lock``), so a save to the same path waits instead of swapping files
         under the reader; a caller that already holds the lock of an enclosing folder passes False.
         """
-        fmt.recover(folder)
+        saving.recover(folder)
         try:
-            with fmt.load_lock(folder) if lock else contextlib.nullcontext():
+            with saving.load_lock(folder) if lock else contextlib.nullcontext():
                 return cls._read(folder, analyzer)
         except OSError as exc:
             raise IndexFormatError(f"cannot read the index at {folder}: {exc.strerror or exc}") from None
 
     @classmethod
     def _read(cls, folder: Path, analyzer: Analyzer | None) -> tuple[LocalStore, dict[str, Any]]:
-        manifest = fmt.read_manifest(folder)
+        manifest = read_manifest(folder)
         if isinstance(manifest, dict) and manifest.get("format") == fmt.HIERARCHICAL_FORMAT_NAME:
             raise IndexFormatError(
                 f"{folder} is a hierarchical index (page summaries and chunks): load it with "
                 "HierarchicalIndex.load, or its chunks/ folder with FusionIndex.load"
             )
-        manifest = fmt.check_format(folder, manifest, FORMAT_NAME, FORMAT_VERSION, "index", OLDER_VERSIONS)
+        manifest = check_format(folder, manifest, FORMAT_NAME, FORMAT_VERSION, "index", OLDER_VERSIONS)
         version = manifest["format_version"]
-        paths = fmt.check_file_list(folder, manifest, (_FILES if version == FORMAT_VERSION else _FILES_V2).__contains__)
+        paths = check_file_list(folder, manifest, (_FILES if version == FORMAT_VERSION else _FILES_V2).__contains__)
         required = REQUIRED_FILES if version == FORMAT_VERSION else BM25_FILES | {DOCUMENTS_V2}
         missing = sorted(required - set(paths))
         if missing:
@@ -210,7 +213,7 @@ class LocalStore(FusionStore):
         settings, vector_conf, counts = _parse_manifest(folder, manifest, analyzer)
         # The files are hashed while they are read and checked (see PendingChecksums): an altered file is
         # reported as such even when reading it failed first.
-        checksums = fmt.PendingChecksums(paths, manifest).start()
+        checksums = PendingChecksums(paths, manifest).start()
         try:
             snapshot = read_snapshot(folder, paths, settings, vector_conf, counts, verified=checksums.wait)
         except Exception:
@@ -269,8 +272,8 @@ def write_snapshot(snapshot: Snapshot, folder: Path, extra: dict[str, Any]) -> N
     manifest = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
-        "library_version": fmt.library_version(),
-        "created_at": fmt.now_iso(),
+        "library_version": library_version(),
+        "created_at": now_iso(),
         "embeddings": {"id": settings.embeddings_id, "dimension": dimension},
         "vector_index": {
             "factory": compact.vector_index,
@@ -291,9 +294,9 @@ def write_snapshot(snapshot: Snapshot, folder: Path, extra: dict[str, Any]) -> N
             "vocabulary": len(vocabulary),
         },
         **extra,
-        "files": fmt.file_entries(folder),
+        "files": file_entries(folder),
     }
-    fmt.write_manifest(folder, manifest)
+    write_manifest(folder, manifest)
 
 
 def write_documents(folder: Path, block: DocumentBlock) -> None:
