@@ -64,7 +64,7 @@ from langchain_fusion.pipeline import Pipeline, PipelineSpec, ServeLimits, build
 from langchain_fusion.pipeline.spec import serving_spec
 from langchain_fusion.search.options import OPTION_CHECKS, FusionOptions, describe_option, request_annotation
 from langchain_fusion.sockets import is_loopback
-from langchain_fusion.stores.local.folder import library_version
+from langchain_fusion.stores.local.manifest import library_version
 from langchain_fusion.threads import one_blas_thread
 
 try:

@@ -195,9 +195,9 @@ def is_approximate(index: FusionIndex) -> bool:
 @pytest.fixture
 def ann_on_small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
     """Build ANN indexes for segments of any size (normally only from ANN_MIN_ROWS rows on)."""
-    import langchain_fusion.stores.local.snapshot as snapshot_module
+    import langchain_fusion.stores.local.mutations as mutations_module
 
-    monkeypatch.setattr(snapshot_module, "ANN_MIN_ROWS", 1)
+    monkeypatch.setattr(mutations_module, "ANN_MIN_ROWS", 1)
 
 
 class TestApproximateIndex:
@@ -301,7 +301,7 @@ class TestCompressedIndex:
     @pytest.mark.usefixtures("ann_on_small_segments")
     def test_bounded_float32_products_leave_the_top_k_and_its_bits(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Candidates ruled out by float32 products and their error bounds change nothing, ties included."""
-        import langchain_fusion.stores.local.snapshot as snapshot_module
+        import langchain_fusion.stores.local.scorers as scorers_module
 
         docs = random_corpus(21, 1500)
         docs += [Document(page_content=d.page_content, metadata={"n": -1}) for d in docs[:300]]  # exact ties
@@ -315,9 +315,9 @@ class TestCompressedIndex:
             vector = index.embed_query(query)
             candidates = store.view().vector(vector)._ann_candidates(50, None)  # type: ignore[attr-defined]
             narrowed += store.snapshot.products_at(candidates, vector[0]).contenders(50).size < candidates.size  # type: ignore[attr-defined]
-            monkeypatch.setattr(snapshot_module, "CONTENDERS_MIN_RATIO", 10**9)
+            monkeypatch.setattr(scorers_module, "CONTENDERS_MIN_RATIO", 10**9)
             every = store.view().vector(vector).top(50)
-            monkeypatch.setattr(snapshot_module, "CONTENDERS_MIN_RATIO", 2)
+            monkeypatch.setattr(scorers_module, "CONTENDERS_MIN_RATIO", 2)
             some = store.view().vector(vector).top(50)
             assert every[0].tolist() == some[0].tolist()
             assert every[1].tobytes() == some[1].tobytes()
@@ -491,9 +491,10 @@ class TestSidesInParallel:
         import threading
 
         from langchain_fusion.search import pool as pool_module
-        from langchain_fusion.stores.local import snapshot as snapshot_module
+        from langchain_fusion.stores.local import mutations as mutations_module
+        from langchain_fusion.stores.local import view as view_module
 
-        monkeypatch.setattr(snapshot_module, "ANN_MIN_ROWS", 1)
+        monkeypatch.setattr(mutations_module, "ANN_MIN_ROWS", 1)
         docs = random_corpus(17)
         index = FusionIndex.from_documents(docs, HashingEmbeddings(size=32), vector_index=vector_index)
         tenant: contextvars.ContextVar[str | None] = contextvars.ContextVar("tenant", default=None)
@@ -521,7 +522,7 @@ class TestSidesInParallel:
                     results.append([(d.id, d.metadata["fusion_score"]) for d in retriever.invoke(query)])
             return results
 
-        monkeypatch.setattr(snapshot_module, "PARALLEL_SIDES_MIN_ROWS", 10**9)
+        monkeypatch.setattr(view_module, "PARALLEL_SIDES_MIN_ROWS", 10**9)
         sequential = run()
         vector_calls: list[tuple[str, str | None]] = []
         real_side_tops = pool_module._side_tops
@@ -537,8 +538,8 @@ class TestSidesInParallel:
             return real_side_tops(view, scorers, pool_size, where, alpha)
 
         monkeypatch.setattr(pool_module, "_side_tops", recording)
-        monkeypatch.setattr(snapshot_module, "PARALLEL_SIDES_MIN_ROWS", 1)
-        monkeypatch.setattr(snapshot_module, "_MANY_CORES", True)
+        monkeypatch.setattr(view_module, "PARALLEL_SIDES_MIN_ROWS", 1)
+        monkeypatch.setattr(view_module, "_MANY_CORES", True)
         filter_threads.clear()
         tenant.set("acme")
         assert run() == sequential
@@ -556,25 +557,26 @@ class TestSidesInParallel:
         """fetch_k=None on a large exact index: BM25 over every row in a worker thread while this one scans."""
         import threading
 
-        from langchain_fusion.stores.local import snapshot as snapshot_module
+        from langchain_fusion.stores.local import scorers as scorers_module
+        from langchain_fusion.stores.local import view as view_module
 
         index = FusionIndex.from_documents(random_corpus(17), HashingEmbeddings(size=32))
         options: dict[str, Any] = {"k": 5, "fetch_k": None}
         if where is not None:
             options["filter"] = (lambda metadata: metadata["n"] % 2 == 0) if where == "callable" else where
         retriever = FusionRetriever(index=index, **options)
-        monkeypatch.setattr(snapshot_module, "PARALLEL_SIDES_MIN_ROWS", 10**9)
+        monkeypatch.setattr(view_module, "PARALLEL_SIDES_MIN_ROWS", 10**9)
         sequential = [retriever.invoke(q) for q in queries(17)]
         threads: list[str] = []
-        real = snapshot_module.LocalBM25Scorer.all_scores
+        real = scorers_module.LocalBM25Scorer.all_scores
 
         def recording(scorer: Any) -> Any:
             threads.append(threading.current_thread().name)
             return real(scorer)
 
-        monkeypatch.setattr(snapshot_module.LocalBM25Scorer, "all_scores", recording)
-        monkeypatch.setattr(snapshot_module, "PARALLEL_SIDES_MIN_ROWS", 1)
-        monkeypatch.setattr(snapshot_module, "_MANY_CORES", True)
+        monkeypatch.setattr(scorers_module.LocalBM25Scorer, "all_scores", recording)
+        monkeypatch.setattr(view_module, "PARALLEL_SIDES_MIN_ROWS", 1)
+        monkeypatch.setattr(view_module, "_MANY_CORES", True)
         parallel = [retriever.invoke(q) for q in queries(17)]
         assert [[(d.id, d.metadata) for d in r] for r in parallel] == [
             [(d.id, d.metadata) for d in r] for r in sequential

@@ -18,7 +18,9 @@ from langchain_fusion.errors import ProviderError
 from langchain_fusion.retrievers import fusion as fusion_module
 from langchain_fusion.search import pool as pool_module
 from langchain_fusion.stores.local import bm25 as bm25_module
+from langchain_fusion.stores.local import mutations as mutations_module
 from langchain_fusion.stores.local import snapshot as snapshot_module
+from langchain_fusion.stores.local import view as view_module
 from tests.conftest import HashingEmbeddings
 
 WORDS = ["cat", "dog", "fire", "mat", "market", "stock", "quantum", "wave", "parrot", "speech"]
@@ -278,10 +280,10 @@ class TestRunsAndErrors:
 
     def test_a_graph_searched_index_keeps_the_pool(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Each query's graph search releases the GIL: LangChain's pool overlaps them."""
-        monkeypatch.setattr(snapshot_module, "ANN_MIN_ROWS", 1)
+        monkeypatch.setattr(mutations_module, "ANN_MIN_ROWS", 1)
         index = FusionIndex.from_documents(corpus(), HashingEmbeddings(), vector_index="HNSW16")
-        monkeypatch.setattr(snapshot_module, "PARALLEL_SIDES_MIN_ROWS", 1)
-        monkeypatch.setattr(snapshot_module, "_MANY_CORES", True)
+        monkeypatch.setattr(view_module, "PARALLEL_SIDES_MIN_ROWS", 1)
+        monkeypatch.setattr(view_module, "_MANY_CORES", True)
         runs = Runs()
         FusionRetriever(index=index).batch(QUERIES, config={"callbacks": [runs]})
         assert len(runs.threads) == len(QUERIES) and threading.get_ident() not in runs.threads

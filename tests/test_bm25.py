@@ -16,9 +16,12 @@ from rank_bm25 import BM25Okapi
 
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.local import bm25 as bm25_module
-from langchain_fusion.stores.local import snapshot as snapshot_module
+from langchain_fusion.stores.local import mutations as mutations_module
+from langchain_fusion.stores.local import postings as postings_module
 from langchain_fusion.stores.local.bm25 import BM25Corpus, QueryWeights
+from langchain_fusion.stores.local.mutations import maintained
 from langchain_fusion.stores.local.store import LocalStore
+from langchain_fusion.stores.local.term_weights import BlockWeights, TermWeights
 from langchain_fusion.stores.local.tokens import query_term_counts
 from langchain_fusion.stores.settings import BM25Params
 from tests.test_bm25_pruning import blocks_of, weights_for, zipf_corpus
@@ -136,7 +139,7 @@ class TestBM25Scores:
     @pytest.mark.parametrize("compact", [True, False], ids=["compacted", "tombstones"])
     def test_add_and_delete_equal_a_fresh_build(self, compact: bool, monkeypatch: pytest.MonkeyPatch) -> None:
         if not compact:  # keep the deleted rows as tombstones: statistics must still ignore them
-            monkeypatch.setattr(snapshot_module, "COMPACT_DEAD_RATIO", 2.0)
+            monkeypatch.setattr(mutations_module, "COMPACT_DEAD_RATIO", 2.0)
         grown = LocalStore()
         ids = add_texts(grown, CORPUS[:3])
         ids += add_texts(grown, CORPUS[3:], first_id=3)
@@ -256,7 +259,7 @@ class TestBatchTermWeights:
         docs = zipf_corpus(rng, 500, 90, duplicates=30)
         blocks = blocks_of(docs, 90, [130, 131, 400])  # a one-row segment among them
         params = BM25Params(method=method, k1=1.4, b=0.6)
-        shared = bm25_module.TermWeights()
+        shared = TermWeights()
         for _ in range(25):  # queries share terms, so later ones add weights another query computed
             source = docs[int(rng.integers(0, len(docs)))]
             query = Counter(rng.choice(source, size=min(source.size, int(rng.integers(1, 9)))).tolist())
@@ -272,7 +275,7 @@ class TestBatchTermWeights:
         rng = np.random.default_rng(5)
         docs = zipf_corpus(rng, 400, 60, duplicates=10)
         blocks = blocks_of(docs, 60, [150])
-        shared = bm25_module.TermWeights(budget=4000)
+        shared = TermWeights(budget=4000)
         for _ in range(20):
             source = docs[int(rng.integers(0, len(docs)))]
             weights = weights_for(BM25Params(), docs, Counter(source[:6].tolist()))
@@ -287,7 +290,7 @@ class TestCommonTermWeights:
     """An index snapshot keeps its common terms' weights for every query; a batch's store reads and fills it first."""
 
     @staticmethod
-    def run_queries(docs: list[NDArray[np.int64]], blocks: list, shared: bm25_module.TermWeights, method: str) -> None:
+    def run_queries(docs: list[NDArray[np.int64]], blocks: list, shared: TermWeights, method: str) -> None:
         rng = np.random.default_rng(3)
         params = BM25Params(method=method, k1=1.4, b=0.6)  # type: ignore[arg-type]
         for _ in range(20):
@@ -300,26 +303,26 @@ class TestCommonTermWeights:
     @pytest.mark.parametrize("method", ["lucene", "bm25l", "bm25+"])
     def test_a_common_only_store_keeps_dense_weights_only_with_the_same_bits(self, method: str) -> None:
         docs = zipf_corpus(np.random.default_rng(11), 500, 90, duplicates=30)
-        common = bm25_module.TermWeights(common_only=True)
+        common = TermWeights(common_only=True)
         self.run_queries(docs, blocks_of(docs, 90, [130, 400]), common, method)
         assert common.parts() and all(part.rows is None for _, part in common.parts())
 
     def test_a_batch_store_gives_common_terms_to_its_parent_while_it_has_room(self) -> None:
         docs = zipf_corpus(np.random.default_rng(12), 500, 90, duplicates=30)
         blocks = blocks_of(docs, 90, [250])
-        parent = bm25_module.TermWeights(common_only=True)
-        batch = bm25_module.TermWeights(parent=parent)
+        parent = TermWeights(common_only=True)
+        batch = TermWeights(parent=parent)
         self.run_queries(docs, blocks, batch, "lucene")
         assert parent.parts() and all(part.rows is None for _, part in parent.parts())
         assert batch.parts() and all(part.rows is not None for _, part in batch.parts())
         assert all(batch.get(*key) is part for key, part in parent.parts())  # read through to the parent
-        full = bm25_module.TermWeights(parent=bm25_module.TermWeights(0, common_only=True))
+        full = TermWeights(parent=TermWeights(0, common_only=True))
         self.run_queries(docs, blocks, full, "lucene")
         assert any(part.rows is None for _, part in full.parts())  # no room above: kept in the batch's own
 
     def test_a_store_with_no_room_keeps_nothing(self) -> None:
         docs = zipf_corpus(np.random.default_rng(13), 300, 60, duplicates=10)
-        empty = bm25_module.TermWeights(0, common_only=True)
+        empty = TermWeights(0, common_only=True)
         self.run_queries(docs, blocks_of(docs, 60, []), empty, "lucene")
         assert not empty.parts()
 
@@ -340,19 +343,19 @@ class TestCommonTermWeights:
         assert after.bm25_scores_all("battery inverter").tobytes() == expected.tobytes()  # from its kept weights
 
     def test_weights_kept_per_segment_are_dropped_when_segments_merge(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(snapshot_module, "MERGE_FACTOR", 0)  # every add stays a segment of its own
+        monkeypatch.setattr(mutations_module, "MERGE_FACTOR", 0)  # every add stays a segment of its own
         store = store_of(CORPUS)
         add_texts(store, CORPUS[:4], first_id=len(CORPUS))
         split = store.snapshot
         assert len(split.segments) == 2
         split.bm25_scores_all("battery inverter")
         assert split.common_term_weights().parts()
-        monkeypatch.setattr(snapshot_module, "MERGE_FACTOR", 4)
-        merged = split._maintained()
+        monkeypatch.setattr(mutations_module, "MERGE_FACTOR", 4)
+        merged = maintained(split)
         assert len(merged.segments) == 1
         assert merged.common_term_weights() is not split.common_term_weights()
         merged.bm25_scores_all("battery inverter")
-        assert merged._maintained().common_term_weights() is merged.common_term_weights()  # nothing merged: kept
+        assert maintained(merged).common_term_weights() is merged.common_term_weights()  # nothing merged: kept
         fresh = merged.bm25_weights("battery inverter")
         assert fresh is not None
         expected = fresh.scores(merged.size, merged.bm25_blocks())
@@ -360,8 +363,8 @@ class TestCommonTermWeights:
 
     def test_keeping_never_waits_for_another_thread(self) -> None:
         """A store whose lock is held (another thread keeping, or a fork taken then) skips keeping instead."""
-        store = bm25_module.TermWeights(common_only=True)
-        dense = bm25_module.BlockWeights(None, np.ones(8, dtype=np.float32))
+        store = TermWeights(common_only=True)
+        dense = BlockWeights(None, np.ones(8, dtype=np.float32))
         store._lock.acquire()
         try:
             keeper = threading.Thread(target=store.keep, args=(1, 0, dense))
@@ -416,7 +419,7 @@ class TestAgainstBm25s:
 
     def test_batches_are_equivalent_to_one_add(self, monkeypatch: pytest.MonkeyPatch) -> None:
         whole = store_of(CORPUS)
-        monkeypatch.setattr(bm25_module, "TOKENIZE_BATCH", 3)  # three postings blocks, merged
+        monkeypatch.setattr(postings_module, "TOKENIZE_BATCH", 3)  # three postings blocks, merged
         batched = store_of(CORPUS)
         (a,), (b,) = whole.snapshot.segments, batched.snapshot.segments
         np.testing.assert_array_equal(a.postings.indptr, b.postings.indptr)

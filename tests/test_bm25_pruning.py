@@ -13,8 +13,10 @@ from numpy.typing import NDArray
 
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.local import bm25 as bm25_module
+from langchain_fusion.stores.local import postings as postings_module
 from langchain_fusion.stores.local import snapshot as snapshot_module
-from langchain_fusion.stores.local.bm25 import Postings, QueryWeights, build_postings
+from langchain_fusion.stores.local.bm25 import QueryWeights
+from langchain_fusion.stores.local.postings import Postings, build_postings
 from langchain_fusion.stores.local.store import LocalStore
 from langchain_fusion.stores.ranking import top_rows
 from langchain_fusion.stores.settings import BM25Params
@@ -83,9 +85,9 @@ class TestPrunedTopK:
         # common terms' rows found by binary search or in bitmaps: every way exact.
         monkeypatch.setattr(bm25_module, "DENSE_PARTIAL_SHARE", dense_share)
         if bitmaps:  # every term that rows are looked up in has a bitmap, however few the rows
-            monkeypatch.setattr(bm25_module, "PRESENCE_MIN_LOOKUPS", 0)
-            monkeypatch.setattr(bm25_module, "PRESENCE_BUILD_MIN_LOOKUPS", 0)
-            monkeypatch.setattr(bm25_module, "PRESENCE_MIN_SHARE", 10**9)
+            monkeypatch.setattr(postings_module, "PRESENCE_MIN_LOOKUPS", 0)
+            monkeypatch.setattr(postings_module, "PRESENCE_BUILD_MIN_LOOKUPS", 0)
+            monkeypatch.setattr(postings_module, "PRESENCE_MIN_SHARE", 10**9)
         rng = np.random.default_rng(seed)
         size, vocabulary = int(rng.integers(50, 600)), int(rng.integers(20, 400))
         docs = zipf_corpus(rng, size, vocabulary, duplicates=size // 5)
@@ -172,11 +174,11 @@ class TestPrunedTopK:
         local = np.unique(np.concatenate([rng.integers(0, span + 300, 700), edges])).astype(np.int32)
         holds = set(held.tolist())
         postings = build_postings([np.array([1 if row in holds else 0]) for row in range(span)], 2)
-        searched = bm25_module._matches(postings, 1, local)
-        monkeypatch.setattr(bm25_module, "PRESENCE_MIN_LOOKUPS", 0)
-        monkeypatch.setattr(bm25_module, "PRESENCE_BUILD_MIN_LOOKUPS", 0)
-        monkeypatch.setattr(bm25_module, "PRESENCE_MIN_SHARE", 10**9)
-        found = bm25_module._matches(postings, 1, local)
+        searched = postings_module.matching_postings(postings, 1, local)
+        monkeypatch.setattr(postings_module, "PRESENCE_MIN_LOOKUPS", 0)
+        monkeypatch.setattr(postings_module, "PRESENCE_BUILD_MIN_LOOKUPS", 0)
+        monkeypatch.setattr(postings_module, "PRESENCE_MIN_SHARE", 10**9)
+        found = postings_module.matching_postings(postings, 1, local)
         assert postings.term_presence(1) is not None
         for a, b in zip(found, searched, strict=True):
             np.testing.assert_array_equal(a, b)
@@ -185,12 +187,12 @@ class TestPrunedTopK:
         docs = [np.array([0, 1]) if row % 3 else np.array([1]) for row in range(2000)]
         postings = build_postings(docs, 2)
         few = np.arange(0, 2000, 41, dtype=np.int32)  # 49 rows
-        searched = bm25_module._matches(postings, 0, few)
-        assert bm25_module.PRESENCE_MIN_LOOKUPS <= few.size < bm25_module.PRESENCE_BUILD_MIN_LOOKUPS
+        searched = postings_module.matching_postings(postings, 0, few)
+        assert postings_module.PRESENCE_MIN_LOOKUPS <= few.size < postings_module.PRESENCE_BUILD_MIN_LOOKUPS
         assert postings.term_presence(0, build=False) is None  # a few rows build no bitmap
-        bm25_module._matches(postings, 0, np.arange(0, 2000, 3, dtype=np.int32))  # 667 rows build one
+        postings_module.matching_postings(postings, 0, np.arange(0, 2000, 3, dtype=np.int32))  # 667 rows build one
         assert postings.term_presence(0, build=False) is not None
-        found = bm25_module._matches(postings, 0, few)  # now read from the bitmap
+        found = postings_module.matching_postings(postings, 0, few)  # now read from the bitmap
         for a, b in zip(found, searched, strict=True):
             np.testing.assert_array_equal(a, b)
 

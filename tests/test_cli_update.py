@@ -322,16 +322,16 @@ class TestHierarchicalRerun:
         self, docs: Path, built: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         # As HierarchicalIndex.load reads them: a save of the whole folder waits (not only one of the part).
-        from langchain_fusion.stores.local import folder as fmt
+        from langchain_fusion.stores.local import saving
 
         locked: list[Path] = []
-        real = fmt.load_lock
+        real = saving.load_lock
 
         def recorded(folder: Path) -> Any:
             locked.append(Path(folder))
             return real(folder)
 
-        monkeypatch.setattr(fmt, "load_lock", recorded)
+        monkeypatch.setattr(saving, "load_lock", recorded)
         _index(docs, built, "--summaries")
         assert locked and locked[0] == built and built / "chunks" not in locked
 
@@ -339,7 +339,7 @@ class TestHierarchicalRerun:
         self, docs: Path, built: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         from langchain_fusion.ingest.summaries import PageSummarizer
-        from langchain_fusion.stores.local.folder import CHECKSUM, manifest_checksum
+        from langchain_fusion.stores.local.manifest import CHECKSUM, manifest_checksum
 
         path = built / "manifest.json"
         manifest = json.loads(path.read_text(encoding="utf-8"))

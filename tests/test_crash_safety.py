@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from langchain_fusion import FusionError, FusionIndex, IndexFormatError
-from langchain_fusion.stores.local import folder as fmt
+from langchain_fusion.stores.local import saving
+from langchain_fusion.stores.local.manifest import CHECKSUM, manifest_checksum
 from tests.conftest import REPO, HashingEmbeddings
 from tests.store_contract import corpus
 
@@ -82,7 +83,7 @@ class TestKilledSaves:
         """Without an atomic exchange, the old folder is set aside first; the next load puts it back."""
         target = tmp_path / "idx"
         FusionIndex.from_documents(corpus(3, 20), HashingEmbeddings()).save(target)
-        monkeypatch.setattr(fmt, "_exchange", lambda a, b: False)
+        monkeypatch.setattr(saving, "_exchange", lambda a, b: False)
         real_rename = Path.rename
 
         def crash_after_setting_aside(self: Path, destination: Path) -> Path:
@@ -102,7 +103,7 @@ class TestKilledSaves:
     def test_without_an_atomic_exchange_saves_still_replace(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        monkeypatch.setattr(fmt, "_exchange", lambda a, b: False)
+        monkeypatch.setattr(saving, "_exchange", lambda a, b: False)
         target = tmp_path / "idx"
         FusionIndex.from_documents(corpus(5, 8), HashingEmbeddings()).save(target)
         FusionIndex.from_documents(corpus(6, 9), HashingEmbeddings()).save(target)
@@ -115,7 +116,7 @@ class TestKilledSaves:
         a.mkdir()
         b.mkdir()
         (a / "mark").write_text("a")
-        assert fmt._exchange(a, b)
+        assert saving._exchange(a, b)
         assert (b / "mark").read_text() == "a" and not (a / "mark").exists()
 
     def test_leftovers_of_crashed_saves_are_removed(self, tmp_path: Path) -> None:
@@ -154,7 +155,7 @@ class TestConcurrentSavers:
         import fcntl
 
         target = tmp_path / "idx"
-        with fmt.save_lock(target.absolute()):
+        with saving.save_lock(target.absolute()):
             fd = os.open(tmp_path / ".idx.lock", os.O_RDWR)
             try:
                 with pytest.raises(BlockingIOError):
@@ -231,7 +232,7 @@ class TestHostileFolders:
         folder = FusionIndex.from_documents(corpus(2, 5), HashingEmbeddings()).save(tmp_path / "idx")
         manifest = json.loads((folder / "manifest.json").read_text())
         del manifest["files"]["documents/ids.json"]
-        manifest[fmt.CHECKSUM] = fmt.manifest_checksum(manifest)  # crafted: past the manifest's own checksum
+        manifest[CHECKSUM] = manifest_checksum(manifest)  # crafted: past the manifest's own checksum
         (folder / "manifest.json").write_text(json.dumps(manifest))
         with pytest.raises(IndexFormatError, match=r"does not list \['documents/ids.json'\]"):
             FusionIndex.load(folder, HashingEmbeddings())
@@ -253,7 +254,7 @@ class TestHostileFolders:
         (folder / "documents" / "texts.txt").write_bytes(data)
         manifest = json.loads((folder / "manifest.json").read_text())
         manifest["files"]["documents/texts.txt"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-        manifest[fmt.CHECKSUM] = fmt.manifest_checksum(manifest)  # crafted: past the manifest's own checksum
+        manifest[CHECKSUM] = manifest_checksum(manifest)  # crafted: past the manifest's own checksum
         (folder / "manifest.json").write_text(json.dumps(manifest))
         with pytest.raises(IndexFormatError, match="is not valid UTF-8"):
             FusionIndex.load(folder, HashingEmbeddings())

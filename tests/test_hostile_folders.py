@@ -22,7 +22,7 @@ import pytest
 
 from langchain_fusion import FusionIndex, HierarchicalIndex, IndexFormatError
 from langchain_fusion.index.opening import open_index
-from langchain_fusion.stores.local.folder import CHECKSUM, manifest_checksum
+from langchain_fusion.stores.local.manifest import CHECKSUM, manifest_checksum
 from tests.conftest import HashingEmbeddings
 
 TEXTS = [f"document {i} about {word} and {other}" for i, (word, other) in enumerate(

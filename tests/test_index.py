@@ -68,10 +68,10 @@ class TestFusionIndex:
     def test_delete_keeps_alignment(  # type: ignore[no-untyped-def]
         self, animal_index: FusionIndex, animal_docs: list[Document], embeddings, compact: bool, monkeypatch
     ) -> None:
-        import langchain_fusion.stores.local.snapshot as snapshot_module
+        import langchain_fusion.stores.local.mutations as mutations_module
 
         if not compact:  # deleted rows stay as tombstones: live rows keep their (now gapped) row numbers
-            monkeypatch.setattr(snapshot_module, "COMPACT_DEAD_RATIO", 2.0)
+            monkeypatch.setattr(mutations_module, "COMPACT_DEAD_RATIO", 2.0)
         victims = [animal_index.documents[i].id for i in (0, 3, 7)]
         assert animal_index.remove(victims) == 3  # type: ignore[arg-type]
         assert len(animal_index) == len(animal_docs) - 3
@@ -176,9 +176,9 @@ class TestFusionIndex:
         self, animal_docs: list[Document], embeddings: HashingEmbeddings, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """IVF64 needs 64 training rows: smaller segments get no approximate index, and results stay exact."""
-        import langchain_fusion.stores.local.snapshot as snapshot_module
+        import langchain_fusion.stores.local.mutations as mutations_module
 
-        monkeypatch.setattr(snapshot_module, "ANN_MIN_ROWS", 1)
+        monkeypatch.setattr(mutations_module, "ANN_MIN_ROWS", 1)
         index = FusionIndex.from_documents(animal_docs[:4], embeddings, vector_index="IVF64,Flat")
         index.add_documents(animal_docs[4:])
         assert all(s.ann is None for s in index.store.snapshot.segments)  # type: ignore[attr-defined]
@@ -243,9 +243,9 @@ class TestFlatScan:
 
     def test_store_scans_every_segment(self, embeddings: HashingEmbeddings, monkeypatch: pytest.MonkeyPatch) -> None:
         """The store's whole-corpus scan over several segments equals NumPy over all rows."""
-        import langchain_fusion.stores.local.snapshot as snapshot_module
+        import langchain_fusion.stores.local.mutations as mutations_module
 
-        monkeypatch.setattr(snapshot_module, "MERGE_FACTOR", 0)  # every batch stays a segment of its own
+        monkeypatch.setattr(mutations_module, "MERGE_FACTOR", 0)  # every batch stays a segment of its own
         docs = [Document(page_content=f"text number {i} about cats " * (1 + i % 3), id=str(i)) for i in range(50)]
         index = FusionIndex(embeddings)
         for start, stop in ((0, 40), (40, 48), (48, 50)):

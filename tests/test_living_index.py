@@ -15,8 +15,8 @@ from langchain_core.documents import Document
 
 from langchain_fusion import Analyzer, BM25Params, FusionError, FusionIndex, IndexFormatError
 from langchain_fusion import metadata as keys
-from langchain_fusion.stores.local import bm25 as bm25_module
-from langchain_fusion.stores.local import snapshot as snapshot_module
+from langchain_fusion.stores.local import mutations as mutations_module
+from langchain_fusion.stores.local import postings as postings_module
 from langchain_fusion.stores.local.store import LocalStore
 from tests.conftest import HashingEmbeddings
 from tests.store_contract import WORDS, assert_same, corpus, results
@@ -58,12 +58,12 @@ class TestAllOrNothing:
     """A failure at any point between the sides leaves the index exactly as it was."""
 
     POINTS: ClassVar[list[tuple[Any, str]]] = [
-        (bm25_module, "text_token_ids"),  # the BM25 side, before anything else
-        (bm25_module, "build_postings"),
-        (bm25_module, "merge_postings"),  # merging new postings (many blocks)
-        (snapshot_module, "merge_postings"),  # merging segments
-        (snapshot_module, "_read_only"),  # the vector side
-        (snapshot_module, "_padded"),  # the statistics
+        (postings_module, "text_token_ids"),  # the BM25 side, before anything else
+        (postings_module, "build_postings"),
+        (postings_module, "merge_postings"),  # merging new postings (many blocks)
+        (mutations_module, "merge_postings"),  # merging segments
+        (mutations_module, "_read_only"),  # the vector side
+        (mutations_module, "_padded"),  # the statistics
     ]
 
     @pytest.mark.parametrize("error", FAILURES)
@@ -73,7 +73,7 @@ class TestAllOrNothing:
     ) -> None:
         before = state(index)
         snapshot = index.store.snapshot  # type: ignore[attr-defined]
-        monkeypatch.setattr(bm25_module, "TOKENIZE_BATCH", 4)  # several blocks, so merges run
+        monkeypatch.setattr(postings_module, "TOKENIZE_BATCH", 4)  # several blocks, so merges run
         monkeypatch.setattr(module, name, _raiser(error))
         with pytest.raises(error):
             index.add_documents(corpus(3, 20, prefix="new"))
@@ -86,7 +86,7 @@ class TestAllOrNothing:
     @pytest.mark.parametrize("error", FAILURES)
     def test_upsert(self, index: FusionIndex, monkeypatch: pytest.MonkeyPatch, error: type[BaseException]) -> None:
         before = state(index)
-        monkeypatch.setattr(bm25_module, "build_postings", _raiser(error))
+        monkeypatch.setattr(postings_module, "build_postings", _raiser(error))
         with pytest.raises(error):
             index.upsert_documents([Document(id="d1-10", page_content="replaced text")])
         monkeypatch.undo()
@@ -95,7 +95,7 @@ class TestAllOrNothing:
     @pytest.mark.parametrize("error", FAILURES)
     def test_delete(self, index: FusionIndex, monkeypatch: pytest.MonkeyPatch, error: type[BaseException]) -> None:
         before = state(index)
-        monkeypatch.setattr(bm25_module.Postings, "terms_of_rows", _raiser(error))
+        monkeypatch.setattr(postings_module.Postings, "terms_of_rows", _raiser(error))
         with pytest.raises(error):
             index.delete(["d1-20", "b2-3"])
         monkeypatch.undo()
@@ -104,8 +104,8 @@ class TestAllOrNothing:
     @pytest.mark.parametrize("error", FAILURES)
     def test_compaction(self, index: FusionIndex, monkeypatch: pytest.MonkeyPatch, error: type[BaseException]) -> None:
         before = state(index)
-        monkeypatch.setattr(snapshot_module, "COMPACT_DEAD_RATIO", 0.0)
-        monkeypatch.setattr(snapshot_module.Snapshot, "compacted", _raiser(error))
+        monkeypatch.setattr(mutations_module, "COMPACT_DEAD_RATIO", 0.0)
+        monkeypatch.setattr(mutations_module, "compacted", _raiser(error))
         with pytest.raises(error):
             index.delete(["d1-20"])
         monkeypatch.undo()
@@ -130,7 +130,7 @@ class TestAllOrNothing:
     def test_a_failed_mutation_then_save_writes_the_good_index(
         self, index: FusionIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        monkeypatch.setattr(snapshot_module, "_read_only", _raiser(MemoryError))
+        monkeypatch.setattr(mutations_module, "_read_only", _raiser(MemoryError))
         with pytest.raises(MemoryError):
             index.add_documents(corpus(7, 5, prefix="m"))
         monkeypatch.undo()

@@ -20,7 +20,7 @@ from langchain_core.documents import Document
 import langchain_fusion
 from langchain_fusion import Analyzer, BM25Params, FusionIndex
 from langchain_fusion.errors import EmbeddingsMismatchError, FusionError, IndexFormatError
-from langchain_fusion.stores.local.folder import library_version
+from langchain_fusion.stores.local.manifest import library_version
 from langchain_fusion.stores.local.store import FORMAT_NAME, FORMAT_VERSION
 
 QUERIES = [
@@ -91,9 +91,9 @@ def _assert_aligned(index: FusionIndex) -> None:
 @pytest.fixture
 def ann_on_small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
     """Build ANN indexes for segments of any size (normally only from ANN_MIN_ROWS rows on)."""
-    import langchain_fusion.stores.local.snapshot as snapshot_module
+    import langchain_fusion.stores.local.mutations as mutations_module
 
-    monkeypatch.setattr(snapshot_module, "ANN_MIN_ROWS", 1)
+    monkeypatch.setattr(mutations_module, "ANN_MIN_ROWS", 1)
 
 
 def _fail_writing_bm25(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -118,7 +118,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 def _rewrite_manifest(folder: Path, change: Any) -> None:
     """Change the manifest and its own checksum with it: a crafted manifest, for the checks behind that one."""
-    from langchain_fusion.stores.local.folder import CHECKSUM, manifest_checksum
+    from langchain_fusion.stores.local.manifest import CHECKSUM, manifest_checksum
 
     path = folder / "manifest.json"
     manifest = json.loads(path.read_text(encoding="utf-8"))
@@ -1060,7 +1060,7 @@ class TestSavedInfo:
 
 def _as_format_2(folder: Path) -> None:
     """Rewrite a saved folder the way format 2 kept it: one documents.jsonl of whole records."""
-    from langchain_fusion.stores.local.folder import file_entries
+    from langchain_fusion.stores.local.checksums import file_entries
     from langchain_fusion.stores.local.store import LocalStore
 
     store, _ = LocalStore.load(folder)

@@ -8,10 +8,9 @@ import pytest
 
 from langchain_fusion import Analyzer, BM25Params
 from langchain_fusion.stores.base import FusionStore, StoreView
-from langchain_fusion.stores.local import bm25 as bm25_module
-from langchain_fusion.stores.local import snapshot
-from langchain_fusion.stores.local.snapshot import LocalView
+from langchain_fusion.stores.local import mutations, postings
 from langchain_fusion.stores.local.store import LocalStore
+from langchain_fusion.stores.local.view import LocalView
 from tests.store_contract import CJK, StoreContract, corpus
 
 
@@ -31,9 +30,9 @@ class TestLocalStoreWithSmallSegmentsContract(StoreContract):
 
     @pytest.fixture(autouse=True)
     def _small_segments(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(bm25_module, "TOKENIZE_BATCH", 7)
-        monkeypatch.setattr(snapshot, "MERGE_FACTOR", 1)
-        monkeypatch.setattr(snapshot, "COMPACT_DEAD_RATIO", 0.05)
+        monkeypatch.setattr(postings, "TOKENIZE_BATCH", 7)
+        monkeypatch.setattr(mutations, "MERGE_FACTOR", 1)
+        monkeypatch.setattr(mutations, "COMPACT_DEAD_RATIO", 0.05)
 
     def make_store(self, analyzer: Analyzer, bm25_params: BM25Params) -> FusionStore:
         return LocalStore(analyzer, bm25_params)
@@ -44,7 +43,7 @@ class TestLocalStoreWithAnnSegmentsContract(StoreContract):
 
     @pytest.fixture(autouse=True)
     def _ann_everywhere(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(snapshot, "ANN_MIN_ROWS", 1)
+        monkeypatch.setattr(mutations, "ANN_MIN_ROWS", 1)
 
     def make_store(self, analyzer: Analyzer, bm25_params: BM25Params) -> FusionStore:
         return LocalStore(analyzer, bm25_params, vector_index="HNSW32", vector_search_params="efSearch=256")

@@ -57,7 +57,7 @@ from langchain_fusion.search.relevance import RELEVANCE_INFO_KEY, RelevanceModel
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.base import FloatMatrix, FusionStore, StoreView, Where
 from langchain_fusion.stores.filters import check_filter
-from langchain_fusion.stores.local.folder import saved_index_reason
+from langchain_fusion.stores.local.manifest import saved_index_reason
 from langchain_fusion.stores.local.store import LocalStore
 from langchain_fusion.stores.local.vectors import normalize_rows
 from langchain_fusion.stores.settings import BM25Params
@@ -635,7 +635,7 @@ class FusionIndex(VectorStore):
     # --- persistence ------------------------------------------------------------------------
 
     def save(self, folder: str | Path, *, info: Mapping[str, Any] | None = None) -> Path:
-        """Save to ``folder`` atomically and crash-safely (see :mod:`langchain_fusion.stores.local.folder`).
+        """Save to ``folder`` atomically and crash-safely (see :mod:`langchain_fusion.stores.local.saving`).
 
         Only the in-process store is saved as a folder; a remote store persists itself. ``info``
         (any JSON-able mapping, e.g. which files were indexed) is kept in the manifest and comes

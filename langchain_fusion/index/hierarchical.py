@@ -44,6 +44,9 @@ from langchain_fusion.search.relevance import (
     top_relevance,
 )
 from langchain_fusion.stores.local import folder as fmt
+from langchain_fusion.stores.local import saving
+from langchain_fusion.stores.local.checksums import check_checksum, sha256_file
+from langchain_fusion.stores.local.manifest import check_format, library_version, now_iso, read_manifest, write_manifest
 from langchain_fusion.stores.local.store import LocalStore, write_snapshot
 
 if TYPE_CHECKING:
@@ -182,26 +185,26 @@ class HierarchicalIndex:
             manifest = {
                 "format": HIERARCHICAL_FORMAT_NAME,
                 "format_version": HIERARCHICAL_FORMAT_VERSION,
-                "library_version": fmt.library_version(),
-                "created_at": fmt.now_iso(),
+                "library_version": library_version(),
+                "created_at": now_iso(),
                 "embeddings": {"id": self.chunks.embeddings_id, "dimension": self.chunks.dimension},
                 "counts": {name: snapshot.live_count for name, snapshot in snapshots.items()},
                 "parts": {
-                    name: {"folder": name, "manifest_sha256": fmt.sha256_file(staging / name / fmt.MANIFEST)}
+                    name: {"folder": name, "manifest_sha256": sha256_file(staging / name / fmt.MANIFEST)}
                     for name in snapshots
                 },
                 **relevance,
             }
-            fmt.write_manifest(staging, manifest)
+            write_manifest(staging, manifest)
 
-        return fmt.save_folder(Path(folder), write)
+        return saving.save_folder(Path(folder), write)
 
     @classmethod
     def load(cls, folder: str | Path, embeddings: Embeddings | None = None) -> HierarchicalIndex:
         """Load a folder saved by :meth:`save`, verifying both indexes and the link between them."""
         folder = Path(folder).expanduser()
-        fmt.recover(folder)
-        with fmt.load_lock(folder):  # a save of the same folder waits until both parts are read
+        saving.recover(folder)
+        with saving.load_lock(folder):  # a save of the same folder waits until both parts are read
             manifest = read_hierarchical_manifest(folder)
             try:
                 parts = {name: manifest["parts"][name] for name in (CHUNKS_DIR, SUMMARIES_DIR)}
@@ -218,7 +221,7 @@ class HierarchicalIndex:
                     raise IndexFormatError(f"{folder / fmt.MANIFEST} names an unexpected folder {sub!r} for the {name}")
                 path = folder / sub / fmt.MANIFEST
                 fmt.require_file(path)
-                fmt.check_checksum(path, checksum)
+                check_checksum(path, checksum)
             chunks = FusionIndex.load(folder / CHUNKS_DIR, embeddings, lock=False)
             summaries = FusionIndex.load(folder / SUMMARIES_DIR, chunks.embeddings, lock=False)
             for name, value in {CHUNKS_DIR: len(chunks), SUMMARIES_DIR: len(summaries)}.items():
@@ -244,8 +247,8 @@ def load_chunks(folder: Path, embeddings: Embeddings | None = None, *, check_dim
     part is left inside the folder.
     """
     folder = folder.expanduser()
-    fmt.recover(folder)
-    with fmt.load_lock(folder):
+    saving.recover(folder)
+    with saving.load_lock(folder):
         return FusionIndex.load(folder / CHUNKS_DIR, embeddings, lock=False, check_dimension=check_dimension)
 
 
@@ -256,15 +259,13 @@ def calibration_kind(index: FusionIndex | HierarchicalIndex) -> str:
 
 def read_hierarchical_manifest(folder: Path) -> dict[str, Any]:
     """The manifest of a saved hierarchical index, checked for format and version."""
-    manifest = fmt.read_manifest(folder)
+    manifest = read_manifest(folder)
     if isinstance(manifest, dict) and manifest.get("format") == "langchain-fusion-index":
         raise IndexFormatError(
             f"{folder} is a plain index without page summaries: rebuild it with summaries "
             "(langchain-fusion index --summaries, or HierarchicalIndex.build)"
         )
-    return fmt.check_format(
-        folder, manifest, HIERARCHICAL_FORMAT_NAME, HIERARCHICAL_FORMAT_VERSION, "hierarchical index"
-    )
+    return check_format(folder, manifest, HIERARCHICAL_FORMAT_NAME, HIERARCHICAL_FORMAT_VERSION, "hierarchical index")
 
 
 def saved_relevance(folder: Path) -> dict[str, Any] | None:
@@ -275,5 +276,5 @@ def saved_relevance(folder: Path) -> dict[str, Any] | None:
 
 def is_hierarchical(folder: Path) -> bool:
     """True when ``folder`` holds a saved hierarchical index (by its manifest's format name)."""
-    manifest = fmt.read_manifest(folder.expanduser())
+    manifest = read_manifest(folder.expanduser())
     return isinstance(manifest, dict) and manifest.get("format") == HIERARCHICAL_FORMAT_NAME

@@ -41,7 +41,8 @@ from langchain_fusion.ingest.loading import (
 )
 from langchain_fusion.models.embeddings import chunk_token_counter
 from langchain_fusion.stores.base import IdsBySource
-from langchain_fusion.stores.local.folder import saved_index_reason, sha256_file
+from langchain_fusion.stores.local.checksums import sha256_file
+from langchain_fusion.stores.local.manifest import saved_index_reason
 
 SYNC_INFO_KEY = "files"
 """The key of the file record in a saved index's ``info``."""

@@ -37,7 +37,7 @@ from langchain_fusion.search.options import (
     HierarchyOptions,
 )
 from langchain_fusion.stores.filters import merge_filters
-from langchain_fusion.stores.local.folder import library_version
+from langchain_fusion.stores.local.manifest import library_version
 from langchain_fusion.stores.registry import engine_for
 
 Served = FusionIndex | HierarchicalIndex | BaseRetriever

@@ -1,7 +1,7 @@
 """The folder engine: an index location that is a folder, holding an in-process store saved by ``save``.
 
 See :mod:`langchain_fusion.stores.registry`. A folder is saved atomically and crash-safely
-(:mod:`~langchain_fusion.stores.local.folder`); its manifest keeps the record of an ``index`` run.
+(:mod:`~langchain_fusion.stores.local.saving`); its manifest keeps the record of an ``index`` run.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any
 
 from langchain_fusion.errors import FusionError
 from langchain_fusion.stores.base import FusionStore
-from langchain_fusion.stores.local.folder import MANIFEST, check_save_target, update_lock
+from langchain_fusion.stores.local.folder import MANIFEST
+from langchain_fusion.stores.local.saving import check_save_target, update_lock
 from langchain_fusion.stores.local.store import LocalStore
 from langchain_fusion.stores.registry import LLM_CACHE_SUFFIX, NewStoreOptions, OpenedStore, StoreEngine
 
@@ -29,7 +30,7 @@ class FolderEngine(StoreEngine):
         return Path(location).expanduser()
 
     def updating(self, location: str, on_wait: Callable[[], None] | None = None) -> AbstractContextManager[None]:
-        """The folder's update lock (see :func:`~langchain_fusion.stores.local.folder.update_lock`)."""
+        """The folder's update lock (see :func:`~langchain_fusion.stores.local.saving.update_lock`)."""
         return update_lock(self.folder(location), on_wait)
 
     def open(self, location: str) -> OpenedStore:

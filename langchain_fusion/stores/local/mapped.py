@@ -10,7 +10,7 @@ microsecond or a few) before the store serves a query, and a changed file is one
 :class:`~langchain_fusion.errors.IndexFormatError` asking for a reload.
 
 The check follows the open file, not the path: a save replaces the whole folder by renaming
-(see :mod:`~langchain_fusion.stores.local.folder`), so a loaded index keeps its old, unchanged
+(see :mod:`~langchain_fusion.stores.local.saving`), so a loaded index keeps its old, unchanged
 files and goes on answering. What no check can catch: a mapped file truncated while a query
 is reading it, and one rewritten with its size and modification time kept (``touch -r``).
 """

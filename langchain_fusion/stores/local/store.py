@@ -28,12 +28,17 @@ from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, check_text_fields, in
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.base import FloatMatrix, FusionStore
 from langchain_fusion.stores.local import folder as fmt
-from langchain_fusion.stores.local.bm25 import Postings
+from langchain_fusion.stores.local import saving
+from langchain_fusion.stores.local.checksums import PendingChecksums, check_file_list, file_entries
 from langchain_fusion.stores.local.documents import DocumentBlock
+from langchain_fusion.stores.local.manifest import check_format, library_version, now_iso, read_manifest, write_manifest
 from langchain_fusion.stores.local.mapped import MappedFiles
-from langchain_fusion.stores.local.snapshot import LocalView, Segment, Snapshot, ann_min_rows, empty_snapshot
+from langchain_fusion.stores.local.mutations import ann_min_rows, compacted, deleted, maintained, upserted
+from langchain_fusion.stores.local.postings import Postings
+from langchain_fusion.stores.local.snapshot import Segment, Snapshot, empty_snapshot
 from langchain_fusion.stores.local.tokens import tokenize
 from langchain_fusion.stores.local.vectors import AnnIndex, check_vector_index
+from langchain_fusion.stores.local.view import LocalView
 from langchain_fusion.stores.settings import MAX_DIMENSION, BM25Params, StoreSettings
 
 logger = logging.getLogger(__name__)
@@ -152,25 +157,25 @@ class LocalStore(FusionStore):
                 f"{vectors.shape[0]} vectors, {len(bm25_texts)} texts"
             )
         with self._write_lock:
-            self._snapshot = self.snapshot.upserted(documents, vectors, bm25_texts)
+            self._snapshot = upserted(self.snapshot, documents, vectors, bm25_texts)
 
     def delete(self, ids: Sequence[str]) -> int:
         """Remove the rows with these ids; unknown ids are ignored. All or nothing."""
         with self._write_lock:
-            self._snapshot, removed = self.snapshot.deleted(ids)
+            self._snapshot, removed = deleted(self.snapshot, ids)
         return removed
 
     def compact(self) -> None:
         """Rewrite the rows into one segment without tombstones (saves do this on their copy)."""
         with self._write_lock:
-            self._snapshot = self.snapshot.compacted()._maintained()
+            self._snapshot = maintained(compacted(self.snapshot))
 
     # --- the folder format -----------------------------------------------------------------------
 
     def save(self, folder: Path, extra: dict[str, Any] | None = None) -> Path:
-        """Save the current snapshot to ``folder`` atomically (see :mod:`~langchain_fusion.stores.local.folder`)."""
+        """Save the current snapshot to ``folder`` atomically (see :mod:`~langchain_fusion.stores.local.saving`)."""
         snapshot = self.snapshot  # a consistent state, whatever writers do meanwhile
-        return fmt.save_folder(folder, lambda staging: write_snapshot(snapshot, staging, extra or {}))
+        return saving.save_folder(folder, lambda staging: write_snapshot(snapshot, staging, extra or {}))
 
     @classmethod
     def load(
@@ -183,24 +188,24 @@ class LocalStore(FusionStore):
         a shared lock (``lock``), so a save to the same path waits instead of swapping files
         under the reader; a caller that already holds the lock of an enclosing folder passes False.
         """
-        fmt.recover(folder)
+        saving.recover(folder)
         try:
-            with fmt.load_lock(folder) if lock else contextlib.nullcontext():
+            with saving.load_lock(folder) if lock else contextlib.nullcontext():
                 return cls._read(folder, analyzer)
         except OSError as exc:
             raise IndexFormatError(f"cannot read the index at {folder}: {exc.strerror or exc}") from None
 
     @classmethod
     def _read(cls, folder: Path, analyzer: Analyzer | None) -> tuple[LocalStore, dict[str, Any]]:
-        manifest = fmt.read_manifest(folder)
+        manifest = read_manifest(folder)
         if isinstance(manifest, dict) and manifest.get("format") == fmt.HIERARCHICAL_FORMAT_NAME:
             raise IndexFormatError(
                 f"{folder} is a hierarchical index (page summaries and chunks): load it with "
                 "HierarchicalIndex.load, or its chunks/ folder with FusionIndex.load"
             )
-        manifest = fmt.check_format(folder, manifest, FORMAT_NAME, FORMAT_VERSION, "index", OLDER_VERSIONS)
+        manifest = check_format(folder, manifest, FORMAT_NAME, FORMAT_VERSION, "index", OLDER_VERSIONS)
         version = manifest["format_version"]
-        paths = fmt.check_file_list(folder, manifest, (_FILES if version == FORMAT_VERSION else _FILES_V2).__contains__)
+        paths = check_file_list(folder, manifest, (_FILES if version == FORMAT_VERSION else _FILES_V2).__contains__)
         required = REQUIRED_FILES if version == FORMAT_VERSION else BM25_FILES | {DOCUMENTS_V2}
         missing = sorted(required - set(paths))
         if missing:
@@ -208,7 +213,7 @@ class LocalStore(FusionStore):
         settings, vector_conf, counts = _parse_manifest(folder, manifest, analyzer)
         # The files are hashed while they are read and checked (see PendingChecksums): an altered file is
         # reported as such even when reading it failed first.
-        checksums = fmt.PendingChecksums(paths, manifest).start()
+        checksums = PendingChecksums(paths, manifest).start()
         try:
             snapshot = read_snapshot(folder, paths, settings, vector_conf, counts, verified=checksums.wait)
         except Exception:
@@ -225,13 +230,13 @@ class LocalStore(FusionStore):
 
 
 def _replace_settings(snapshot: Snapshot, settings: StoreSettings) -> Snapshot:
-    return replace(snapshot, settings=settings, _cache={})
+    return replace(snapshot, settings=settings)
 
 
 def write_snapshot(snapshot: Snapshot, folder: Path, extra: dict[str, Any]) -> None:
     """Write the live rows of ``snapshot`` into ``folder`` in the format above (refuses misaligned parts)."""
     snapshot.check_aligned()
-    compact = snapshot.compacted()
+    compact = compacted(snapshot)
     segment = compact.segments[0] if compact.segments else None
     write_documents(folder, segment.documents if segment is not None else DocumentBlock.empty())
     dimension = compact.settings.dimension
@@ -267,8 +272,8 @@ def write_snapshot(snapshot: Snapshot, folder: Path, extra: dict[str, Any]) -> N
     manifest = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
-        "library_version": fmt.library_version(),
-        "created_at": fmt.now_iso(),
+        "library_version": library_version(),
+        "created_at": now_iso(),
         "embeddings": {"id": settings.embeddings_id, "dimension": dimension},
         "vector_index": {
             "factory": compact.vector_index,
@@ -289,9 +294,9 @@ def write_snapshot(snapshot: Snapshot, folder: Path, extra: dict[str, Any]) -> N
             "vocabulary": len(vocabulary),
         },
         **extra,
-        "files": fmt.file_entries(folder),
+        "files": file_entries(folder),
     }
-    fmt.write_manifest(folder, manifest)
+    write_manifest(folder, manifest)
 
 
 def write_documents(folder: Path, block: DocumentBlock) -> None:
@@ -501,7 +506,7 @@ def read_snapshot(
     )
     if ann is None and factory != "Flat" and n >= ann_min_rows(factory):
         logger.info("building the %s index of %s (%d rows): it was not saved", factory, folder, n)
-    return loaded._maintained()
+    return maintained(loaded)
 
 
 def _repeats(ids: Sequence[str]) -> bool:
