@@ -66,7 +66,7 @@ from langchain_fusion.search.options import (
     SearchOptions,
     request_annotation,
 )
-from langchain_fusion.sockets import is_loopback
+from langchain_fusion.sockets import bind_socket, is_loopback
 from langchain_fusion.threads import one_blas_thread
 
 try:
@@ -548,14 +548,9 @@ def _options_text(pipeline: Pipeline, accepted: Sequence[str]) -> str:
 # --- running it ---------------------------------------------------------------------------------
 
 
-def bind_socket(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> socket.socket:
-    """A TCP socket listening on ``host:port`` (port 0: a free one), for :func:`run_mcp`; OSError if it cannot bind."""
-    return sockets.bind_socket(host, port)
-
-
 def url_of(sock: socket.socket) -> str:
     """``http://HOST:PORT/mcp``: where clients of the streamable HTTP transport connect, for a bound socket."""
-    return sockets.base_url(sock) + MCP_PATH
+    return sockets.url_of(sock, MCP_PATH)
 
 
 @contextlib.contextmanager

@@ -56,14 +56,13 @@ from langchain_core.runnables.configurable import RunnableConfigurableFields
 from langchain_core.runnables.utils import AnyConfigurableField
 from pydantic import StringConstraints, TypeAdapter, ValidationError
 
-from langchain_fusion import sockets
 from langchain_fusion.errors import InvalidParameterError, MissingDependencyError, ProviderError, redact
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex
 from langchain_fusion.pipeline import Pipeline, PipelineSpec, ServeLimits, build
 from langchain_fusion.pipeline.spec import serving_spec
 from langchain_fusion.search.options import OPTION_CHECKS, FusionOptions, describe_option, request_annotation
-from langchain_fusion.sockets import is_loopback
+from langchain_fusion.sockets import bind_socket, is_loopback, url_of
 from langchain_fusion.stores.local.folder import library_version
 from langchain_fusion.threads import one_blas_thread
 
@@ -770,16 +769,6 @@ def served_summary(status: dict[str, Any]) -> str:
 
 
 # --- running it ---------------------------------------------------------------------------------
-
-
-def bind_socket(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> socket.socket:
-    """A TCP socket listening on ``host:port`` (port 0: a free one), for :func:`serve`; OSError if it cannot bind."""
-    return sockets.bind_socket(host, port)
-
-
-def url_of(sock: socket.socket) -> str:
-    """``http://HOST:PORT`` of a bound socket."""
-    return sockets.base_url(sock)
 
 
 SHUTDOWN_GRACE_SECONDS = 10

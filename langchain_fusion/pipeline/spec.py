@@ -21,6 +21,7 @@ from langchain_fusion.search.options import (
     SearchOptions,
     check_options,
 )
+from langchain_fusion.sockets import DEFAULT_HOST, DEFAULT_PORT
 
 AnswerMode = Literal["off", "if_available", "required"]
 """Whether the pipeline answers questions with a chat model (the RAG chain): ``off`` (retrieval only;
@@ -102,10 +103,10 @@ class ServeLimits(CheckedModel):
 
     model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
 
-    host: str = "127.0.0.1"
+    host: str = DEFAULT_HOST
     """Address to listen on: this machine only by default (there is no authentication; 0.0.0.0 exposes the
     server to the network)."""
-    port: Annotated[int, BeforeValidator(check_port)] = 8000
+    port: Annotated[int, BeforeValidator(check_port)] = DEFAULT_PORT
     """TCP port to listen on (0: any free port)."""
     max_k: Annotated[int, _positive("max_k", "the largest k a request may ask for")] = 100
     """Largest k (and k_summaries) a request may ask for."""
