@@ -53,6 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_fusion import metadata as keys
 from langchain_fusion import sockets
+from langchain_fusion._compat import filter_mcp_messages, mcp_lowlevel_server
 from langchain_fusion.errors import InvalidParameterError, MissingDependencyError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex
@@ -263,18 +264,7 @@ class _CheckedArgumentsServer(FastMCP):
         self.limits = limits
         self.accepted = tuple(accepted)
         self.info = info
-        # Every transport (stdio, streamable HTTP, in memory) hands its streams to the low-level
-        # server's run, the last place where a request still holds the numbers as sent: the session
-        # re-reads it from a JSON dump that writes NaN and Infinity as null.
-        lowlevel = self._mcp_server
-        run = lowlevel.run
-
-        async def run_finite_only(read_stream: Any, write_stream: Any, *args: Any, **kwargs: Any) -> None:
-            # The SDK annotates a memory stream; its session only iterates over the stream and closes it.
-            filtered = _FiniteNumbersOnly(read_stream, write_stream)
-            await run(filtered, write_stream, *args, **kwargs)  # type: ignore[arg-type]
-
-        lowlevel.run = run_finite_only  # type: ignore[method-assign]
+        filter_mcp_messages(self, _FiniteNumbersOnly)  # NaN and Infinity as sent, before the SDK reads them as null
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         """Run a tool; a refused search argument is raised, and the SDK answers it with a tool error."""
@@ -581,7 +571,7 @@ def _stdout_for_protocol_only() -> Iterator[IO[str] | None]:
 async def _serve_stdio(server: FastMCP, stdout: IO[str] | None) -> None:
     async with stdio_server(stdout=None if stdout is None else anyio.wrap_file(stdout)) as (read, write):
         # FastMCP's run_stdio_async always writes to sys.stdout; its low-level server takes our stream.
-        lowlevel = server._mcp_server
+        lowlevel = mcp_lowlevel_server(server)
         await lowlevel.run(read, write, lowlevel.create_initialization_options())
 
 

@@ -38,7 +38,6 @@ the query length (``max_query_chars``), ``k`` (``max_k``), the inputs of a batch
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import math
@@ -56,6 +55,7 @@ from langchain_core.runnables.configurable import RunnableConfigurableFields
 from langchain_core.runnables.utils import AnyConfigurableField
 from pydantic import StringConstraints, TypeAdapter, ValidationError
 
+from langchain_fusion._compat import fresh_sse_exit_event
 from langchain_fusion.errors import InvalidParameterError, MissingDependencyError, ProviderError, redact
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex
@@ -598,22 +598,6 @@ def _provider_error_in(exc: BaseException) -> ProviderError | None:
     return None
 
 
-def _fresh_stream_exit_event() -> None:
-    """Forget sse-starlette's process-wide exit event at start-up, so that streaming works on this event loop.
-
-    sse-starlette 1.x (what LangServe 0.3 uses) creates one ``anyio.Event`` per process, bound to the
-    event loop of the first streamed response; streams on any later loop (a second test client, an
-    app served again in the same process or notebook) then fail. Each start-up gets a fresh one.
-    """
-    try:
-        sse = importlib.import_module("sse_starlette.sse")
-    except ImportError:  # pragma: no cover - LangServe's server extra brings it
-        return
-    status = getattr(sse, "AppStatus", None)
-    if status is not None and hasattr(status, "should_exit_event"):
-        status.should_exit_event = None
-
-
 def _json_problem(body: bytes) -> str | None:
     r"""What is wrong with a body that LangServe would not answer with a 4xx, if anything.
 
@@ -712,7 +696,7 @@ def app_for(pipeline: Pipeline, limits: ServeLimits, title: str = "langchain-fus
     app.add_middleware(_SameOrigin, allowed=allowed_hosts(limits))  # the outermost: before any body is read
     app.add_exception_handler(ProviderError, _provider_failed)
     app.add_exception_handler(InvalidParameterError, _request_refused)
-    app.router.on_startup.append(_fresh_stream_exit_event)
+    app.router.on_startup.append(fresh_sse_exit_event)
     routes: dict[str, Any] = {
         "enabled_endpoints": ENDPOINTS,
         "per_req_config_modifier": guard.check_config,
