@@ -185,20 +185,12 @@ __all__ = [
 ]
 
 
-def _version() -> str:
-    """The installed version (``0+unknown`` when run from a checkout that was not installed)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("langchain-fusion")
-    except metadata.PackageNotFoundError:  # pragma: no cover - the tests run an installed package
-        return "0+unknown"
-
-
 def __getattr__(name: str) -> Any:
     """Import a public name from its module on first access (and read ``__version__`` the first time it is asked)."""
     if name == "__version__":
-        globals()[name] = version = _version()
+        from langchain_fusion._version import library_version
+
+        globals()[name] = version = library_version()
         return version
     module = _EXPORTS.get(name)
     if module is None:

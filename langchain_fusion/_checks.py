@@ -54,6 +54,13 @@ def check_fetch_k(fetch_k: Any) -> int | None:
     return int(fetch_k)
 
 
+def check_port(value: Any) -> int:
+    """A TCP port to listen on: a whole number from 0 to 65535 (0: any free port)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise InvalidParameterError(f"port must be a TCP port from 0 to 65535 (0: any free port); got {value!r}")
+    return value
+
+
 MAX_REWRITES = 10
 """Most rewrites multi-query fusion may ask for (each is one more search)."""
 

@@ -5,6 +5,11 @@ from __future__ import annotations
 import ipaddress
 import socket
 
+DEFAULT_HOST = "127.0.0.1"
+"""Where the servers listen by default: this machine only (they have no authentication)."""
+DEFAULT_PORT = 8000
+"""The servers' default TCP port."""
+
 
 def is_loopback(host: str) -> bool:
     """Whether ``host`` is this machine only (``localhost`` or a loopback address)."""
@@ -16,8 +21,8 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket listening on ``host:port`` (port 0: a free one); OSError if it cannot bind.
+def bind_socket(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> socket.socket:
+    """A TCP socket listening on ``host:port`` (port 0: a free one), for either server; OSError if it cannot bind.
 
     It listens at once, so a client that connects while the server is still starting waits
     instead of being refused, and a busy port fails before any index is loaded.
@@ -36,7 +41,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def base_url(sock: socket.socket) -> str:
-    """``http://HOST:PORT`` of a bound socket (IPv6 hosts in brackets)."""
+def url_of(sock: socket.socket, path: str = "") -> str:
+    """``http://HOST:PORT`` of a bound socket (IPv6 hosts in brackets), followed by ``path``."""
     host, port = sock.getsockname()[:2]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    return (f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}") + path

@@ -19,8 +19,8 @@ from langchain_core.documents import Document
 
 import langchain_fusion
 from langchain_fusion import Analyzer, BM25Params, FusionIndex
+from langchain_fusion._version import library_version
 from langchain_fusion.errors import EmbeddingsMismatchError, FusionError, IndexFormatError
-from langchain_fusion.stores.local.manifest import library_version
 from langchain_fusion.stores.local.store import FORMAT_NAME, FORMAT_VERSION
 
 QUERIES = [

@@ -93,7 +93,7 @@ class TestMilvusSpecifics:
     ) -> None:
         from langchain_fusion.stores.milvus import MilvusStore, connection
 
-        monkeypatch.setattr(connection, "column_upsert", lambda client: None)
+        monkeypatch.setattr(connection, "pymilvus_column_upsert", lambda client: None)
         docs = [
             Document(id=f"d{i}", page_content=f"w{i} shared", metadata={"source": f"s{i}", "n": i, "none": None})
             for i in range(5)

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic.fields import FieldInfo
 
-from langchain_fusion._checks import MAX_REWRITES, Switch, check_rewrites
+from langchain_fusion._checks import MAX_REWRITES, Switch, check_port, check_rewrites
 from langchain_fusion.cli.errors import UserError
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.pipeline.spec import DEFAULT_LLM_TIMEOUT, DEFAULT_RERANK_CANDIDATES, PipelineSpec, ServeLimits
@@ -93,11 +93,6 @@ def seconds(value: str) -> float:
     return float(parse_number(value, float, lambda n: 0 < n < math.inf, "a positive number of seconds"))
 
 
-def port(value: str) -> int:
-    """A TCP port, 0 for any free one."""
-    return int(parse_number(value, int, lambda n: 0 <= n <= 65535, "a TCP port from 0 to 65535 (0: any free port)"))
-
-
 def rewrites(value: str) -> int:
     """A number of multi-query rewrites, 1 to :data:`~langchain_fusion._checks.MAX_REWRITES`."""
     return int(parse_number(value, int, lambda n: _passes(check_rewrites, n), f"1 to {MAX_REWRITES} rewrites"))
@@ -133,6 +128,10 @@ def checked(check: Callable[[Any], Any], convert: Callable[[str], Any], expected
 
     parse.__name__ = check.__name__.removeprefix("check_")  # argparse names the type in some errors
     return parse
+
+
+port = checked(check_port, int, "a TCP port from 0 to 65535 (0: any free port)")
+"""A TCP port, 0 for any free one (the library's own check)."""
 
 
 def _json_object(text: str) -> dict[str, Any]:

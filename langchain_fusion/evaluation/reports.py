@@ -96,7 +96,7 @@ class EvalReport(CheckedModel):
         settings: Mapping[str, str | int | float | bool | None] | None = None,
     ) -> EvalReport:
         """The saved form of a harness :class:`~langchain_fusion.evaluation.harness.Report` (its rows, per query)."""
-        from langchain_fusion import __version__
+        from langchain_fusion._version import library_version as version
 
         queries = list(report.results[0].per_query) if report.results else []
         methods = {
@@ -104,7 +104,7 @@ class EvalReport(CheckedModel):
             for r in report.results
         }
         return cls(
-            library_version=__version__,
+            library_version=version(),
             dataset=report.dataset,
             metrics=list(report.metrics),
             queries=queries,

@@ -32,6 +32,7 @@ from langchain_core.embeddings import Embeddings
 
 from langchain_fusion import metadata as keys
 from langchain_fusion._checks import check_k
+from langchain_fusion._version import library_version
 from langchain_fusion.errors import IndexFormatError, InvalidParameterError
 from langchain_fusion.index.fusion_index import FusionIndex, ProgressCallback
 from langchain_fusion.ingest.summaries import PageSummarizer
@@ -46,7 +47,7 @@ from langchain_fusion.search.relevance import (
 from langchain_fusion.stores.local import folder as fmt
 from langchain_fusion.stores.local import saving
 from langchain_fusion.stores.local.checksums import check_checksum, sha256_file
-from langchain_fusion.stores.local.manifest import check_format, library_version, now_iso, read_manifest, write_manifest
+from langchain_fusion.stores.local.manifest import check_format, now_iso, read_manifest, write_manifest
 from langchain_fusion.stores.local.store import LocalStore, write_snapshot
 
 if TYPE_CHECKING:

@@ -20,6 +20,7 @@ from langchain_core.documents import BaseDocumentCompressor
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable
 
+from langchain_fusion._version import library_version
 from langchain_fusion.errors import FusionError, IndexFormatError, InvalidParameterError, MissingCredentialsError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex
@@ -37,7 +38,6 @@ from langchain_fusion.search.options import (
     HierarchyOptions,
 )
 from langchain_fusion.stores.filters import merge_filters
-from langchain_fusion.stores.local.manifest import library_version
 from langchain_fusion.stores.registry import engine_for
 
 Served = FusionIndex | HierarchicalIndex | BaseRetriever

@@ -12,7 +12,7 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 
-from langchain_fusion._checks import CheckedModel, check_positive_int, check_rewrites
+from langchain_fusion._checks import CheckedModel, check_port, check_positive_int, check_rewrites
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.search.options import (
     FUSED_ONLY_OPTIONS,
@@ -21,6 +21,7 @@ from langchain_fusion.search.options import (
     SearchOptions,
     check_options,
 )
+from langchain_fusion.sockets import DEFAULT_HOST, DEFAULT_PORT
 
 AnswerMode = Literal["off", "if_available", "required"]
 """Whether the pipeline answers questions with a chat model (the RAG chain): ``off`` (retrieval only;
@@ -86,12 +87,6 @@ def _positive(name: str, meaning: str) -> BeforeValidator:
     return BeforeValidator(lambda value: check_positive_int(value, name, meaning))
 
 
-def _check_port(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
-        raise InvalidParameterError(f"port must be a TCP port from 0 to 65535 (0: any free port); got {value!r}")
-    return value
-
-
 def _host_names(value: Any) -> Any:
     """``allowed_hosts`` from a tuple, a list or one comma-separated string, lowercased."""
     if isinstance(value, str):
@@ -108,10 +103,10 @@ class ServeLimits(CheckedModel):
 
     model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
 
-    host: str = "127.0.0.1"
+    host: str = DEFAULT_HOST
     """Address to listen on: this machine only by default (there is no authentication; 0.0.0.0 exposes the
     server to the network)."""
-    port: Annotated[int, BeforeValidator(_check_port)] = 8000
+    port: Annotated[int, BeforeValidator(check_port)] = DEFAULT_PORT
     """TCP port to listen on (0: any free port)."""
     max_k: Annotated[int, _positive("max_k", "the largest k a request may ask for")] = 100
     """Largest k (and k_summaries) a request may ask for."""

@@ -15,19 +15,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from langchain_fusion._version import library_version
 from langchain_fusion.errors import IndexFormatError
 from langchain_fusion.stores.local.folder import MANIFEST, MAX_MANIFEST_BYTES
 from langchain_fusion.stores.local.saving import STAGING_MARK, recover
 
 CHECKSUM = "body_sha256"
 """The manifest field holding the sha256 of the manifest's other fields (see :func:`manifest_checksum`)."""
-
-
-def library_version() -> str:
-    """The installed langchain-fusion version (``0+unknown`` when run from a bare checkout)."""
-    from langchain_fusion import __version__
-
-    return __version__
 
 
 def now_iso() -> str:

@@ -23,6 +23,7 @@ from numpy.typing import NDArray
 from pydantic import ValidationError
 
 from langchain_fusion._checks import describe_validation
+from langchain_fusion._version import library_version
 from langchain_fusion.errors import FusionError, IndexFormatError, InvalidParameterError
 from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, check_text_fields, indexed_text
 from langchain_fusion.stores.analyzer import Analyzer
@@ -31,7 +32,7 @@ from langchain_fusion.stores.local import folder as fmt
 from langchain_fusion.stores.local import saving
 from langchain_fusion.stores.local.checksums import PendingChecksums, check_file_list, file_entries
 from langchain_fusion.stores.local.documents import DocumentBlock
-from langchain_fusion.stores.local.manifest import check_format, library_version, now_iso, read_manifest, write_manifest
+from langchain_fusion.stores.local.manifest import check_format, now_iso, read_manifest, write_manifest
 from langchain_fusion.stores.local.mapped import MappedFiles
 from langchain_fusion.stores.local.mutations import ann_min_rows, compacted, deleted, maintained, upserted
 from langchain_fusion.stores.local.postings import Postings

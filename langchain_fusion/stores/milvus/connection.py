@@ -23,6 +23,7 @@ import types
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol
 
+from langchain_fusion._compat import pymilvus_column_upsert
 from langchain_fusion.errors import FusionError, InvalidParameterError, MissingDependencyError
 
 CONNECT_TIMEOUT = 5.0
@@ -183,7 +184,7 @@ def bound(client: Any, method: str) -> Any:
     """``client.method``; for :data:`UPSERT_COLUMNS`, the client's connection's column upsert in its database."""
     if method != UPSERT_COLUMNS:
         return getattr(client, method)
-    found = column_upsert(client)
+    found = pymilvus_column_upsert(client)
     if found is None:
         return _upsert_as_rows(client)
     handler, context = found
@@ -192,18 +193,6 @@ def bound(client: Any, method: str) -> Any:
         return handler.upsert(collection_name, entities, context=context, **kwargs)
 
     return upsert_columns
-
-
-def column_upsert(client: Any) -> tuple[Any, Any] | None:
-    """The client's connection and call context for a column upsert, or None where pymilvus has none.
-
-    pymilvus's ``MilvusClient`` takes rows only and checks every text row by row; its connection's column
-    upsert (what its own ``Collection.upsert`` sends) is not public, so a pymilvus without it gets rows.
-    """
-    try:
-        return client._get_connection(), client._generate_call_context()
-    except AttributeError:
-        return None
 
 
 def rows_of(columns: Mapping[str, Sequence[Any]], json_fields: Collection[str]) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from langchain_fusion._version import library_version
 from langchain_fusion.errors import FusionError, IndexFormatError, InvalidParameterError
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.settings import StoreSettings
@@ -119,13 +120,6 @@ def _searching(index_type: str, params: Mapping[str, int]) -> dict[str, int]:
     """The Milvus search parameters among ``params`` that ``index_type`` takes."""
     takes = {"HNSW": "ef", "IVF_FLAT": "nprobe", "DISKANN": "search_list"}.get(index_type)
     return {_SEARCH_PARAMETERS[k]: v for k, v in params.items() if _SEARCH_PARAMETERS.get(k) == takes}
-
-
-def library_version() -> str:
-    """The version of langchain-fusion running now."""
-    from langchain_fusion import __version__
-
-    return __version__
 
 
 @dataclass(frozen=True)

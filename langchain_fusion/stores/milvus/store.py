@@ -8,6 +8,7 @@ from typing import Any
 
 from langchain_core.documents import Document
 
+from langchain_fusion._version import library_version
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.base import FloatMatrix, FusionStore
@@ -23,7 +24,6 @@ from langchain_fusion.stores.milvus.schema import (
     CollectionRecord,
     DenseIndex,
     collection_layout,
-    library_version,
 )
 from langchain_fusion.stores.milvus.view import MilvusView
 from langchain_fusion.stores.settings import BM25Params, StoreSettings
