@@ -49,11 +49,11 @@ from langchain_fusion.models.llm_calls import (
     LLMBatchSettings,
     LLMFailure,
     LLMReport,
-    ProgressCallback,
     Prompt,
     check_prompt,
     prompt_version_of,
 )
+from langchain_fusion.progress import ProgressCallback
 
 logger = logging.getLogger(__name__)
 

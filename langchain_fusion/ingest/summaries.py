@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
@@ -39,9 +39,7 @@ from langchain_fusion.models.llm_calls import (
     check_prompt,
     prompt_version_of,
 )
-
-ProgressCallback = Callable[[int], None]
-"""Called with the number of units just done, for progress bars."""
+from langchain_fusion.progress import ProgressCallback
 
 logger = logging.getLogger(__name__)
 

@@ -129,9 +129,6 @@ async def await_with_timeout(call: Awaitable[T], timeout: float | None) -> T:
         raise TimeoutError(f"no answer within {timeout:g} s") from None
 
 
-ProgressCallback = Callable[[int], None]
-"""Called with the number of items just finished, for progress bars."""
-
 TRANSIENT_ERROR_NAMES = (
     "RateLimit",
     "Timeout",
