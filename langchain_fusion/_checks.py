@@ -8,7 +8,7 @@ parsed into numbers: a check either returns the value in its canonical type or r
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -19,6 +19,11 @@ from langchain_fusion.errors import InvalidParameterError
 def is_whole_number(value: Any) -> bool:
     """True for ints (and NumPy integers), never for booleans or floats."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_int(value: Any) -> TypeGuard[int]:
+    """True for Python ints, never booleans nor NumPy integers (see :func:`is_whole_number`): positions in metadata."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def is_real_number(value: Any) -> bool:

@@ -16,7 +16,7 @@ import logging
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import Any
 
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import Document
@@ -25,6 +25,7 @@ from langchain_text_splitters import RecursiveCharacterTextSplitter
 from pydantic import Field, field_validator
 
 from langchain_fusion import metadata as keys
+from langchain_fusion._checks import is_int
 from langchain_fusion.errors import InvalidParameterError, describe_error
 from langchain_fusion.ingest.loading import merge_chunks
 from langchain_fusion.metadata import FIELD_SEPARATOR
@@ -87,10 +88,6 @@ def summary_id(source: str, page: Any, section: int | None) -> str:
     return hashlib.sha256(f"summary\x00{source}\x00{page}\x00{section}".encode()).hexdigest()[:32]
 
 
-def _is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 @dataclass
 class PageUnit:
     """A page of a PDF, or a section of a source without pages: what one summary covers."""
@@ -129,7 +126,7 @@ class PageUnit:
     def text(self) -> str:
         """The unit's original text: its chunks merged with the splitter's overlap removed."""
         located = all(
-            _is_int(c.metadata.get(keys.START_INDEX)) and _is_int(c.metadata.get(keys.CHUNK_INDEX)) for c in self.chunks
+            is_int(c.metadata.get(keys.START_INDEX)) and is_int(c.metadata.get(keys.CHUNK_INDEX)) for c in self.chunks
         )
         if located:
             return merge_chunks(self.chunks)
@@ -176,7 +173,7 @@ def page_units(chunks: Sequence[Document], section_chars: int = DEFAULT_SECTION_
         groups.setdefault(str(chunk.metadata.get(keys.SOURCE, "")), []).append(chunk)
     units: list[PageUnit] = []
     for source, members in groups.items():
-        if all(_is_int(c.metadata.get(keys.CHUNK_INDEX)) for c in members):
+        if all(is_int(c.metadata.get(keys.CHUNK_INDEX)) for c in members):
             members = sorted(members, key=lambda c: int(c.metadata[keys.CHUNK_INDEX]))
         pages: dict[Any, PageUnit] = {}
         unpaged = []
