@@ -39,9 +39,10 @@ if TYPE_CHECKING:
     from langchain_fusion.ingest.enrichment import ContextualEnricher, with_context
     from langchain_fusion.ingest.loading import LoadResult, SkippedFile, SkippedFileWarning, load_files, split_documents
     from langchain_fusion.ingest.summaries import PageSummarizer
+    from langchain_fusion.models.call_reports import LLMReport
     from langchain_fusion.models.chat import default_chat_model, resolve_chat_model
     from langchain_fusion.models.embeddings import LocalEmbeddings, default_embeddings, resolve_embeddings
-    from langchain_fusion.models.llm_calls import LLMReport, RetryPolicy
+    from langchain_fusion.models.retries import RetryPolicy
     from langchain_fusion.pipeline.composer import build as build_pipeline
     from langchain_fusion.pipeline.spec import PipelineSpec, ServeLimits
     from langchain_fusion.retrievers.cross_encoder import CrossEncoderReranker
@@ -88,8 +89,8 @@ _EXPORTS: dict[str, str] = {
     "LocalEmbeddings": "langchain_fusion.models.embeddings",
     "default_embeddings": "langchain_fusion.models.embeddings",
     "resolve_embeddings": "langchain_fusion.models.embeddings",
-    "LLMReport": "langchain_fusion.models.llm_calls",
-    "RetryPolicy": "langchain_fusion.models.llm_calls",
+    "LLMReport": "langchain_fusion.models.call_reports",
+    "RetryPolicy": "langchain_fusion.models.retries",
     "CrossEncoderReranker": "langchain_fusion.retrievers.cross_encoder",
     "BM25Retriever": "langchain_fusion.retrievers.fusion",
     "FusionRetriever": "langchain_fusion.retrievers.fusion",

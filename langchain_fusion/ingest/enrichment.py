@@ -43,17 +43,9 @@ from langchain_fusion._checks import is_int
 from langchain_fusion.errors import describe_error
 from langchain_fusion.ingest.loading import PAGE_BREAK, merge_chunks
 from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, FIELD_SEPARATOR, TextField, check_text_fields, indexed_text
-from langchain_fusion.models.llm_calls import (
-    CHARS_PER_TOKEN,
-    CallOutcome,
-    CallRunner,
-    LLMBatchSettings,
-    LLMFailure,
-    LLMReport,
-    Prompt,
-    check_prompt,
-    prompt_version_of,
-)
+from langchain_fusion.models.call_reports import CallOutcome, LLMFailure, LLMReport
+from langchain_fusion.models.llm_calls import CallRunner, LLMBatchSettings
+from langchain_fusion.models.prompts import CHARS_PER_TOKEN, Prompt, check_prompt, prompt_version_of
 from langchain_fusion.progress import ProgressCallback
 
 logger = logging.getLogger(__name__)
@@ -221,7 +213,7 @@ class ContextualEnricher(LLMBatchSettings, BaseDocumentTransformer):
 
     ``enrich(chunks, documents)`` returns enriched copies (the context in
     :data:`~langchain_fusion.metadata.CONTEXT`, ``page_content`` unchanged) and an
-    :class:`~langchain_fusion.models.llm_calls.LLMReport`. ``documents`` are the whole pages or files
+    :class:`~langchain_fusion.models.call_reports.LLMReport`. ``documents`` are the whole pages or files
     the chunks were split from (``load_files(...).documents``); the pages of one source are
     joined into one document. Without them, each source is rebuilt from its chunks.
 

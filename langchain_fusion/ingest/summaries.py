@@ -29,17 +29,9 @@ from langchain_fusion._checks import is_int
 from langchain_fusion.errors import InvalidParameterError, describe_error
 from langchain_fusion.ingest.loading import merge_chunks
 from langchain_fusion.metadata import FIELD_SEPARATOR
-from langchain_fusion.models.llm_calls import (
-    CHARS_PER_TOKEN,
-    CallOutcome,
-    CallRunner,
-    LLMBatchSettings,
-    LLMFailure,
-    LLMReport,
-    Prompt,
-    check_prompt,
-    prompt_version_of,
-)
+from langchain_fusion.models.call_reports import CallOutcome, LLMFailure, LLMReport
+from langchain_fusion.models.llm_calls import CallRunner, LLMBatchSettings
+from langchain_fusion.models.prompts import CHARS_PER_TOKEN, Prompt, check_prompt, prompt_version_of
 from langchain_fusion.progress import ProgressCallback
 
 logger = logging.getLogger(__name__)
@@ -234,7 +226,7 @@ class PageSummarizer(LLMBatchSettings):
     ``summarize(chunks)`` returns one summary ``Document`` per :func:`page_units` unit (its
     ``source``, ``page`` or ``section``, the ids of its chunks in
     :data:`~langchain_fusion.metadata.SUMMARY_CHUNK_IDS`) and an
-    :class:`~langchain_fusion.models.llm_calls.LLMReport`. A unit longer than ``piece_token_budget``
+    :class:`~langchain_fusion.models.call_reports.LLMReport`. A unit longer than ``piece_token_budget``
     tokens is summarised map-reduce: each piece, then the piece summaries (in rounds, if they are
     long too). A unit whose calls finally fail gets its leading text as summary
     (:data:`~langchain_fusion.metadata.SUMMARY_FALLBACK` True) and is listed in ``report.failed``.

@@ -186,7 +186,7 @@ class Pipeline:
 
     def describe(self) -> dict[str, Any]:
         """What is served, as JSON values: the index, the default options, the steps and the chat model."""
-        from langchain_fusion.models.llm_calls import chat_model_id
+        from langchain_fusion.models.answer_cache import chat_model_id
 
         return {
             "library_version": library_version(),

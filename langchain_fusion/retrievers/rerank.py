@@ -40,15 +40,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from langchain_fusion import metadata as keys
 from langchain_fusion._checks import CheckedModel
 from langchain_fusion.errors import FusionError, InvalidParameterError, ProviderError, describe_error
-from langchain_fusion.models.llm_calls import Prompt as Prompt  # re-exported: chains imports it from here
-from langchain_fusion.models.llm_calls import (
-    RetryPolicy,
-    ainvoke_bounded,
-    answer_text,
-    check_prompt,
-    invoke_bounded,
-    is_credential_error,
-)
+from langchain_fusion.models.bounded_calls import DEFAULT_LLM_CONCURRENCY, CallBounds, ainvoke_bounded, invoke_bounded
+from langchain_fusion.models.prompts import Prompt, answer_text, check_prompt
+from langchain_fusion.models.retries import RetryPolicy, is_credential_error
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +113,7 @@ def _check_top_n(top_n: Any) -> int | None:
 
 
 def _text_of(output: Any) -> str:
-    """The text of a model answer (see :func:`~langchain_fusion.models.llm_calls.answer_text`), or a RatingError."""
+    """The text of a model answer (see :func:`~langchain_fusion.models.prompts.answer_text`), or a RatingError."""
     try:
         return answer_text(output)
     except ValueError:
@@ -347,7 +341,7 @@ class BaseLLMReranker(BaseReranker):
     """Use the model's structured output when it supports it; False always parses text answers."""
     timeout: float | None = Field(default=None, gt=0)
     """Seconds to wait for one model answer (per try) before it counts as a transient failure (None: no limit)."""
-    max_concurrency: int = Field(default=8, ge=1)
+    max_concurrency: int = Field(default=DEFAULT_LLM_CONCURRENCY, ge=1)
     """Most model calls in flight at once; with a ``timeout``, across all queries of this reranker and
     counting calls given up on that have not returned yet (so a hung model holds at most this many threads)."""
     retry: RetryPolicy = Field(default_factory=lambda: RERANK_RETRY)
@@ -362,6 +356,10 @@ class BaseLLMReranker(BaseReranker):
         self._slots = threading.Semaphore(self.max_concurrency)
 
     # --- the model ----------------------------------------------------------------------------
+
+    def _bounds(self) -> CallBounds:
+        """How each model call is bounded: per-try ``timeout``, ``retry``, this reranker's call slots."""
+        return CallBounds(retry=self.retry, task="rerank", slots=self._slots, timeout=self.timeout)
 
     def _answering(self, schema: type[BaseModel], prompt: Prompt) -> Runnable[dict[str, Any], Any]:
         """``prompt | model``, with the model's structured output for ``schema`` when it has one."""
@@ -382,17 +380,13 @@ class BaseLLMReranker(BaseReranker):
         config: RunnableConfig,
     ) -> Any:
         """One model call (:func:`invoke_bounded`): retried per ``retry``, each try given up on after ``timeout``."""
-        answer, error, _ = invoke_bounded(
-            chain, inputs, config, timeout=self.timeout, slots=self._slots, retry=self.retry, task="rerank"
-        )
+        answer, error, _ = invoke_bounded(chain, inputs, config, self._bounds())
         if error is not None:
             raise error
         return answer
 
     async def _aask(self, chain: Runnable[dict[str, Any], Any], inputs: dict[str, Any], config: RunnableConfig) -> Any:
-        answer, error, _ = await ainvoke_bounded(
-            chain, inputs, config, timeout=self.timeout, retry=self.retry, task="rerank"
-        )
+        answer, error, _ = await ainvoke_bounded(chain, inputs, config, self._bounds())
         if error is not None:
             raise error
         return answer
