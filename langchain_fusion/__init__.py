@@ -49,7 +49,8 @@ if TYPE_CHECKING:
     from langchain_fusion.retrievers.fusion import BM25Retriever, FusionRetriever, VectorRetriever
     from langchain_fusion.retrievers.hierarchical import HierarchicalRetriever
     from langchain_fusion.retrievers.multi_query import MultiQueryFusionRetriever
-    from langchain_fusion.retrievers.rerank import LLMListwiseReranker, LLMReranker, RerankRetriever
+    from langchain_fusion.retrievers.rerank import LLMListwiseReranker, LLMReranker
+    from langchain_fusion.retrievers.rerank_retriever import RerankRetriever
     from langchain_fusion.retrievers.vectorstore import VectorStoreFusionRetriever
     from langchain_fusion.retrievers.windows import ContextWindow, ContextWindowRetriever, expand_windows
     from langchain_fusion.search.explain import Explanation
@@ -99,7 +100,7 @@ _EXPORTS: dict[str, str] = {
     "MultiQueryFusionRetriever": "langchain_fusion.retrievers.multi_query",
     "LLMListwiseReranker": "langchain_fusion.retrievers.rerank",
     "LLMReranker": "langchain_fusion.retrievers.rerank",
-    "RerankRetriever": "langchain_fusion.retrievers.rerank",
+    "RerankRetriever": "langchain_fusion.retrievers.rerank_retriever",
     "VectorStoreFusionRetriever": "langchain_fusion.retrievers.vectorstore",
     "ContextWindow": "langchain_fusion.retrievers.windows",
     "ContextWindowRetriever": "langchain_fusion.retrievers.windows",

@@ -25,7 +25,7 @@ from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.models.guarded_model import GuardedModel
 from langchain_fusion.models.prompts import Prompt
 from langchain_fusion.models.retries import RetryPolicy
-from langchain_fusion.retrievers.rerank import RerankRetriever
+from langchain_fusion.retrievers.rerank_retriever import RerankRetriever
 from langchain_fusion.retrievers.windows import ContextWindowRetriever
 from langchain_fusion.search.options import DEFAULT_WINDOW_MAX_CHARS
 

@@ -29,7 +29,7 @@ from langchain_fusion.cli.app import build_parser, main
 from langchain_fusion.cli.arguments import flag_of, given_options
 from langchain_fusion.retrievers.hierarchical import HierarchicalRetriever
 from langchain_fusion.retrievers.multi_query import MultiQueryFusionRetriever
-from langchain_fusion.retrievers.rerank import RerankRetriever
+from langchain_fusion.retrievers.rerank_retriever import RerankRetriever
 from langchain_fusion.retrievers.windows import ContextWindowRetriever
 from langchain_fusion.search.fusion import FUSION_METHODS, NORMALISERS
 from langchain_fusion.search.options import (

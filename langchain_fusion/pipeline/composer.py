@@ -27,7 +27,7 @@ from langchain_fusion.index.opening import open_index
 from langchain_fusion.pipeline.spec import PipelineSpec, ServeLimits
 from langchain_fusion.retrievers.base import SearchRetriever, innermost_search
 from langchain_fusion.retrievers.multi_query import MultiQueryFusionRetriever
-from langchain_fusion.retrievers.rerank import RerankRetriever, with_top_n
+from langchain_fusion.retrievers.rerank_retriever import RerankRetriever, with_top_n
 from langchain_fusion.retrievers.windows import ContextWindowRetriever
 from langchain_fusion.search.options import (
     DEFAULT_WINDOW_MAX_CHARS,
