@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from langchain_fusion import metadata as keys
-from langchain_fusion.cli.arguments import DEFAULT_LLM_CONCURRENCY, PROGRESS_BATCH, positive_int, seconds
+from langchain_fusion.cli.arguments import PROGRESS_BATCH, positive_int, seconds
 from langchain_fusion.cli.errors import UserError
 from langchain_fusion.errors import EmbeddingsMismatchError
 from langchain_fusion.ingest.loading import (
@@ -26,6 +26,7 @@ from langchain_fusion.ingest.loading import (
     DEFAULT_MAX_FILE_CHARS,
     split_documents,
 )
+from langchain_fusion.models.bounded_calls import DEFAULT_LLM_CONCURRENCY
 from langchain_fusion.pipeline.spec import DEFAULT_LLM_TIMEOUT
 from langchain_fusion.stores.registry import LLM_CACHE_SUFFIX, location_help
 
