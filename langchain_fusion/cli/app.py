@@ -25,7 +25,7 @@ from langchain_fusion.errors import FusionError, redact
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``langchain-fusion`` command."""
     from langchain_fusion import __version__
-    from langchain_fusion.cli.evaluate import add_eval_parser
+    from langchain_fusion.cli.eval_arguments import add_eval_parser
     from langchain_fusion.cli.indexing import add_index_parser
     from langchain_fusion.cli.search import add_search_parsers
     from langchain_fusion.cli.serving import add_mcp_parser, add_serve_parser
