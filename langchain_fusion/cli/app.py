@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from langchain_fusion.cli.arguments import EXIT_USER_ERROR, add_store_flags, with_store_options
 from langchain_fusion.cli.errors import UserError
+from langchain_fusion.cli.wording import in_flags
 from langchain_fusion.errors import FusionError, redact
 
 
@@ -69,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return handler(with_store_options(args))
     except (UserError, FusionError, ValidationError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"langchain-fusion: error: {redact(message)}", file=sys.stderr)
+        print(f"langchain-fusion: error: {redact(in_flags(message))}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("langchain-fusion: interrupted", file=sys.stderr)

@@ -339,7 +339,7 @@ def _check_flat_calibration(served: HierarchicalIndex) -> None:
     if served.chunks.relevance_model is None and served.relevance_model is not None:
         raise InvalidParameterError(
             "min_relevance: this index is calibrated for hierarchical search only; search it hierarchically "
-            "(hierarchical=True, --hierarchical), or calibrate its chunk index (index.chunks.calibrate)"
+            "(hierarchical=True), or calibrate its chunk index (index.chunks.calibrate)"
         )
 
 
