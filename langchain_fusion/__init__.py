@@ -39,16 +39,18 @@ if TYPE_CHECKING:
     from langchain_fusion.ingest.enrichment import ContextualEnricher, with_context
     from langchain_fusion.ingest.loading import LoadResult, SkippedFile, SkippedFileWarning, load_files, split_documents
     from langchain_fusion.ingest.summaries import PageSummarizer
+    from langchain_fusion.models.call_reports import LLMReport
     from langchain_fusion.models.chat import default_chat_model, resolve_chat_model
     from langchain_fusion.models.embeddings import LocalEmbeddings, default_embeddings, resolve_embeddings
-    from langchain_fusion.models.llm_calls import LLMReport, RetryPolicy
+    from langchain_fusion.models.retries import RetryPolicy
     from langchain_fusion.pipeline.composer import build as build_pipeline
     from langchain_fusion.pipeline.spec import PipelineSpec, ServeLimits
     from langchain_fusion.retrievers.cross_encoder import CrossEncoderReranker
     from langchain_fusion.retrievers.fusion import BM25Retriever, FusionRetriever, VectorRetriever
     from langchain_fusion.retrievers.hierarchical import HierarchicalRetriever
     from langchain_fusion.retrievers.multi_query import MultiQueryFusionRetriever
-    from langchain_fusion.retrievers.rerank import LLMListwiseReranker, LLMReranker, RerankRetriever
+    from langchain_fusion.retrievers.rerank import LLMListwiseReranker, LLMReranker
+    from langchain_fusion.retrievers.rerank_retriever import RerankRetriever
     from langchain_fusion.retrievers.vectorstore import VectorStoreFusionRetriever
     from langchain_fusion.retrievers.windows import ContextWindow, ContextWindowRetriever, expand_windows
     from langchain_fusion.search.explain import Explanation
@@ -88,8 +90,8 @@ _EXPORTS: dict[str, str] = {
     "LocalEmbeddings": "langchain_fusion.models.embeddings",
     "default_embeddings": "langchain_fusion.models.embeddings",
     "resolve_embeddings": "langchain_fusion.models.embeddings",
-    "LLMReport": "langchain_fusion.models.llm_calls",
-    "RetryPolicy": "langchain_fusion.models.llm_calls",
+    "LLMReport": "langchain_fusion.models.call_reports",
+    "RetryPolicy": "langchain_fusion.models.retries",
     "CrossEncoderReranker": "langchain_fusion.retrievers.cross_encoder",
     "BM25Retriever": "langchain_fusion.retrievers.fusion",
     "FusionRetriever": "langchain_fusion.retrievers.fusion",
@@ -98,7 +100,7 @@ _EXPORTS: dict[str, str] = {
     "MultiQueryFusionRetriever": "langchain_fusion.retrievers.multi_query",
     "LLMListwiseReranker": "langchain_fusion.retrievers.rerank",
     "LLMReranker": "langchain_fusion.retrievers.rerank",
-    "RerankRetriever": "langchain_fusion.retrievers.rerank",
+    "RerankRetriever": "langchain_fusion.retrievers.rerank_retriever",
     "VectorStoreFusionRetriever": "langchain_fusion.retrievers.vectorstore",
     "ContextWindow": "langchain_fusion.retrievers.windows",
     "ContextWindowRetriever": "langchain_fusion.retrievers.windows",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
@@ -21,6 +21,11 @@ from langchain_fusion.errors import InvalidParameterError
 def is_whole_number(value: Any) -> bool:
     """True for ints (and NumPy integers), never for booleans or floats."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_int(value: Any) -> TypeGuard[int]:
+    """True for Python ints, never booleans nor NumPy integers (see :func:`is_whole_number`): positions in metadata."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def is_real_number(value: Any) -> bool:

@@ -23,8 +23,9 @@ from langchain_core.runnables import Runnable, RunnableBranch, RunnableLambda, R
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.models.guarded_model import GuardedModel
-from langchain_fusion.models.llm_calls import RetryPolicy
-from langchain_fusion.retrievers.rerank import Prompt, RerankRetriever
+from langchain_fusion.models.prompts import Prompt
+from langchain_fusion.models.retries import RetryPolicy
+from langchain_fusion.retrievers.rerank_retriever import RerankRetriever
 from langchain_fusion.retrievers.windows import ContextWindowRetriever
 from langchain_fusion.search.options import DEFAULT_WINDOW_MAX_CHARS
 

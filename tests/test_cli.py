@@ -221,8 +221,8 @@ class TestBundledModel:
         note = re.fullmatch(
             rf"note: (\d+) of the {chunks} chunks embedded this run are longer than the 254 word pieces the local "
             r"model reads; only their start is embedded \(BM25 indexes all of it\)\. To embed each chunk whole, "
-            r"index chunks of about (\d+) characters \(chunk_size=\2, --chunk-size \2\) or chunks bounded in "
-            r"the model's word pieces \(max_chunk_tokens=254, --max-chunk-tokens 254\)",
+            r"index chunks of about (\d+) characters \(--chunk-size \2\) or chunks bounded in "
+            r"the model's word pieces \(--max-chunk-tokens 254\)",
             lines[3],
         )
         assert note and 0 < int(note.group(1)) < chunks, lines[3]
@@ -844,7 +844,10 @@ class TestAskAndRerankErrors:
         [
             (["query", "idx", "q", "--top-n", "2"], "--top-n is the number of reranked results to keep: add --rerank"),
             (["ask", "idx", "q", "--top-n", "2"], "add --rerank"),
-            (["query", "idx", "q", "--max-chars", "500"], "(--max-chars) is the character budget of context windows"),
+            (
+                ["query", "idx", "q", "--max-chars", "500"],
+                "--max-chars is the character budget of context windows: set --window N",
+            ),
             (["query", "idx", "q", "--llm", "openai"], "is used here only to rerank"),
             (["query", "idx", "q", "--llm", "openai", "--rerank", "cross-encoder:m"], "add one, or drop it"),
             (["query", "idx", "q", "--top-n", "2", "--multi-query", "2"], "add --rerank"),
@@ -1048,7 +1051,7 @@ class TestChatModelErrors:
     )
     def test_hierarchical_options_need_hierarchical(self, command: str, option: list[str]) -> None:
         status, out, err = _run([command, "idx", "q", *option])
-        _assert_one_line_error(status, out, err, f"({option[0]}): options of hierarchical search", "(--hierarchical)")
+        _assert_one_line_error(status, out, err, f"{option[0]}: options of hierarchical search", "set --hierarchical")
 
     def test_query_hierarchical_needs_no_chat_model(self, no_openai_key: None, tmp_path: Path) -> None:
         status, out, err = _run(["query", str(tmp_path / "nope"), "flood", "--hierarchical"])

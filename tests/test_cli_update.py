@@ -135,7 +135,9 @@ class TestIncrementalIndex:
         plain = _index(docs, out)
         status, _, err = _run("index", str(docs), "--out", str(out), "--max-chunk-tokens", "40", "-q")
         assert status == 2 and len(err.splitlines()) == 1, err
-        assert "max_chunk_tokens counts the embedding model's tokens, and HashingEmbeddings has no count_tokens" in err
+        no_counter = "--max-chunk-tokens counts the embedding model's tokens, and HashingEmbeddings has no count_tokens"
+        assert no_counter in err
+        assert "(--chunk-size N) instead, or index with the bundled model (--embeddings local)" in err
         monkeypatch.setattr(HashingEmbeddings, "count_tokens", words, raising=False)
         bounded = _index(docs, out, "--max-chunk-tokens", "40")
         assert bounded["files_updated"] == 3 and bounded["chunks"] > plain["chunks"]
@@ -153,6 +155,7 @@ class TestIncrementalIndex:
         status, _, err = _run("index", str(docs), "--out", str(out), "--language", "french", "-q")
         assert status == 2 and len(err.splitlines()) == 1, err
         assert "was built with another analyzer" in err and "choose a new location" in err
+        assert "open it without --language" in err  # the library's analyzer=, as the command line says it
         with pytest.raises(SystemExit) as exited, contextlib.redirect_stderr(io.StringIO()) as stderr:
             main(["index", str(docs), "--out", str(tmp_path / "x"), "--language", "klingon"])
         assert exited.value.code == 2 and "argument --language: invalid choice: 'klingon'" in stderr.getvalue()
@@ -224,6 +227,7 @@ class TestIncrementalIndex:
         _index(docs, out)
         status, _, err = _run("index", str(docs), "--out", str(out), "--vector-index", "HNSW32", "-q")
         assert status == 2 and "uses vector index 'Flat'" in err and len(err.splitlines()) == 1
+        assert "open it without --vector-index" in err
 
     def test_text_output_says_what_the_run_did(self, docs: Path, tmp_path: Path) -> None:
         out = tmp_path / "idx"

@@ -149,7 +149,7 @@ class TestResolveEmbeddings:
             resolve_embeddings("openai")
         message = str(exc.value)
         assert message.startswith("OPENAI_API_KEY is not set")
-        assert "--embeddings local" in message
+        assert "(embeddings='local')" in message
         assert isinstance(exc.value, FusionError)
 
     def test_openai_model_without_key(self, no_openai_key: None) -> None:
@@ -419,8 +419,8 @@ class TestTextsLongerThanTheModelReads:
         assert warnings == [
             "1 of 2 texts are longer than the 254 word pieces sentence-transformers/all-MiniLM-L6-v2 reads: "
             "only their start is embedded (BM25 indexes all of it). To embed each chunk whole, index chunks of "
-            "about 1140 characters (chunk_size=1140, --chunk-size 1140) or chunks bounded in the model's word "
-            "pieces (max_chunk_tokens=254, --max-chunk-tokens 254)"
+            "about 1140 characters (chunk_size=1140) or chunks bounded in the model's word "
+            "pieces (max_chunk_tokens=254)"
         ]  # 5 characters per word piece in "word word ...": 254 * 5 * 0.9
 
     def test_chinese_is_about_one_word_piece_per_character(self) -> None:

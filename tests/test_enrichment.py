@@ -27,7 +27,8 @@ from langchain_fusion.ingest.enrichment import (
 )
 from langchain_fusion.ingest.loading import split_documents
 from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, indexed_text
-from langchain_fusion.models.llm_calls import ResultCache, cache_key, chat_model_id, is_transient
+from langchain_fusion.models.answer_cache import ResultCache, cache_key, chat_model_id
+from langchain_fusion.models.retries import is_transient
 from langchain_fusion.stores.local.store import LocalStore
 from tests.conftest import HashingEmbeddings
 from tests.fake_chat_models import Gate, HTTPStatusError, RateLimitError, RatingModel, flaky

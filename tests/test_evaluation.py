@@ -595,7 +595,7 @@ class TestEvalCommand:
 
 class TestEvalCommandDefaults:
     def test_batch_size_matches_the_harness(self) -> None:
-        from langchain_fusion.cli import evaluate as command
+        from langchain_fusion.cli import eval_arguments as command
         from langchain_fusion.evaluation import harness
 
         assert command.DEFAULT_BATCH_SIZE == harness.DEFAULT_BATCH_SIZE

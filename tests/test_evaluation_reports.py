@@ -261,7 +261,7 @@ class TestEvalGate:
 
 class TestEvalCommandDefaults:
     def test_significance_matches_the_library(self) -> None:
-        from langchain_fusion.cli import evaluate as command
+        from langchain_fusion.cli import eval_arguments as command
         from langchain_fusion.evaluation import reports
 
         assert command.DEFAULT_SIGNIFICANCE == reports.DEFAULT_SIGNIFICANCE

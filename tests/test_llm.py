@@ -61,7 +61,7 @@ class TestDefault:
             resolve_chat_model(spec)
         message = str(exc.value)
         assert message.startswith("OPENAI_API_KEY is not set")
-        assert "--llm PROVIDER:MODEL" in message
+        assert "(llm='PROVIDER:MODEL')" in message
         assert "\n" not in message
 
     def test_key_from_dotenv(self, no_key: None, tmp_path: Path) -> None:

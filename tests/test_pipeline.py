@@ -29,7 +29,7 @@ from langchain_fusion.cli.app import build_parser, main
 from langchain_fusion.cli.arguments import flag_of, given_options
 from langchain_fusion.retrievers.hierarchical import HierarchicalRetriever
 from langchain_fusion.retrievers.multi_query import MultiQueryFusionRetriever
-from langchain_fusion.retrievers.rerank import RerankRetriever
+from langchain_fusion.retrievers.rerank_retriever import RerankRetriever
 from langchain_fusion.retrievers.windows import ContextWindowRetriever
 from langchain_fusion.search.fusion import FUSION_METHODS, NORMALISERS
 from langchain_fusion.search.options import (
@@ -169,8 +169,11 @@ class TestSpec:
         [
             ({"bogus": 1}, r"unknown option\(s\) \['bogus'\]; the options are \[.*'alpha'"),
             ({"alpha": 2}, "alpha must be a number between 0 and 1"),
-            ({"window_max_chars": 100}, r"window_max_chars \(--max-chars\) is the character budget of context"),
-            ({"hierarchical": False, "k_summaries": 2}, r"k_summaries \(--k-summaries\): options of hierarchical"),
+            ({"window_max_chars": 100}, r"window_max_chars is the character budget of context windows: set window=N"),
+            (
+                {"hierarchical": False, "k_summaries": 2},
+                r"k_summaries: options of hierarchical .*set hierarchical=True",
+            ),
             ({"hierarchical": True, "max_per_source": 2}, "max_per_source apply to fused search"),
             ({"llm": "openai:x"}, r"used here only to rerank"),
             ({"reranker": "best"}, "rerank must be 'llm'"),

@@ -31,7 +31,7 @@ from langchain_fusion import (
 )
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import ProviderError
-from langchain_fusion.retrievers.rerank import RatingError, RelevanceRating, parse_ranking, parse_rating
+from langchain_fusion.retrievers.rerank_answers import RatingError, RelevanceRating, parse_ranking, parse_rating
 from tests.conftest import HashingEmbeddings
 from tests.fake_chat_models import HANG_GUARD, Gate, RatingModel, RunRecorder, keyword_rule
 

@@ -715,7 +715,7 @@ class TestMilvusVersionRecord:
         assert "\n" not in message
         assert f"collection {name!r} was built with analyzer stopwords='english', stemmer='english';" in message
         assert "this store asks for stopwords='german', stemmer='german'" in message
-        assert "open it without analyzer (--language) to keep its own, or index into a new collection" in message
+        assert "open it without analyzer to keep its own, or index into a new collection" in message
 
     def test_a_newer_format_asks_for_an_upgrade(
         self, milvus_uri: str, name: str, monkeypatch: pytest.MonkeyPatch

@@ -19,13 +19,14 @@ from pydantic import ValidationError
 
 from langchain_fusion.cli.arguments import EXIT_USER_ERROR, add_store_flags, with_store_options
 from langchain_fusion.cli.errors import UserError
+from langchain_fusion.cli.wording import in_flags
 from langchain_fusion.errors import FusionError, redact
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``langchain-fusion`` command."""
     from langchain_fusion import __version__
-    from langchain_fusion.cli.evaluate import add_eval_parser
+    from langchain_fusion.cli.eval_arguments import add_eval_parser
     from langchain_fusion.cli.indexing import add_index_parser
     from langchain_fusion.cli.search import add_search_parsers
     from langchain_fusion.cli.serving import add_mcp_parser, add_serve_parser
@@ -69,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return handler(with_store_options(args))
     except (UserError, FusionError, ValidationError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"langchain-fusion: error: {redact(message)}", file=sys.stderr)
+        print(f"langchain-fusion: error: {redact(in_flags(message))}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("langchain-fusion: interrupted", file=sys.stderr)

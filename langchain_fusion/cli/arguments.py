@@ -42,8 +42,6 @@ from langchain_fusion.search.options import (
 from langchain_fusion.stores.registry import location_help
 
 EXIT_USER_ERROR = 2
-DEFAULT_LLM_CONCURRENCY = 8
-"""Chat model calls at once for contextual enrichment and page summaries."""
 PROGRESS_BATCH = 32
 """Chunks embedded per call by the index command, so the progress bar moves often."""
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")

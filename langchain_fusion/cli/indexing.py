@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from langchain_fusion import metadata as keys
-from langchain_fusion.cli.arguments import DEFAULT_LLM_CONCURRENCY, PROGRESS_BATCH, positive_int, seconds
+from langchain_fusion.cli.arguments import PROGRESS_BATCH, positive_int, seconds
 from langchain_fusion.cli.errors import UserError
+from langchain_fusion.cli.wording import in_flags
 from langchain_fusion.errors import EmbeddingsMismatchError
 from langchain_fusion.ingest.loading import (
     DEFAULT_CHUNK_OVERLAP,
@@ -26,6 +27,7 @@ from langchain_fusion.ingest.loading import (
     DEFAULT_MAX_FILE_CHARS,
     split_documents,
 )
+from langchain_fusion.models.bounded_calls import DEFAULT_LLM_CONCURRENCY
 from langchain_fusion.pipeline.spec import DEFAULT_LLM_TIMEOUT
 from langchain_fusion.stores.registry import LLM_CACHE_SUFFIX, location_help
 
@@ -389,7 +391,9 @@ def _sync(
                 keep_missing=args.keep_missing,
                 transform=enrich if args.contextual else None,
                 on_file=show_file,
-                on_skip=lambda skipped: tqdm.write(f"skipped {skipped.path}: {skipped.reason}", file=sys.stderr),
+                on_skip=lambda skipped: tqdm.write(
+                    f"skipped {skipped.path}: {in_flags(skipped.reason)}", file=sys.stderr
+                ),
                 before_embedding=start_embedding,
                 progress=lambda n: bars[0].update(n),
                 batch_size=PROGRESS_BATCH,
@@ -413,7 +417,7 @@ def _summary(
         "pages": pages,
         "chunks": len(index),
         **report.to_dict(),
-        "skipped": [{"path": s.path, "reason": s.reason} for s in report.skipped],
+        "skipped": [{"path": s.path, "reason": in_flags(s.reason)} for s in report.skipped],
         "embeddings": index.embeddings_id,
         "dimension": index.dimension,
         "vector_index": str(getattr(index.store, "vector_index", "-")),
@@ -442,7 +446,7 @@ def _summary_lines(
         lines.append(
             f"note: {longer} of the {embedded} chunks embedded this run are longer than the {model.max_word_pieces} "
             f"word pieces the local model reads; only their start is embedded (BM25 indexes all of it). "
-            + model.chunking_advice()
+            + in_flags(model.chunking_advice())
         )
     if index.analyzer.is_legacy:
         lines.append(

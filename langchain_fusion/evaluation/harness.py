@@ -30,7 +30,7 @@ from langchain_fusion.evaluation.metrics import evaluate_run, mean_scores, parse
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex, calibration_kind
 from langchain_fusion.retrievers.fusion import BM25Retriever, FusionRetriever, VectorRetriever
-from langchain_fusion.retrievers.rerank import RerankRetriever, with_top_n
+from langchain_fusion.retrievers.rerank_retriever import RerankRetriever, with_top_n
 from langchain_fusion.search.floors import FloorOptions
 from langchain_fusion.search.fusion import FUSION_METHODS, FusionMethod, check_alpha, check_method
 from langchain_fusion.search.options import SEARCH_DEFAULTS, PoolOptions
@@ -298,7 +298,7 @@ def evaluate_sides(
 def _at_depth(retriever: BaseRetriever, depth: int) -> BaseRetriever:
     """A copy of ``retriever`` that returns ``depth`` documents, where it has a knob for it.
 
-    A :class:`~langchain_fusion.retrievers.rerank.RerankRetriever` keeps ``depth`` (its rerank
+    A :class:`~langchain_fusion.retrievers.rerank_retriever.RerankRetriever` keeps ``depth`` (its rerank
     step's ``top_n``, where it has one) of at least ``depth`` candidates.
     """
     if isinstance(retriever, RerankRetriever):

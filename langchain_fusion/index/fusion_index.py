@@ -52,6 +52,7 @@ from langchain_fusion.models.embeddings import (
     embeddings_from_id,
     embeddings_id,
 )
+from langchain_fusion.progress import ProgressCallback
 from langchain_fusion.search.diversity import DEFAULT_MMR_WEIGHT, check_lambda_mult
 from langchain_fusion.search.relevance import RELEVANCE_INFO_KEY, RelevanceModel, SavedModel, calibrate_search
 from langchain_fusion.stores.analyzer import Analyzer
@@ -66,9 +67,6 @@ if TYPE_CHECKING:
     from langchain_fusion.evaluation.datasets import EvalDataset
     from langchain_fusion.retrievers.fusion import FusionRetriever
     from langchain_fusion.search.explain import Explanation
-
-ProgressCallback = Callable[[int], None]
-"""Called with the number of texts just embedded, for progress bars."""
 
 DEFAULT_EMBEDDING_BATCH_SIZE = 256
 

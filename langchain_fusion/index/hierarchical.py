@@ -34,9 +34,10 @@ from langchain_fusion import metadata as keys
 from langchain_fusion._checks import check_k
 from langchain_fusion._version import library_version
 from langchain_fusion.errors import IndexFormatError, InvalidParameterError
-from langchain_fusion.index.fusion_index import FusionIndex, ProgressCallback
+from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.ingest.summaries import PageSummarizer
-from langchain_fusion.models.llm_calls import LLMReport
+from langchain_fusion.models.call_reports import LLMReport
+from langchain_fusion.progress import ProgressCallback
 from langchain_fusion.search.relevance import (
     RELEVANCE_INFO_KEY,
     RelevanceModel,

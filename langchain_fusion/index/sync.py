@@ -40,6 +40,7 @@ from langchain_fusion.ingest.loading import (
     split_documents,
 )
 from langchain_fusion.models.embeddings import chunk_token_counter
+from langchain_fusion.progress import ProgressCallback
 from langchain_fusion.stores.base import IdsBySource
 from langchain_fusion.stores.local.checksums import sha256_file
 from langchain_fusion.stores.local.manifest import saved_index_reason
@@ -115,7 +116,7 @@ def sync_files(
     on_file: Callable[[str], None] | None = None,
     on_skip: Callable[[SkippedFile], None] | None = None,
     before_embedding: Callable[[], None] | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: ProgressCallback | None = None,
     batch_size: int | None = None,
     max_file_chars: int = DEFAULT_MAX_FILE_CHARS,
     keep: Keep | None = None,
@@ -179,7 +180,7 @@ class _Sync:
         transform: Transform | None,
         on_skip: Callable[[SkippedFile], None] | None,
         before_embedding: Callable[[], None] | None,
-        progress: Callable[[int], None] | None,
+        progress: ProgressCallback | None,
         batch_size: int | None,
     ) -> None:
         self.index, self.report = index, SyncReport()

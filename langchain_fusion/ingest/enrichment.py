@@ -31,7 +31,7 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import Any
 
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentTransformer, Document
@@ -39,21 +39,14 @@ from langchain_core.prompts import ChatPromptTemplate
 from pydantic import Field, PrivateAttr, field_validator
 
 from langchain_fusion import metadata as keys
+from langchain_fusion._checks import is_int
 from langchain_fusion.errors import describe_error
 from langchain_fusion.ingest.loading import PAGE_BREAK, merge_chunks
 from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, FIELD_SEPARATOR, TextField, check_text_fields, indexed_text
-from langchain_fusion.models.llm_calls import (
-    CHARS_PER_TOKEN,
-    CallOutcome,
-    CallRunner,
-    LLMBatchSettings,
-    LLMFailure,
-    LLMReport,
-    ProgressCallback,
-    Prompt,
-    check_prompt,
-    prompt_version_of,
-)
+from langchain_fusion.models.call_reports import CallOutcome, LLMFailure, LLMReport
+from langchain_fusion.models.llm_calls import CallRunner, LLMBatchSettings
+from langchain_fusion.models.prompts import CHARS_PER_TOKEN, Prompt, check_prompt, prompt_version_of
+from langchain_fusion.progress import ProgressCallback
 
 logger = logging.getLogger(__name__)
 
@@ -137,17 +130,13 @@ def _source_of(doc: Document) -> str:
     return str(doc.metadata.get(keys.SOURCE, ""))
 
 
-def _is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _sources_from_documents(documents: Sequence[Document]) -> dict[str, _Source]:
     groups: dict[str, list[Document]] = {}
     for doc in documents:
         groups.setdefault(_source_of(doc), []).append(doc)
     sources = {}
     for name, pages in groups.items():
-        if all(_is_int(p.metadata.get(keys.PAGE)) for p in pages):
+        if all(is_int(p.metadata.get(keys.PAGE)) for p in pages):
             pages = sorted(pages, key=lambda p: int(p.metadata[keys.PAGE]))
         source = _Source()
         parts = []
@@ -168,7 +157,7 @@ def _sources_from_chunks(chunks: Sequence[Document]) -> dict[str, _Source]:
         groups.setdefault(_source_of(chunk), []).append(chunk)
     sources = {}
     for name, members in groups.items():
-        if all(_is_int(c.metadata.get(keys.CHUNK_INDEX)) for c in members):
+        if all(is_int(c.metadata.get(keys.CHUNK_INDEX)) for c in members):
             members = sorted(members, key=lambda c: int(c.metadata[keys.CHUNK_INDEX]))
         pages: dict[Any, list[Document]] = {}
         for chunk in members:
@@ -178,7 +167,7 @@ def _sources_from_chunks(chunks: Sequence[Document]) -> dict[str, _Source]:
         position = 0
         for page, page_chunks in pages.items():
             located = all(
-                _is_int(c.metadata.get(keys.START_INDEX)) and _is_int(c.metadata.get(keys.CHUNK_INDEX))
+                is_int(c.metadata.get(keys.START_INDEX)) and is_int(c.metadata.get(keys.CHUNK_INDEX))
                 for c in page_chunks
             )
             first_start = page_chunks[0].metadata.get(keys.START_INDEX)
@@ -198,7 +187,7 @@ def _locate(source: _Source, chunk: Document) -> tuple[int, int]:
     """Where ``chunk`` lies in its source's text: by its offsets, else by search, else the start."""
     content = chunk.page_content
     page, start = chunk.metadata.get(keys.PAGE), chunk.metadata.get(keys.START_INDEX)
-    if _is_int(start) and page in source.offsets:
+    if is_int(start) and page in source.offsets:
         position = source.offsets[page] + start
         if source.text[position : position + len(content)] == content:
             return position, position + len(content)
@@ -224,7 +213,7 @@ class ContextualEnricher(LLMBatchSettings, BaseDocumentTransformer):
 
     ``enrich(chunks, documents)`` returns enriched copies (the context in
     :data:`~langchain_fusion.metadata.CONTEXT`, ``page_content`` unchanged) and an
-    :class:`~langchain_fusion.models.llm_calls.LLMReport`. ``documents`` are the whole pages or files
+    :class:`~langchain_fusion.models.call_reports.LLMReport`. ``documents`` are the whole pages or files
     the chunks were split from (``load_files(...).documents``); the pages of one source are
     joined into one document. Without them, each source is rebuilt from its chunks.
 

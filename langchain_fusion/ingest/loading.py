@@ -160,7 +160,7 @@ def _walk(root: Path, skipped: list[SkippedFile], skip_folder: Callable[[Path], 
 def _too_long(max_chars: int) -> FusionError:
     return FusionError(
         f"the file yields more than {max_chars:,} characters of text; if that is expected, raise the limit "
-        "(load_files(max_chars=...), or --max-file-chars on the command line)"
+        "(load_files(max_chars=...))"
     )
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import Any
 
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import Document
@@ -25,23 +25,14 @@ from langchain_text_splitters import RecursiveCharacterTextSplitter
 from pydantic import Field, field_validator
 
 from langchain_fusion import metadata as keys
+from langchain_fusion._checks import is_int
 from langchain_fusion.errors import InvalidParameterError, describe_error
 from langchain_fusion.ingest.loading import merge_chunks
 from langchain_fusion.metadata import FIELD_SEPARATOR
-from langchain_fusion.models.llm_calls import (
-    CHARS_PER_TOKEN,
-    CallOutcome,
-    CallRunner,
-    LLMBatchSettings,
-    LLMFailure,
-    LLMReport,
-    Prompt,
-    check_prompt,
-    prompt_version_of,
-)
-
-ProgressCallback = Callable[[int], None]
-"""Called with the number of units just done, for progress bars."""
+from langchain_fusion.models.call_reports import CallOutcome, LLMFailure, LLMReport
+from langchain_fusion.models.llm_calls import CallRunner, LLMBatchSettings
+from langchain_fusion.models.prompts import CHARS_PER_TOKEN, Prompt, check_prompt, prompt_version_of
+from langchain_fusion.progress import ProgressCallback
 
 logger = logging.getLogger(__name__)
 
@@ -89,10 +80,6 @@ def summary_id(source: str, page: Any, section: int | None) -> str:
     return hashlib.sha256(f"summary\x00{source}\x00{page}\x00{section}".encode()).hexdigest()[:32]
 
 
-def _is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 @dataclass
 class PageUnit:
     """A page of a PDF, or a section of a source without pages: what one summary covers."""
@@ -131,7 +118,7 @@ class PageUnit:
     def text(self) -> str:
         """The unit's original text: its chunks merged with the splitter's overlap removed."""
         located = all(
-            _is_int(c.metadata.get(keys.START_INDEX)) and _is_int(c.metadata.get(keys.CHUNK_INDEX)) for c in self.chunks
+            is_int(c.metadata.get(keys.START_INDEX)) and is_int(c.metadata.get(keys.CHUNK_INDEX)) for c in self.chunks
         )
         if located:
             return merge_chunks(self.chunks)
@@ -178,7 +165,7 @@ def page_units(chunks: Sequence[Document], section_chars: int = DEFAULT_SECTION_
         groups.setdefault(str(chunk.metadata.get(keys.SOURCE, "")), []).append(chunk)
     units: list[PageUnit] = []
     for source, members in groups.items():
-        if all(_is_int(c.metadata.get(keys.CHUNK_INDEX)) for c in members):
+        if all(is_int(c.metadata.get(keys.CHUNK_INDEX)) for c in members):
             members = sorted(members, key=lambda c: int(c.metadata[keys.CHUNK_INDEX]))
         pages: dict[Any, PageUnit] = {}
         unpaged = []
@@ -239,7 +226,7 @@ class PageSummarizer(LLMBatchSettings):
     ``summarize(chunks)`` returns one summary ``Document`` per :func:`page_units` unit (its
     ``source``, ``page`` or ``section``, the ids of its chunks in
     :data:`~langchain_fusion.metadata.SUMMARY_CHUNK_IDS`) and an
-    :class:`~langchain_fusion.models.llm_calls.LLMReport`. A unit longer than ``piece_token_budget``
+    :class:`~langchain_fusion.models.call_reports.LLMReport`. A unit longer than ``piece_token_budget``
     tokens is summarised map-reduce: each piece, then the piece summaries (in rounds, if they are
     long too). A unit whose calls finally fail gets its leading text as summary
     (:data:`~langchain_fusion.metadata.SUMMARY_FALLBACK` True) and is listed in ``report.failed``.

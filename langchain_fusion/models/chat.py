@@ -33,7 +33,7 @@ def openai_chat_model(model: str = OPENAI_DEFAULT_CHAT_MODEL) -> BaseChatModel:
     if not os.environ.get("OPENAI_API_KEY"):
         raise MissingCredentialsError(
             "OPENAI_API_KEY is not set (neither in the environment nor in a .env file): set it to use "
-            f"OpenAI's {model}, or choose another chat model with --llm PROVIDER:MODEL"
+            f"OpenAI's {model}, or choose another chat model (llm='PROVIDER:MODEL')"
         )
     try:
         from langchain_openai import ChatOpenAI

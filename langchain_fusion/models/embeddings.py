@@ -212,10 +212,10 @@ class LocalEmbeddings(CheckedModel, Embeddings):
     def chunking_advice(self) -> str:
         """What embeds chunks whole: a ``chunk_size`` measured on the texts truncated so far, or a token bound."""
         size = self.fitting_chunk_size()
-        measured = f"chunks of about {size} characters (chunk_size={size}, --chunk-size {size}) or " if size else ""
+        measured = f"chunks of about {size} characters (chunk_size={size}) or " if size else ""
         return (
             f"To embed each chunk whole, index {measured}chunks bounded in the model's word pieces "
-            f"(max_chunk_tokens={self.max_word_pieces}, --max-chunk-tokens {self.max_word_pieces})"
+            f"(max_chunk_tokens={self.max_word_pieces})"
         )
 
     def embed_queries(self, texts: list[str]) -> list[list[float]]:
@@ -265,8 +265,8 @@ def chunk_token_counter(embeddings: Embeddings) -> Callable[[Sequence[str]], lis
     if not callable(counter):
         raise InvalidParameterError(
             f"max_chunk_tokens counts the embedding model's tokens, and {type(inner).__name__} has no count_tokens "
-            "method: bound its chunks in characters (chunk_size, --chunk-size) instead, or index with the bundled "
-            "model (--embeddings local)"
+            "method: bound its chunks in characters (chunk_size=N) instead, or index with the bundled model "
+            "(embeddings='local')"
         )
     return counter  # type: ignore[no-any-return]
 
@@ -334,7 +334,7 @@ def openai_embeddings(model: str = OPENAI_DEFAULT_MODEL) -> Embeddings:
     if not os.environ.get("OPENAI_API_KEY"):
         raise MissingCredentialsError(
             "OPENAI_API_KEY is not set (neither in the environment nor in a .env file): set it to use "
-            "OpenAI embeddings, or use the bundled local model (--embeddings local)"
+            "OpenAI embeddings, or use the bundled local model (embeddings='local')"
         )
     try:
         from langchain_openai import OpenAIEmbeddings

@@ -2,8 +2,8 @@
 
 :class:`GuardedModel` wraps any Runnable (usually a chat model) for a step whose caller waits for
 the answer, as the RAG chain's does. Calls go through the library's one retry loop
-(:func:`~langchain_fusion.models.llm_calls.invoke_bounded`); sync timeouts hold a bounded set of
-threads (:func:`~langchain_fusion.models.llm_calls.call_with_timeout`), so a hung provider never
+(:func:`~langchain_fusion.models.bounded_calls.invoke_bounded`); sync timeouts hold a bounded set of
+threads (:func:`~langchain_fusion.models.bounded_calls.call_with_timeout`), so a hung provider never
 makes threads pile up.
 """
 
@@ -20,14 +20,15 @@ from typing import Any
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from langchain_fusion.errors import FusionError, InvalidParameterError, ProviderError, describe_error
-from langchain_fusion.models.llm_calls import (
-    RetryPolicy,
+from langchain_fusion.models.bounded_calls import (
+    DEFAULT_LLM_CONCURRENCY,
+    CallBounds,
     ainvoke_bounded,
     await_with_timeout,
     invoke_bounded,
-    is_transient,
     take_call_slot,
 )
+from langchain_fusion.models.retries import RetryPolicy, is_transient
 
 ANSWER_RETRY = RetryPolicy(max_attempts=3, initial_delay=0.5, max_delay=8.0)
 """The default retries of an answer: two more tries within a few seconds (someone is waiting)."""
@@ -51,7 +52,7 @@ class GuardedModel(Runnable[Any, Any]):
         *,
         timeout: float | None = None,
         retry: RetryPolicy | None = None,
-        max_concurrency: int = 8,
+        max_concurrency: int = DEFAULT_LLM_CONCURRENCY,
         step: str = "the chat model",
     ) -> None:
         """Wrap ``model``; ``max_concurrency`` bounds the threads of timed sync calls, abandoned ones included."""
@@ -91,22 +92,20 @@ class GuardedModel(Runnable[Any, Any]):
 
     # --- one answer -----------------------------------------------------------------------------
 
-    def _bounds(self) -> dict[str, Any]:
-        """How each call is bounded: per-try timeout, retries and the step named in errors."""
-        return {"timeout": self.timeout, "retry": self.retry, "rng": self._rng, "task": self.step}
+    def _bounds(self) -> CallBounds:
+        """How each call is bounded: per-try timeout, retries, the step named in logs, the call slots."""
+        return CallBounds(retry=self.retry, task=self.step, slots=self._slots, timeout=self.timeout, rng=self._rng)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """The model's answer, retried per ``retry``; each try given up on after ``timeout``."""
-        answer, error, attempts = invoke_bounded(
-            self.model, input, config, slots=self._slots, kwargs=kwargs, **self._bounds()
-        )
+        answer, error, attempts = invoke_bounded(self.model, input, config, self._bounds(), kwargs=kwargs)
         if error is not None:
             raise self._failure(error, attempts) from error
         return answer
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """Async twin of :meth:`invoke` (a timed-out call is cancelled)."""
-        answer, error, attempts = await ainvoke_bounded(self.model, input, config, kwargs=kwargs, **self._bounds())
+        answer, error, attempts = await ainvoke_bounded(self.model, input, config, self._bounds(), kwargs=kwargs)
         if error is not None:
             raise self._failure(error, attempts) from error
         return answer

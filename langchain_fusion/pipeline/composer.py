@@ -28,7 +28,7 @@ from langchain_fusion.index.opening import open_index
 from langchain_fusion.pipeline.spec import PipelineSpec, ServeLimits
 from langchain_fusion.retrievers.base import SearchRetriever, innermost_search
 from langchain_fusion.retrievers.multi_query import MultiQueryFusionRetriever
-from langchain_fusion.retrievers.rerank import RerankRetriever, with_top_n
+from langchain_fusion.retrievers.rerank_retriever import RerankRetriever, with_top_n
 from langchain_fusion.retrievers.windows import ContextWindowRetriever
 from langchain_fusion.search.options import (
     DEFAULT_WINDOW_MAX_CHARS,
@@ -186,7 +186,7 @@ class Pipeline:
 
     def describe(self) -> dict[str, Any]:
         """What is served, as JSON values: the index, the default options, the steps and the chat model."""
-        from langchain_fusion.models.llm_calls import chat_model_id
+        from langchain_fusion.models.answer_cache import chat_model_id
 
         return {
             "library_version": library_version(),
@@ -339,7 +339,7 @@ def _check_flat_calibration(served: HierarchicalIndex) -> None:
     if served.chunks.relevance_model is None and served.relevance_model is not None:
         raise InvalidParameterError(
             "min_relevance: this index is calibrated for hierarchical search only; search it hierarchically "
-            "(hierarchical=True, --hierarchical), or calibrate its chunk index (index.chunks.calibrate)"
+            "(hierarchical=True), or calibrate its chunk index (index.chunks.calibrate)"
         )
 
 

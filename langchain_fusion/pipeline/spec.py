@@ -176,7 +176,7 @@ class PipelineSpec(CheckedModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> PipelineSpec:
-        # The messages name each option as the Python API and the command line write it.
+        # The messages name each option as the Python API writes it; the command line shows them with its flags.
         if self._is_retriever() and [name for name in self.options_set() if name != "answer"]:
             named = [name for name in self.options_set() if name != "answer"]
             raise InvalidParameterError(
@@ -186,20 +186,16 @@ class PipelineSpec(CheckedModel):
         if self.window_max_chars is not None:
             check_positive_int(self.window_max_chars, "window_max_chars", "the character budget of a window")
             if not self.window:
-                raise InvalidParameterError(
-                    "window_max_chars (--max-chars) is the character budget of context windows: set window (--window N)"
-                )
+                raise InvalidParameterError("window_max_chars is the character budget of context windows: set window=N")
         if self.hierarchical is False and self.hierarchy.model_fields_set:
-            given = " and ".join(f"{n} (--{n.replace('_', '-')})" for n in sorted(self.hierarchy.model_fields_set))
-            raise InvalidParameterError(
-                f"{given}: options of hierarchical search, which is off: set hierarchical=True (--hierarchical)"
-            )
+            given = " and ".join(sorted(self.hierarchy.model_fields_set))
+            raise InvalidParameterError(f"{given}: options of hierarchical search, which is off: set hierarchical=True")
         if self.hierarchical and self.selection():
             self.refuse_selection()
         if self.llm is not None and self.answer == "off" and not self.needs_chat_model:
             raise InvalidParameterError(
-                "the chat model (llm, --llm) is used here only to rerank (reranker='llm', --rerank llm) or to rewrite "
-                "the query (multi_query=N, --multi-query N): add one, or drop it"
+                "the chat model (llm) is used here only to rerank (reranker='llm') or to rewrite the query "
+                "(multi_query=N): add one, or drop it"
             )
         return self
 
@@ -247,7 +243,7 @@ class PipelineSpec(CheckedModel):
         """An InvalidParameterError naming the raw-score floors and diversity set (hierarchical search takes none)."""
         raise InvalidParameterError(
             f"{', '.join(self.selection())} apply to fused search, not to hierarchical search (an index saved with "
-            "page summaries, or --hierarchical)"
+            "page summaries, or hierarchical=True)"
         )
 
     @classmethod

@@ -3,9 +3,9 @@
 :class:`CrossEncoderReranker` runs a sentence-transformers ``CrossEncoder`` (the ``local``
 extra), e.g. ``cross-encoder/ms-marco-MiniLM-L6-v2``, on this machine: no API, no per-call cost,
 and usually a large gain over the first-stage order for a few tens of candidates. It is one of
-our rerankers (:class:`~langchain_fusion.retrievers.rerank.BaseReranker`): a
+our rerankers (:class:`~langchain_fusion.retrievers.rerank_base.BaseReranker`): a
 ``BaseDocumentCompressor``, an LCEL step, and the rerank step of
-:class:`~langchain_fusion.retrievers.rerank.RerankRetriever` and the RAG chain.
+:class:`~langchain_fusion.retrievers.rerank_retriever.RerankRetriever` and the RAG chain.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pydantic import Field, PrivateAttr, field_validator
 
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import InvalidParameterError
-from langchain_fusion.retrievers.rerank import BaseReranker, descending, fusion_scores
+from langchain_fusion.retrievers.rerank_base import BaseReranker, descending, fusion_scores, reranked_copy
 
 
 class CrossEncoderReranker(BaseReranker):
@@ -123,7 +123,7 @@ class CrossEncoderReranker(BaseReranker):
             key=lambda p: (descending(scores[p]), descending(fusion[p]), p),  # no score (None) last
         )
         kept = order if top_n is None else order[:top_n]
-        return [self._copy(documents[p], {keys.RERANK_SCORE: scores[p]}) for p in kept]
+        return [reranked_copy(documents[p], {keys.RERANK_SCORE: scores[p]}) for p in kept]
 
     async def _arerank(
         self, documents: list[Document], query: str, top_n: int | None, callbacks: Callbacks

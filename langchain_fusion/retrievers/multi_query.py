@@ -41,14 +41,9 @@ from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 from langchain_fusion import metadata as keys
 from langchain_fusion._checks import check_k, check_positive_int, check_rewrites, is_real_number
 from langchain_fusion.errors import InvalidParameterError, describe_error
-from langchain_fusion.models.llm_calls import (
-    Prompt,
-    RetryPolicy,
-    ainvoke_bounded,
-    answer_text,
-    check_prompt,
-    invoke_bounded,
-)
+from langchain_fusion.models.bounded_calls import CallBounds, ainvoke_bounded, invoke_bounded
+from langchain_fusion.models.prompts import Prompt, answer_text, check_prompt
+from langchain_fusion.models.retries import RetryPolicy
 from langchain_fusion.retrievers.rerank import RERANK_RETRY
 from langchain_fusion.search.diversity import capped, check_max_per_source, source_groups
 from langchain_fusion.search.fusion import weighted_rrf
@@ -237,6 +232,10 @@ class MultiQueryFusionRetriever(ResultsOption, BaseRetriever):
 
     # --- the rewrites -------------------------------------------------------------------------
 
+    def _bounds(self) -> CallBounds:
+        """How the rewrite call is bounded: per-try ``timeout``, ``retry``, the retriever's call slots."""
+        return CallBounds(retry=self.retry, task="multi-query rewrite", slots=self._slots, timeout=self.timeout)
+
     def _rewrites_from(self, answer: Any, error: Exception | None, query: str, n: int) -> list[str]:
         if error is not None:
             logger.warning("multi-query: no rewrites (%s); searching the query alone", describe_error(error))
@@ -263,9 +262,7 @@ class MultiQueryFusionRetriever(ResultsOption, BaseRetriever):
         if not query.strip():
             return []
         chain, inputs, config = self._rewrite_call(query, count, callbacks)
-        answer, error, _ = invoke_bounded(
-            chain, inputs, config, timeout=self.timeout, slots=self._slots, retry=self.retry, task="multi-query rewrite"
-        )
+        answer, error, _ = invoke_bounded(chain, inputs, config, self._bounds())
         return self._rewrites_from(answer, error, query, count)
 
     async def arewrite(self, query: str, n: int | None = None, callbacks: Callbacks = None) -> list[str]:
@@ -274,9 +271,7 @@ class MultiQueryFusionRetriever(ResultsOption, BaseRetriever):
         if not query.strip():
             return []
         chain, inputs, config = self._rewrite_call(query, count, callbacks)
-        answer, error, _ = await ainvoke_bounded(
-            chain, inputs, config, timeout=self.timeout, retry=self.retry, task="multi-query rewrite"
-        )
+        answer, error, _ = await ainvoke_bounded(chain, inputs, config, self._bounds())
         return self._rewrites_from(answer, error, query, count)
 
     # --- search and fusion --------------------------------------------------------------------

@@ -3,209 +3,49 @@
 :class:`LLMReranker` asks the model to rate each candidate from 1 to 10 for the query, one call
 per distinct candidate, run concurrently with a bound (``batch`` / ``abatch`` with
 ``max_concurrency``). It uses structured output when the model supports it and otherwise
-parses the first number of the model's text. A call that raises, times out or returns no
-usable rating never fails the query: that candidate keeps its place in the fusion order and
-a warning is logged. :class:`LLMListwiseReranker` asks for one ranking of all candidates in a
-single call instead.
+parses the first number of the model's text (:mod:`~langchain_fusion.retrievers.rerank_answers`).
+A call that raises, times out or returns no usable rating never fails the query: that candidate
+keeps its place in the fusion order and a warning is logged. :class:`LLMListwiseReranker` asks
+for one ranking of all candidates in a single call instead.
 
-Both are ``BaseDocumentCompressor``s (for LangChain's ``ContextualCompressionRetriever``) and
-``Runnable``s from ``{"query": ..., "documents": [...]}`` to documents (for LCEL);
-:class:`RerankRetriever` wraps a retriever with one, or with any other ``BaseDocumentCompressor``.
-Results are copies carrying the keys of :data:`~langchain_fusion.metadata.RERANK_KEYS`.
+Both are rerankers (:class:`~langchain_fusion.retrievers.rerank_base.BaseReranker`): document
+compressors (for LangChain's ``ContextualCompressionRetriever``) and LCEL steps from
+``{"query": ..., "documents": [...]}`` to documents;
+:class:`~langchain_fusion.retrievers.rerank_retriever.RerankRetriever` wraps a retriever with one,
+or with any other ``BaseDocumentCompressor``. Results are copies carrying the keys of
+:data:`~langchain_fusion.metadata.RERANK_KEYS`.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import re
 import threading
-from abc import abstractmethod
 from collections.abc import Sequence
-from typing import Any, TypedDict
+from typing import Any
 
-from langchain_core.callbacks import (
-    AsyncCallbackManagerForChainRun,
-    AsyncCallbackManagerForRetrieverRun,
-    CallbackManagerForChainRun,
-    CallbackManagerForRetrieverRun,
-    Callbacks,
-)
-from langchain_core.documents import BaseDocumentCompressor, Document
-from langchain_core.prompts import ChatPromptTemplate
-from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda, RunnableSerializable
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from langchain_core.callbacks import Callbacks
+from langchain_core.documents import Document
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from pydantic import BaseModel, Field, PrivateAttr, field_validator
 
 from langchain_fusion import metadata as keys
-from langchain_fusion._checks import CheckedModel
-from langchain_fusion.errors import FusionError, InvalidParameterError, ProviderError, describe_error
-from langchain_fusion.models.llm_calls import Prompt as Prompt  # re-exported: chains imports it from here
-from langchain_fusion.models.llm_calls import (
-    RetryPolicy,
-    ainvoke_bounded,
-    answer_text,
-    check_prompt,
-    invoke_bounded,
-    is_credential_error,
+from langchain_fusion.errors import ProviderError, describe_error
+from langchain_fusion.models.bounded_calls import DEFAULT_LLM_CONCURRENCY, CallBounds, ainvoke_bounded, invoke_bounded
+from langchain_fusion.models.prompts import Prompt, check_prompt
+from langchain_fusion.models.retries import RetryPolicy, is_credential_error
+from langchain_fusion.retrievers.rerank_answers import (
+    DEFAULT_RANKING_PROMPT,
+    DEFAULT_RATING_PROMPT,
+    Ranking,
+    RatingError,
+    RelevanceRating,
+    parse_ranking,
+    parse_rating,
 )
+from langchain_fusion.retrievers.rerank_base import BaseReranker, descending, fusion_scores, reranked_copy
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_RATING_PROMPT = ChatPromptTemplate.from_messages(
-    [
-        ("system", "You judge how relevant a document is to a search query."),
-        (
-            "human",
-            "Rate the relevance of the following document to the query on a scale from 1 to 10. "
-            "Consider the specific context and intent of the query, not just keyword matches: "
-            "1 means unrelated, 10 means the document answers the query directly.\n\n"
-            "Query: {query}\n\nDocument:\n{document}\n\n"
-            "Relevance rating (a whole number from 1 to 10):",
-        ),
-    ]
-)
-"""The pointwise prompt (after the well-known rerank tutorial); variables ``query``, ``document``."""
-
-DEFAULT_RANKING_PROMPT = ChatPromptTemplate.from_messages(
-    [
-        ("system", "You rank documents by how relevant they are to a search query."),
-        (
-            "human",
-            "Rank the numbered documents below by their relevance to the query, most relevant first. "
-            "Consider the specific context and intent of the query, not just keyword matches. Use each "
-            "document number at most once; leave out documents that are unrelated.\n\n"
-            "Query: {query}\n\n{documents}\n\nDocument numbers, most relevant first:",
-        ),
-    ]
-)
-"""The listwise prompt; variables ``query`` and ``documents`` (numbered ``[1] ...`` passages)."""
-
-
-class RelevanceRating(BaseModel):
-    """How relevant a document is to a search query."""
-
-    rating: int = Field(description="Relevance from 1 (unrelated) to 10 (answers the query directly).")
-    reason: str | None = Field(default=None, description="One short sentence explaining the rating.")
-
-
-class Ranking(BaseModel):
-    """Document numbers ordered by relevance to the query, most relevant first."""
-
-    ids: list[int] = Field(description="Document numbers, most relevant first; each at most once.")
-
-
-class RerankInput(TypedDict):
-    """The input of a reranker used as an LCEL step."""
-
-    query: str
-    """The query the documents were retrieved for."""
-    documents: Sequence[Document]
-    """The candidates, best first by fusion score."""
-
-
-class RatingError(ValueError):
-    """A model's answer held no usable rating or ranking (logged; never raised to callers)."""
-
-
-def _check_top_n(top_n: Any) -> int | None:
-    if top_n is None:
-        return None
-    if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1:
-        raise InvalidParameterError(
-            f"top_n must be a positive integer (documents to keep) or None for all; got {top_n!r}"
-        )
-    return top_n
-
-
-def _text_of(output: Any) -> str:
-    """The text of a model answer (see :func:`~langchain_fusion.models.llm_calls.answer_text`), or a RatingError."""
-    try:
-        return answer_text(output)
-    except ValueError:
-        raise RatingError(f"expected a rating, got {type(output).__name__}: {output!r:.80}") from None
-
-
-_NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?![\w])")
-
-
-def parse_rating(output: Any) -> int:
-    """A 1-10 rating from a model's answer: a RelevanceRating, a dict, a number or text.
-
-    Text gives its first number (rounded to the nearest whole number). Raises
-    :class:`RatingError` when there is none or it is outside 1-10.
-    """
-    if isinstance(output, RelevanceRating):
-        value: Any = output.rating
-    elif isinstance(output, dict) and "rating" in output:
-        value = output["rating"]
-    elif isinstance(output, (int, float)) and not isinstance(output, bool):
-        value = output
-    else:
-        text = _text_of(output)
-        match = _NUMBER.search(text)
-        if match is None:
-            raise RatingError(f"no number in the answer {text.strip()[:80]!r}")
-        value = float(match.group(1))
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            raise RatingError(f"the rating {value!r} is not a number") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise RatingError(f"the rating {value!r} is not a number")
-    if not 1 <= value <= 10:  # before rounding: 10.4 and 0.6 are out of range, not 10 and 1
-        raise RatingError(f"the rating {value!r} is outside 1-10")
-    return math.floor(value + 0.5)
-
-
-def parse_ranking(output: Any, count: int) -> tuple[list[int], list[str]]:
-    """The valid 1-based ids of a listwise answer, and what was wrong with the others.
-
-    Accepts a :class:`Ranking`, a dict with ``ids``, a list of ids, or text (its numbers in
-    order). Ids that are not whole numbers, out of ``1..count`` or repeated are dropped.
-    """
-    if isinstance(output, Ranking):
-        raw: list[Any] = list(output.ids)
-    elif isinstance(output, dict) and "ids" in output:
-        raw = list(output["ids"])
-    elif isinstance(output, (list, tuple)):
-        raw = list(output)
-    else:
-        raw = [float(m) for m in _NUMBER.findall(_text_of(output))]
-    valid: list[int] = []
-    problems: list[str] = []
-    for item in raw:
-        if isinstance(item, str) and item.strip().isdigit():
-            item = int(item.strip())
-        if isinstance(item, float) and item.is_integer():
-            item = int(item)
-        if isinstance(item, bool) or not isinstance(item, int):
-            problems.append(f"{item!r} is not a document number")
-        elif not 1 <= item <= count:
-            problems.append(f"{item} is out of range 1-{count}")
-        elif item in valid:
-            problems.append(f"{item} is repeated")
-        else:
-            valid.append(item)
-    return valid, problems
-
-
-def _finite_number(value: Any) -> float | None:
-    """``value`` as a float if it is a finite int or float (not a bool), else None."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
-
-
-def fusion_scores(documents: Sequence[Document]) -> list[float | None]:
-    """Each document's finite fused score (None where it has none)."""
-    return [_finite_number(doc.metadata.get(keys.FUSION_SCORE)) for doc in documents]
-
-
-def descending(value: float | None) -> float:
-    """A sort key putting higher values first and None last."""
-    return math.inf if value is None else -value
 
 
 def _report_failures(answers: Sequence[Any]) -> None:
@@ -256,88 +96,6 @@ RERANK_RETRY = RetryPolicy(max_attempts=2, initial_delay=0.25, max_delay=2.0)
 """The rerankers' default retries: one more try after at most a quarter second (a query is waiting)."""
 
 
-class BaseReranker(CheckedModel, BaseDocumentCompressor, RunnableSerializable[RerankInput, list[Document]]):
-    """What this library's rerankers share: ``top_n`` (also per call), the LCEL and compressor interfaces.
-
-    A subclass implements :meth:`_rerank` and :meth:`_arerank` over a non-empty candidate list and
-    returns copies carrying its :data:`~langchain_fusion.metadata.RERANK_KEYS`.
-    """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    top_n: int | None = 4
-    """How many documents to keep (None: all, reordered); override per call in :class:`RerankRetriever`."""
-
-    @field_validator("top_n")
-    @classmethod
-    def _valid_top_n(cls, value: Any) -> int | None:
-        return _check_top_n(value)
-
-    # --- the public API -----------------------------------------------------------------------
-
-    def rerank(
-        self, documents: Sequence[Document], query: str, *, top_n: Any = ..., callbacks: Callbacks = None
-    ) -> list[Document]:
-        """Rerank ``documents`` for ``query``; ``top_n`` overrides the field for this call."""
-        limit = self.top_n if top_n is ... else _check_top_n(top_n)
-        if not documents:
-            return []
-        return self._rerank(list(documents), query, limit, callbacks)
-
-    async def arerank(
-        self, documents: Sequence[Document], query: str, *, top_n: Any = ..., callbacks: Callbacks = None
-    ) -> list[Document]:
-        """Async twin of :meth:`rerank`."""
-        limit = self.top_n if top_n is ... else _check_top_n(top_n)
-        if not documents:
-            return []
-        return await self._arerank(list(documents), query, limit, callbacks)
-
-    def compress_documents(
-        self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
-    ) -> Sequence[Document]:
-        """Rerank and keep ``top_n`` (the ``BaseDocumentCompressor`` interface)."""
-        return self.rerank(documents, query, callbacks=callbacks)
-
-    async def acompress_documents(
-        self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
-    ) -> Sequence[Document]:
-        """Async twin of :meth:`compress_documents`."""
-        return await self.arerank(documents, query, callbacks=callbacks)
-
-    def invoke(self, input: RerankInput, config: RunnableConfig | None = None, **kwargs: Any) -> list[Document]:
-        """Rerank ``input["documents"]`` for ``input["query"]`` (the LCEL interface)."""
-        return self._call_with_config(self._invoke, input, config)
-
-    async def ainvoke(self, input: RerankInput, config: RunnableConfig | None = None, **kwargs: Any) -> list[Document]:
-        """Async twin of :meth:`invoke`."""
-        return await self._acall_with_config(self._ainvoke, input, config)
-
-    def _invoke(self, input: RerankInput, run_manager: CallbackManagerForChainRun) -> list[Document]:
-        query, documents = _unpack(input)
-        return self.rerank(documents, query, callbacks=run_manager.get_child())
-
-    async def _ainvoke(self, input: RerankInput, run_manager: AsyncCallbackManagerForChainRun) -> list[Document]:
-        query, documents = _unpack(input)
-        return await self.arerank(documents, query, callbacks=run_manager.get_child())
-
-    @staticmethod
-    def _copy(doc: Document, updates: dict[str, Any]) -> Document:
-        copied = doc.model_copy(deep=True)
-        copied.metadata.update(updates)
-        return copied
-
-    @abstractmethod
-    def _rerank(self, documents: list[Document], query: str, top_n: int | None, callbacks: Callbacks) -> list[Document]:
-        """Rerank a non-empty candidate list."""
-
-    @abstractmethod
-    async def _arerank(
-        self, documents: list[Document], query: str, top_n: int | None, callbacks: Callbacks
-    ) -> list[Document]:
-        """Async twin of :meth:`_rerank`."""
-
-
 class BaseLLMReranker(BaseReranker):
     """What the LLM rerankers share: the model, its timeout, retries and concurrency bound."""
 
@@ -347,7 +105,7 @@ class BaseLLMReranker(BaseReranker):
     """Use the model's structured output when it supports it; False always parses text answers."""
     timeout: float | None = Field(default=None, gt=0)
     """Seconds to wait for one model answer (per try) before it counts as a transient failure (None: no limit)."""
-    max_concurrency: int = Field(default=8, ge=1)
+    max_concurrency: int = Field(default=DEFAULT_LLM_CONCURRENCY, ge=1)
     """Most model calls in flight at once; with a ``timeout``, across all queries of this reranker and
     counting calls given up on that have not returned yet (so a hung model holds at most this many threads)."""
     retry: RetryPolicy = Field(default_factory=lambda: RERANK_RETRY)
@@ -362,6 +120,10 @@ class BaseLLMReranker(BaseReranker):
         self._slots = threading.Semaphore(self.max_concurrency)
 
     # --- the model ----------------------------------------------------------------------------
+
+    def _bounds(self) -> CallBounds:
+        """How each model call is bounded: per-try ``timeout``, ``retry``, this reranker's call slots."""
+        return CallBounds(retry=self.retry, task="rerank", slots=self._slots, timeout=self.timeout)
 
     def _answering(self, schema: type[BaseModel], prompt: Prompt) -> Runnable[dict[str, Any], Any]:
         """``prompt | model``, with the model's structured output for ``schema`` when it has one."""
@@ -382,28 +144,16 @@ class BaseLLMReranker(BaseReranker):
         config: RunnableConfig,
     ) -> Any:
         """One model call (:func:`invoke_bounded`): retried per ``retry``, each try given up on after ``timeout``."""
-        answer, error, _ = invoke_bounded(
-            chain, inputs, config, timeout=self.timeout, slots=self._slots, retry=self.retry, task="rerank"
-        )
+        answer, error, _ = invoke_bounded(chain, inputs, config, self._bounds())
         if error is not None:
             raise error
         return answer
 
     async def _aask(self, chain: Runnable[dict[str, Any], Any], inputs: dict[str, Any], config: RunnableConfig) -> Any:
-        answer, error, _ = await ainvoke_bounded(
-            chain, inputs, config, timeout=self.timeout, retry=self.retry, task="rerank"
-        )
+        answer, error, _ = await ainvoke_bounded(chain, inputs, config, self._bounds())
         if error is not None:
             raise error
         return answer
-
-
-def _unpack(input: Any) -> tuple[str, Sequence[Document]]:
-    if not isinstance(input, dict) or not isinstance(input.get("query"), str) or "documents" not in input:
-        raise FusionError(
-            f'a reranker step takes {{"query": str, "documents": [Document, ...]}}; got {type(input).__name__}'
-        )
-    return input["query"], input["documents"]
 
 
 class LLMReranker(BaseLLMReranker):
@@ -486,7 +236,7 @@ class LLMReranker(BaseLLMReranker):
             order.append(position if score is None else next(queue))  # failed candidates keep their slot
         kept = order if top_n is None else order[:top_n]
         return [
-            self._copy(
+            reranked_copy(
                 documents[p],
                 {
                     keys.RERANK_RATING: None if isinstance(answers[p], BaseException) else answers[p],
@@ -558,89 +308,4 @@ class LLMListwiseReranker(BaseLLMReranker):
             key=lambda p: (rank_of.get(documents[p].page_content, math.inf), p),
         )
         kept = order if top_n is None else order[:top_n]
-        return [self._copy(documents[p], {keys.RERANK_RANK: rank_of.get(documents[p].page_content)}) for p in kept]
-
-
-def with_top_n(compressor: BaseDocumentCompressor, top_n: int | None) -> BaseDocumentCompressor:
-    """``compressor`` set to keep ``top_n`` documents, where it has a ``top_n`` field (a copy; else itself).
-
-    Ours and most of LangChain's rerankers (``CrossEncoderReranker``, ``CohereRerank``...) have one.
-    """
-    if "top_n" in type(compressor).model_fields and getattr(compressor, "top_n", None) != top_n:
-        return compressor.model_copy(update={"top_n": top_n})
-    return compressor
-
-
-class RerankRetriever(CheckedModel, BaseRetriever):
-    """Wraps a retriever with a rerank step: retrieve candidates, rerank them, keep ``top_n``.
-
-    The rerank step is any LangChain ``BaseDocumentCompressor``: ours (:class:`LLMReranker`,
-    :class:`LLMListwiseReranker`, :class:`~langchain_fusion.retrievers.cross_encoder.CrossEncoderReranker`),
-    LangChain's ``CrossEncoderReranker``, a hosted reranker, or your own. Retrieve more candidates
-    than you keep (e.g. ``k=20`` on the wrapped retriever and ``top_n=4``): ``top_n`` here, or the
-    rerank step's own. ``invoke(query, top_n=3)`` overrides it per call; any other keyword goes to
-    the wrapped retriever (``invoke(query, top_n=3, k=20)``).
-
-    Our rerankers write their own :data:`~langchain_fusion.metadata.RERANK_KEYS`. The results of
-    any other compressor are copies with ``rerank_rank`` (their 1-based position in its output)
-    and ``rerank_score`` (its ``relevance_score`` metadata when it writes one, else None); the
-    candidates' fusion scores stay. A per-call ``top_n`` is applied through the compressor's own
-    ``top_n`` field when it has one, and by keeping the first ``top_n`` of its output otherwise.
-    """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    retriever: BaseRetriever
-    """The retriever that finds the candidates."""
-    reranker: BaseDocumentCompressor
-    """The rerank step: any ``BaseDocumentCompressor`` (e.g. :class:`LLMReranker` or ``CrossEncoderReranker``)."""
-    top_n: int | None = None
-    """How many reranked documents to keep; None: what the rerank step keeps (its own ``top_n``)."""
-
-    @field_validator("top_n", mode="before")
-    @classmethod
-    def _valid_top_n(cls, value: Any) -> int | None:
-        return _check_top_n(value)
-
-    def _split(self, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-        rest = dict(kwargs)
-        default = ... if self.top_n is None else self.top_n
-        top_n = _check_top_n(rest.pop("top_n")) if "top_n" in rest else default
-        return top_n, rest
-
-    def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
-    ) -> list[Document]:
-        top_n, rest = self._split(kwargs)
-        candidates = self.retriever.invoke(query, config={"callbacks": run_manager.get_child()}, **rest)
-        if isinstance(self.reranker, BaseReranker):
-            return self.reranker.rerank(candidates, query, top_n=top_n, callbacks=run_manager.get_child())
-        if not candidates:
-            return []
-        compressor = self.reranker if top_n is ... else with_top_n(self.reranker, top_n)
-        kept = compressor.compress_documents(candidates, query, callbacks=run_manager.get_child())
-        return self._recorded(kept, top_n)
-
-    async def _aget_relevant_documents(
-        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
-    ) -> list[Document]:
-        top_n, rest = self._split(kwargs)
-        candidates = await self.retriever.ainvoke(query, config={"callbacks": run_manager.get_child()}, **rest)
-        if isinstance(self.reranker, BaseReranker):
-            return await self.reranker.arerank(candidates, query, top_n=top_n, callbacks=run_manager.get_child())
-        if not candidates:
-            return []
-        compressor = self.reranker if top_n is ... else with_top_n(self.reranker, top_n)
-        kept = await compressor.acompress_documents(candidates, query, callbacks=run_manager.get_child())
-        return self._recorded(kept, top_n)
-
-    @staticmethod
-    def _recorded(kept: Sequence[Document], top_n: Any) -> list[Document]:
-        """Copies of another compressor's output with the rerank keys, cut to a per-call ``top_n``."""
-        if top_n is not ... and top_n is not None:
-            kept = kept[:top_n]
-        results = []
-        for rank, doc in enumerate(kept, 1):
-            score = _finite_number(doc.metadata.get(keys.RELEVANCE_SCORE))
-            results.append(BaseReranker._copy(doc, {keys.RERANK_RANK: rank, keys.RERANK_SCORE: score}))
-        return results
+        return [reranked_copy(documents[p], {keys.RERANK_RANK: rank_of.get(documents[p].page_content)}) for p in kept]

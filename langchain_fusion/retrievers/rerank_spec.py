@@ -15,7 +15,7 @@ from langchain_fusion.errors import InvalidParameterError
 if TYPE_CHECKING:  # the command line parses specs without importing LangChain
     from langchain_core.runnables import Runnable
 
-    from langchain_fusion.retrievers.rerank import BaseReranker
+    from langchain_fusion.retrievers.rerank_base import BaseReranker
 
 RerankKind = Literal["llm", "cross-encoder"]
 """The kinds of rerank step a spec can name."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
@@ -33,7 +33,7 @@ from langchain_core.runnables.config import run_in_executor
 from pydantic import ConfigDict, Field, model_validator
 
 from langchain_fusion import metadata as keys
-from langchain_fusion._checks import CheckedModel
+from langchain_fusion._checks import CheckedModel, is_int
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.ingest.loading import merge_chunks
@@ -44,17 +44,13 @@ def _position(doc: Document) -> tuple[str, int, int] | None:
     """(source, chunk_index, start_index) of a chunk, or None if it lacks any of them."""
     meta = doc.metadata
     source, chunk_index, start = meta.get(keys.SOURCE), meta.get(keys.CHUNK_INDEX), meta.get(keys.START_INDEX)
-    if source is None or not _is_int(chunk_index) or not _is_int(start):
+    if source is None or not is_int(chunk_index) or not is_int(start):
         return None
     return str(source), chunk_index, start
 
 
-def _is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _check_n(n: Any) -> int:
-    if not _is_int(n) or n < 0:
+    if not is_int(n) or n < 0:
         raise InvalidParameterError(
             f"n must be a non-negative integer (neighbouring chunks on each side of a hit); got {n!r}"
         )
@@ -64,7 +60,7 @@ def _check_n(n: Any) -> int:
 def _check_max_chars(max_chars: Any) -> int | None:
     if max_chars is None:
         return None
-    if not _is_int(max_chars) or max_chars < 1:
+    if not is_int(max_chars) or max_chars < 1:
         raise InvalidParameterError(
             f"max_chars must be a positive integer (characters per passage) or None; got {max_chars!r}"
         )

@@ -58,13 +58,13 @@ class FolderEngine(StoreEngine):
         kept = opened.store.vector_index
         if options.vector_index and options.vector_index != kept:
             raise FusionError(
-                f"{folder} uses vector index {kept!r}, not {options.vector_index!r}: keep its own (drop vector_index, "
-                "--vector-index) or choose a new location"
+                f"{folder} uses vector index {kept!r}, not {options.vector_index!r}: keep its own (open it without "
+                "vector_index) or choose a new location"
             )
         if options.analyzer is not None and options.analyzer != opened.store.settings.analyzer:
             raise FusionError(
-                f"{folder} was built with another analyzer ({opened.store.settings.analyzer!r}): keep its own (drop "
-                "analyzer, --language) or choose a new location"
+                f"{folder} was built with another analyzer ({opened.store.settings.analyzer!r}): keep its own (open "
+                "it without analyzer) or choose a new location"
             )
         return opened
 

@@ -203,23 +203,19 @@ class CollectionRecord:
 
         The line names the collection, what it was built with and what was asked for, and what to do.
         """
-        asked: list[tuple[str, str, str, str]] = []
+        asked: list[tuple[str, str, str]] = []
         if vector_index is not None and vector_index != self.requested:
-            asked.append(("vector_index", repr(self.requested), repr(vector_index), "--vector-index"))
-        models: tuple[tuple[str, BaseModel | None, str], ...] = (
-            ("analyzer", analyzer, "--language"),
-            ("bm25_params", bm25_params, ""),
-        )
-        for name, model, flag in models:
+            asked.append(("vector_index", repr(self.requested), repr(vector_index)))
+        models: tuple[tuple[str, BaseModel | None], ...] = (("analyzer", analyzer), ("bm25_params", bm25_params))
+        for name, model in models:
             built = getattr(self.settings, name)
             if model is not None and model != built:
-                asked.append((name, *_differences(built, model), flag))
+                asked.append((name, *_differences(built, model)))
         if asked:
-            name, built, given, flag = asked[0]
-            option = f"{name} ({flag})" if flag else name
+            name, built, given = asked[0]
             raise FusionError(
                 f"collection {collection_name!r} was built with {name} {built}; this store asks for {given}: "
-                f"open it without {option} to keep its own, or index into a new collection to use the other"
+                f"open it without {name} to keep its own, or index into a new collection to use the other"
             )
 
     def describe(self) -> dict[str, Any]:
