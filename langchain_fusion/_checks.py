@@ -162,3 +162,9 @@ class OptionGroup(CheckedModel):
                 if isinstance(item, BeforeValidator):
                     checks[name] = item.func
         return checks  # type: ignore[return-value]  # pydantic types the func loosely
+
+
+def check_no_extra(method: str, kwargs: dict[str, Any]) -> None:
+    """An InvalidParameterError naming ``method`` when it was given keyword arguments it does not take."""
+    if kwargs:
+        raise InvalidParameterError(f"{method} got unexpected argument(s) {sorted(kwargs)}")

@@ -107,8 +107,9 @@ def fake_cli_embeddings() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(embedding_models, "default_embeddings", HashingEmbeddings)
         patch.setattr("langchain_fusion.index.fusion_index.default_embeddings", HashingEmbeddings)
+        patch.setattr("langchain_fusion.index.embedding.default_embeddings", HashingEmbeddings)
         patch.setattr(embedding_models, "resolve_embeddings", resolve)
-        patch.setattr("langchain_fusion.index.fusion_index.embeddings_from_id", from_id)
+        patch.setattr("langchain_fusion.index.embedding.embeddings_from_id", from_id)
         patch.setattr(embedding_models.LocalEmbeddings, "load_model", refuse)
         patch.setattr(embedding_models.LocalEmbeddings, "embed_queries", refuse)
         yield

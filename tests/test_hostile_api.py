@@ -59,10 +59,10 @@ class TestMisbehavingEmbeddings:
     def test_a_query_vector_of_another_kind_is_refused_and_the_index_keeps_working(self) -> None:
         index = FusionIndex.from_texts(["alpha beta", "gamma delta"], HashingEmbeddings())
         good = index.embeddings
-        index._embeddings = Misbehaving(lambda t: [["x"] * 64 for _ in t])
+        index._embedder.embeddings = Misbehaving(lambda t: [["x"] * 64 for _ in t])
         with pytest.raises(FusionError, match="returned strings"):
             index.as_retriever(k=1).invoke("alpha")
-        index._embeddings = good
+        index._embedder.embeddings = good
         assert index.as_retriever(k=1).invoke("alpha")[0].page_content == "alpha beta"
 
 
@@ -194,7 +194,7 @@ class TestProviderFailures:
 
     async def test_a_query(self) -> None:
         index = FusionIndex.from_texts(["alpha beta", "gamma"], HashingEmbeddings())
-        index._embeddings = Failing(ConnectionError("offline"))
+        index._embedder.embeddings = Failing(ConnectionError("offline"))
         with pytest.raises(ProviderError, match="ConnectionError: offline"):
             index.as_retriever().invoke("alpha")
         with pytest.raises(ProviderError, match="ConnectionError: offline"):

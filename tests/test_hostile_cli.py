@@ -31,7 +31,7 @@ NOT_UTF8 = os.fsdecode(b"bad\xff")  # how Linux hands a file name that is not UT
 def fake_embeddings(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every embedding model the CLI builds or reloads is the deterministic fake: no model, no network."""
     monkeypatch.setattr("langchain_fusion.models.embeddings.default_embeddings", HashingEmbeddings)
-    monkeypatch.setattr("langchain_fusion.index.fusion_index.embeddings_from_id", lambda model_id: HashingEmbeddings())
+    monkeypatch.setattr("langchain_fusion.index.embedding.embeddings_from_id", lambda model_id: HashingEmbeddings())
 
 
 @pytest.fixture(scope="module")

@@ -327,9 +327,7 @@ class TestIndexingSkipsIndexes:
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         monkeypatch.setattr("langchain_fusion.models.embeddings.default_embeddings", HashingEmbeddings)
-        monkeypatch.setattr(
-            "langchain_fusion.index.fusion_index.embeddings_from_id", lambda model_id: HashingEmbeddings()
-        )
+        monkeypatch.setattr("langchain_fusion.index.embedding.embeddings_from_id", lambda model_id: HashingEmbeddings())
         (tmp_path / "notes.txt").write_text("The GC-9 controller reboots nightly.", encoding="utf-8")
         monkeypatch.chdir(tmp_path)
         counts = []
@@ -418,7 +416,7 @@ def test_within_returns_a_new_pipeline(index: FusionIndex) -> None:
 def test_rerank_k_is_the_number_of_candidates(index: FusionIndex, tmp_path: Path, tiny_cross_encoder: Path) -> None:
     saved = index.save(tmp_path / "idx")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("langchain_fusion.index.fusion_index.embeddings_from_id", lambda model_id: HashingEmbeddings())
+        patch.setattr("langchain_fusion.index.embedding.embeddings_from_id", lambda model_id: HashingEmbeddings())
         rerank = ["--rerank", f"cross-encoder:{tiny_cross_encoder}"]
         for flags, count in ((["-k", "3"], 3), (["-k", "3", "--top-n", "5"], 3), (["-k", "6", "--top-n", "2"], 2)):
             status, out, err = _cli(["query", str(saved), "cat", "--json", *rerank, *flags])

@@ -67,7 +67,7 @@ class MemoryEngine(StoreEngine):
 @pytest.fixture
 def engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[MemoryEngine]:
     monkeypatch.setattr("langchain_fusion.models.embeddings.default_embeddings", HashingEmbeddings)
-    monkeypatch.setattr("langchain_fusion.index.fusion_index.embeddings_from_id", lambda model_id: HashingEmbeddings())
+    monkeypatch.setattr("langchain_fusion.index.embedding.embeddings_from_id", lambda model_id: HashingEmbeddings())
     engine = MemoryEngine()
     register_engine(EngineEntry("memory", ("memory://",), engine, "an in-memory store: memory://NAME"))
     try:

@@ -8,26 +8,19 @@ lock), and queries read an immutable view, so they may overlap with writes from 
 
 from __future__ import annotations
 
-import contextlib
-import copy
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
-from langchain_core.vectorstores import VectorStore
 
-from langchain_fusion._checks import check_k, check_positive_int
-from langchain_fusion.errors import (
-    EmbeddingsMismatchError,
-    FusionError,
-    InvalidParameterError,
-    ProviderError,
-    UnknownDocumentError,
-    describe_error,
-)
+from langchain_fusion._checks import check_no_extra, check_positive_int
+from langchain_fusion.errors import EmbeddingsMismatchError, FusionError, InvalidParameterError, UnknownDocumentError
+from langchain_fusion.index.documents import prepared_documents
+from langchain_fusion.index.embedding import DEFAULT_EMBEDDING_BATCH_SIZE, IndexEmbedder, model_for_store
+from langchain_fusion.index.retrieval import FusedRetrieval
+from langchain_fusion.index.vector_searches import VectorSideSearches
 from langchain_fusion.ingest.loading import (
     DEFAULT_CHUNK_OVERLAP,
     DEFAULT_CHUNK_SIZE,
@@ -35,46 +28,23 @@ from langchain_fusion.ingest.loading import (
     load_files,
     split_documents,
 )
-from langchain_fusion.metadata import (
-    DEFAULT_TEXT_FIELDS,
-    MAX_METADATA_DEPTH,
-    TextField,
-    check_text_fields,
-    content_id,
-    indexed_text,
-)
-from langchain_fusion.models import scripts
-from langchain_fusion.models.embeddings import (
-    aembed_queries,
-    chunk_token_counter,
-    default_embeddings,
-    embed_queries,
-    embeddings_from_id,
-    embeddings_id,
-)
+from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, TextField, check_text_fields, indexed_text
+from langchain_fusion.models.embeddings import chunk_token_counter, default_embeddings
 from langchain_fusion.progress import ProgressCallback
-from langchain_fusion.search.diversity import DEFAULT_MMR_WEIGHT, check_lambda_mult
-from langchain_fusion.search.relevance import RELEVANCE_INFO_KEY, RelevanceModel, SavedModel, calibrate_search
+from langchain_fusion.search.relevance import RELEVANCE_INFO_KEY, SavedModel
 from langchain_fusion.stores.analyzer import Analyzer
-from langchain_fusion.stores.base import FloatMatrix, FusionStore, StoreView, Where
-from langchain_fusion.stores.filters import check_filter
+from langchain_fusion.stores.base import FloatMatrix, FusionStore, StoreView
 from langchain_fusion.stores.local.manifest import saved_index_reason
 from langchain_fusion.stores.local.store import LocalStore
-from langchain_fusion.stores.local.vectors import normalize_rows
 from langchain_fusion.stores.settings import BM25Params
 
 if TYPE_CHECKING:
-    from langchain_fusion.evaluation.datasets import EvalDataset
-    from langchain_fusion.retrievers.fusion import FusionRetriever
-    from langchain_fusion.search.explain import Explanation
+    pass
 
-DEFAULT_EMBEDDING_BATCH_SIZE = 256
-
-SEARCH_TYPES = ("fusion", "similarity", "mmr")
-"""The ``search_type`` values of :meth:`FusionIndex.as_retriever`."""
+__all__ = ["DEFAULT_EMBEDDING_BATCH_SIZE", "FusionIndex", "file_chunks"]
 
 
-class FusionIndex(VectorStore):
+class FusionIndex(FusedRetrieval, VectorSideSearches):
     """Chunks indexed for both dense (vector) and keyword (BM25) retrieval, in one store.
 
     Build one with :meth:`from_documents` or :meth:`from_files`, query it through
@@ -126,61 +96,17 @@ class FusionIndex(VectorStore):
         Whatever is indexed, retrievers return ``page_content`` (the original text) with the
         context in metadata. The field choices are kept by the store.
         """
-        if (
-            isinstance(embedding_batch_size, bool)
-            or not isinstance(embedding_batch_size, int)
-            or embedding_batch_size < 1
-        ):
-            raise InvalidParameterError(
-                f"embedding_batch_size must be a whole number >= 1; got {embedding_batch_size!r}"
-            )
-        if store is None:
-            store = LocalStore(
-                analyzer, bm25_params, vector_index=vector_index, vector_search_params=vector_search_params
-            )
-        elif analyzer is not None or bm25_params is not None or vector_index != "Flat" or vector_search_params:
-            raise InvalidParameterError(
-                "analyzer, bm25_params, vector_index and vector_search_params belong to the store: "
-                "set them when you create the store, not on FusionIndex(store=...)"
-            )
-        if not isinstance(store, FusionStore):
-            raise InvalidParameterError(f"store must be a FusionStore; got {type(store).__name__}")
-        self.store = store
-        self._embeddings = embeddings if embeddings is not None else default_embeddings()
-        self._scripts = scripts.declared_scripts(self._embeddings)
-        self.embeddings_id = embeddings_id(self._embeddings)
-        self.embedding_batch_size = embedding_batch_size
+        self.store = _store(store, analyzer, bm25_params, vector_index, vector_search_params)
+        self._embedder = IndexEmbedder(
+            embeddings if embeddings is not None else default_embeddings(), embedding_batch_size
+        )
+        self.embeddings_id = self._embedder.id
+        """The embedding model's id, as the store records it."""
         self.saved_info: dict[str, Any] = {}
         """The ``info`` given to :meth:`save`, as read back by :meth:`load` (empty otherwise); it also keeps the
         relevance model (:meth:`calibrate`)."""
         self._relevance = SavedModel()
-        settings = store.settings
-        fields = {
-            "embed_fields": check_text_fields(embed_fields, "embed_fields") if embed_fields is not None else None,
-            "bm25_fields": check_text_fields(bm25_fields, "bm25_fields") if bm25_fields is not None else None,
-        }
-        if settings.embeddings_id is not None or len(store.view()):
-            if settings.embeddings_id != self.embeddings_id:
-                raise EmbeddingsMismatchError(
-                    f"the store was built with embeddings {settings.embeddings_id!r} but was given "
-                    f"{self.embeddings_id!r}; query an index with the model that built it (or rebuild it)"
-                )
-            for name, value in fields.items():
-                if value is not None and value != getattr(settings, name):
-                    raise InvalidParameterError(
-                        f"{name}={value!r} differs from the store's {getattr(settings, name)!r}; "
-                        "a store keeps the fields it was built with"
-                    )
-        else:
-            store.configure(
-                settings.model_copy(
-                    update={
-                        "embeddings_id": self.embeddings_id,
-                        "embed_fields": fields["embed_fields"] or DEFAULT_TEXT_FIELDS,
-                        "bm25_fields": fields["bm25_fields"] or DEFAULT_TEXT_FIELDS,
-                    }
-                )
-            )
+        _bind(self.store, self.embeddings_id, embed_fields, bm25_fields)
 
     # --- construction -----------------------------------------------------------------------
 
@@ -229,24 +155,15 @@ class FusionIndex(VectorStore):
         A path that does not exist, or paths that hold no readable document at all, are a
         :class:`FusionError` (before anything is embedded).
         """
-        paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
-        missing = [str(p) for p in paths if not Path(p).exists()]
-        if missing:
-            raise FusionError(f"no such file or directory: {', '.join(missing)}")
-        loaded = load_files(paths, max_chars=max_file_chars, skip_folder=saved_index_reason)
-        if not loaded.documents:
-            reasons = "; ".join(f"{s.path}: {s.reason}" for s in loaded.skipped[:3]) or "no PDF, .txt or .md files"
-            raise FusionError(f"no readable documents in {', '.join(map(str, paths))} ({reasons})")
-        counter = None
-        if max_chunk_tokens is not None:
-            embeddings = embeddings if embeddings is not None else default_embeddings()
-            counter = chunk_token_counter(embeddings)
-        chunks = split_documents(
-            loaded.documents,
+        embeddings = embeddings if embeddings is not None or max_chunk_tokens is None else default_embeddings()
+        counter = None if max_chunk_tokens is None or embeddings is None else chunk_token_counter(embeddings)
+        chunks = file_chunks(
+            paths,
             chunk_size=chunk_size,
             chunk_overlap=chunk_overlap,
-            max_tokens=max_chunk_tokens,
+            max_chunk_tokens=max_chunk_tokens,
             count_tokens=counter,
+            max_file_chars=max_file_chars,
         )
         return cls.from_documents(chunks, embeddings, progress=progress, **kwargs)
 
@@ -271,7 +188,12 @@ class FusionIndex(VectorStore):
     @property
     def embeddings(self) -> Embeddings:
         """The embedding model (the one that built the index)."""
-        return self._embeddings
+        return self._embedder.embeddings
+
+    @property
+    def embedding_batch_size(self) -> int:
+        """Texts per call to the model when documents are embedded."""
+        return self._embedder.batch_size
 
     @property
     def embed_fields(self) -> tuple[TextField, ...]:
@@ -307,7 +229,7 @@ class FusionIndex(VectorStore):
         on (the bundled model reads Latin script): the fused search then gives the vector side no
         weight for that query.
         """
-        return scripts.reads(self._scripts, query)
+        return self._embedder.reads(query)
 
     def view(self) -> StoreView:
         """A consistent read view of the rows (what one query sees)."""
@@ -330,12 +252,6 @@ class FusionIndex(VectorStore):
     def documents(self) -> tuple[Document, ...]:
         """The indexed documents in row order (shared objects: do not modify them)."""
         return tuple(self.store.view().iter_documents())
-
-    def get_by_ids(self, ids: Sequence[str]) -> list[Document]:
-        """Copies of the documents with these ids, in the given order; unknown ids are skipped."""
-        view = self.store.view()
-        found = view.keys_of(list(ids))
-        return [doc.model_copy(deep=True) for doc in view.documents(found[found >= 0])]
 
     def __contains__(self, doc_id: object) -> bool:
         return isinstance(doc_id, str) and bool(self.store.view().keys_of([doc_id])[0] >= 0)
@@ -360,7 +276,7 @@ class FusionIndex(VectorStore):
         indexing fails, the index is left as it was.
         """
         batch_size = _batch_size(kwargs.pop("batch_size", None))
-        _no_extra_options("add_documents", kwargs)
+        check_no_extra("FusionIndex.add_documents", kwargs)
         return self._write(documents, ids, progress, batch_size)
 
     def add_texts(
@@ -374,7 +290,7 @@ class FusionIndex(VectorStore):
     ) -> list[str]:
         """Index plain texts with optional metadata and ids (upsert by id); returns the ids."""
         batch_size = _batch_size(kwargs.pop("batch_size", None))
-        _no_extra_options("add_texts", kwargs)
+        check_no_extra("FusionIndex.add_texts", kwargs)
         texts = list(texts)
         if metadatas is not None and len(metadatas) != len(texts):
             raise InvalidParameterError(f"got {len(metadatas)} metadatas for {len(texts)} texts; give one per text")
@@ -394,10 +310,11 @@ class FusionIndex(VectorStore):
         progress: ProgressCallback | None,
         batch_size: int | None = None,
     ) -> list[str]:
-        new_docs = _prepared(documents, ids)
+        new_docs = prepared_documents(documents, ids)
         if not new_docs:
             return []
-        vectors = self._embed([indexed_text(doc, self.embed_fields) for doc in new_docs], progress, batch_size)
+        texts = [indexed_text(doc, self.embed_fields) for doc in new_docs]
+        vectors = self._embedder.documents(texts, self.dimension, progress, batch_size)
         self.store.upsert(new_docs, vectors, [indexed_text(doc, self.bm25_fields) for doc in new_docs])
         return [doc.id or "" for doc in new_docs]
 
@@ -407,7 +324,7 @@ class FusionIndex(VectorStore):
         Unknown ids are ignored; ``ids=None`` deletes every document. Returns True. Use
         :meth:`remove` to be told about unknown ids and how many documents went.
         """
-        _no_extra_options("delete", kwargs)
+        check_no_extra("FusionIndex.delete", kwargs)
         if isinstance(ids, str):
             raise InvalidParameterError(f"delete takes a list of ids; got the string {ids!r}")
         if ids is None:
@@ -433,116 +350,15 @@ class FusionIndex(VectorStore):
             raise UnknownDocumentError(f"no document with id {shown}{more} in the index; nothing was deleted")
         return self.store.delete(ids)
 
-    # --- LangChain's vector-store searches (the vector side alone) --------------------------
-
-    def similarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[Document]:
-        """The ``k`` documents most similar to ``query`` on the vector side (copies, no score metadata)."""
-        return [doc for doc, _ in self.similarity_search_with_score(query, k, **kwargs)]
-
-    def similarity_search_with_score(self, query: str, k: int = 4, **kwargs: Any) -> list[tuple[Document, float]]:
-        """(document, cosine similarity) pairs, best first; ``filter=`` restricts the documents."""
-        return self.similarity_search_with_score_by_vector(self.embeddings.embed_query(query), k, **kwargs)
-
-    def similarity_search_by_vector(self, embedding: list[float], k: int = 4, **kwargs: Any) -> list[Document]:
-        """The ``k`` documents most similar to an embedding."""
-        return [doc for doc, _ in self.similarity_search_with_score_by_vector(embedding, k, **kwargs)]
-
-    def similarity_search_with_score_by_vector(
-        self, embedding: Sequence[float], k: int = 4, *, filter: Any = None, **kwargs: Any
-    ) -> list[tuple[Document, float]]:
-        """(document, cosine similarity) pairs for an embedding, best first."""
-        _no_extra_options("similarity_search", kwargs)
-        k = check_k(k)
-        view = self.store.view()
-        if view.known_empty():
-            return []
-        where = None if filter is None else Where(metadata=check_filter(filter))
-        keys, scores = view.vector(self._query_matrix(embedding)).top(k, where)
-        return [(_plain_copy(doc), float(s)) for doc, s in zip(view.documents(keys), scores, strict=True)]
-
-    def _select_relevance_score_fn(self) -> Callable[[float], float]:
-        # Cosine similarity in [-1, 1] -> relevance in [0, 1].
-        return _cosine_relevance
-
-    def max_marginal_relevance_search(
-        self, query: str, k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5, **kwargs: Any
-    ) -> list[Document]:
-        """Maximal marginal relevance over the ``fetch_k`` most similar documents (diverse results).
-
-        The vector side of ``as_retriever(search_type="mmr", alpha=1)``: the same MMR (see
-        :mod:`~langchain_fusion.search.diversity`), with relevance the candidates' cosine
-        similarity min-max scaled over them; returns plain copies (no score metadata).
-        """
-        return self.max_marginal_relevance_search_by_vector(
-            self.embeddings.embed_query(query), k, fetch_k, lambda_mult, **kwargs
-        )
-
-    def max_marginal_relevance_search_by_vector(
-        self,
-        embedding: list[float],
-        k: int = 4,
-        fetch_k: int = 20,
-        lambda_mult: float = 0.5,
-        *,
-        filter: Any = None,
-        **kwargs: Any,
-    ) -> list[Document]:
-        """MMR for an embedding: relevance to the query traded against similarity to what was picked."""
-        from langchain_fusion.search.options import PoolOptions
-        from langchain_fusion.search.pool import fused_search, query_scorers
-
-        _no_extra_options("max_marginal_relevance_search", kwargs)
-        options = PoolOptions.model_construct(
-            k=check_k(k),
-            alpha=1.0,  # the vector side alone: BM25 has no weight (and no text to score)
-            fetch_k=check_positive_int(fetch_k, "fetch_k"),
-            filter=None if filter is None else check_filter(filter),
-            lambda_mult=check_lambda_mult(lambda_mult, optional=False),
-            duplicates="keep",  # LangChain's searches return every copy
-        )
-        view = self.store.view()
-        if view.known_empty():
-            return []
-        hits = fused_search(view, query_scorers(view, "", self._query_matrix(embedding)), options)
-        keys = np.fromiter((hit.key for hit in hits), dtype=np.int64, count=len(hits))
-        return [_plain_copy(doc) for doc in view.documents(keys)]
-
-    # --- embedding --------------------------------------------------------------------------
-
-    def _embed(self, texts: list[str], progress: ProgressCallback | None, batch_size: int | None = None) -> FloatMatrix:
-        dimension = self.dimension
-        matrix: FloatMatrix | None = None
-        step = batch_size or self.embedding_batch_size
-        for start in range(0, len(texts), step):
-            batch = texts[start : start + step]
-            with self._provider_call():
-                vectors = self.embeddings.embed_documents(batch)
-            if not isinstance(vectors, Sized):
-                raise FusionError(f"the embedding model returned {type(vectors).__name__}, not a list of vectors")
-            if len(vectors) != len(batch):
-                raise FusionError(f"the embedding model returned {len(vectors)} vectors for {len(batch)} texts")
-            part = normalize_rows(vectors, dimension if dimension is not None else _width(vectors))
-            if matrix is None:
-                dimension = part.shape[1]
-                # One preallocated matrix: the build never holds a second copy of it.
-                matrix = np.empty((len(texts), dimension), dtype=np.float32)
-            matrix[start : start + len(batch)] = part
-            if progress is not None:
-                progress(len(batch))
-        assert matrix is not None
-        return matrix
+    # --- embedding (LangChain's vector-store searches are VectorSideSearches') ----------------
 
     def embed_query(self, query: str) -> FloatMatrix:
         """The query's normalised embedding as a 1 x dimension matrix."""
-        with self._provider_call():
-            vector = self.embeddings.embed_query(query)
-        return self._query_matrix(vector)
+        return self._embedder.query(query, self.dimension)
 
     async def aembed_query(self, query: str) -> FloatMatrix:
         """Async twin of :meth:`embed_query` (uses the model's async API)."""
-        with self._provider_call():
-            vector = await self.embeddings.aembed_query(query)
-        return self._query_matrix(vector)
+        return await self._embedder.aquery(query, self.dimension)
 
     def embed_queries(self, queries: Sequence[str], *, max_concurrency: int | None = None) -> FloatMatrix:
         """Normalised embeddings of several queries, one row each, equal to :meth:`embed_query` of each.
@@ -550,85 +366,15 @@ class FusionIndex(VectorStore):
         The bundled model embeds them in one call; other models get one call per query, at
         most ``max_concurrency`` at once (see :func:`~langchain_fusion.models.embeddings.embed_queries`).
         """
-        with self._provider_call():
-            vectors = embed_queries(self.embeddings, queries, max_concurrency)
-        return self._query_rows(vectors, len(queries))
+        return self._embedder.queries(queries, self.dimension, max_concurrency)
 
     async def aembed_queries(self, queries: Sequence[str], *, max_concurrency: int | None = None) -> FloatMatrix:
         """Async twin of :meth:`embed_queries`."""
-        with self._provider_call():
-            vectors = await aembed_queries(self.embeddings, queries, max_concurrency)
-        return self._query_rows(vectors, len(queries))
+        return await self._embedder.aqueries(queries, self.dimension, max_concurrency)
 
-    def _query_rows(self, vectors: Sequence[Any], expected: int) -> FloatMatrix:
-        if len(vectors) != expected:
-            raise FusionError(f"the embedding model returned {len(vectors)} vectors for {expected} queries")
-        if self.dimension is None:
-            raise FusionError("the index is empty: add documents before querying the vector side")
-        return normalize_rows(vectors, self.dimension)
-
-    @contextlib.contextmanager
-    def _provider_call(self) -> Iterator[None]:
-        """Turn the embedding model's own failures (bad key, no network, quota) into one ProviderError line."""
-        try:
-            yield
-        except FusionError:
-            raise
-        except Exception as exc:
-            raise ProviderError(f"the embedding model {self.embeddings_id} failed: {describe_error(exc)}") from exc
-
-    def _query_matrix(self, vector: Sequence[float]) -> FloatMatrix:
-        if self.dimension is None:
-            raise FusionError("the index is empty: add documents before querying the vector side")
-        return normalize_rows([vector], self.dimension)
-
-    # --- calibrated relevance ----------------------------------------------------------------
-
-    @property
-    def relevance_model(self) -> RelevanceModel | None:
-        """The calibrated relevance model (:meth:`calibrate`), saved with the index; None when not calibrated."""
-        return self._relevance.of(self.saved_info.get(RELEVANCE_INFO_KEY))
-
-    def calibrate(self, dataset: EvalDataset, *, k: int = 10, **options: Any) -> RelevanceModel:
-        """Fit the index's relevance model on labelled queries; every result then carries ``metadata["relevance"]``.
-
-        ``dataset``: queries with relevance labels over this index's documents, e.g.
-        ``load_beir(folder, split="train")`` or ``load_labelled(path, documents)``; labels are
-        matched by ``Document.id``. Each query's top ``k`` under the default search (or the
-        search ``options`` given: those you will query with) is scored as
-        :class:`~langchain_fusion.search.relevance.RelevanceModel` reads it, and the model is
-        fitted (its held-out quality in ``model.quality``). It replaces any earlier model and is
-        kept in :attr:`saved_info`: :meth:`save` (or a store's own persistence) keeps it with the index.
-        """
-        k = check_k(k)
-        model = calibrate_search(self.as_retriever(k=k, **options), dataset, k=k)
-        self.saved_info = {**self.saved_info, RELEVANCE_INFO_KEY: model.model_dump(mode="json")}
-        return model
-
-    def answerability(self, query: str, **options: Any) -> float:
-        """How likely the index answers ``query``: the calibrated relevance of its best result (0.0 if none).
-
-        A gate before answering: below a threshold (0.3 is a start; measure yours with ``eval``),
-        say the documents do not cover the question instead of calling a model. ``options`` are
-        search options (e.g. ``filter``). Needs a calibrated index (:meth:`calibrate`).
-        """
-        from langchain_fusion.search.relevance import top_relevance
-
-        return top_relevance(self.as_retriever(k=1, **options), self.relevance_model, query)
-
-    def explain(self, query: str, document: str | Document, **options: Any) -> Explanation:
-        """Why ``document`` (a chunk's ``Document.id``, or the chunk) is or is not a result of searching ``query``.
-
-        ``options`` are the search options of :meth:`as_retriever` (``k``, ``alpha``, ``fetch_k``,
-        ``filter``, floors, the cap per source, maximal marginal relevance, ``duplicates``...). The answer
-        (:class:`~langchain_fusion.search.explain.Explanation`) is read from the same search
-        ``as_retriever(**options).invoke(query)`` runs: returned at which rank, or where it
-        dropped out (filtered, outside both candidate pools with its rank on each side, below a
-        floor, a duplicate, capped per source, not picked by MMR, below ``k``, below
-        ``min_relevance``). ``print(index.explain(...))`` shows it in a sentence. An unknown id
-        is an :class:`~langchain_fusion.errors.UnknownDocumentError`.
-        """
-        return self.as_retriever(**options).explain(query, document)
+    def query_matrix(self, embedding: Sequence[float]) -> FloatMatrix:
+        """An embedding given by the caller, normalised, as a 1 x dimension matrix."""
+        return self._embedder.query_matrix(embedding, self.dimension)
 
     # --- persistence ------------------------------------------------------------------------
 
@@ -694,156 +440,88 @@ class FusionIndex(VectorStore):
         loading the model), is an :class:`EmbeddingsMismatchError`. ``label`` names the store
         in error messages.
         """
-        settings = store.settings
-        where = label or f"the {type(store).__name__}"
-        if embeddings is None:
-            recorded = settings.embeddings_id
-            embeddings = default_embeddings() if recorded is None else embeddings_from_id(recorded)
-        given_id = embeddings_id(embeddings)
-        if settings.embeddings_id is not None and given_id != settings.embeddings_id:
-            raise EmbeddingsMismatchError(
-                f"{where} was built with embeddings {settings.embeddings_id!r} but was given {given_id!r}; "
-                "query an index with the model that built it (or rebuild the index)"
+        return cls(model_for_store(store, embeddings, check_dimension=check_dimension, label=label), store=store)
+
+
+def _store(
+    store: FusionStore | None,
+    analyzer: Analyzer | None,
+    bm25_params: BM25Params | None,
+    vector_index: str,
+    vector_search_params: str | None,
+) -> FusionStore:
+    """The store given (with no store settings beside it), or a new in-process one with those settings."""
+    if store is None:
+        return LocalStore(analyzer, bm25_params, vector_index=vector_index, vector_search_params=vector_search_params)
+    if analyzer is not None or bm25_params is not None or vector_index != "Flat" or vector_search_params:
+        raise InvalidParameterError(
+            "analyzer, bm25_params, vector_index and vector_search_params belong to the store: "
+            "set them when you create the store, not on FusionIndex(store=...)"
+        )
+    if not isinstance(store, FusionStore):
+        raise InvalidParameterError(f"store must be a FusionStore; got {type(store).__name__}")
+    return store
+
+
+def _bind(
+    store: FusionStore,
+    model_id: str,
+    embed_fields: Sequence[TextField] | None,
+    bm25_fields: Sequence[TextField] | None,
+) -> None:
+    """Record the model and text fields in a new store; check them against a store that already has rows."""
+    settings = store.settings
+    fields = {
+        "embed_fields": check_text_fields(embed_fields, "embed_fields") if embed_fields is not None else None,
+        "bm25_fields": check_text_fields(bm25_fields, "bm25_fields") if bm25_fields is not None else None,
+    }
+    if settings.embeddings_id is None and not len(store.view()):
+        update = {name: value or DEFAULT_TEXT_FIELDS for name, value in fields.items()}
+        store.configure(settings.model_copy(update={"embeddings_id": model_id, **update}))
+        return
+    if settings.embeddings_id != model_id:
+        raise EmbeddingsMismatchError(
+            f"the store was built with embeddings {settings.embeddings_id!r} but was given "
+            f"{model_id!r}; query an index with the model that built it (or rebuild it)"
+        )
+    for name, value in fields.items():
+        if value is not None and value != getattr(settings, name):
+            raise InvalidParameterError(
+                f"{name}={value!r} differs from the store's {getattr(settings, name)!r}; "
+                "a store keeps the fields it was built with"
             )
-        if check_dimension and settings.dimension is not None:
-            given_dimension = len(embeddings.embed_query("langchain-fusion dimension check"))
-            if given_dimension != settings.dimension:
-                raise EmbeddingsMismatchError(
-                    f"{where} holds {settings.dimension}-dimensional vectors but the given embeddings make "
-                    f"{given_dimension}-dimensional ones; use the model that built the index"
-                )
-        return cls(embeddings, store=store)
-
-    # --- retrieval --------------------------------------------------------------------------
-
-    def as_retriever(  # type: ignore[override]  # returns the fused retriever, not a VectorStoreRetriever
-        self, *, search_type: str = "fusion", search_kwargs: dict[str, Any] | None = None, **kwargs: Any
-    ) -> FusionRetriever:
-        """A :class:`~langchain_fusion.retrievers.fusion.FusionRetriever` over this index.
-
-        Keyword arguments (or LangChain's ``search_kwargs``) are its fields: the search options of
-        :class:`~langchain_fusion.search.options.SearchOptions` (``k``, ``alpha``, ``fetch_k``,
-        ``method``, ``filter``, relevance floors and diversity), and ``tags``, ``metadata``.
-        ``search_type`` is ``"fusion"`` (the default), ``"similarity"`` (the vector side alone:
-        ``alpha=1``) or ``"mmr"`` (the fused candidates re-ranked by maximal marginal relevance,
-        whose weight of relevance defaults to 0.5; MMR chooses among the best ``fetch_k`` fused
-        candidates). An unknown option or search type is an error that lists the valid ones.
-        """
-        from langchain_fusion.retrievers.fusion import FusionRetriever
-
-        options = {**(search_kwargs or {}), **kwargs}
-        valid = sorted(set(FusionRetriever.model_fields) - {"index", "callbacks", "verbose"})
-        unknown = sorted(set(options) - set(valid))
-        if unknown:
-            raise InvalidParameterError(f"unknown retriever option(s) {unknown}; the options are {valid}")
-        if search_type == "similarity":
-            if options.get("alpha", 1.0) != 1.0:
-                raise InvalidParameterError("search_type='similarity' is the vector side alone (alpha=1); drop alpha")
-            options["alpha"] = 1.0
-        elif search_type == "mmr":
-            if options.setdefault("lambda_mult", DEFAULT_MMR_WEIGHT) is None:
-                raise InvalidParameterError(
-                    "search_type='mmr' needs a lambda_mult between 0 and 1; drop lambda_mult=None"
-                )
-        elif search_type not in SEARCH_TYPES:
-            raise InvalidParameterError(f"search_type must be one of {list(SEARCH_TYPES)}; got {search_type!r}")
-        return FusionRetriever(index=self, **options)
 
 
-def _prepared(documents: Iterable[Document], ids: Sequence[str] | None = None) -> list[Document]:
-    """Copies with ids (given, own, or content hashes); FusionError on ids repeated in the batch.
+def file_chunks(
+    paths: str | Path | Iterable[str | Path],
+    *,
+    chunk_size: int,
+    chunk_overlap: int,
+    max_chunk_tokens: int | None,
+    count_tokens: Callable[[Sequence[str]], list[int]] | None,
+    max_file_chars: int,
+) -> list[Document]:
+    """The chunks of the PDFs, text and markdown under ``paths`` (see :meth:`FusionIndex.from_files`).
 
-    The copies are shallow: their metadata is the caller's, which stores only read (and
-    serialise) and never change.
+    FusionError for a path that does not exist, or paths that hold no readable document at all.
     """
-    new_docs = [doc.model_copy() for doc in documents]
-    if ids is not None:
-        if isinstance(ids, str) or len(ids) != len(new_docs):
-            raise InvalidParameterError(f"give one id per document: {len(new_docs)} documents, ids={ids!r}")
-        for doc, doc_id in zip(new_docs, ids, strict=True):
-            if not isinstance(doc_id, str) or not doc_id:
-                raise InvalidParameterError(f"ids must be non-empty strings; got {doc_id!r}")
-            doc.id = doc_id
-    seen: dict[str, int] = {}
-    for position, doc in enumerate(new_docs):
-        for where, value in (("id", doc.id), ("page_content", doc.page_content), ("metadata", doc.metadata)):
-            try:
-                bad = _lone_surrogate(value)
-            except _NestedTooDeep:
-                raise InvalidParameterError(
-                    f"document {position} of this batch: its {where} nests mappings or lists more than "
-                    f"{MAX_METADATA_DEPTH} levels deep (or contains itself), which cannot be saved; flatten it"
-                ) from None
-            if bad is not None:
-                raise InvalidParameterError(
-                    f"document {position} of this batch: its {where} holds a lone surrogate ({bad!r}), which is "
-                    "not valid Unicode and cannot be saved; clean the text first (e.g. with "
-                    "langchain_fusion.ingest.loading.valid_unicode)"
-                )
-        if doc.id is None:
-            doc.id = content_id(doc)
-        if doc.id in seen:
-            raise FusionError(
-                f"duplicate document id {doc.id!r} (document {position} of this batch; also document "
-                f"{seen[doc.id]}). Ids must be unique: give documents distinct ids or drop the duplicates."
-            )
-        seen[doc.id] = position
-    return new_docs
-
-
-class _NestedTooDeep(Exception):
-    """A value nests deeper than :data:`~langchain_fusion.metadata.MAX_METADATA_DEPTH` (or contains itself)."""
-
-
-def _lone_surrogate(value: Any, depth: int = 0) -> str | None:
-    """The first lone surrogate in a string or in the strings of a nested mapping or sequence, if any.
-
-    Raises :class:`_NestedTooDeep` past :data:`~langchain_fusion.metadata.MAX_METADATA_DEPTH` levels, which
-    is also where a mapping that contains itself ends up.
-    """
-    if isinstance(value, str):
-        if value.isascii():
-            return None
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            return value[exc.start]
-        return None
-    if isinstance(value, Mapping):
-        items: Iterable[Any] = [*value.keys(), *value.values()]
-    elif isinstance(value, (list, tuple)):
-        items = value
-    else:
-        return None
-    if depth >= MAX_METADATA_DEPTH:
-        raise _NestedTooDeep
-    for item in items:
-        found = _lone_surrogate(item, depth + 1)
-        if found is not None:
-            return found
-    return None
-
-
-def _plain_copy(doc: Document) -> Document:
-    return Document(id=doc.id, page_content=doc.page_content, metadata=copy.deepcopy(doc.metadata))
-
-
-def _cosine_relevance(similarity: float) -> float:
-    return min(1.0, max(0.0, (1.0 + similarity) / 2.0))
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    missing = [str(p) for p in paths if not Path(p).exists()]
+    if missing:
+        raise FusionError(f"no such file or directory: {', '.join(missing)}")
+    loaded = load_files(paths, max_chars=max_file_chars, skip_folder=saved_index_reason)
+    if not loaded.documents:
+        reasons = "; ".join(f"{s.path}: {s.reason}" for s in loaded.skipped[:3]) or "no PDF, .txt or .md files"
+        raise FusionError(f"no readable documents in {', '.join(map(str, paths))} ({reasons})")
+    return split_documents(
+        loaded.documents,
+        chunk_size=chunk_size,
+        chunk_overlap=chunk_overlap,
+        max_tokens=max_chunk_tokens,
+        count_tokens=count_tokens,
+    )
 
 
 def _batch_size(value: Any) -> int | None:
     """LangChain's ``batch_size`` of ``add_documents``: texts per embedding call here."""
     return None if value is None else check_positive_int(value, "batch_size", "texts per embedding call")
-
-
-def _no_extra_options(method: str, kwargs: dict[str, Any]) -> None:
-    if kwargs:
-        raise InvalidParameterError(f"FusionIndex.{method} got unexpected argument(s) {sorted(kwargs)}")
-
-
-def _width(vectors: Sequence[Sequence[float]]) -> int:
-    try:
-        return len(vectors[0])
-    except (TypeError, IndexError):
-        raise FusionError(f"the embedding model returned {type(vectors[0]).__name__} instead of a vector") from None
