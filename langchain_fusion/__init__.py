@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from langchain_fusion.models.embeddings import LocalEmbeddings, default_embeddings, resolve_embeddings
     from langchain_fusion.models.retries import RetryPolicy
     from langchain_fusion.pipeline.composer import build as build_pipeline
+    from langchain_fusion.pipeline.index_spec import IndexSpec
+    from langchain_fusion.pipeline.indexing import IndexReport, build_index
     from langchain_fusion.pipeline.spec import PipelineSpec, ServeLimits
     from langchain_fusion.retrievers.cross_encoder import CrossEncoderReranker
     from langchain_fusion.retrievers.fusion import BM25Retriever, FusionRetriever, VectorRetriever
@@ -108,6 +110,9 @@ _EXPORTS: dict[str, str] = {
     "PipelineSpec": "langchain_fusion.pipeline.spec",
     "ServeLimits": "langchain_fusion.pipeline.spec",
     "build_pipeline": "langchain_fusion.pipeline.composer",
+    "IndexSpec": "langchain_fusion.pipeline.index_spec",
+    "IndexReport": "langchain_fusion.pipeline.indexing",
+    "build_index": "langchain_fusion.pipeline.indexing",
     "SearchOptions": "langchain_fusion.search.options",
     "HierarchyOptions": "langchain_fusion.search.options",
     "Explanation": "langchain_fusion.search.explain",
@@ -129,10 +134,13 @@ _ATTRIBUTE = {"build_pipeline": "build"}
 __all__ = [
     "Analyzer",
     "HierarchyOptions",
+    "IndexReport",
+    "IndexSpec",
     "PipelineSpec",
     "SearchOptions",
     "ServeLimits",
     "__version__",
+    "build_index",
     "build_pipeline",
     "BM25Params",
     "BM25Retriever",

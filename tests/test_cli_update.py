@@ -154,7 +154,7 @@ class TestIncrementalIndex:
         assert _index(docs, out, "--language", "german")["files_unchanged"] == 3
         status, _, err = _run("index", str(docs), "--out", str(out), "--language", "french", "-q")
         assert status == 2 and len(err.splitlines()) == 1, err
-        assert "was built with another analyzer" in err and "choose a new location" in err
+        assert "was built with another analyzer" in err and "choose a new --out" in err
         assert "open it without --language" in err  # the library's analyzer=, as the command line says it
         with pytest.raises(SystemExit) as exited, contextlib.redirect_stderr(io.StringIO()) as stderr:
             main(["index", str(docs), "--out", str(tmp_path / "x"), "--language", "klingon"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from langchain_fusion.cli.arguments import flag_of
+from langchain_fusion.pipeline.index_spec import IndexSpec
 from langchain_fusion.search.options import HierarchyOptions
 
 SPELLINGS: tuple[tuple[str, str], ...] = (
@@ -30,6 +31,11 @@ SPELLINGS: tuple[tuple[str, str], ...] = (
     (r"\bwithout vector_index\b", "without --vector-index"),
     (r"\bwithout analyzer\b", "without --language"),
     *((rf"\b{name}\b", flag_of(name)) for name in HierarchyOptions.model_fields),
+    (r"\bcontextual=True\b", "--contextual"),
+    (r"\bsummaries=True\b", "--summaries"),
+    *((rf"\b{name}=\.\.\.", flag_of(name)) for name in IndexSpec.LLM_OPTIONS),
+    (r"\ba new location\b", "a new --out"),
+    (r"\bas the location\b", "as --out"),
 )
 """How the library writes a parameter (a regular expression) -> how the command line writes it."""
 

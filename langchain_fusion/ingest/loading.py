@@ -259,6 +259,14 @@ def chunk_id(source: str, page: int | None, start_index: int, text: str) -> str:
     return digest[:32]
 
 
+def check_chunking(chunk_size: int, chunk_overlap: int) -> None:
+    """An InvalidParameterError unless ``chunk_size >= 1`` and ``0 <= chunk_overlap < chunk_size``."""
+    if chunk_size < 1 or not 0 <= chunk_overlap < chunk_size:
+        raise InvalidParameterError(
+            f"need chunk_size >= 1 and 0 <= chunk_overlap < chunk_size; got {chunk_size} and {chunk_overlap}"
+        )
+
+
 def split_documents(
     documents: Sequence[Document],
     chunk_size: int = DEFAULT_CHUNK_SIZE,
@@ -278,10 +286,7 @@ def split_documents(
     characters with more tokens is split again by tokens (the overlap scaled alike), so text
     with more tokens per character (Chinese, Japanese, code) is embedded whole too.
     """
-    if chunk_size < 1 or not 0 <= chunk_overlap < chunk_size:
-        raise InvalidParameterError(
-            f"need chunk_size >= 1 and 0 <= chunk_overlap < chunk_size; got {chunk_size} and {chunk_overlap}"
-        )
+    check_chunking(chunk_size, chunk_overlap)
     if max_tokens is not None:
         check_positive_int(max_tokens, "max_tokens")
         if count_tokens is None:

@@ -56,7 +56,7 @@ def _check_reranker(value: Any) -> Any:
     return str(parse_rerank_spec(value))  # raises: says what a rerank step is
 
 
-def _check_embeddings(value: Any) -> Any:
+def check_embeddings(value: Any) -> Any:
     """An embeddings spec string, an ``Embeddings`` object, or None."""
     if value is None or isinstance(value, str):
         return value
@@ -69,7 +69,7 @@ def _check_embeddings(value: Any) -> Any:
     return value
 
 
-def _check_llm(value: Any) -> Any:
+def check_llm(value: Any) -> Any:
     """A chat model spec string, a chat model (any Runnable from a prompt), or None."""
     if value is None or isinstance(value, str):
         return value
@@ -142,7 +142,7 @@ class PipelineSpec(CheckedModel):
     index: Any = None
     """What to search: a location (an index folder, or e.g. ``milvus://HOST:PORT/COLLECTION``), or an opened
     ``FusionIndex``, ``HierarchicalIndex`` or any LangChain retriever (served as it is: it brings its own options)."""
-    embeddings: Annotated[Any, BeforeValidator(_check_embeddings)] = None
+    embeddings: Annotated[Any, BeforeValidator(check_embeddings)] = None
     """The embedding model to open the index with (a spec such as ``local`` or ``openai:MODEL``, or an
     ``Embeddings``); None: the model recorded with the index."""
     search: SearchOptions = Field(default_factory=SearchOptions)
@@ -166,7 +166,7 @@ class PipelineSpec(CheckedModel):
         DEFAULT_RERANK_CANDIDATES
     )
     """Candidates retrieved per query for the rerank step (at least k)."""
-    llm: Annotated[Any, BeforeValidator(_check_llm)] = None
+    llm: Annotated[Any, BeforeValidator(check_llm)] = None
     """The chat model of an llm rerank, multi-query rewrites and answers: a spec such as ``openai:MODEL`` or
     ``PROVIDER:MODEL``, or a chat model. None: OpenAI's default model when ``OPENAI_API_KEY`` is set."""
     llm_timeout: float | None = Field(default=DEFAULT_LLM_TIMEOUT, gt=0)

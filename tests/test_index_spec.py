@@ -1,0 +1,201 @@
+"""The write path from Python: IndexSpec (checked data) and build_index (one composer for Python and the CLI)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from langchain_fusion import FusionIndex, HierarchicalIndex
+from langchain_fusion.errors import FusionError, InvalidParameterError
+from langchain_fusion.index.opening import open_index
+from langchain_fusion.pipeline.index_spec import IndexSpec
+from langchain_fusion.pipeline.indexing import IndexReport, build_index
+from tests.conftest import HashingEmbeddings
+from tests.fake_chat_models import RatingModel
+
+NOTES = {
+    "a.txt": "The GC-9 controller reboots nightly. " * 30,
+    "b.md": "# Batteries\n\nThe NX-14 cabinet stores 14 kWh. Keep it dry and ventilated. " * 20,
+    "c.txt": "Fans need new filters every quarter, more often in the dusty season. " * 25,
+}
+
+
+@pytest.fixture
+def docs(tmp_path: Path) -> Path:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for name, text in NOTES.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return folder
+
+
+class Recorder:
+    """An IndexProgress that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.statuses: list[str] = []
+        self.problems: list[str] = []
+        self.bars: list[tuple[str, int]] = []
+
+    def status(self, message: str) -> None:
+        self.statuses.append(message)
+
+    def problem(self, message: str) -> None:
+        self.problems.append(message)
+
+    def bar(self, total: int, description: str, unit: str) -> Any:
+        recorder = self
+
+        class Bar:
+            def update(self, n: int = 1) -> None:
+                recorder.bars.append((description, n))
+
+            def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
+                return None
+
+            def close(self) -> None:
+                return None
+
+        return Bar()
+
+
+def spec(docs: Path, out: Path, **options: Any) -> IndexSpec:
+    return IndexSpec(location=str(out), paths=(str(docs),), embeddings=HashingEmbeddings(), **options)
+
+
+class TestIndexSpec:
+    def test_defaults_and_paths(self, tmp_path: Path) -> None:
+        made = IndexSpec(location=tmp_path / "idx", paths="notes")
+        assert made.location == str(tmp_path / "idx") and made.paths == ("notes",)
+        assert (made.chunk_size, made.chunk_overlap, made.max_chunk_tokens) == (1000, 200, None)
+        assert not made.uses_llm and made.llm_timeout == 60.0
+
+    @pytest.mark.parametrize(
+        ("options", "message"),
+        [
+            ({"chunk_size": 0}, "chunk_size must be a positive whole number"),
+            ({"chunk_size": 100, "chunk_overlap": 100}, "0 <= chunk_overlap < chunk_size; got 100 and 100"),
+            ({"chunk_overlap": -1}, "0 <= chunk_overlap < chunk_size"),
+            ({"max_chunk_tokens": 0}, "max_chunk_tokens must be a positive whole number"),
+            ({"llm_concurrency": 0}, "llm_concurrency must be a positive whole number"),
+            ({"llm_timeout": 0}, "llm_timeout must be a positive number of seconds"),
+            ({"language": "klingon"}, "language"),
+            ({"llm": "openai"}, "only for contextual=True and summaries=True: add one, or drop llm=..."),
+            ({"llm_cache": "cache"}, "drop llm_cache=..."),
+            ({"paths": ()}, "paths must be one or more files or folders"),
+            ({"location": ""}, "location must be a folder or a store location"),
+            ({"embeddings": 5}, "embeddings must be a spec"),
+            ({"chunk_size": True}, "chunk_size must be a positive whole number"),
+            ({"frobnicate": 1}, "not an option of IndexSpec"),
+        ],
+    )
+    def test_refusals_are_one_line(self, options: dict[str, Any], message: str) -> None:
+        given = {"location": "idx", "paths": ("notes",), **options}
+        with pytest.raises(InvalidParameterError, match=message.replace("(", r"\(").replace(")", r"\)")) as caught:
+            IndexSpec(**given)
+        assert "\n" not in str(caught.value)
+
+    def test_a_spec_is_frozen(self) -> None:
+        made = IndexSpec(location="idx", paths=("notes",))
+        with pytest.raises(Exception, match="frozen"):
+            made.chunk_size = 5  # type: ignore[misc]
+
+
+class TestBuildIndex:
+    def test_a_new_folder_index_then_an_incremental_run(self, docs: Path, tmp_path: Path) -> None:
+        out = tmp_path / "idx"
+        progress = Recorder()
+        first = build_index(spec(docs, out, chunk_size=300, chunk_overlap=30), progress)
+        assert isinstance(first, IndexReport) and not first.interrupted
+        assert first.files == 3 and first.chunks == len(FusionIndex.load(out, HashingEmbeddings()))
+        assert len(first.sync.files_added) == 3 and first.sync.chunks_embedded == first.chunks
+        assert sum(n for phase, n in progress.bars if phase == "embedding chunks") == first.chunks
+        assert first.to_dict()["files_added"] == 3 and first.lines()[0].startswith("indexed 3 files")
+
+        second = build_index(spec(docs, out, chunk_size=300, chunk_overlap=30))
+        assert (
+            second.sync.files_unchanged == sorted(second.sync.files_unchanged) and len(second.sync.files_unchanged) == 3
+        )
+        assert second.sync.chunks_embedded == 0 and second.chunks == first.chunks
+
+        (docs / "c.txt").unlink()
+        (docs / "d.txt").write_text("A new note about the KV-3300 inverter. " * 10, encoding="utf-8")
+        third = build_index(spec(docs, out, chunk_size=300, chunk_overlap=30))
+        assert (len(third.sync.files_added), len(third.sync.files_removed)) == (1, 1)
+        index = FusionIndex.load(out, HashingEmbeddings())
+        assert {Path(str(d.metadata["source"])).name for d in index.documents} == {"a.txt", "b.md", "d.txt"}
+
+    def test_keep_missing_keeps_the_chunks_of_files_gone(self, docs: Path, tmp_path: Path) -> None:
+        out = tmp_path / "idx"
+        build_index(spec(docs, out))
+        (docs / "a.txt").unlink()
+        kept = build_index(spec(docs, out, keep_missing=True))
+        assert kept.sync.files_removed == [] and kept.files == 3
+
+    def test_store_settings_of_a_new_index(self, docs: Path, tmp_path: Path) -> None:
+        out = tmp_path / "idx"
+        report = build_index(spec(docs, out, language="german", vector_index="HNSW8"))
+        index = FusionIndex.load(out, HashingEmbeddings())
+        assert index.analyzer.stemmer == "german" and report.vector_index == "HNSW8"
+
+    def test_unreadable_files_are_problems_not_failures(self, docs: Path, tmp_path: Path) -> None:
+        (docs / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
+        progress = Recorder()
+        report = build_index(spec(docs, tmp_path / "idx"), progress)
+        assert [s.path for s in report.sync.skipped] == [str(docs / "broken.pdf")]
+        assert any(p.startswith(f"skipped {docs / 'broken.pdf'}") for p in progress.problems)
+
+    def test_nothing_readable_is_an_error_and_saves_nothing(self, tmp_path: Path) -> None:
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        with pytest.raises(FusionError, match="no readable documents in"):
+            build_index(spec(empty, tmp_path / "idx"))
+        assert not (tmp_path / "idx").exists()
+
+    def test_summaries_make_a_hierarchical_folder(self, docs: Path, tmp_path: Path) -> None:
+        out = tmp_path / "idx"
+        chat = RatingModel(rule=lambda prompt: "A summary of the page.", structured=False)
+        report = build_index(spec(docs, out, summaries=True, llm=chat, llm_cache=tmp_path / "cache"))
+        assert report.summaries is not None and report.summaries > 0 and "summaries" in report.llm
+        opened = open_index(out, HashingEmbeddings())
+        assert isinstance(opened, HierarchicalIndex) and len(opened.summaries) == report.summaries
+        with pytest.raises(InvalidParameterError, match="holds page summaries too: add summaries=True"):
+            build_index(spec(docs, out))
+
+    def test_summaries_need_a_folder(self, docs: Path) -> None:
+        chat = RatingModel(rule=lambda prompt: "A summary.", structured=False)
+        with pytest.raises(InvalidParameterError, match="kept in index folders only"):
+            build_index(
+                spec(docs, Path("memory-not-a-folder"), summaries=True, llm=chat).model_copy(
+                    update={"location": "milvus://localhost:19530/docs"}
+                )
+            )
+
+    def test_another_model_on_an_existing_index_is_refused(self, docs: Path, tmp_path: Path) -> None:
+        out = tmp_path / "idx"
+        build_index(spec(docs, out))
+        other = HashingEmbeddings(model="another-v2")
+        with pytest.raises(FusionError, match="choose a new location"):
+            build_index(spec(docs, out).model_copy(update={"embeddings": other}))
+
+    def test_an_interrupted_run_saves_the_files_done(
+        self, docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        out = tmp_path / "idx"
+        calls = {"n": 0}
+        real = FusionIndex.add_documents
+
+        def interrupt_second(self: FusionIndex, *args: Any, **kwargs: Any) -> Any:
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise KeyboardInterrupt
+            return real(self, *args, **kwargs)
+
+        monkeypatch.setattr(FusionIndex, "add_documents", interrupt_second)
+        report = build_index(spec(docs, out))
+        assert report.interrupted and report.saved and report.files == 1
+        monkeypatch.setattr(FusionIndex, "add_documents", real)
+        finished = build_index(spec(docs, out))
+        assert len(finished.sync.files_added) == 2 and len(finished.sync.files_unchanged) == 1
