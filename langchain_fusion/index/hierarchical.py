@@ -40,6 +40,7 @@ from langchain_fusion.models.call_reports import LLMReport
 from langchain_fusion.progress import ProgressCallback
 from langchain_fusion.search.relevance import (
     RELEVANCE_INFO_KEY,
+    LabelledQueries,
     RelevanceModel,
     SavedModel,
     calibrate_search,
@@ -52,7 +53,6 @@ from langchain_fusion.stores.local.manifest import check_format, now_iso, read_m
 from langchain_fusion.stores.local.store import LocalStore, write_snapshot
 
 if TYPE_CHECKING:
-    from langchain_fusion.evaluation.datasets import EvalDataset
     from langchain_fusion.retrievers.hierarchical import HierarchicalRetriever
 
 HIERARCHICAL_FORMAT_NAME = fmt.HIERARCHICAL_FORMAT_NAME
@@ -143,7 +143,7 @@ class HierarchicalIndex:
         """
         return self._relevance.of(self.relevance_data)
 
-    def calibrate(self, dataset: EvalDataset, *, k: int = 10, **options: Any) -> RelevanceModel:
+    def calibrate(self, dataset: LabelledQueries, *, k: int = 10, **options: Any) -> RelevanceModel:
         """Fit the relevance model of hierarchical search; every result then carries ``metadata["relevance"]``.
 
         As :meth:`FusionIndex.calibrate <langchain_fusion.index.fusion_index.FusionIndex.calibrate>`,

@@ -44,6 +44,7 @@ from langchain_fusion.errors import InvalidParameterError, describe_error
 from langchain_fusion.models.bounded_calls import CallBounds, ainvoke_bounded, invoke_bounded
 from langchain_fusion.models.prompts import Prompt, answer_text, check_prompt
 from langchain_fusion.models.retries import RetryPolicy
+from langchain_fusion.retrievers.base import wrapped_chain
 from langchain_fusion.retrievers.rerank import RERANK_RETRY
 from langchain_fusion.search.diversity import capped, check_max_per_source, source_groups
 from langchain_fusion.search.fusion import weighted_rrf
@@ -120,12 +121,10 @@ def parse_rewrites(answer: Any, question: str, n: int) -> list[str]:
 
 def _own_cap(retriever: BaseRetriever) -> int | None:
     """The cap per source of ``retriever``, or of the retriever it wraps (and so on); None if none has one."""
-    inner: Any = retriever
-    while "max_per_source" not in type(inner).model_fields:  # ours, or any retriever with such a field
-        inner = getattr(inner, "retriever", None)
-        if not isinstance(inner, BaseRetriever):
-            return None
-    return check_max_per_source(inner.max_per_source)
+    for inner in wrapped_chain(retriever):  # ours, or any retriever with such a field
+        if "max_per_source" in type(inner).model_fields:
+            return check_max_per_source(inner.max_per_source)
+    return None
 
 
 def _doc_key(doc: Document) -> Any:

@@ -37,6 +37,7 @@ from langchain_fusion._checks import CheckedModel, is_int
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.ingest.loading import merge_chunks
+from langchain_fusion.retrievers.base import wrapped_chain
 from langchain_fusion.search.options import DEFAULT_WINDOW_MAX_CHARS
 
 
@@ -220,17 +221,10 @@ def _passage(run: list[int], hits: list[_Hit], lookup: _NeighbourLookup, source:
     return best.rank, Document(id=best.doc.id, page_content=merge_chunks(chunks), metadata=meta)
 
 
-def find_index(retriever: Any, depth: int = 5) -> FusionIndex | None:
+def find_index(retriever: Any) -> FusionIndex | None:
     """The FusionIndex behind a retriever: its ``index``, or that of the retriever it wraps."""
-    for _ in range(depth):
-        index = getattr(retriever, "index", None)
-        if isinstance(index, FusionIndex):
-            return index
-        inner = getattr(retriever, "retriever", None) or getattr(retriever, "base_retriever", None)
-        if inner is None:
-            return None
-        retriever = inner
-    return None
+    indexes = (getattr(inner, "index", None) for inner in wrapped_chain(retriever))
+    return next((index for index in indexes if isinstance(index, FusionIndex)), None)
 
 
 class ContextWindow(CheckedModel, BaseDocumentCompressor, RunnableSerializable[Sequence[Document], list[Document]]):

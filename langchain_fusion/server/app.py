@@ -232,7 +232,7 @@ def served_summary(status: dict[str, Any]) -> str:
 
 
 SHUTDOWN_GRACE_SECONDS = 10
-"""How long a stopping server lets requests in flight finish (it waited for them without limit, 52-79 s seen)."""
+"""How long a stopping server lets requests in flight finish (without a limit it could wait for a minute)."""
 
 
 def serve(

@@ -42,7 +42,7 @@ from langchain_fusion.stores.settings import StoreSettings
 
 PRUNED_TOP_MIN_POSTINGS = 1 << 16
 """A BM25 top-k is found by pruning when the query's terms hold this many postings (fewer: weighing them all
-is cheaper than pruning's fixed cost; measured at 100k rows of each benchmark corpus shape)."""
+is cheaper than pruning's fixed cost; chosen on each corpus shape of ``benchmarks/scale.py``)."""
 
 BATCH_EVERY_ROW_MAX_ROWS = 1 << 18
 """In a batch, a BM25 top-k scores every row (with the batch's shared term weights) up to this many rows, where
@@ -316,8 +316,8 @@ class Snapshot:
 
         A term held by a third or more of a segment's rows is weighed once per snapshot, kept as
         one float32 array over the segment, and added as one vector by each query scoring every
-        row (at most :data:`~langchain_fusion.stores.local.term_weights.COMMON_WEIGHTS_BUDGET` bytes).
-        100k zipf chunks, every row's BM25 score: 2.54 -> 0.49 ms a query. A change to the
+        row (at most :data:`~langchain_fusion.stores.local.term_weights.COMMON_WEIGHTS_BUDGET` bytes),
+        several times cheaper than weighing them per query (``docs/benchmarks.md``). A change to the
         index makes a new snapshot, whose statistics (and weights) are new.
         """
         kept = self._cache.get("common_term_weights")
