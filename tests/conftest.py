@@ -21,6 +21,7 @@ from langchain_core.embeddings import Embeddings
 
 from langchain_fusion import FusionIndex
 from langchain_fusion.models import embeddings as embedding_models
+from tests.helpers import tiers
 from tests.shared_vectors import locked, run_folder, shared_model_vectors
 
 REPO = Path(__file__).resolve().parent.parent
@@ -138,15 +139,35 @@ ANIMALS = [
 ]
 
 
+@pytest.hookimpl(tryfirst=True)  # before the -m expression deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The notebooks first: each runs a tutorial in a fresh kernel, the longest tests of the suite.
+    """The markers that follow from fixtures (see tests/helpers/tiers.py), then the notebooks first.
+
+    The notebooks first: each runs a tutorial in a fresh kernel, the longest tests of the suite.
 
     pytest-xdist hands out tests in runs of neighbours as workers free up; at their place in the
     collection the notebooks came last to one worker while the other had nothing left. First, they
     run while the short tests fill the other workers, and the end of the run stays even. The rest
     keep their order (the sort is stable).
     """
+    tiers.mark_by_fixtures(items)
     items.sort(key=lambda item: item.get_closest_marker("notebook") is None)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
+    """Each test runs (setup, call, teardown) under :func:`tiers.tier_guards`: no bundled model or subprocess
+    unless it is marked for them."""
+    with tiers.tier_guards(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    """A test that used the bundled model or a subprocess without its marker fails, even if the error was caught."""
+    report = yield
+    tiers.fail_on_violations(item, report)
+    return report
 
 
 class _QuickPolls:

@@ -503,6 +503,7 @@ class TestHelp:
                     "--min-relevance", "--filter", "--duplicates", "--near-duplicate-similarity", "--store-timeout"),
     }  # fmt: skip
 
+    @pytest.mark.subprocess
     def test_console_script_help(self) -> None:
         proc = subprocess.run(
             # What the console script runs (pyproject: langchain-fusion = "langchain_fusion.cli:main").
@@ -670,6 +671,7 @@ class TestCrossEncoderAndMultiQuery:
         assert len(lines) == 2 + 4  # the default --top-n
         assert re.match(r"\s*1\s+\S+\s+\S+\s+\S+\s+0\.\d{3}\s", lines[2])
 
+    @pytest.mark.slow  # looking for a cross-encoder imports sentence-transformers (torch) first
     def test_missing_cross_encoder_is_one_line(self, index_dir: Path) -> None:
         status, out, err = _run(["query", str(index_dir), "flood", "--rerank", "cross-encoder:./no-such-model"])
         _assert_one_line_error(status, out, err, "cross-encoder folder './no-such-model' does not exist")

@@ -46,6 +46,7 @@ def _loads(folder: Path) -> int:
 
 
 class TestKilledSaves:
+    @pytest.mark.subprocess
     @pytest.mark.skipif(not hasattr(os, "fork"), reason="the savers are forked")
     def test_random_kills_never_lose_the_index(self, tmp_path: Path) -> None:
         target = tmp_path / "idx"
@@ -289,6 +290,7 @@ SERVER = textwrap.dedent(
 QUERY = "w39 w3 w22 w16"
 
 
+@pytest.mark.subprocess
 class TestOverwritesInPlace:
     """A serving process survives its folder's files rewritten in place (``cp`` over it, ``rsync --inplace``).
 

@@ -220,6 +220,7 @@ class TestLength:
             too_long.load_model()
 
 
+@pytest.mark.slow  # loading a cross-encoder imports sentence-transformers (torch) first
 class TestErrors:
     @pytest.mark.parametrize(
         ("options", "message"),

@@ -458,6 +458,7 @@ class TestSharedModelVectors:
         monkeypatch.setattr(shared_vectors, "_loaded", {})
         return calls
 
+    @pytest.mark.local_model  # the truncation count reads the bundled model's tokenizer
     def test_each_text_is_encoded_once_and_the_bookkeeping_still_runs(
         self, encoded: list[tuple[str, list[str]]], tmp_path: Path
     ) -> None:

@@ -201,6 +201,7 @@ class TestProviderFailures:
             await index.as_retriever().ainvoke("alpha")
         assert BM25Retriever(index=index).invoke("alpha")[0].page_content == "alpha beta"  # needs no model
 
+    @pytest.mark.local_model  # the CLI bounds chunks with the bundled model's tokenizer
     def test_a_cli_index_run(self, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
         from langchain_fusion.cli.app import main
         from langchain_fusion.models.embeddings import LocalEmbeddings

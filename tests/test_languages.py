@@ -17,6 +17,8 @@ from tests.question_sets import CJK_DATA, SETS, recall
 PASSAGES = 200
 """Passages of each set used here (the questions are those asked about them)."""
 
+pytestmark = pytest.mark.slow  # recall over whole question sets: seconds each
+
 
 @pytest.fixture(scope="module", params=list(SETS))
 def question_set(request: pytest.FixtureRequest) -> tuple[list[Document], list[tuple[str, str]]]:

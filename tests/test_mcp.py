@@ -496,6 +496,7 @@ NOISY_SERVER = textwrap.dedent(
 )
 
 
+@pytest.mark.subprocess
 async def test_stdio_keeps_stdout_for_the_protocol(tmp_path: Path) -> None:
     """The Python entry point over stdio: prints during a search go to stderr, never into the protocol."""
     docs = [
@@ -517,6 +518,7 @@ async def test_stdio_keeps_stdout_for_the_protocol(tmp_path: Path) -> None:
 
 
 @pytest.mark.local_model
+@pytest.mark.subprocess
 async def test_mcp_command_over_stdio(handbook_index: Path, tmp_path: Path) -> None:
     """``langchain-fusion mcp INDEX`` started by the SDK's stdio client, as Claude Desktop or an IDE would."""
     entry = "import sys; from langchain_fusion.cli import main; sys.exit(main())"
@@ -555,6 +557,7 @@ def _lines_of(process: subprocess.Popen[str]) -> Iterator[queue.Queue[str]]:
 
 
 @pytest.mark.local_model
+@pytest.mark.subprocess
 async def test_mcp_command_over_streamable_http(handbook_index: Path, tmp_path: Path) -> None:
     """``langchain-fusion mcp INDEX --transport streamable-http --port 0``: the URL line, one call, Ctrl-C."""
     entry = "import sys; from langchain_fusion.cli import main; sys.exit(main())"

@@ -129,7 +129,9 @@ async def _over_stdio() -> AsyncIterator[Exchange]:
 TRANSPORTS = {"stdio": _over_stdio, "streamable-http": _over_http}
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize(
+    "transport", [pytest.param(name, marks=[pytest.mark.subprocess] if name == "stdio" else []) for name in TRANSPORTS]
+)
 async def test_non_finite_arguments_are_tool_errors(transport: str) -> None:
     """Each such number, at the top or nested in a filter, is a tool error naming where it was; nothing is searched."""
     async with TRANSPORTS[transport]() as exchange:

@@ -334,7 +334,11 @@ class TestPipeline:
         ("options", "message"),
         [
             ({"reranker": "cohere"}, "rerank must be 'llm'"),
-            ({"reranker": "cross-encoder:./no-such-model"}, "does not exist"),
+            pytest.param(
+                {"reranker": "cross-encoder:./no-such-model"},
+                "does not exist",
+                marks=pytest.mark.slow,  # looking for a cross-encoder imports sentence-transformers (torch) first
+            ),
             ({"reranker": 42}, "rerank must be 'llm'"),
             ({"reranker": "cross-encoder:x", "rerank_candidates": 0}, "rerank_candidates"),
             ({"reranker": "llm", "rerank_candidates": True}, "rerank_candidates"),
@@ -387,7 +391,11 @@ class TestMcpCommand:
     @pytest.mark.parametrize(
         ("flags", "message"),
         [
-            (["--rerank", "cross-encoder:./no-such-model"], "cross-encoder folder './no-such-model' does not exist"),
+            pytest.param(
+                ["--rerank", "cross-encoder:./no-such-model"],
+                "cross-encoder folder './no-such-model' does not exist",
+                marks=pytest.mark.slow,  # looking for a cross-encoder imports sentence-transformers (torch) first
+            ),
             (["--multi-query", "2"], "multi_query needs a chat model"),
             (["--rerank"], "rerank 'llm' needs a chat model"),
             (["--lambda-mult", "0.3"], "--lambda-mult is the weight of maximal marginal relevance: add --mmr"),

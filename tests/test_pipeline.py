@@ -423,6 +423,7 @@ def test_rerank_k_is_the_number_of_candidates(index: FusionIndex, tmp_path: Path
             assert len(json.loads(out)) == count, flags
 
 
+@pytest.mark.subprocess
 def test_the_spec_is_import_light() -> None:
     import subprocess
     import sys

@@ -798,7 +798,11 @@ class TestPipeline:
         ("options", "message"),
         [
             ({"reranker": "cohere"}, "rerank must be 'llm'"),
-            ({"reranker": "cross-encoder:./no-such-model"}, "does not exist"),
+            pytest.param(
+                {"reranker": "cross-encoder:./no-such-model"},
+                "does not exist",
+                marks=pytest.mark.slow,  # looking for a cross-encoder imports sentence-transformers (torch) first
+            ),
             ({"reranker": 42}, "rerank must be 'llm'"),
             ({"reranker": "llm", "rerank_candidates": 0}, "rerank_candidates"),
             ({"reranker": "llm", "rerank_candidates": True}, "rerank_candidates"),
@@ -816,6 +820,7 @@ class TestPipeline:
         with pytest.raises(InvalidParameterError, match=r"needs a chat model.*OPENAI_API_KEY"):
             create_app(index, **options)
 
+    @pytest.mark.slow  # looking for a cross-encoder imports sentence-transformers (torch) first
     def test_serve_command_errors(self, saved: Path, no_openai_key: None) -> None:
         status, out, err = _run(["serve", str(saved), "--port", "0", "--rerank", "cross-encoder:./no-such-model"])
         _assert_one_line_error(status, out, err, "cross-encoder folder './no-such-model' does not exist")
@@ -1060,6 +1065,7 @@ class TestServeCommand:
 
 
 @pytest.mark.local_model
+@pytest.mark.subprocess
 @pytest.mark.usefixtures("loopback_only")
 def test_serve_command_round_trip(handbook_index: Path, tmp_path: Path) -> None:
     """``langchain-fusion serve`` in a subprocess on a free port: start-up lines, /health, a query, Ctrl-C."""
