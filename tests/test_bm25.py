@@ -21,7 +21,7 @@ from langchain_fusion.stores.local.bm25 import BM25Corpus, QueryWeights
 from langchain_fusion.stores.local.store import LocalStore
 from langchain_fusion.stores.local.tokens import query_term_counts
 from langchain_fusion.stores.settings import BM25Params
-from tests.test_bm25_pruning import blocks_of, weights_for, zipf_corpus
+from tests.helpers.bm25 import blocks_of, weights_for, zipf_corpus
 
 CORPUS = [
     "solar panels charge the battery bank during the day",

@@ -15,7 +15,8 @@ import pytest
 
 from langchain_fusion import FusionError, FusionIndex, IndexFormatError
 from langchain_fusion.stores.local import folder as fmt
-from tests.conftest import REPO, HashingEmbeddings
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.paths import REPO
 from tests.store_contract import corpus
 
 SAVER = textwrap.dedent(
@@ -23,7 +24,7 @@ SAVER = textwrap.dedent(
     import os, sys
     sys.path.insert(0, {repo!r})
     from langchain_fusion import FusionIndex
-    from tests.conftest import HashingEmbeddings
+    from tests.helpers.embeddings import HashingEmbeddings
     from tests.store_contract import corpus
     for _ in sys.stdin:  # one saver per line: a forked child (no start-up to pay again) saving until killed
         child = os.fork()
@@ -274,7 +275,7 @@ SERVER = textwrap.dedent(
     import json, sys
     sys.path.insert(0, {repo!r})
     from langchain_fusion import FusionIndex, IndexFormatError
-    from tests.conftest import HashingEmbeddings
+    from tests.helpers.embeddings import HashingEmbeddings
     if {map_everything!r}:
         from langchain_fusion.stores.local import mapped
         mapped.MAP_MIN_BYTES = 0

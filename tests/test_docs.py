@@ -39,7 +39,7 @@ Milvus Lite commands are left out only where milvus-lite does not install (Windo
 
 Embeddings are the bundled local model (offline). It is the slow part, so each distinct text is
 embedded once per test run, whichever page, notebook or CLI test needs it first (the same model, the
-same vectors; see ``tests/shared_vectors.py``), and each worker loads the model and its query encoder
+same vectors; see ``tests/helpers/shared_vectors.py``), and each worker loads the model and its query encoder
 once.
 """
 
@@ -64,8 +64,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
-from tests.conftest import DATA, REPO
-from tests.shared_vectors import each_text_embedded_once
+from tests.helpers.paths import DATA, REPO
+from tests.helpers.shared_vectors import each_text_embedded_once
 
 pytestmark = pytest.mark.local_model
 
