@@ -18,7 +18,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from langchain_core.documents import Document
@@ -202,7 +202,8 @@ class Snapshot:
         cached = self._cache.get("relative_lengths")
         if cached is None:
             average = self.live_length / self.live_count if self.live_count else 1.0
-            cached = self._cache["relative_lengths"] = self.lengths.astype(np.float32) / np.float32(average or 1.0)
+            relative = self.lengths.astype(np.float32) / np.float32(average or 1.0)
+            cached = self._cache["relative_lengths"] = cast("NDArray[np.float32]", relative)  # numpy's 3.10 stubs: Any
         return cached
 
     def check_aligned(self) -> None:
@@ -599,7 +600,7 @@ def empty_snapshot(settings: StoreSettings, vector_index: str, vector_search_par
 
 def _padded(array: NDArray[np.int64], size: int) -> NDArray[np.int64]:
     if array.size >= size:
-        return array.copy()
+        return np.copy(array)
     return np.concatenate((array, np.zeros(size - array.size, dtype=array.dtype)))
 
 
