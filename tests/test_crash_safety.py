@@ -76,7 +76,9 @@ class TestKilledSaves:
             if saver is not None:
                 os.kill(saver, signal.SIGKILL)
             process.stdin.close()
-            assert process.wait(timeout=60) == 0
+            status = process.wait(timeout=60)
+            process.stdout.close()
+            assert status == 0
         FusionIndex.from_documents(corpus(2, 10), HashingEmbeddings()).save(target)  # cleans leftovers
         assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.lock", "idx", "saver.py"]
 
@@ -334,26 +336,26 @@ class TestOverwritesInPlace:
 
         folder = FusionIndex.from_documents(corpus(1, 60), HashingEmbeddings()).save(tmp_path / "idx")
         other = FusionIndex.from_documents(corpus(2, 5), HashingEmbeddings()).save(tmp_path / "other")
-        process = self._serve(tmp_path, folder, map_everything)
-        before = self._ask(process, QUERY)
-        assert isinstance(before, list) and len(before) == 5
-        inode = (folder / "vectors.npy").stat().st_ino
-        for path in sorted(p for p in other.rglob("*") if p.is_file()):
-            shutil.copyfile(path, folder / path.relative_to(other))  # as `cp -r other/* idx/`: truncates, rewrites
-        assert (folder / "vectors.npy").stat().st_ino == inode  # the same file, now shorter
-        self._check(process, before, self._ask(process, QUERY), map_everything)
+        with self._serve(tmp_path, folder, map_everything) as process:  # leaving it closes the pipes and waits
+            before = self._ask(process, QUERY)
+            assert isinstance(before, list) and len(before) == 5
+            inode = (folder / "vectors.npy").stat().st_ino
+            for path in sorted(p for p in other.rglob("*") if p.is_file()):
+                shutil.copyfile(path, folder / path.relative_to(other))  # as `cp -r other/* idx/`: truncates, rewrites
+            assert (folder / "vectors.npy").stat().st_ino == inode  # the same file, now shorter
+            self._check(process, before, self._ask(process, QUERY), map_everything)
 
     @pytest.mark.parametrize("map_everything", [False, True])
     def test_texts_rewritten_to_the_same_size(self, tmp_path: Path, map_everything: bool) -> None:
         folder = FusionIndex.from_documents(corpus(1, 60), HashingEmbeddings()).save(tmp_path / "idx")
-        process = self._serve(tmp_path, folder, map_everything)
-        before = self._ask(process, QUERY)
-        path = folder / "documents" / "texts.txt"
-        with path.open("r+b") as handle:  # as `rsync --inplace`: same file, same size, other bytes
-            data = handle.read()
-            handle.seek(0)
-            handle.write(data.upper())
-        self._check(process, before, self._ask(process, QUERY), map_everything)
+        with self._serve(tmp_path, folder, map_everything) as process:  # leaving it closes the pipes and waits
+            before = self._ask(process, QUERY)
+            path = folder / "documents" / "texts.txt"
+            with path.open("r+b") as handle:  # as `rsync --inplace`: same file, same size, other bytes
+                data = handle.read()
+                handle.seek(0)
+                handle.write(data.upper())
+            self._check(process, before, self._ask(process, QUERY), map_everything)
 
 
 class TestMappedFilesAndSaves:

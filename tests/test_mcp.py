@@ -518,6 +518,8 @@ def _lines_of(process: subprocess.Popen[str]) -> Iterator[queue.Queue[str]]:
             process.kill()
             process.wait(timeout=10)
         reader.join(timeout=60)  # the pipe closes when the process exits; a loaded machine may take a while to drain it
+        if process.stderr is not None:
+            process.stderr.close()  # our end of the pipe
 
 
 @pytest.mark.local_model

@@ -126,7 +126,12 @@ def test_notebook_runs_offline(
         startup_timeout=HANG_GUARD,
         resources={"metadata": {"path": str(NOTEBOOKS_DIR)}},  # cwd: the notebooks use ../data
     )
-    client.execute()  # raises CellExecutionError, with the cell and the traceback, if a cell fails
+    try:
+        client.execute()  # raises CellExecutionError, with the cell and the traceback, if a cell fails
+    finally:  # the client stops a kernel only if it made the kernel manager itself
+        if client.kc is not None:
+            client.kc.stop_channels()
+        manager.shutdown_kernel(now=True)
     errors = [
         output
         for cell in notebook.cells

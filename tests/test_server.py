@@ -1115,6 +1115,8 @@ def test_serve_command_round_trip(handbook_index: Path, tmp_path: Path) -> None:
             process.kill()
             process.wait(timeout=10)
         reader.join(timeout=60)  # the pipe closes when the process exits; a loaded machine may take a while to drain it
+        if process.stderr is not None:
+            process.stderr.close()  # our end of the pipe
     while not lines.empty():
         seen.append(lines.get())
     assert process.returncode == 0, seen
