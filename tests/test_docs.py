@@ -71,6 +71,12 @@ pytestmark = pytest.mark.local_model
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 PAGE_IDS = [page.relative_to(REPO).as_posix() for page in PAGES]
+RUNS = [
+    pytest.param(page, id=name, marks=[pytest.mark.milvus] if re.search(r"milvus\+lite:|MilvusStore\(", text) else [])
+    for page, name in zip(PAGES, PAGE_IDS, strict=True)
+    for text in [page.read_text(encoding="utf-8")]
+]
+"""Each page to run: a page with Milvus Lite in it starts its server, so it is a ``milvus`` test too."""
 
 RUN_LANGUAGES = {"python", "bash", "sh", "console"}
 OTHER_LANGUAGES = {"json", "text"}
@@ -448,7 +454,7 @@ def page_folder(folder: Path) -> Iterator[Path]:
 
 
 @pytest.mark.usefixtures("offline")
-@pytest.mark.parametrize("path", PAGES, ids=PAGE_IDS)
+@pytest.mark.parametrize("path", RUNS)
 def test_page_runs(path: Path, tmp_path: Path) -> None:
     page = read_page(path)
     assert page.problems == []
