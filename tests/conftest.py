@@ -9,7 +9,6 @@ import contextlib
 import io
 import json
 import os
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -118,9 +117,7 @@ def milvus_lite_servers_apart(tmp_path_factory: pytest.TempPathFactory) -> Itera
     first collection with "Mmap manager has not been init" (pymilvus issue 2981).
     """
     try:
-        with warnings.catch_warnings():  # milvus_lite imports setuptools' deprecated pkg_resources
-            warnings.filterwarnings("ignore", "pkg_resources is deprecated", UserWarning)
-            from milvus_lite import server
+        from milvus_lite import server  # its pkg_resources warning is ignored by name (pyproject's filterwarnings)
     except ImportError:
         yield
         return

@@ -2,7 +2,8 @@
 
 pytest-socket (``--allow-hosts=127.0.0.1,::1 --allow-unix-socket``) refuses any connect beyond loopback
 before a packet leaves; pytest-timeout (``timeout = 300``) fails a test that hangs instead of stalling
-the run; ``--strict-config`` refuses an unknown option in that table. The tiers' guards (tests/helpers/tiers.py,
+the run; ``--strict-config`` refuses an unknown option in that table; ``filterwarnings`` starts with
+``error``, so any warning not named there fails its test. The tiers' guards (tests/helpers/tiers.py,
 installed by the conftest) fail a test that uses the bundled model or starts a subprocess without its marker.
 """
 
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
+import warnings
 from pathlib import Path
 
 import pytest
@@ -102,6 +104,14 @@ def test_unix_sockets_connect(tmp_path: Path) -> None:
         server.listen()
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
             client.connect(path)
+
+
+def test_a_warning_fails_the_test(request: pytest.FixtureRequest) -> None:
+    assert request.config.getini("filterwarnings")[0] == "error"
+    with pytest.raises(UserWarning, match="unexpected"):
+        warnings.warn("unexpected", UserWarning, stacklevel=1)
+    with pytest.raises(DeprecationWarning, match="old"):
+        warnings.warn("old", DeprecationWarning, stacklevel=1)
 
 
 def test_every_test_has_a_timeout(request: pytest.FixtureRequest) -> None:
