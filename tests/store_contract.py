@@ -22,7 +22,7 @@ from langchain_core.documents import Document
 from langchain_fusion import Analyzer, BM25Params, FusionIndex, InvalidParameterError
 from langchain_fusion import metadata as keys
 from langchain_fusion.stores.base import FusionStore, Where
-from tests.conftest import HashingEmbeddings
+from tests.helpers.embeddings import HashingEmbeddings
 
 ALPHAS = [0.0, 0.3, 0.5, 0.8, 1.0]
 

@@ -24,7 +24,7 @@ from langchain_fusion.stores.local.store import LocalStore
 from langchain_fusion.stores.local.term_weights import BlockWeights, TermWeights
 from langchain_fusion.stores.local.tokens import query_term_counts
 from langchain_fusion.stores.settings import BM25Params
-from tests.test_bm25_pruning import blocks_of, weights_for, zipf_corpus
+from tests.helpers.bm25 import blocks_of, weights_for, zipf_corpus
 
 CORPUS = [
     "solar panels charge the battery bank during the day",

@@ -1,7 +1,7 @@
 """`langchain-fusion index` on an existing index: incremental updates, removals, interruptions.
 
 The embedding model is the deterministic fake (``--embeddings local`` resolves to it; see
-``tests.conftest.fake_cli_embeddings``): what is tested is the bookkeeping, not the model.
+``tests.helpers.embeddings.fake_cli_embeddings``): what is tested is the bookkeeping, not the model.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from langchain_fusion import Analyzer, FusionIndex
 from langchain_fusion import metadata as keys
 from langchain_fusion.cli import main
 from langchain_fusion.stores.local.engine import FolderEngine
-from tests.conftest import HashingEmbeddings, fake_cli_embeddings
+from tests.helpers.embeddings import HashingEmbeddings, fake_cli_embeddings
 
 NOTES = {
     "a.txt": "The GC-9 controller reboots nightly. " * 30,
@@ -267,7 +267,7 @@ def _save_first_run(docs: Path, out: Path) -> None:
 
 
 def _summary_model() -> Any:
-    from tests.fake_chat_models import RatingModel
+    from tests.helpers.fake_chat_models import RatingModel
 
     return RatingModel(rule=lambda prompt: "Summary: " + " ".join(prompt.split()[-12:]), structured=False)
 

@@ -30,7 +30,8 @@ from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.ingest.loading import merge_chunks
 from langchain_fusion.retrievers.windows import DEFAULT_WINDOW_MAX_CHARS
 from langchain_fusion.stores.local.store import LocalStore
-from tests.conftest import ANIMALS, HashingEmbeddings
+from tests.helpers.corpora import ANIMALS
+from tests.helpers.embeddings import HashingEmbeddings
 
 WORDS = [
     *("solar", "battery", "inverter", "village", "grid", "panel", "cable", "fuse", "monsoon", "river", "flood"),

@@ -16,7 +16,8 @@ import pytest
 from langchain_fusion import FusionError, FusionIndex, IndexFormatError
 from langchain_fusion.stores.local import saving
 from langchain_fusion.stores.local.manifest import CHECKSUM, manifest_checksum
-from tests.conftest import REPO, HashingEmbeddings
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.paths import REPO
 from tests.store_contract import corpus
 
 SAVER = textwrap.dedent(
@@ -24,7 +25,7 @@ SAVER = textwrap.dedent(
     import os, sys
     sys.path.insert(0, {repo!r})
     from langchain_fusion import FusionIndex
-    from tests.conftest import HashingEmbeddings
+    from tests.helpers.embeddings import HashingEmbeddings
     from tests.store_contract import corpus
     for _ in sys.stdin:  # one saver per line: a forked child (no start-up to pay again) saving until killed
         child = os.fork()
@@ -47,6 +48,7 @@ def _loads(folder: Path) -> int:
 
 
 class TestKilledSaves:
+    @pytest.mark.subprocess
     @pytest.mark.skipif(not hasattr(os, "fork"), reason="the savers are forked")
     def test_random_kills_never_lose_the_index(self, tmp_path: Path) -> None:
         target = tmp_path / "idx"
@@ -75,7 +77,9 @@ class TestKilledSaves:
             if saver is not None:
                 os.kill(saver, signal.SIGKILL)
             process.stdin.close()
-            assert process.wait(timeout=60) == 0
+            status = process.wait(timeout=60)
+            process.stdout.close()
+            assert status == 0
         FusionIndex.from_documents(corpus(2, 10), HashingEmbeddings()).save(target)  # cleans leftovers
         assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.lock", "idx", "saver.py"]
 
@@ -274,7 +278,7 @@ SERVER = textwrap.dedent(
     import json, sys
     sys.path.insert(0, {repo!r})
     from langchain_fusion import FusionIndex, IndexFormatError
-    from tests.conftest import HashingEmbeddings
+    from tests.helpers.embeddings import HashingEmbeddings
     if {map_everything!r}:
         from langchain_fusion.stores.local import mapped
         mapped.MAP_MIN_BYTES = 0
@@ -290,6 +294,7 @@ SERVER = textwrap.dedent(
 QUERY = "w39 w3 w22 w16"
 
 
+@pytest.mark.subprocess
 class TestOverwritesInPlace:
     """A serving process survives its folder's files rewritten in place (``cp`` over it, ``rsync --inplace``).
 
@@ -332,26 +337,26 @@ class TestOverwritesInPlace:
 
         folder = FusionIndex.from_documents(corpus(1, 60), HashingEmbeddings()).save(tmp_path / "idx")
         other = FusionIndex.from_documents(corpus(2, 5), HashingEmbeddings()).save(tmp_path / "other")
-        process = self._serve(tmp_path, folder, map_everything)
-        before = self._ask(process, QUERY)
-        assert isinstance(before, list) and len(before) == 5
-        inode = (folder / "vectors.npy").stat().st_ino
-        for path in sorted(p for p in other.rglob("*") if p.is_file()):
-            shutil.copyfile(path, folder / path.relative_to(other))  # as `cp -r other/* idx/`: truncates, rewrites
-        assert (folder / "vectors.npy").stat().st_ino == inode  # the same file, now shorter
-        self._check(process, before, self._ask(process, QUERY), map_everything)
+        with self._serve(tmp_path, folder, map_everything) as process:  # leaving it closes the pipes and waits
+            before = self._ask(process, QUERY)
+            assert isinstance(before, list) and len(before) == 5
+            inode = (folder / "vectors.npy").stat().st_ino
+            for path in sorted(p for p in other.rglob("*") if p.is_file()):
+                shutil.copyfile(path, folder / path.relative_to(other))  # as `cp -r other/* idx/`: truncates, rewrites
+            assert (folder / "vectors.npy").stat().st_ino == inode  # the same file, now shorter
+            self._check(process, before, self._ask(process, QUERY), map_everything)
 
     @pytest.mark.parametrize("map_everything", [False, True])
     def test_texts_rewritten_to_the_same_size(self, tmp_path: Path, map_everything: bool) -> None:
         folder = FusionIndex.from_documents(corpus(1, 60), HashingEmbeddings()).save(tmp_path / "idx")
-        process = self._serve(tmp_path, folder, map_everything)
-        before = self._ask(process, QUERY)
-        path = folder / "documents" / "texts.txt"
-        with path.open("r+b") as handle:  # as `rsync --inplace`: same file, same size, other bytes
-            data = handle.read()
-            handle.seek(0)
-            handle.write(data.upper())
-        self._check(process, before, self._ask(process, QUERY), map_everything)
+        with self._serve(tmp_path, folder, map_everything) as process:  # leaving it closes the pipes and waits
+            before = self._ask(process, QUERY)
+            path = folder / "documents" / "texts.txt"
+            with path.open("r+b") as handle:  # as `rsync --inplace`: same file, same size, other bytes
+                data = handle.read()
+                handle.seek(0)
+                handle.write(data.upper())
+            self._check(process, before, self._ask(process, QUERY), map_everything)
 
 
 class TestMappedFilesAndSaves:

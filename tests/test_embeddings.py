@@ -438,14 +438,14 @@ class TestTextsLongerThanTheModelReads:
 
 
 class TestSharedModelVectors:
-    """tests/shared_vectors.py: in a test run the bundled model encodes each text once, whoever asks first."""
+    """tests/helpers/shared_vectors.py: in a test run the bundled model encodes each text once, whoever asks first."""
 
     @pytest.fixture
     def encoded(self, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str]]]:
         """The texts the (fake) real model encoded, call by call, with the name of the thread that called it."""
         import threading
 
-        from tests import shared_vectors
+        from tests.helpers import shared_vectors
 
         calls: list[tuple[str, list[str]]] = []
 
@@ -458,10 +458,11 @@ class TestSharedModelVectors:
         monkeypatch.setattr(shared_vectors, "_loaded", {})
         return calls
 
+    @pytest.mark.local_model  # the truncation count reads the bundled model's tokenizer
     def test_each_text_is_encoded_once_and_the_bookkeeping_still_runs(
         self, encoded: list[tuple[str, list[str]]], tmp_path: Path
     ) -> None:
-        from tests.shared_vectors import shared_model_vectors
+        from tests.helpers.shared_vectors import shared_model_vectors
 
         long = "word " * 300
         with shared_model_vectors(tmp_path):
@@ -474,7 +475,7 @@ class TestSharedModelVectors:
         assert other.truncated_texts == (1, 3)  # the truncation count and warning still see every text
 
     def test_a_kernel_asks_the_model_service(self, encoded: list[tuple[str, list[str]]], tmp_path: Path) -> None:
-        from tests.shared_vectors import cached_encode, model_service
+        from tests.helpers.shared_vectors import cached_encode, model_service
 
         with model_service(tmp_path / "model.sock") as address:
             encode = cached_encode(tmp_path / "vectors", address)

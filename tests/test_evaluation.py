@@ -37,27 +37,9 @@ from langchain_fusion.evaluation import (
 )
 from langchain_fusion.ingest.loading import load_files, split_documents
 from langchain_fusion.models.embeddings import CachedEmbeddings, embeddings_id
-from tests.conftest import DATA, SAMPLE_QUERIES, HashingEmbeddings, fake_cli_embeddings
-
-BEIR_CORPUS = [
-    {"_id": "d1", "title": "Solar batteries", "text": "Lithium iron phosphate batteries store solar energy."},
-    {"_id": "d2", "title": "Floods", "text": "The river flooded the village in July."},
-    {"_id": "d3", "title": "", "text": "Inverters convert direct current to alternating current."},
-    {"_id": "d4", "title": "Training", "text": "Technicians learned to isolate circuits safely."},
-]
-BEIR_QUERIES = [
-    {"_id": "q1", "text": "which batteries store solar energy"},
-    {"_id": "q2", "text": "river flood in july"},
-    {"_id": "q3", "text": "a query without judgements"},
-]
-
-
-def write_beir(folder: Path) -> Path:
-    (folder / "qrels").mkdir(parents=True)
-    (folder / "corpus.jsonl").write_text("\n".join(json.dumps(r) for r in BEIR_CORPUS) + "\n")
-    (folder / "queries.jsonl").write_text("\n".join(json.dumps(r) for r in BEIR_QUERIES) + "\n")
-    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t2\nq2\td2\t1\nq2\td4\t0\n")
-    return folder
+from tests.helpers.corpora import BEIR_CORPUS, BEIR_QUERIES, write_beir
+from tests.helpers.embeddings import HashingEmbeddings, fake_cli_embeddings
+from tests.helpers.paths import DATA, SAMPLE_QUERIES
 
 
 @pytest.fixture(scope="module")
@@ -352,7 +334,7 @@ class TestHarness:
         assert report.result("identity rerank").per_query == report.result("fusion").per_query
 
     def test_multi_query_rows(self, sample_index: FusionIndex) -> None:
-        from tests.fake_chat_models import RatingModel
+        from tests.helpers.fake_chat_models import RatingModel
 
         dataset = load_labelled(SAMPLE_QUERIES, sample_index.documents)
         fusion = FusionRetriever(index=sample_index)
@@ -470,7 +452,7 @@ class TestByKind:
 
 
 class TestEvalCommand:
-    """The eval command; ``--embeddings local`` is the deterministic fake here (tests.conftest.fake_cli_embeddings)."""
+    """The eval command; ``--embeddings local`` is the deterministic fake here (see ``fake_cli_embeddings``)."""
 
     @pytest.fixture(autouse=True)
     def fake_models(self) -> Iterator[None]:
@@ -513,7 +495,7 @@ class TestEvalCommand:
         tiny_cross_encoder: Path,
         monkeypatch: pytest.MonkeyPatch,
     ) -> None:
-        from tests.fake_chat_models import RatingModel
+        from tests.helpers.fake_chat_models import RatingModel
 
         model = RatingModel(rule=lambda prompt: "solar energy storage\nriver flooding")
         monkeypatch.setattr("langchain_fusion.models.chat.resolve_chat_model", lambda spec: model)

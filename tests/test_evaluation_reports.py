@@ -14,7 +14,8 @@ import pytest
 from langchain_fusion.cli.app import main
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.evaluation import EvalReport, MethodResult, Report, compare_reports, paired_test
-from tests.conftest import DATA, SAMPLE_QUERIES, fake_cli_embeddings
+from tests.helpers.embeddings import fake_cli_embeddings
+from tests.helpers.paths import DATA, SAMPLE_QUERIES
 
 METRICS = ["ndcg@10", "recall@10"]
 

@@ -14,9 +14,9 @@ from langchain_fusion import FusionIndex, InvalidParameterError, UnknownDocument
 from langchain_fusion import metadata as keys
 from langchain_fusion.search.explain import Explanation
 from langchain_fusion.search.relevance import RELEVANCE_INFO_KEY, FitQuality, RelevanceModel
-from tests.conftest import HashingEmbeddings, fake_cli_embeddings
+from tests.helpers.cli import assert_one_line_error, run_cli
+from tests.helpers.embeddings import HashingEmbeddings, fake_cli_embeddings
 from tests.store_contract import WORDS, corpus
-from tests.test_cli import _assert_one_line_error, _run
 
 QUERIES = WORDS.queries[:4]
 
@@ -223,18 +223,20 @@ class TestCommandLine:
     def test_the_flags_of_query(self, index: FusionIndex, saved: Path) -> None:
         query = QUERIES[1]
         with fake_cli_embeddings():
-            found = json.loads(_run(["query", str(saved), query, "-k", "3", "--max-per-source", "1", "--json"])[1])
+            found = json.loads(run_cli(["query", str(saved), query, "-k", "3", "--max-per-source", "1", "--json"])[1])
             for doc_id in [found[1]["id"], "d21-5", "copy-3"]:
-                status, out, err = _run(["explain", str(saved), query, doc_id, "-k", "3", "--max-per-source", "1"])
+                status, out, err = run_cli(["explain", str(saved), query, doc_id, "-k", "3", "--max-per-source", "1"])
                 assert status == 0, err
                 expected = index.explain(query, doc_id, k=3, max_per_source=1)
                 assert out.strip() == expected.message
-                status, out, _ = _run(["explain", str(saved), query, doc_id, "-k", "3", "--max-per-source=1", "--json"])
+                status, out, _ = run_cli(
+                    ["explain", str(saved), query, doc_id, "-k", "3", "--max-per-source=1", "--json"]
+                )
                 assert json.loads(out) == expected.to_dict()
         assert expected.verdict != "returned" or expected.rank is not None
         assert index.explain(query, found[1]["id"], k=3, max_per_source=1).rank == 2
 
     def test_errors_are_one_line(self, saved: Path) -> None:
         with fake_cli_embeddings():
-            _assert_one_line_error(*_run(["explain", str(saved), "w1", "nope"]), "no document with id 'nope'")
-            _assert_one_line_error(*_run(["explain", str(saved), " ", "d21-0"]), "the query is empty")
+            assert_one_line_error(*run_cli(["explain", str(saved), "w1", "nope"]), "no document with id 'nope'")
+            assert_one_line_error(*run_cli(["explain", str(saved), " ", "d21-0"]), "the query is empty")

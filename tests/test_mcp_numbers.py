@@ -17,13 +17,13 @@ from typing import Any
 
 import httpx
 import pytest
-from langchain_core.documents import Document
 
 from langchain_fusion import FusionIndex
-from langchain_fusion import metadata as keys
 from langchain_fusion.mcp import MCP_PATH, build_mcp_server
-from tests.conftest import ANIMALS, HashingEmbeddings
-from tests.test_mcp import REPO, _env
+from tests.helpers.corpora import paged_animal_docs
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.mcp import server_env
+from tests.helpers.paths import REPO
 
 LITERALS = [("NaN", "NaN"), ("Infinity", "Infinity"), ("-Infinity", "-Infinity"), ("1e400", "Infinity")]
 """Each number as sent, and as the refusal names it (1e400 overflows to Infinity when read)."""
@@ -45,19 +45,12 @@ SERVER = textwrap.dedent(
     """
     from langchain_fusion import FusionIndex
     from langchain_fusion.mcp import build_mcp_server, run_mcp
-    from tests.test_mcp_numbers import _docs
-    from tests.conftest import HashingEmbeddings
+    from tests.helpers.corpora import paged_animal_docs
+    from tests.helpers.embeddings import HashingEmbeddings
 
-    run_mcp(build_mcp_server(FusionIndex.from_documents(_docs(), HashingEmbeddings()), log_level="WARNING"))
+    run_mcp(build_mcp_server(FusionIndex.from_documents(paged_animal_docs(), HashingEmbeddings()), log_level="WARNING"))
     """
 )
-
-
-def _docs() -> list[Document]:
-    return [
-        Document(page_content=text, metadata={keys.SOURCE: f"doc{i}.txt", keys.PAGE: i // 2 + 1})
-        for i, text in enumerate(ANIMALS)
-    ]
 
 
 def _call(request_id: int, arguments: str) -> str:
@@ -70,7 +63,7 @@ def _call(request_id: int, arguments: str) -> str:
 @asynccontextmanager
 async def _over_http() -> AsyncIterator[Exchange]:
     """The streamable HTTP transport in process: each request is one POST to /mcp (the server is stateless)."""
-    server = build_mcp_server(FusionIndex.from_documents(_docs(), HashingEmbeddings()), log_level="WARNING")
+    server = build_mcp_server(FusionIndex.from_documents(paged_animal_docs(), HashingEmbeddings()), log_level="WARNING")
     app = server.streamable_http_app()
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
@@ -92,7 +85,7 @@ async def _over_stdio() -> AsyncIterator[Exchange]:
     process = subprocess.Popen(
         [sys.executable, "-c", SERVER],
         cwd=REPO,
-        env=_env(),
+        env=server_env(),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -129,7 +122,9 @@ async def _over_stdio() -> AsyncIterator[Exchange]:
 TRANSPORTS = {"stdio": _over_stdio, "streamable-http": _over_http}
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize(
+    "transport", [pytest.param(name, marks=[pytest.mark.subprocess] if name == "stdio" else []) for name in TRANSPORTS]
+)
 async def test_non_finite_arguments_are_tool_errors(transport: str) -> None:
     """Each such number, at the top or nested in a filter, is a tool error naming where it was; nothing is searched."""
     async with TRANSPORTS[transport]() as exchange:

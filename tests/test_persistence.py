@@ -22,6 +22,7 @@ from langchain_fusion import Analyzer, BM25Params, FusionIndex
 from langchain_fusion._version import library_version
 from langchain_fusion.errors import EmbeddingsMismatchError, FusionError, IndexFormatError
 from langchain_fusion.stores.local.store import FORMAT_NAME, FORMAT_VERSION
+from tests.helpers.corpora import hierarchical_animals
 
 QUERIES = [
     "cat",
@@ -602,7 +603,7 @@ class TestManifestChecksum:
     def test_an_edited_hierarchical_manifest_is_refused(self, tmp_path: Path, embeddings) -> None:
         from langchain_fusion import HierarchicalIndex
 
-        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        folder = hierarchical_animals(embeddings).save(tmp_path / "hier")
         _edit_manifest(folder, r'"summaries": 2', '"summaries": 3')
         with pytest.raises(IndexFormatError, match=r"hier/manifest\.json was edited after it was saved"):
             HierarchicalIndex.load(folder, embeddings)
@@ -856,36 +857,6 @@ class TestTextFields:
             FusionIndex.load(saved, embeddings)
 
 
-def _hierarchical(embeddings) -> Any:
-    from langchain_fusion import HierarchicalIndex
-
-    chunks = FusionIndex.from_documents(
-        [
-            Document(id=f"c{i}", page_content=text, metadata={"source": "a.pdf", "page": 1 + i // 4, "chunk_index": i})
-            for i, text in enumerate(
-                [
-                    "The cat sat on the warm mat.",
-                    "Dogs bark at the postman.",
-                    "A cat and a dog are friends.",
-                    "Cats purr when content.",
-                    "Quantum physics describes waves.",
-                    "The stock market fell sharply.",
-                    "Parrots imitate human speech.",
-                    "Photosynthesis turns sunlight into energy.",
-                ]
-            )
-        ],
-        embeddings,
-    )
-    summaries = [
-        Document(id="s1", page_content="cats and dogs", metadata={"source": "a.pdf", "page": 1,
-                 "summary_chunk_ids": ["c0", "c1", "c2", "c3"], "summary_fallback": False}),
-        Document(id="s2", page_content="science, money and birds", metadata={"source": "a.pdf", "page": 2,
-                 "summary_chunk_ids": ["c4", "c5", "c6", "c7"], "summary_fallback": False}),
-    ]  # fmt: skip
-    return HierarchicalIndex.from_summaries(chunks, summaries)
-
-
 def _hierarchical_results(index: Any, query: str) -> list[tuple[str | None, dict[str, Any]]]:
     return [(d.id, d.metadata) for d in index.as_retriever(k=8, k_summaries=2).invoke(query)]
 
@@ -894,7 +865,7 @@ class TestHierarchicalPersistence:
     def test_round_trip(self, tmp_path: Path, embeddings) -> None:
         from langchain_fusion import HierarchicalIndex
 
-        original = _hierarchical(embeddings)
+        original = hierarchical_animals(embeddings)
         folder = original.save(tmp_path / "hier")
         assert folder == (tmp_path / "hier").absolute()
         assert sorted(p.name for p in folder.iterdir()) == ["chunks", "manifest.json", "summaries"]
@@ -916,7 +887,7 @@ class TestHierarchicalPersistence:
             assert _hierarchical_results(loaded, query) == _hierarchical_results(original, query)
 
     def test_manifest(self, tmp_path: Path, embeddings) -> None:
-        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        folder = hierarchical_animals(embeddings).save(tmp_path / "hier")
         manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
         assert manifest["format"] == "langchain-fusion-hierarchical-index"
         assert manifest["format_version"] == 2
@@ -932,7 +903,7 @@ class TestHierarchicalPersistence:
         # Saved alone (e.g. calibrated through --index H/chunks) a part would break the folder's checksums.
         from langchain_fusion import HierarchicalIndex
 
-        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        folder = hierarchical_animals(embeddings).save(tmp_path / "hier")
         before = (folder / part / "manifest.json").read_bytes()
         index = FusionIndex.load(folder / part, embeddings)
         with pytest.raises(FusionError, match=r"is part of the index with page summaries at .*hier: saved alone"):
@@ -945,7 +916,7 @@ class TestHierarchicalPersistence:
         from langchain_fusion import HierarchicalIndex
         from langchain_fusion.index.hierarchical import is_hierarchical
 
-        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        folder = hierarchical_animals(embeddings).save(tmp_path / "hier")
         plain = FusionIndex.from_documents(EXTRA_DOCS, embeddings).save(tmp_path / "plain")
         assert (is_hierarchical(folder), is_hierarchical(plain)) == (True, False)
         with pytest.raises(IndexFormatError):
@@ -961,14 +932,14 @@ class TestHierarchicalPersistence:
     def test_loading_a_hierarchical_folder_as_a_plain_index_names_the_right_loader(
         self, tmp_path: Path, embeddings
     ) -> None:
-        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        folder = hierarchical_animals(embeddings).save(tmp_path / "hier")
         with pytest.raises(IndexFormatError, match=r"is a hierarchical index .*HierarchicalIndex\.load"):
             FusionIndex.load(folder, embeddings)
 
     def test_altered_part_manifest(self, tmp_path: Path, embeddings) -> None:
         from langchain_fusion import HierarchicalIndex
 
-        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        folder = hierarchical_animals(embeddings).save(tmp_path / "hier")
         _rewrite_manifest(folder / "summaries", lambda m: m["counts"].update(documents=3))
         with pytest.raises(IndexFormatError, match=r"summaries/manifest\.json does not match its checksum"):
             HierarchicalIndex.load(folder, embeddings)
@@ -976,7 +947,7 @@ class TestHierarchicalPersistence:
     def test_altered_part_file(self, tmp_path: Path, embeddings) -> None:
         from langchain_fusion import HierarchicalIndex
 
-        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        folder = hierarchical_animals(embeddings).save(tmp_path / "hier")
         path = folder / "chunks" / "documents" / "texts.txt"
         path.write_bytes(path.read_bytes().replace(b"warm mat", b"Warm mat"))
         with pytest.raises(IndexFormatError, match=r"chunks/documents/texts\.txt does not match its checksum"):
@@ -995,7 +966,7 @@ class TestHierarchicalPersistence:
     def test_bad_manifest(self, tmp_path: Path, embeddings, change: Any, message: str) -> None:
         from langchain_fusion import HierarchicalIndex
 
-        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        folder = hierarchical_animals(embeddings).save(tmp_path / "hier")
         _rewrite_manifest(folder, change)
         with pytest.raises(IndexFormatError, match=message):
             HierarchicalIndex.load(folder, embeddings)
@@ -1005,7 +976,7 @@ class TestHierarchicalPersistence:
 
         from langchain_fusion import HierarchicalIndex
 
-        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        folder = hierarchical_animals(embeddings).save(tmp_path / "hier")
         shutil.rmtree(folder / "summaries")
         with pytest.raises(IndexFormatError, match=r"summaries/manifest\.json is missing"):
             HierarchicalIndex.load(folder, embeddings)
@@ -1013,7 +984,7 @@ class TestHierarchicalPersistence:
     def test_other_embeddings_are_refused(self, tmp_path: Path, embeddings) -> None:
         from langchain_fusion import HierarchicalIndex
 
-        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        folder = hierarchical_animals(embeddings).save(tmp_path / "hier")
         with pytest.raises(EmbeddingsMismatchError):
             HierarchicalIndex.load(folder, type(embeddings)(model="other"))
 
@@ -1021,7 +992,7 @@ class TestHierarchicalPersistence:
         from langchain_fusion import HierarchicalIndex
 
         parent = tmp_path / "parent"
-        original = _hierarchical(embeddings)
+        original = hierarchical_animals(embeddings)
         folder = original.save(parent / "hier")
         before = _snapshot(folder)
 
@@ -1039,7 +1010,7 @@ class TestHierarchicalPersistence:
         from langchain_fusion import HierarchicalIndex
 
         plain = FusionIndex.from_documents(EXTRA_DOCS, embeddings).save(tmp_path / "idx")
-        _hierarchical(embeddings).save(plain)
+        hierarchical_animals(embeddings).save(plain)
         assert len(HierarchicalIndex.load(plain, embeddings).chunks) == 8
         FusionIndex.from_documents(EXTRA_DOCS, embeddings).save(plain)  # and back
         assert len(FusionIndex.load(plain, embeddings)) == 3
@@ -1047,7 +1018,7 @@ class TestHierarchicalPersistence:
         notes.mkdir()
         (notes / "keep.txt").write_text("precious", encoding="utf-8")
         with pytest.raises(FusionError, match="refusing to overwrite"):
-            _hierarchical(embeddings).save(notes)
+            hierarchical_animals(embeddings).save(notes)
         assert [p.name for p in notes.iterdir()] == ["keep.txt"]
 
 

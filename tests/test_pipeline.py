@@ -40,8 +40,10 @@ from langchain_fusion.search.options import (
     FusionOptions,
     request_annotation,
 )
-from tests.conftest import ANIMALS, LOOPBACK_URL, HashingEmbeddings
-from tests.fake_chat_models import RatingModel
+from tests.helpers.corpora import ANIMALS
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.fake_chat_models import RatingModel
+from tests.helpers.paths import LOOPBACK_URL
 
 EDGES: dict[str, tuple[list[Any], list[Any]]] = {
     # option: (values the check accepts, values it refuses)
@@ -378,12 +380,12 @@ class TestServedRequests:
     async def test_mcp_narrows_the_same_way(self, index: FusionIndex) -> None:
         pytest.importorskip("mcp")
         from langchain_fusion.mcp import INDEX_RESOURCE, build_mcp_server
-        from tests.test_mcp import _results, _search, connected
+        from tests.helpers.mcp import call_search, connected, results_of
 
         server = build_mcp_server(index, filter={"source": {"doc0.txt", "doc1.txt"}}, log_level="WARNING")
         async with connected(server) as session:
-            wide = _results(await _search(session, query="cat", filter={"source": "doc2.txt"}))
-            narrow = _results(await _search(session, query="cat", filter={"source": "doc1.txt"}, k=8))
+            wide = results_of(await call_search(session, query="cat", filter={"source": "doc2.txt"}))
+            narrow = results_of(await call_search(session, query="cat", filter={"source": "doc1.txt"}, k=8))
             info = json.loads((await session.read_resource(INDEX_RESOURCE)).contents[0].text)  # type: ignore[union-attr]
         assert wide.results == []
         assert {hit.source for hit in narrow.results} == {"doc1.txt"}
@@ -424,6 +426,7 @@ def test_rerank_k_is_the_number_of_candidates(index: FusionIndex, tmp_path: Path
             assert len(json.loads(out)) == count, flags
 
 
+@pytest.mark.subprocess
 def test_the_spec_is_import_light() -> None:
     import subprocess
     import sys

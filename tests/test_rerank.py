@@ -32,8 +32,8 @@ from langchain_fusion import (
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import ProviderError
 from langchain_fusion.retrievers.rerank_answers import RatingError, RelevanceRating, parse_ranking, parse_rating
-from tests.conftest import HashingEmbeddings
-from tests.fake_chat_models import HANG_GUARD, Gate, RatingModel, RunRecorder, keyword_rule
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.fake_chat_models import HANG_GUARD, Gate, RatingModel, RunRecorder, keyword_rule
 
 
 def candidates(*words: str, scores: list[float] | None = None) -> list[Document]:
@@ -505,7 +505,7 @@ class TestRetries:
         return RetryPolicy(sleep=lambda seconds: None, asleep=_no_wait, seed=1, **options)
 
     def test_a_rate_limit_is_retried(self) -> None:
-        from tests.fake_chat_models import flaky
+        from tests.helpers.fake_chat_models import flaky
 
         model = RatingModel(rule=flaky(keyword_rule({"alpha": 2, "beta": 9}), failures=1))
         result = LLMReranker(llm=model, top_n=None, retry=self.policy()).rerank(candidates("alpha", "beta"), "q")
@@ -513,7 +513,7 @@ class TestRetries:
         assert [d.metadata[keys.RERANK_RATING] for d in result] == [9, 2]
 
     async def test_a_rate_limit_is_retried_async(self) -> None:
-        from tests.fake_chat_models import flaky
+        from tests.helpers.fake_chat_models import flaky
 
         model = RatingModel(rule=flaky(keyword_rule({"alpha": 2, "beta": 9}), failures=1))
         reranker = LLMReranker(llm=model, top_n=None, retry=self.policy())
@@ -521,7 +521,7 @@ class TestRetries:
         assert [d.metadata[keys.RERANK_RATING] for d in result] == [9, 2]
 
     def test_after_the_last_try_the_fusion_order_stays(self, caplog: pytest.LogCaptureFixture) -> None:
-        from tests.fake_chat_models import flaky
+        from tests.helpers.fake_chat_models import flaky
 
         model = RatingModel(rule=flaky(keyword_rule({"alpha": 2, "beta": 9}), failures=5))
         reranker = LLMReranker(llm=model, top_n=None, retry=self.policy(max_attempts=3))

@@ -11,7 +11,7 @@ from langchain_core.runnables import ConfigurableField, RunnableLambda
 from langchain_fusion import BM25Retriever, FusionIndex, FusionRetriever, VectorRetriever
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import FusionError, InvalidParameterError
-from tests.conftest import HashingEmbeddings
+from tests.helpers.embeddings import HashingEmbeddings
 
 RETRIEVERS = [VectorRetriever, BM25Retriever, FusionRetriever]
 

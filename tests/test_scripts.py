@@ -11,7 +11,7 @@ from langchain_fusion.evaluation import EvalDataset, sweep_alpha
 from langchain_fusion.models.embeddings import CachedEmbeddings, LocalEmbeddings
 from langchain_fusion.models.scripts import declared_scripts, reads
 from langchain_fusion.search.fusion import fuse_pool
-from tests.conftest import EnglishOnlyEmbeddings, HashingEmbeddings
+from tests.helpers.embeddings import EnglishOnlyEmbeddings, HashingEmbeddings
 from tests.store_contract import CJK, corpus
 
 LATIN = frozenset({"Latin"})

@@ -44,8 +44,10 @@ from langchain_fusion.server import (
     url_of,
 )
 from langchain_fusion.stores.local.store import LocalStore
-from tests.conftest import ANIMALS, LOOPBACK_URL, HashingEmbeddings
-from tests.test_cli import _assert_one_line_error, _run
+from tests.helpers.cli import assert_one_line_error, run_cli
+from tests.helpers.corpora import ANIMALS
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.paths import LOOPBACK_URL
 
 ANSWER = "Cats purr when they are content [1]."
 ERROR_PREFIX = "langchain-fusion: error: "
@@ -755,7 +757,7 @@ class TestPipeline:
             }
 
     def test_llm_rerank_and_multi_query(self, index: FusionIndex) -> None:
-        from tests.fake_chat_models import RatingModel
+        from tests.helpers.fake_chat_models import RatingModel
 
         def rule(prompt: str) -> Any:
             if "search queries" in prompt:
@@ -798,7 +800,11 @@ class TestPipeline:
         ("options", "message"),
         [
             ({"reranker": "cohere"}, "rerank must be 'llm'"),
-            ({"reranker": "cross-encoder:./no-such-model"}, "does not exist"),
+            pytest.param(
+                {"reranker": "cross-encoder:./no-such-model"},
+                "does not exist",
+                marks=pytest.mark.slow,  # looking for a cross-encoder imports sentence-transformers (torch) first
+            ),
             ({"reranker": 42}, "rerank must be 'llm'"),
             ({"reranker": "llm", "rerank_candidates": 0}, "rerank_candidates"),
             ({"reranker": "llm", "rerank_candidates": True}, "rerank_candidates"),
@@ -816,11 +822,12 @@ class TestPipeline:
         with pytest.raises(InvalidParameterError, match=r"needs a chat model.*OPENAI_API_KEY"):
             create_app(index, **options)
 
+    @pytest.mark.slow  # looking for a cross-encoder imports sentence-transformers (torch) first
     def test_serve_command_errors(self, saved: Path, no_openai_key: None) -> None:
-        status, out, err = _run(["serve", str(saved), "--port", "0", "--rerank", "cross-encoder:./no-such-model"])
-        _assert_one_line_error(status, out, err, "cross-encoder folder './no-such-model' does not exist")
-        status, out, err = _run(["serve", str(saved), "--port", "0", "--multi-query", "2"])
-        _assert_one_line_error(status, out, err, "multi_query needs a chat model")
+        status, out, err = run_cli(["serve", str(saved), "--port", "0", "--rerank", "cross-encoder:./no-such-model"])
+        assert_one_line_error(status, out, err, "cross-encoder folder './no-such-model' does not exist")
+        status, out, err = run_cli(["serve", str(saved), "--port", "0", "--multi-query", "2"])
+        assert_one_line_error(status, out, err, "multi_query needs a chat model")
 
 
 class TestHierarchicalFolder:
@@ -1005,7 +1012,7 @@ class TestServeCommand:
         assert config.timeout_graceful_shutdown == server.SHUTDOWN_GRACE_SECONDS == 10
 
     def test_missing_folder(self, tmp_path: Path) -> None:
-        _assert_one_line_error(*_run(["serve", str(tmp_path / "ghost"), "--port", "0"]), "is not a folder")
+        assert_one_line_error(*run_cli(["serve", str(tmp_path / "ghost"), "--port", "0"]), "is not a folder")
 
     def test_bad_port(self, capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit) as exit_info:
@@ -1014,8 +1021,8 @@ class TestServeCommand:
         assert "expected a TCP port from 0 to 65535" in capsys.readouterr().err
 
     def test_k_above_max_k(self, saved: Path) -> None:
-        _assert_one_line_error(
-            *_run(["serve", str(saved), "-k", "20", "--max-k", "10"]), "k (20) must be at most max_k (10)"
+        assert_one_line_error(
+            *run_cli(["serve", str(saved), "-k", "20", "--max-k", "10"]), "k (20) must be at most max_k (10)"
         )
 
     def test_port_in_use_fails_before_loading(self, tmp_path: Path) -> None:
@@ -1023,23 +1030,23 @@ class TestServeCommand:
             taken.bind(("127.0.0.1", 0))
             taken.listen()
             port = taken.getsockname()[1]
-            status, out, err = _run(["serve", str(tmp_path / "ghost"), "--port", str(port)])
-        _assert_one_line_error(status, out, err, f"cannot listen on 127.0.0.1:{port}")
+            status, out, err = run_cli(["serve", str(tmp_path / "ghost"), "--port", str(port)])
+        assert_one_line_error(status, out, err, f"cannot listen on 127.0.0.1:{port}")
 
     def test_explicit_chat_model_that_cannot_be_built(self, saved: Path, no_openai_key: None) -> None:
-        status, out, err = _run(["serve", str(saved), "--port", "0", "--llm", "openai:gpt-4.1"])
-        _assert_one_line_error(status, out, err, "OPENAI_API_KEY is not set")
+        status, out, err = run_cli(["serve", str(saved), "--port", "0", "--llm", "openai:gpt-4.1"])
+        assert_one_line_error(status, out, err, "OPENAI_API_KEY is not set")
 
     def test_index_that_cannot_be_reopened_by_name(self, saved: Path) -> None:
         # The hashing embeddings of the tests cannot be recreated from the manifest.
-        _assert_one_line_error(*_run(["serve", str(saved), "--port", "0"]), "cannot be recreated by name")
+        assert_one_line_error(*run_cli(["serve", str(saved), "--port", "0"]), "cannot be recreated by name")
 
     def test_without_the_server_extra(self, saved: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(sys.modules, "langserve", None)  # as if LangServe were not installed
         monkeypatch.delitem(sys.modules, "langchain_fusion.server")
         monkeypatch.delattr("langchain_fusion.server")
-        status, out, err = _run(["serve", str(saved)])
-        _assert_one_line_error(
+        status, out, err = run_cli(["serve", str(saved)])
+        assert_one_line_error(
             status, out, err, "needs the 'server' extra (langserve is missing)", "langchain-fusion[server]"
         )
 
@@ -1060,6 +1067,7 @@ class TestServeCommand:
 
 
 @pytest.mark.local_model
+@pytest.mark.subprocess
 @pytest.mark.usefixtures("loopback_only")
 def test_serve_command_round_trip(handbook_index: Path, tmp_path: Path) -> None:
     """``langchain-fusion serve`` in a subprocess on a free port: start-up lines, /health, a query, Ctrl-C."""
@@ -1107,6 +1115,8 @@ def test_serve_command_round_trip(handbook_index: Path, tmp_path: Path) -> None:
             process.kill()
             process.wait(timeout=10)
         reader.join(timeout=60)  # the pipe closes when the process exits; a loaded machine may take a while to drain it
+        if process.stderr is not None:
+            process.stderr.close()  # our end of the pipe
     while not lines.empty():
         seen.append(lines.get())
     assert process.returncode == 0, seen

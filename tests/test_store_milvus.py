@@ -24,7 +24,7 @@ from langchain_fusion import (
 )
 from langchain_fusion import metadata as keys
 from langchain_fusion.stores.base import FusionStore
-from tests.conftest import FAKE_ID, HashingEmbeddings
+from tests.helpers.embeddings import FAKE_ID, HashingEmbeddings
 from tests.store_contract import CJK, Reference, StoreContract, corpus, results
 
 pytest.importorskip("pymilvus")

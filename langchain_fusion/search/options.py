@@ -206,7 +206,8 @@ def request_annotation(name: str, max_k: int | None = None, *, nullable: bool = 
     constraints = [item for item in field.metadata if not isinstance(item, (BeforeValidator, WithJsonSchema, Switch))]
     bounds: dict[str, Any] = {"le": max_k} if max_k is not None and name in COUNT_OPTIONS else {}
     description = describe_option(name, request=True)
-    return Annotated[(annotation, *constraints, Field(description=description, **bounds))]
+    metadata = (annotation, *constraints, Field(description=description, **bounds))  # Annotated[x, *y]: 3.11 syntax
+    return Annotated[metadata]
 
 
 def check_options(options: dict[str, Any], names: tuple[str, ...] | None = None) -> dict[str, Any]:

@@ -222,7 +222,9 @@ def merge_postings(
     total = int(indptr[-1])
     rows = np.empty(total, dtype=np.int32)
     wide = any(p.tf.dtype == np.int32 for p, _ in blocks)
-    tf: NDArray[np.uint16] | NDArray[np.int32] = np.empty(total, dtype=np.int32 if wide else np.uint16)  # type: ignore[assignment]
+    tf: NDArray[np.uint16] | NDArray[np.int32] = (
+        np.empty(total, dtype=np.int32) if wide else np.empty(total, dtype=np.uint16)
+    )
     cursor = indptr[:-1].copy()  # next free slot of each term in the output
     for postings, start in blocks:
         for lo in range(0, postings.size, _BLOCK):

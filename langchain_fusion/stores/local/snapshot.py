@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from langchain_core.documents import Document
@@ -171,7 +171,8 @@ class Snapshot:
         cached = self._cache.get("relative_lengths")
         if cached is None:
             average = self.live_length / self.live_count if self.live_count else 1.0
-            cached = self._cache["relative_lengths"] = self.lengths.astype(np.float32) / np.float32(average or 1.0)
+            relative = self.lengths.astype(np.float32) / np.float32(average or 1.0)
+            cached = self._cache["relative_lengths"] = cast("NDArray[np.float32]", relative)  # numpy's 3.10 stubs: Any
         return cached
 
     def check_aligned(self) -> None:
