@@ -21,7 +21,7 @@ import langchain_fusion
 from langchain_fusion import Analyzer, BM25Params, FusionIndex
 from langchain_fusion._version import library_version
 from langchain_fusion.errors import EmbeddingsMismatchError, FusionError, IndexFormatError
-from langchain_fusion.stores.local.store import FORMAT_NAME, FORMAT_VERSION
+from langchain_fusion.stores.local.snapshot_folder import FORMAT_NAME, FORMAT_VERSION
 from tests.helpers.corpora import hierarchical_animals
 
 QUERIES = [
@@ -498,7 +498,7 @@ class TestLoadErrors:
     ) -> None:
         import threading
 
-        import langchain_fusion.stores.local.store as store_module
+        import langchain_fusion.stores.local.snapshot_folder as store_module
 
         path = saved / "bm25" / "vocabulary.json"  # altered too: the interrupt is still what the caller gets
         path.write_bytes(b"{" + path.read_bytes()[1:])

@@ -52,6 +52,7 @@ EDGES: dict[str, tuple[list[Any], list[Any]]] = {
     "fetch_k": ([1, None], [0, 2.5]),
     "method": (list(FUSION_METHODS), ["max", 1]),
     "filter": ([None, {"source": "a.txt"}, {"page": [1, 2], "x": None}], [{"a": {"b": 1}}, [1], "a"]),
+    "tenant": ([None, "acme", "tenant 7"], ["", "  ", True, 1.5, ["acme"]]),
     "min_vector_score": ([-1.0, 0, 1.0, None], [-1.01, 1.01, float("inf")]),
     "min_bm25_score": ([0, 3.5, None], [-0.1, float("nan")]),
     "lambda_mult": ([0, 1, None], [-0.1, 1.1]),
@@ -107,6 +108,7 @@ class TestOptionSchema:
             assert FusionRetriever.model_fields[name].default == field.default
         expected = (
             *FusionOptions.model_fields,
+            "tenant",
             "filter",
             *DuplicateOptions.model_fields,
             *HierarchyOptions.model_fields,

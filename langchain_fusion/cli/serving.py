@@ -29,7 +29,7 @@ from langchain_fusion.cli.arguments import (
 )
 from langchain_fusion.cli.errors import UserError
 from langchain_fusion.pipeline.spec import TRANSPORTS
-from langchain_fusion.search.options import FusionOptions, HierarchyOptions, SearchOptions
+from langchain_fusion.search.options import SERVER_ONLY_OPTIONS, HierarchyOptions, SearchOptions
 
 _NO_AUTH = "There is no authentication: keep the default host unless the network in front of it is trusted."
 
@@ -98,7 +98,7 @@ def add_mcp_parser(commands: Any) -> None:
 
 def _request_options() -> str:
     """The options a request may set on a fused index, as their names."""
-    return ", ".join(name for name in SearchOptions.model_fields if name not in FusionOptions.LOCAL_ONLY)
+    return ", ".join(name for name in SearchOptions.model_fields if name not in SERVER_ONLY_OPTIONS)
 
 
 def _add_pipeline_arguments(sub: argparse.ArgumentParser, llm_help: str) -> None:

@@ -12,9 +12,12 @@ from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.metadata import MAX_METADATA_DEPTH, content_id
 
 
-def prepared_documents(documents: Iterable[Document], ids: Sequence[str] | None = None) -> list[Document]:
+def prepared_documents(
+    documents: Iterable[Document], ids: Sequence[str] | None = None, tenant_key: str | None = None
+) -> list[Document]:
     """Copies with ids (given, own, or content hashes); FusionError on ids repeated in the batch.
 
+    With ``tenant_key`` (a tenant-keyed index) ids are scoped by tenant: one id may appear once per tenant.
     The copies are shallow: their metadata is the caller's, which stores only read (and
     serialise) and never change.
     """
@@ -26,7 +29,7 @@ def prepared_documents(documents: Iterable[Document], ids: Sequence[str] | None 
             if not isinstance(doc_id, str) or not doc_id:
                 raise InvalidParameterError(f"ids must be non-empty strings; got {doc_id!r}")
             doc.id = doc_id
-    seen: dict[str, int] = {}
+    seen: dict[tuple[Any, str], int] = {}
     for position, doc in enumerate(new_docs):
         for where, value in (("id", doc.id), ("page_content", doc.page_content), ("metadata", doc.metadata)):
             try:
@@ -44,12 +47,13 @@ def prepared_documents(documents: Iterable[Document], ids: Sequence[str] | None 
                 )
         if doc.id is None:
             doc.id = content_id(doc)
-        if doc.id in seen:
+        scope = (repr(doc.metadata.get(tenant_key)) if tenant_key is not None else None, doc.id)
+        if scope in seen:
             raise FusionError(
                 f"duplicate document id {doc.id!r} (document {position} of this batch; also document "
-                f"{seen[doc.id]}). Ids must be unique: give documents distinct ids or drop the duplicates."
+                f"{seen[scope]}). Ids must be unique: give documents distinct ids or drop the duplicates."
             )
-        seen[doc.id] = position
+        seen[scope] = position
     return new_docs
 
 

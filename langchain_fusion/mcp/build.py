@@ -20,7 +20,7 @@ from langchain_fusion.mcp.numbers import FiniteNumbersOnly
 from langchain_fusion.mcp.tool import SEARCH_TOOL, add_search_tool
 from langchain_fusion.pipeline import Pipeline, PipelineSpec, ServeLimits, build
 from langchain_fusion.pipeline.spec import serving_spec
-from langchain_fusion.search.options import FusionOptions
+from langchain_fusion.search.options import SERVER_ONLY_OPTIONS
 from langchain_fusion.threads import one_blas_thread
 
 _DEFAULTS = ServeLimits()
@@ -127,7 +127,7 @@ def server_for(
     concurrent calls, each on a worker thread, are the server's parallelism.
     """
     one_blas_thread()
-    accepted = ("query", *(n for n in pipeline.per_call_options() if n not in FusionOptions.LOCAL_ONLY))
+    accepted = ("query", *(n for n in pipeline.per_call_options() if n not in SERVER_ONLY_OPTIONS))
     described = pipeline.describe()
     index_info = {name: value for name, value in described["index"].items() if name != "manifest"}
     info: dict[str, Any] = {"library_version": described["library_version"], **index_info}

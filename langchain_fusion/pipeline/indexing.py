@@ -26,7 +26,13 @@ from langchain_core.documents import Document
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import EmbeddingsMismatchError, FusionError, InvalidParameterError
 from langchain_fusion.index.fusion_index import FusionIndex
-from langchain_fusion.index.hierarchical import HierarchicalIndex, load_chunks, saved_relevance
+from langchain_fusion.index.hierarchical import (
+    HierarchicalIndex,
+    load_chunks,
+    page_count,
+    saved_relevance,
+    summarize_pages,
+)
 from langchain_fusion.index.opening import hierarchical_folder, keeps_summaries, open_for_update
 from langchain_fusion.index.sync import SYNC_INFO_KEY, Keep, SyncReport, sync_files
 from langchain_fusion.ingest.loading import SkippedFile
@@ -368,13 +374,13 @@ class _Run:
 
     def _summarize(self, index: FusionIndex) -> HierarchicalIndex:
         """Page and section summaries of the index, embedded into a hierarchical index."""
-        from langchain_fusion.ingest.summaries import PageSummarizer, page_units
+        from langchain_fusion.ingest.summaries import PageSummarizer
 
         summarizer = PageSummarizer(**self.llm_options)
-        bar = self.progress.bar(len(page_units(index.documents, summarizer.section_chars)), "summarising pages", "page")
+        bar = self.progress.bar(page_count(index, summarizer.section_chars), "summarising pages", "page")
         try:
             with _quiet_logger("langchain_fusion.ingest.summaries"):
-                documents, report = summarizer.summarize(index.documents, progress=bar.update)
+                documents, report = summarize_pages(index, summarizer, progress=bar.update)
         finally:
             bar.close()
         for failure in report.failed:

@@ -141,8 +141,8 @@ class SearchRetriever(CheckedModel, BaseRetriever, Generic[OptionsT]):
         """The index whose model embeds the query."""
 
     @abstractmethod
-    def _is_empty(self) -> bool:
-        """True when there is nothing to search."""
+    def _is_empty(self, options: OptionsT) -> bool:
+        """True when there is nothing to search (with these options: a tenant's documents, say)."""
 
     @abstractmethod
     def _search(
@@ -172,7 +172,7 @@ class SearchRetriever(CheckedModel, BaseRetriever, Generic[OptionsT]):
         prepared = self._prepared(query)  # scored on the batch's view: that view decides, not the index now
         if prepared is not None:
             return self._search(query, prepared.query_vector, options, prepared)
-        if self._is_empty():
+        if self._is_empty(options):
             return []
         query_vector = self._embedder().embed_query(query) if self._needs_vector(options) else None
         return self._search(query, query_vector, options)
@@ -186,7 +186,7 @@ class SearchRetriever(CheckedModel, BaseRetriever, Generic[OptionsT]):
         prepared = self._prepared(query)
         if prepared is not None:
             return await run_in_executor(None, self._search, query, prepared.query_vector, options, prepared)
-        if self._is_empty():
+        if self._is_empty(options):
             return []
         query_vector = await self._embedder().aembed_query(query) if self._needs_vector(options) else None
         # Scoring is NumPy/FAISS work: keep it off the event loop.
@@ -201,7 +201,7 @@ class SearchRetriever(CheckedModel, BaseRetriever, Generic[OptionsT]):
         except FusionError:
             return None  # each invoke reports the bad option itself
         texts = list(dict.fromkeys(q for q in inputs if isinstance(q, str) and q.strip()))
-        if not texts or self._is_empty():
+        if not texts or self._is_empty(options):
             return None
         return texts, options
 

@@ -39,6 +39,8 @@ from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.ingest.loading import merge_chunks
 from langchain_fusion.retrievers.base import wrapped_chain
 from langchain_fusion.search.options import DEFAULT_WINDOW_MAX_CHARS
+from langchain_fusion.stores.base import StoreView
+from langchain_fusion.stores.tenants import check_tenant
 
 
 def _position(doc: Document) -> tuple[str, int, int] | None:
@@ -94,11 +96,38 @@ def expand_windows(
     input documents are not modified; every returned document is a new copy.
     """
     n, max_chars = _check_n(n), _check_max_chars(max_chars)
-    lookup = _NeighbourLookup(index)
+    key = index.tenant_key
+    if key is None:
+        results = _expanded(list(enumerate(documents)), _NeighbourLookup(index.view()), n, max_chars)
+    else:  # a hit's neighbours are its own tenant's chunks: a source name may be another tenant's too
+        by_tenant: dict[str | None, list[tuple[int, Document]]] = {}
+        for ranked in enumerate(documents):
+            by_tenant.setdefault(_tenant_of(ranked[1], key), []).append(ranked)
+        results = []
+        for tenant, ranked_docs in by_tenant.items():
+            if tenant is None:
+                results += [(rank, doc.model_copy(deep=True)) for rank, doc in ranked_docs]
+            else:
+                results += _expanded(ranked_docs, _NeighbourLookup(index.view(tenant)), n, max_chars)
+    results.sort(key=lambda item: item[0])
+    return [doc for _, doc in results]
+
+
+def _tenant_of(document: Document, tenant_key: str) -> str | None:
+    try:
+        return check_tenant(document.metadata.get(tenant_key))
+    except InvalidParameterError:
+        return None
+
+
+def _expanded(
+    documents: list[tuple[int, Document]], lookup: _NeighbourLookup, n: int, max_chars: int | None
+) -> list[tuple[int, Document]]:
+    """(rank, passage) of the ranked hits, windows read through ``lookup`` (see :func:`expand_windows`)."""
     results: list[tuple[int, Document]] = []
     hits_by_source: dict[str, list[_Hit]] = {}
     seen: set[tuple[str, int]] = set()
-    for rank, doc in enumerate(documents):
+    for rank, doc in documents:
         position = _position(doc)
         if position is None or not lookup.holds(position[0], position[1], doc):
             results.append((rank, doc.model_copy(deep=True)))
@@ -112,15 +141,14 @@ def expand_windows(
     for source, hits in hits_by_source.items():
         for run in _passage_runs(hits, lookup, n, max_chars):
             results.append(_passage(run, hits, lookup, source))
-    results.sort(key=lambda item: item[0])
-    return [doc for _, doc in results]
+    return results
 
 
 class _NeighbourLookup:
-    """Chunks of the index by (source, chunk_index), cached for one call."""
+    """Chunks of one view by (source, chunk_index), cached for one call."""
 
-    def __init__(self, index: FusionIndex) -> None:
-        self.view = index.view()
+    def __init__(self, view: StoreView) -> None:
+        self.view = view
         self.cache: dict[tuple[str, int], Document | None] = {}
 
     def get(self, source: str, chunk_index: int) -> Document | None:

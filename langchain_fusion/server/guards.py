@@ -15,7 +15,7 @@ from pydantic import StringConstraints, TypeAdapter, ValidationError
 
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.pipeline import Pipeline, ServeLimits
-from langchain_fusion.search.options import OPTION_CHECKS, FusionOptions, request_annotation
+from langchain_fusion.search.options import OPTION_CHECKS, SERVER_ONLY_OPTIONS, request_annotation
 
 
 def query_type(max_chars: int) -> Any:
@@ -25,7 +25,7 @@ def query_type(max_chars: int) -> Any:
 
 def request_options(pipeline: Pipeline) -> tuple[str, ...]:
     """The search options a request may configure: those the served search takes per call, but ``fetch_k``."""
-    return tuple(name for name in pipeline.per_call_options() if name not in FusionOptions.LOCAL_ONLY)
+    return tuple(name for name in pipeline.per_call_options() if name not in SERVER_ONLY_OPTIONS)
 
 
 class RequestGuard:

@@ -1,0 +1,132 @@
+"""The folder of a tenant-keyed in-process store: one index folder per tenant under a manifest of its own.
+
+::
+
+    manifest.json     format (langchain-fusion-tenant-index) and version, library version, the
+                      tenant key, the shared settings, each tenant's folder, document count and
+                      the sha256 of its manifest, and the index's ``info``
+    tenants/000000/   the first tenant's rows: an index folder of the usual format
+    tenants/000001/   ...
+
+The whole folder is written into a staging folder and put in place at once (see
+:mod:`~langchain_fusion.stores.local.saving`), so a crash never leaves a mix of tenants' states.
+Reading checks each tenant's manifest against its recorded checksum, then each folder as any index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from langchain_fusion._checks import describe_validation
+from langchain_fusion._version import library_version
+from langchain_fusion.errors import IndexFormatError
+from langchain_fusion.stores.analyzer import Analyzer
+from langchain_fusion.stores.local import folder as fmt
+from langchain_fusion.stores.local.checksums import check_checksum, sha256_file
+from langchain_fusion.stores.local.manifest import check_format, now_iso, write_manifest
+from langchain_fusion.stores.local.snapshot_folder import write_snapshot
+from langchain_fusion.stores.settings import StoreSettings
+from langchain_fusion.stores.tenants import TenantSet
+
+if TYPE_CHECKING:
+    from langchain_fusion.stores.local.store import LocalStore
+
+FORMAT_NAME = "langchain-fusion-tenant-index"
+"""The ``format`` of a tenant-keyed folder's manifest."""
+FORMAT_VERSION = 1
+"""The version of that format this library writes and reads."""
+TENANTS_DIR = "tenants"
+"""Where the tenants' folders are."""
+
+
+def writer(
+    tenants: TenantSet, vector_index: str, vector_search_params: str | None, extra: dict[str, Any]
+) -> Callable[[Path], None]:
+    """What writes the tenants' current states (taken now) into a staging folder."""
+    from langchain_fusion.stores.local.store import LocalStore
+
+    snapshots = {
+        tenant: store.snapshot
+        for tenant, store in sorted(tenants.stores.items())
+        if isinstance(store, LocalStore) and store.snapshot.live_count
+    }
+    settings = tenants.settings
+
+    def write(staging: Path) -> None:
+        (staging / TENANTS_DIR).mkdir()
+        listed = []
+        for number, (tenant, snapshot) in enumerate(snapshots.items()):
+            sub = f"{TENANTS_DIR}/{number:06d}"
+            (staging / sub).mkdir()
+            write_snapshot(snapshot, staging / sub, {})
+            listed.append(
+                {
+                    "tenant": tenant,
+                    "folder": sub,
+                    "documents": snapshot.live_count,
+                    "manifest_sha256": sha256_file(staging / sub / fmt.MANIFEST),
+                }
+            )
+        manifest = {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            "library_version": library_version(),
+            "created_at": now_iso(),
+            "tenant_key": tenants.tenant_key,
+            "settings": settings.model_dump(mode="json"),
+            "analyzer_class": f"{type(settings.analyzer).__module__}.{type(settings.analyzer).__qualname__}",
+            "vector_index": {"factory": vector_index, "search_params": vector_search_params},
+            "tenants": listed,
+            **extra,
+        }
+        write_manifest(staging, manifest)
+
+    return write
+
+
+def read(
+    cls: type[LocalStore], folder: Path, manifest: Any, analyzer: Analyzer | None
+) -> tuple[LocalStore, dict[str, Any]]:
+    """The tenant-keyed store saved in ``folder`` (its manifest read already), and the manifest."""
+    manifest = check_format(folder, manifest, FORMAT_NAME, FORMAT_VERSION, "tenant-keyed index")
+    try:
+        settings = StoreSettings.model_validate(manifest["settings"])
+        tenant_key = manifest["tenant_key"]
+        listed = list(manifest["tenants"])
+        vector = manifest["vector_index"]
+        entries = [(str(e["tenant"]), str(e["folder"]), int(e["documents"]), str(e["manifest_sha256"])) for e in listed]
+    except ValidationError as exc:
+        raise IndexFormatError(
+            f"{folder / fmt.MANIFEST}: {describe_validation('settings', exc)}; rebuild the index"
+        ) from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise IndexFormatError(f"{folder / fmt.MANIFEST} is incomplete or invalid ({exc}); rebuild the index") from None
+    if settings.tenant_key != tenant_key or not isinstance(tenant_key, str):
+        raise IndexFormatError(f"{folder / fmt.MANIFEST}: its tenant key and settings disagree; rebuild the index")
+    if analyzer is not None:
+        if analyzer.model_dump() != settings.analyzer.model_dump():
+            raise IndexFormatError(f"{folder} was built with another analyzer configuration than the one given")
+        settings = settings.model_copy(update={"analyzer": analyzer})
+    store = cls(vector_index=vector["factory"], vector_search_params=vector["search_params"], tenant_key=tenant_key)
+    stores: dict[str, LocalStore] = {}
+    for tenant, sub, documents, checksum in entries:
+        if not sub.startswith(f"{TENANTS_DIR}/") or "/" in sub[len(TENANTS_DIR) + 1 :] or tenant in stores:
+            raise IndexFormatError(f"{folder / fmt.MANIFEST} names an unexpected folder {sub!r}; rebuild the index")
+        path = folder / sub
+        fmt.require_file(path / fmt.MANIFEST)
+        check_checksum(path / fmt.MANIFEST, checksum)
+        part, _ = cls.read_unlocked(path, settings.analyzer)
+        found = part.snapshot.live_count
+        if found != documents:
+            raise IndexFormatError(f"{path}: {found} documents found but the manifest says {documents}; rebuild it")
+        own = settings.model_copy(update={"dimension": part.settings.dimension})
+        stores[tenant] = cls.over(replace(part.snapshot, settings=own))
+    assert store.tenant_set is not None
+    store.configure(settings)
+    store.tenant_set.restore(stores)
+    return store, manifest

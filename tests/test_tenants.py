@@ -1,0 +1,338 @@
+"""Tenants: a tenant's results on a shared, tenant-keyed index are exactly those of an index of its documents alone.
+
+A randomized corpus of many tenants (different vocabularies and sizes, the same source names in
+several tenants, copies of one text) is indexed once tenant-keyed and once per tenant; every
+search setting is compared result by result, score by score, after adds, deletes, upserts and a
+reopen. Isolation: nothing of another tenant is ever returned, listed in ``also_in``, explained
+or counted through a tenant's view.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from langchain_core.documents import Document
+
+from langchain_fusion import FusionError, FusionIndex, HierarchicalIndex, InvalidParameterError
+from langchain_fusion import metadata as keys
+from langchain_fusion.errors import UnknownDocumentError
+from langchain_fusion.evaluation.datasets import EvalDataset
+from langchain_fusion.ingest.summaries import leading_text_summaries
+from langchain_fusion.retrievers.windows import ContextWindowRetriever
+from langchain_fusion.stores.local.store import LocalStore
+from tests.helpers.embeddings import HashingEmbeddings
+
+KEY = "tenant"
+SHARED = [f"w{i}" for i in range(40)]
+"""Words every tenant uses (Zipf-weighted): their statistics differ from tenant to tenant."""
+SCORE_KEYS = (
+    keys.FUSION_SCORE,
+    keys.VECTOR_SCORE,
+    keys.VECTOR_SCORE_NORMALIZED,
+    keys.BM25_SCORE,
+    keys.BM25_SCORE_NORMALIZED,
+)
+RANK_KEYS = (keys.VECTOR_RANK, keys.BM25_RANK)
+
+
+def tenant_documents(rng: np.random.Generator, tenant: str, size: int) -> list[Document]:
+    """``size`` chunks of a few sources (names shared across tenants), words of the shared and the tenant's own."""
+    own = [f"{tenant}x{i}" for i in range(int(rng.integers(3, 15)))]
+    vocabulary = SHARED + own
+    weights = 1.0 / np.arange(1, len(vocabulary) + 1) ** float(rng.uniform(0.6, 1.4))
+    weights /= weights.sum()
+    docs = []
+    for i in range(size):
+        source = f"report-{i % 3}.txt"  # every tenant has these names
+        text = " ".join(rng.choice(vocabulary, size=int(rng.integers(3, 25)), p=weights))
+        if i and rng.random() < 0.1:
+            text = docs[int(rng.integers(0, i))].page_content  # a copy of an earlier chunk: duplicates
+        meta = {KEY: tenant, keys.SOURCE: source, keys.CHUNK_INDEX: i // 3, keys.START_INDEX: (i // 3) * 1000}
+        docs.append(Document(id=f"c{i}", page_content=text, metadata={**meta, "bucket": i % 2}))
+    return docs
+
+
+def corpus(seed: int, tenants: int) -> dict[str, list[Document]]:
+    """Tenants of Zipf-spread sizes (1 to ~60 chunks); ids repeat across tenants (they are scoped by tenant)."""
+    rng = np.random.default_rng(seed)
+    sizes = np.maximum(1, (60 / np.arange(1, tenants + 1) ** 0.8).astype(int))
+    rng.shuffle(sizes)
+    return {f"t{t}": tenant_documents(rng, f"t{t}", int(size)) for t, size in enumerate(sizes)}
+
+
+def build(by_tenant: dict[str, list[Document]]) -> tuple[FusionIndex, dict[str, FusionIndex]]:
+    """The tenant-keyed index of every tenant, and one index per tenant."""
+    everything = [doc for docs in by_tenant.values() for doc in docs]
+    shared = FusionIndex.from_documents(everything, HashingEmbeddings(), tenant_key=KEY)
+    own = {tenant: FusionIndex.from_documents(docs, HashingEmbeddings()) for tenant, docs in by_tenant.items()}
+    return shared, own
+
+
+def queries(rng: np.random.Generator, tenant: str) -> list[str]:
+    words = [*SHARED[:10], f"{tenant}x0", f"{tenant}x1", "nothing"]
+    return [" ".join(rng.choice(words, size=int(rng.integers(1, 4)))) for _ in range(2)]
+
+
+def assert_same(got: list[Document], expected: list[Document], where: str) -> None:
+    assert [d.id for d in got] == [d.id for d in expected], where
+    for a, b in zip(got, expected, strict=True):
+        for name in SCORE_KEYS:
+            x, y = a.metadata.get(name), b.metadata.get(name)
+            assert (x is None) == (y is None), (where, name)
+            if x is not None:
+                assert abs(x - y) <= 1e-6, (where, name, x, y)
+        for name in (*RANK_KEYS, keys.ALSO_IN, keys.RELEVANCE, keys.WINDOW_SPAN, keys.HIERARCHICAL_SCORE):
+            x, y = a.metadata.get(name), b.metadata.get(name)
+            if isinstance(x, float) and isinstance(y, float):
+                assert abs(x - y) <= 1e-6, (where, name)
+            else:
+                assert x == y, (where, name)
+        assert a.page_content == b.page_content, where
+
+
+SETTINGS: list[dict[str, Any]] = [
+    {},
+    {"method": "zscore", "alpha": 0.3},
+    {"method": "rrf", "alpha": 0.7},
+    {"alpha": 0.0},
+    {"alpha": 1.0},
+    {"fetch_k": None},
+    {"fetch_k": 3, "k": 5},
+    {"min_bm25_score": 1.0},
+    {"min_vector_score": 0.3},
+    {"lambda_mult": 0.5},
+    {"max_per_source": 1},
+    {"duplicates": "keep"},
+    {"duplicates": "near", "near_duplicate_similarity": 0.9},
+    {"filter": {keys.SOURCE: "report-1.txt"}},
+    {"filter": {"bucket": 0}, "method": "rrf", "fetch_k": None},
+]
+
+
+def compare(shared: FusionIndex, own: dict[str, FusionIndex], seed: int, every: int = 1) -> None:
+    """Every setting on every ``every``-th tenant (offset by setting) gives the same results on both."""
+    rng = np.random.default_rng(seed)
+    tenants = sorted(own)
+    for number, options in enumerate(SETTINGS):
+        for tenant in tenants[number % every :: every]:
+            for query in queries(rng, tenant):
+                got = shared.as_retriever(tenant=tenant, **options).invoke(query)
+                expected = own[tenant].as_retriever(**options).invoke(query)
+                assert_same(got, expected, f"{tenant} {query!r} {options}")
+
+
+@pytest.fixture(scope="module")
+def many() -> tuple[dict[str, list[Document]], FusionIndex, dict[str, FusionIndex]]:
+    by_tenant = corpus(7, 240)
+    shared, own = build(by_tenant)
+    return by_tenant, shared, own
+
+
+class TestSameResultsAsOwnIndex:
+    def test_every_setting(self, many: Any) -> None:
+        _, shared, own = many
+        compare(shared, own, seed=1, every=5)
+
+    def test_batches_and_async_are_the_same(self, many: Any) -> None:
+        _, shared, own = many
+        for tenant in sorted(own)[:20]:
+            asked = ["w0 w1", f"{tenant}x0", "w3"]
+            got = shared.as_retriever(tenant=tenant, k=3).batch(asked)
+            expected = own[tenant].as_retriever(k=3).batch(asked)
+            for a, b in zip(got, expected, strict=True):
+                assert_same(a, b, tenant)
+
+    async def test_ainvoke(self, many: Any) -> None:
+        _, shared, own = many
+        tenant = sorted(own)[3]
+        got = await shared.as_retriever(tenant=tenant).ainvoke("w2 w5")
+        assert_same(got, own[tenant].as_retriever().invoke("w2 w5"), tenant)
+
+    def test_per_call_tenant(self, many: Any) -> None:
+        _, shared, own = many
+        retriever = shared.as_retriever(k=3)
+        for tenant in sorted(own)[:10]:
+            assert_same(retriever.invoke("w1", tenant=tenant), own[tenant].as_retriever(k=3).invoke("w1"), tenant)
+
+    def test_after_adds_deletes_upserts_and_a_reopen(self, tmp_path: Path) -> None:
+        by_tenant = corpus(11, 120)
+        shared, own = build(by_tenant)
+        rng = np.random.default_rng(3)
+        for step in range(4):
+            for tenant in rng.choice(sorted(by_tenant), size=25, replace=False).tolist():
+                docs = own[tenant].documents
+                gone = [d.id or "" for d in docs[: int(rng.integers(0, max(1, len(docs) // 3)))]]
+                shared.delete(gone, tenant=tenant)
+                own[tenant].delete(gone)
+                added = tenant_documents(rng, tenant, int(rng.integers(1, 6)))
+                added = [d.model_copy(update={"id": f"s{step}-{d.id}"}) for d in added]
+                changed = [d.model_copy(update={"page_content": d.page_content + " w39"}) for d in docs[-2:]]
+                shared.add_documents([*added, *changed])
+                own[tenant].add_documents([*added, *changed])
+            compare(shared, own, seed=step, every=7)
+        reopened = FusionIndex.load(shared.save(tmp_path / "shared"), HashingEmbeddings())
+        assert reopened.tenant_key == KEY and reopened.tenants() == shared.tenants()
+        compare(reopened, own, seed=9, every=7)
+
+    def test_calibrated_relevance(self) -> None:
+        by_tenant = corpus(13, 30)
+        shared, own = build(by_tenant)
+        tenant = max(own, key=lambda t: len(own[t]))
+        asked = {f"q{i}": q for i, q in enumerate(["w0", "w1 w2", "w3", "w4 w0", "w5", "w6 w1", "w2", f"{tenant}x0"])}
+        qrels = {q: {d.id or "": 1 for d in own[tenant].as_retriever(k=2).invoke(text)} for q, text in asked.items()}
+        labels = EvalDataset(name="labels", queries=asked, qrels=qrels)
+        fitted = shared.calibrate(labels, tenant=tenant)  # calibrated on that tenant's results alone
+        assert fitted == own[tenant].calibrate(labels)
+        for floor in (None, 0.3):
+            got = shared.as_retriever(tenant=tenant, min_relevance=floor).invoke("w0 w2")
+            assert_same(got, own[tenant].as_retriever(min_relevance=floor).invoke("w0 w2"), tenant)
+            assert all(keys.RELEVANCE in d.metadata for d in got)
+
+    def test_context_windows(self, many: Any) -> None:
+        _, shared, own = many
+        for tenant in sorted(own)[:15]:
+            got = ContextWindowRetriever(retriever=shared.as_retriever(tenant=tenant, k=3), n=1).invoke("w0 w4")
+            expected = ContextWindowRetriever(retriever=own[tenant].as_retriever(k=3), n=1).invoke("w0 w4")
+            assert_same(got, expected, tenant)
+
+    def test_hierarchical_search(self, many: Any) -> None:
+        _, shared, own = many
+        chosen = sorted(own)[:12]
+        summaries = [
+            s.model_copy(update={"metadata": {**s.metadata, KEY: t}})
+            for t in chosen
+            for s in leading_text_summaries(list(shared.view(t).iter_documents()), chars=80)
+        ]
+        shared_h = HierarchicalIndex.from_summaries(shared, summaries)
+        assert shared_h.summaries.tenant_key == KEY
+        for tenant in chosen:
+            own_h = HierarchicalIndex.from_summaries(
+                own[tenant], leading_text_summaries(own[tenant].documents, chars=80)
+            )
+            for options in ({}, {"k_summaries": 1, "alpha": 0.2}, {"duplicates": "keep", "fetch_k": None}):
+                got = shared_h.as_retriever(tenant=tenant, k=5, **options).invoke("w1 w3")
+                expected = own_h.as_retriever(k=5, **options).invoke("w1 w3")
+                assert_same(got, expected, f"{tenant} {options}")
+
+
+class TestIsolation:
+    def test_nothing_of_another_tenant_shows(self, many: Any) -> None:
+        by_tenant, shared, _ = many
+        rng = np.random.default_rng(5)
+        for tenant in rng.choice(sorted(by_tenant), size=40, replace=False).tolist():
+            mine = {d.id for d in by_tenant[tenant]}
+            texts = {d.page_content for d in by_tenant[tenant]}
+            retriever = shared.as_retriever(tenant=tenant, k=20, duplicates="exact", fetch_k=None)
+            for query in ["w0", "w1 w2 w3", f"{tenant}x0", "t0x0 t1x1 t2x2"]:
+                for doc in retriever.invoke(query):
+                    assert doc.metadata[KEY] == tenant and doc.id in mine and doc.page_content in texts
+                    for copy in doc.metadata.get(keys.ALSO_IN, []):
+                        assert copy["id"] in mine
+            assert len(shared.view(tenant)) == len(by_tenant[tenant])
+            assert {d.id for d in shared.get_by_ids([*sorted(mine), "nope"], tenant=tenant)} == mine
+
+    def test_explain_of_another_tenants_id_is_unknown(self, many: Any) -> None:
+        by_tenant, shared, _ = many
+        ordered = sorted(by_tenant, key=lambda t: len(by_tenant[t]))
+        a, b = ordered[0], ordered[-1]  # b holds ids a does not
+        only_b = sorted({d.id or "" for d in by_tenant[b]} - {d.id for d in by_tenant[a]})
+        assert only_b
+        with pytest.raises(UnknownDocumentError) as other:
+            shared.explain("w0", only_b[0], tenant=a)
+        with pytest.raises(UnknownDocumentError) as unknown:
+            shared.explain("w0", "no-such-id", tenant=a)
+        assert str(other.value).replace(only_b[0], "X") == str(unknown.value).replace("no-such-id", "X")
+        assert shared.explain("w0", by_tenant[a][0].id or "", tenant=a).verdict in {
+            "returned",
+            "below_k",
+            "outside_pool",
+            "duplicate",
+        }
+
+    def test_a_search_without_a_tenant_is_refused(self, many: Any) -> None:
+        _, shared, _ = many
+        for call in (
+            lambda: shared.as_retriever().invoke("w0"),
+            lambda: shared.as_retriever().batch(["w0", "w1"]),
+            lambda: shared.similarity_search("w0"),
+            lambda: shared.max_marginal_relevance_search("w0"),
+            lambda: shared.explain("w0", "c0"),
+        ):
+            with pytest.raises(FusionError, match="every search names its tenant"):
+                call()
+
+    def test_a_tenant_on_an_index_that_is_not_keyed_is_refused(self) -> None:
+        plain = FusionIndex.from_texts(["alpha beta"], HashingEmbeddings())
+        with pytest.raises(InvalidParameterError, match="not tenant-keyed"):
+            plain.as_retriever(tenant="t0").invoke("alpha")
+
+    def test_deletes_and_ids_are_scoped_by_tenant(self) -> None:
+        by_tenant = corpus(3, 4)
+        shared, _ = build(by_tenant)
+        a, b = sorted(by_tenant)[:2]
+        shared_id = sorted({d.id for d in by_tenant[a]} & {d.id for d in by_tenant[b]})[0]
+        assert shared_id is not None
+        assert shared.remove([shared_id], tenant=a) == 1
+        assert shared.get_by_ids([shared_id], tenant=b) and not shared.get_by_ids([shared_id], tenant=a)
+        with pytest.raises(UnknownDocumentError):
+            shared.remove([shared_id], tenant=a)
+
+
+class TestTheKey:
+    def test_a_document_without_a_tenant_refuses_its_batch(self) -> None:
+        index = FusionIndex(HashingEmbeddings(), tenant_key=KEY)
+        docs = [
+            Document(page_content="alpha", metadata={KEY: "a"}),
+            Document(page_content="beta", metadata={}),
+        ]
+        with pytest.raises(InvalidParameterError, match=r"document 1 of this batch .* has no tenant") as caught:
+            index.add_documents(docs)
+        assert "\n" not in str(caught.value) and len(index) == 0
+
+    @pytest.mark.parametrize("value", ["", "  ", None, 1.5, True, ["a"]])
+    def test_what_a_tenant_can_be(self, value: Any) -> None:
+        index = FusionIndex(HashingEmbeddings(), tenant_key=KEY)
+        with pytest.raises(InvalidParameterError, match="has no tenant"):
+            index.add_documents([Document(page_content="alpha", metadata={KEY: value})])
+
+    def test_integer_tenants_read_as_their_string(self) -> None:
+        index = FusionIndex(HashingEmbeddings(), tenant_key=KEY)
+        index.add_documents([Document(page_content="alpha beta", metadata={KEY: 42})])
+        assert index.tenants() == ["42"]
+        assert [d.page_content for d in index.as_retriever(tenant=42).invoke("alpha")] == ["alpha beta"]
+
+    @pytest.mark.parametrize("value", ["", " tenant", 5])
+    def test_a_bad_tenant_key(self, value: Any) -> None:
+        with pytest.raises(InvalidParameterError, match="tenant_key must be the metadata key"):
+            FusionIndex(HashingEmbeddings(), tenant_key=value)
+
+    def test_the_key_is_kept_with_the_store(self, tmp_path: Path) -> None:
+        store = LocalStore(tenant_key=KEY)
+        index = FusionIndex(HashingEmbeddings(), store=store)
+        assert index.tenant_key == KEY
+        with pytest.raises(InvalidParameterError, match="keeps the tenant key it was made with"):
+            FusionIndex(HashingEmbeddings(), store=store, tenant_key="customer")
+        index.add_documents([Document(page_content="alpha", metadata={KEY: "a"})])
+        assert FusionIndex.load(index.save(tmp_path / "idx"), HashingEmbeddings()).tenant_key == KEY
+
+    def test_a_write_across_tenants_is_all_or_nothing(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        index = FusionIndex.from_documents(
+            [Document(page_content="alpha", metadata={KEY: "a"}, id="1")], HashingEmbeddings(), tenant_key=KEY
+        )
+        calls = itertools.count()
+        real = LocalStore.staged_upsert
+
+        def fail_second(self: LocalStore, *args: Any) -> Any:
+            if next(calls) == 1:
+                raise MemoryError
+            return real(self, *args)
+
+        monkeypatch.setattr(LocalStore, "staged_upsert", fail_second)
+        batch = [Document(page_content=f"beta {t}", metadata={KEY: t}, id="2") for t in ("a", "b")]
+        with pytest.raises(MemoryError):
+            index.add_documents(batch)
+        assert index.tenants() == ["a"] and len(index) == 1
