@@ -477,7 +477,7 @@ class TestHelp:
         "index": ("PATH", "--out", "-o", "--embeddings", "--chunk-size", "--chunk-overlap", "--vector-index",
                   "--vector-search-params", "--json", "--quiet", "-q", "--contextual", "--summaries", "--llm",
                   "--llm-cache", "--llm-concurrency", "--llm-timeout", "--keep-missing", "--max-file-chars",
-                  "--max-chunk-tokens", "--language", "--store-timeout"),
+                  "--max-chunk-tokens", "--language", "--store-timeout", "--tenant-key", "--tenant"),
         "query": ("INDEX", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
                   "--window", "--max-chars", "--rerank", "--top-n", "--llm", "--llm-timeout", "--hierarchical",
                   "--k-summaries", "--summary-weight", "--multi-query", "--min-vector-score", "--min-bm25-score",

@@ -336,3 +336,164 @@ class TestTheKey:
         with pytest.raises(MemoryError):
             index.add_documents(batch)
         assert index.tenants() == ["a"] and len(index) == 1
+
+
+# --- the faces: the server binds the tenant from trusted context, MCP from its command line --------------------
+
+
+def _served_index() -> tuple[FusionIndex, dict[str, list[Document]]]:
+    by_tenant = corpus(21, 30)
+    index, _ = build(by_tenant)
+    return index, by_tenant
+
+
+@pytest.fixture(scope="module")
+def served() -> Any:
+    """A LangServe app over a tenant-keyed index, each request's tenant named by its proxy's X-Tenant header."""
+    from fastapi.testclient import TestClient
+
+    from langchain_fusion.server import create_app
+    from tests.helpers.paths import LOOPBACK_URL
+
+    index, by_tenant = _served_index()
+    with TestClient(create_app(index, tenant_header="X-Tenant"), base_url=LOOPBACK_URL) as client:
+        yield client, by_tenant
+
+
+class TestServer:
+    def test_each_request_searches_the_tenant_its_header_names(self, served: Any) -> None:
+        client, by_tenant = served
+        rng = np.random.default_rng(2)
+        for tenant in rng.choice(sorted(by_tenant), size=12, replace=False).tolist():
+            mine = {d.id for d in by_tenant[tenant]}
+            for path, body in (
+                ("/retriever/invoke", {"input": "w0 w1", "config": {"configurable": {"k": 8}}}),
+                ("/retriever/batch", {"inputs": ["w2", f"{tenant}x0"]}),
+            ):
+                response = client.post(path, json=body, headers={"X-Tenant": tenant})
+                assert response.status_code == 200, response.text
+                output = response.json()["output"]
+                lists = output if path.endswith("batch") else [output]
+                for docs in lists:
+                    for doc in docs:
+                        assert doc["metadata"][KEY] == tenant and doc["id"] in mine
+                        assert {c["id"] for c in doc["metadata"].get(keys.ALSO_IN, [])} <= mine
+
+    def test_a_request_without_the_header_is_refused(self, served: Any) -> None:
+        client, _ = served
+        for path, body in (("/retriever/invoke", {"input": "w0"}), ("/retriever/batch", {"inputs": ["w0"]})):
+            response = client.post(path, json=body)
+            assert response.status_code == 401 and "X-Tenant" in response.text.replace("x-tenant", "X-Tenant")
+
+    @pytest.mark.parametrize("configurable", [{"tenant": "t0"}, {"langchain_fusion_tenant": "t0"}])
+    def test_a_tenant_in_the_body_is_refused(self, served: Any, configurable: dict[str, Any]) -> None:
+        client, _ = served
+        body = {"input": "w0", "config": {"configurable": configurable}}
+        response = client.post("/retriever/invoke", json=body, headers={"X-Tenant": "t1"})
+        assert response.status_code == 422 and "unknown configurable field" in response.text
+
+    def test_the_schemas_do_not_offer_a_tenant(self, served: Any) -> None:
+        client, _ = served
+        schema = client.get("/retriever/config_schema").json()
+        assert "tenant" not in json_text(schema)
+
+    def test_health_names_and_counts_no_tenant(self, served: Any) -> None:
+        client, by_tenant = served
+        health = client.get("/health").json()
+        text = json_text(health)
+        assert health["index"]["documents"] is None and health["index"]["tenant_key"] == KEY
+        assert not any(f'"{tenant}"' in text for tenant in by_tenant)
+
+    def test_one_tenant_per_server(self) -> None:
+        from fastapi.testclient import TestClient
+
+        from langchain_fusion.server import create_app
+        from tests.helpers.paths import LOOPBACK_URL
+
+        index, by_tenant = _served_index()
+        tenant = sorted(by_tenant)[1]
+        with TestClient(create_app(index, tenant=tenant), base_url=LOOPBACK_URL) as client:
+            docs = client.post("/retriever/invoke", json={"input": "w0 w1"}).json()["output"]
+            assert docs and all(doc["metadata"][KEY] == tenant for doc in docs)
+            assert client.get("/health").json()["index"]["documents"] == len(by_tenant[tenant])
+
+    def test_tenancy_is_checked_when_the_app_is_made(self) -> None:
+        from langchain_fusion.server import create_app
+
+        index, _ = _served_index()
+        with pytest.raises(InvalidParameterError, match="serve one tenant"):
+            create_app(index)
+        with pytest.raises(InvalidParameterError, match="not both"):
+            create_app(index, tenant="t0", tenant_header="X-Tenant")
+        plain = FusionIndex.from_texts(["alpha"], HashingEmbeddings())
+        with pytest.raises(InvalidParameterError, match="applies to a tenant-keyed index"):
+            create_app(plain, tenant_header="X-Tenant")
+
+
+def json_text(value: Any) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True)
+
+
+class TestMcp:
+    async def test_the_tool_searches_the_servers_tenant_and_offers_no_tenant(self) -> None:
+        from langchain_fusion.mcp import build_mcp_server
+        from tests.helpers.mcp import call_search, connected, results_of, text_of
+
+        index, by_tenant = _served_index()
+        tenant = sorted(by_tenant)[2]
+        server = build_mcp_server(index, tenant=tenant)
+        async with connected(server) as session:
+            tools = await session.list_tools()
+            assert "tenant" not in json_text(tools.tools[0].inputSchema)
+            found = results_of(await call_search(session, query="w0 w1", k=10))
+            mine = {d.id for d in by_tenant[tenant]}
+            assert found.results and all(hit.id in mine for hit in found.results)
+            refused = await call_search(session, query="w0", tenant=sorted(by_tenant)[0])
+            assert refused.isError and "tenant" in text_of(refused)
+
+
+class TestIndexingPerTenant:
+    def test_each_run_indexes_one_tenants_files(self, tmp_path: Path) -> None:
+        from langchain_fusion import IndexSpec, build_index
+
+        folders = {}
+        for tenant, words in (("acme", "battery cabinet flood"), ("beta", "widget fan battery")):
+            folder = folders[tenant] = tmp_path / tenant
+            folder.mkdir()
+            for i in range(3):
+                (folder / f"report-{i}.txt").write_text(f"{words} note {i}. " * 20, encoding="utf-8")
+        out = tmp_path / "idx"
+
+        def run(tenant: str, **options: Any) -> Any:
+            spec = IndexSpec(
+                location=str(out),
+                paths=(str(folders[tenant]),),
+                embeddings=HashingEmbeddings(),
+                tenant=tenant,
+                **options,
+            )
+            return build_index(spec)
+
+        first = run("acme", tenant_key=KEY, chunk_size=200, chunk_overlap=20)
+        second = run("beta", chunk_size=200, chunk_overlap=20)
+        assert (first.files, second.files) == (3, 3) and len(second.sync.files_added) == 3
+        again = run("acme", chunk_size=200, chunk_overlap=20)
+        assert len(again.sync.files_unchanged) == 3 and again.sync.chunks_embedded == 0
+        (folders["beta"] / "report-0.txt").unlink()
+        removed = run("beta", chunk_size=200, chunk_overlap=20)
+        assert len(removed.sync.files_removed) == 1
+        index = FusionIndex.load(out, HashingEmbeddings())
+        assert index.tenants() == ["acme", "beta"]
+        sources = {
+            t: {Path(str(d.metadata[keys.SOURCE])).name for d in index.view(t).iter_documents()}
+            for t in ("acme", "beta")
+        }
+        assert sources == {
+            "acme": {"report-0.txt", "report-1.txt", "report-2.txt"},
+            "beta": {"report-1.txt", "report-2.txt"},
+        }
+        assert set(index.saved_info["files"]["by_tenant"]) == {"acme", "beta"}
+        with pytest.raises(InvalidParameterError, match="name the tenant"):
+            build_index(IndexSpec(location=str(out), paths=(str(folders["acme"]),), embeddings=HashingEmbeddings()))

@@ -53,7 +53,9 @@ def add_serve_parser(commands: Any) -> None:
         "OPENAI_API_KEY), or any 'PROVIDER:MODEL' that LangChain's init_chat_model knows. Default: "
         f"openai:{OPENAI_DEFAULT_CHAT_MODEL} when OPENAI_API_KEY is set; otherwise only /retriever is served",
     )
-    add_limit_flags(serve, ("host", "port", "max_k", "max_query_chars", "max_batch_size", "allowed_hosts"))
+    add_limit_flags(
+        serve, ("host", "port", "max_k", "max_query_chars", "max_batch_size", "allowed_hosts", "tenant_header")
+    )
     serve.add_argument(
         "--log-level", choices=LOG_LEVELS, default="info", help="uvicorn's log level (default: %(default)s)"
     )

@@ -44,6 +44,7 @@ from langchain_fusion.progress import ProgressCallback
 from langchain_fusion.stores.base import IdsBySource
 from langchain_fusion.stores.local.checksums import sha256_file
 from langchain_fusion.stores.local.manifest import saved_index_reason
+from langchain_fusion.stores.tenants import scoped
 
 SYNC_INFO_KEY = "files"
 """The key of the file record in a saved index's ``info``."""
@@ -120,6 +121,7 @@ def sync_files(
     batch_size: int | None = None,
     max_file_chars: int = DEFAULT_MAX_FILE_CHARS,
     keep: Keep | None = None,
+    tenant: str | None = None,
 ) -> SyncReport:
     """Bring ``index`` in line with the files under ``paths``; ``record`` is updated in place.
 
@@ -132,11 +134,15 @@ def sync_files(
     skipped (reported). ``keep`` is given each entry of the record as it changes (see :data:`Keep`):
     a store that writes as it goes keeps the record beside the rows it has. A ``KeyboardInterrupt``
     stops the run after the current file's all-or-nothing update, with ``report.interrupted`` set.
+
+    ``tenant`` (a tenant-keyed index): the files are that tenant's; its chunks get
+    ``metadata[tenant_key] = tenant``, and only its chunks are compared, replaced and removed
+    (``record`` is then that tenant's record).
     """
     chunking = {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap}
     if max_chunk_tokens is not None:  # recorded only when set, so older records still match the default
         chunking["max_tokens"] = check_positive_int(max_chunk_tokens, "max_chunk_tokens")
-    run = _Sync(index, record, chunking, transform, on_skip, before_embedding, progress, batch_size)
+    run = _Sync(index, record, chunking, transform, on_skip, before_embedding, progress, batch_size, tenant)
     run.keep = keep
     if keep is not None and record.get("chunking") is None:
         # A record that had none is new: its files are chunked this way (a changed chunking is kept at the
@@ -182,8 +188,9 @@ class _Sync:
         before_embedding: Callable[[], None] | None,
         progress: ProgressCallback | None,
         batch_size: int | None,
+        tenant: str | None,
     ) -> None:
-        self.index, self.report = index, SyncReport()
+        self.index, self.report, self.tenant = index, SyncReport(), tenant
         self.chunking = chunking
         self.count_tokens = chunk_token_counter(index.embeddings) if "max_tokens" in chunking else None
         self.transform, self.on_skip, self.before_embedding = transform, on_skip, before_embedding
@@ -191,7 +198,7 @@ class _Sync:
         self.rechunk = record.get("chunking") not in (None, chunking)
         record["chunking"] = chunking
         self.files: dict[str, Any] = record.setdefault("by_path", {})
-        self.indexed = _chunk_ids_by_source(index)
+        self.indexed = _chunk_ids_by_source(index, tenant)
         self.embedding_started = False
         self.max_file_chars = DEFAULT_MAX_FILE_CHARS
         """Files yielding more characters are skipped."""
@@ -229,6 +236,9 @@ class _Sync:
                 self.before_embedding()
         if self.transform is not None and chunks:
             chunks = self.transform(chunks, loaded.documents)
+        if self.tenant is not None and self.index.tenant_key is not None:
+            key, tenant = self.index.tenant_key, self.tenant
+            chunks = [chunk.model_copy(update={"metadata": {**chunk.metadata, key: tenant}}) for chunk in chunks]
         self.report.pages += sum(1 for doc in loaded.documents if keys.PAGE in doc.metadata)
         old = self.indexed.get(source, set())
         if chunks:
@@ -236,16 +246,22 @@ class _Sync:
             self.report.chunks_embedded += len(chunks)
         stale = sorted(old - {chunk.id or "" for chunk in chunks})
         if stale:
-            self.report.chunks_removed += self.index.store.delete(stale)
+            self.report.chunks_removed += self._delete(stale)
         self.files[source] = {"sha256": sha, "chunks": len(chunks)}
         if self.keep is not None:
             self.keep(("by_path", source), self.files[source])
         (self.report.files_updated if source in self.indexed else self.report.files_added).append(source)
         self.indexed[source] = {chunk.id or "" for chunk in chunks}
 
+    def _delete(self, ids: list[str]) -> int:
+        """Delete these chunks (the tenant's, on a tenant-keyed index); how many went."""
+        if self.tenant is None:
+            return self.index.store.delete(ids)
+        return scoped(self.index.store, self.tenant).delete_in(self.tenant, ids)
+
     def remove(self, source: str) -> None:
         """Delete the chunks of a file that is gone."""
-        self.report.chunks_removed += self.index.store.delete(sorted(self.indexed.pop(source)))
+        self.report.chunks_removed += self._delete(sorted(self.indexed.pop(source)))
         self.files.pop(source, None)
         if self.keep is not None:
             self.keep(("by_path", source), None)
@@ -258,8 +274,8 @@ def _load_quietly(path: Path, max_chars: int) -> LoadResult:
         return load_files([path], max_chars=max_chars)
 
 
-def _chunk_ids_by_source(index: FusionIndex) -> dict[str, set[str]]:
-    view = index.view()
+def _chunk_ids_by_source(index: FusionIndex, tenant: str | None) -> dict[str, set[str]]:
+    view = index.view(tenant)
     if isinstance(view, IdsBySource):  # a remote store reads ids and sources only
         return view.ids_by_source()
     table: dict[str, set[str]] = {}

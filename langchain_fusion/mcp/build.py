@@ -127,6 +127,9 @@ def server_for(
     concurrent calls, each on a worker thread, are the server's parallelism.
     """
     one_blas_thread()
+    if limits.tenant_header is not None:
+        raise InvalidParameterError("an MCP server serves one tenant (tenant=..., mcp --tenant T), not a tenant header")
+    pipeline.check_tenancy(limits)
     accepted = ("query", *(n for n in pipeline.per_call_options() if n not in SERVER_ONLY_OPTIONS))
     described = pipeline.describe()
     index_info = {name: value for name, value in described["index"].items() if name != "manifest"}

@@ -159,6 +159,7 @@ def app_for(pipeline: Pipeline, limits: ServeLimits, title: str = "langchain-fus
     concurrent requests, each on a worker thread, are the server's parallelism.
     """
     one_blas_thread()
+    pipeline.check_tenancy(limits)
     query = query_type(limits.max_query_chars)
     retriever = _configurable_retriever(pipeline, limits)
     guard = RequestGuard(limits, pipeline)
