@@ -22,6 +22,7 @@ from langchain_core.documents import Document
 from langchain_fusion import Analyzer, BM25Params, FusionIndex, InvalidParameterError
 from langchain_fusion import metadata as keys
 from langchain_fusion.stores.base import FusionStore, Where
+from langchain_fusion.stores.local.store import LocalStore
 from tests.helpers.embeddings import HashingEmbeddings
 
 ALPHAS = [0.0, 0.3, 0.5, 0.8, 1.0]
@@ -327,6 +328,29 @@ class StoreContract:
                 row = by_id[doc.id]
                 assert doc.metadata[keys.VECTOR_SCORE] == pytest.approx(cosine[row], abs=1e-5)
                 assert doc.metadata[keys.BM25_SCORE] == pytest.approx(bm25[row], abs=1e-4)
+
+    def test_ties_at_the_edge_of_a_sides_pool_do_not_move_the_scores(self) -> None:
+        """Rows tied at a side's fetch_k-th score all enter the pool, so no engine's tie order changes a score.
+
+        Many short chunks share their BM25 score; the store's index and an in-process one built in
+        the reverse order (another tie order) give every returned document the same fused score.
+        """
+        words = self.language.vocabulary
+        sep = self.language.separator
+        docs = [
+            Document(id=f"tie{i}", page_content=sep.join([words[i % 3], words[3 + i % 7], f"only{i}"]))
+            for i in range(40)
+        ]
+        index = self.new_index(docs)
+        other = FusionIndex(HashingEmbeddings(), store=LocalStore(Analyzer(), self.params))
+        other.add_documents(list(reversed(docs)))
+        for query in (words[0], sep.join([words[1], words[4]]), sep.join([words[2], words[5], words[8]])):
+            for fetch_k in (2, 5, 9):
+                got = dict(results(index, query, k=30, fetch_k=fetch_k))
+                expected = dict(results(other, query, k=30, fetch_k=fetch_k))
+                assert set(got) == set(expected), (query, fetch_k)
+                for doc_id, score in got.items():
+                    assert abs(score - expected[doc_id]) <= 1e-6, (query, fetch_k, doc_id)
 
     def test_provenance_on_every_result(self) -> None:
         index = self.new_index(self.corpus(3, 40))
