@@ -194,15 +194,11 @@ def _z(x: np.ndarray) -> np.ndarray:
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:
-    order = np.argsort(-x, kind="stable")
-    out = np.empty(x.size)
-    out[order] = np.arange(1, x.size + 1)
+    """1 + the number of scores above (tied scores share a rank); BM25 ranks count matching rows only."""
     valid = x > 0
-    # BM25 ranks count matching rows only, in score order (ties by position), as the library does.
-    matched_order = order[valid[order]]
-    out_b = np.zeros(x.size)
-    out_b[matched_order] = np.arange(1, matched_order.size + 1)
-    return np.where(valid, out_b, out) if (~valid).any() else out
+    above = np.array([np.count_nonzero(x > v) for v in x], dtype=np.float64)
+    above_matched = np.array([np.count_nonzero(x[valid] > v) for v in x], dtype=np.float64)
+    return 1 + (np.where(valid, above_matched, above) if (~valid).any() else above)
 
 
 def results(index: FusionIndex, query: str, **options: Any) -> list[tuple[str, float]]:

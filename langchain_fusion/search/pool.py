@@ -336,7 +336,10 @@ def tied_top(scorer: SideScorer, k: int | None, where: Where | None) -> tuple[Ke
     """
     if k is None:
         return scorer.top(None, where)
-    keys, scores = scorer.top(k + 1, where)
+    try:
+        keys, scores = scorer.top(k + 1, where)
+    except InvalidParameterError:  # k fills the engine's window for one search: no row past it can be read
+        return scorer.top(k, where)
     while keys.size > k and scores[-1] == scores[k - 1]:  # the last row read still ties: read deeper
         depth = 2 * keys.size
         try:

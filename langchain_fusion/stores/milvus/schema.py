@@ -139,6 +139,8 @@ class CollectionRecord:
     """The langchain-fusion version that created the collection (None: before 0.3)."""
     format: int = FORMAT_VERSION
     """The collection's layout (:data:`FORMAT_VERSION` when this library made it)."""
+    tenant: str | None = None
+    """The tenant whose rows the collection holds, in a tenant-keyed store (None: one corpus)."""
 
     @property
     def requested(self) -> str:
@@ -153,6 +155,7 @@ class CollectionRecord:
                 "vector_index": dict(self.dense),
                 "library": self.library,
                 "format": self.format,
+                **({"tenant": self.tenant} if self.tenant is not None else {}),
             }
         )
 
@@ -189,7 +192,14 @@ class CollectionRecord:
                 "or index into a new collection"
             ) from None
         dense = recorded.get("vector_index")
-        return cls(stored, dense if isinstance(dense, dict) else {}, str(library) if library else None, layout)
+        tenant = recorded.get("tenant")
+        return cls(
+            stored,
+            dense if isinstance(dense, dict) else {},
+            str(library) if library else None,
+            layout,
+            tenant if isinstance(tenant, str) else None,
+        )
 
     def check(
         self,
