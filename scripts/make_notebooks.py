@@ -656,18 +656,16 @@ SERVING = [
         "Here the report belongs to one customer and the handbook to another:"
     ),
     new_code_cell(
-        "tenanted = [\n"
-        '    c.model_copy(update={"metadata": {**c.metadata, "tenant": "acme" if c.metadata["source"].endswith(".pdf") '
-        'else "borealis"}})\n'
-        "    for c in chunks\n"
-        "]\n"
+        "def owner(chunk):  # the report is acme's, the handbook borealis's\n"
+        '    return "acme" if chunk.metadata["source"].endswith(".pdf") else "borealis"\n\n\n'
+        'tenanted = [c.model_copy(update={"metadata": {**c.metadata, "tenant": owner(c)}}) for c in chunks]\n'
         'shared = FusionIndex.from_documents(tenanted, embeddings, tenant_key="tenant")\n'
         'print("tenants:", shared.tenants())\n'
         'acme_only = FusionIndex.from_documents([c for c in tenanted if c.metadata["tenant"] == "acme"], embeddings)\n'
         'got = shared.as_retriever(k=4, tenant="acme").invoke(query)\n'
         "expected = acme_only.as_retriever(k=4).invoke(query)\n"
-        'print("acme sees its own index:", [(d.id, d.metadata["fusion_score"]) for d in got] == '
-        '[(d.id, d.metadata["fusion_score"]) for d in expected])\n'
+        'scored = [(d.id, d.metadata["fusion_score"]) for d in got]\n'
+        'print("acme sees its own index:", scored == [(d.id, d.metadata["fusion_score"]) for d in expected])\n'
         "try:\n"
         "    shared.as_retriever().invoke(query)\n"
         "except Exception as exc:\n"
