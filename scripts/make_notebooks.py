@@ -656,7 +656,8 @@ SERVING = [
         "Here the report belongs to one customer and the handbook to another:"
     ),
     new_code_cell(
-        "def owner(chunk):  # the report is acme's, the handbook borealis's\n"
+        "def owner(chunk):\n"
+        '    """The report is acme\'s, the handbook borealis\'s."""\n'
         '    return "acme" if chunk.metadata["source"].endswith(".pdf") else "borealis"\n\n\n'
         'tenanted = [c.model_copy(update={"metadata": {**c.metadata, "tenant": owner(c)}}) for c in chunks]\n'
         'shared = FusionIndex.from_documents(tenanted, embeddings, tenant_key="tenant")\n'
