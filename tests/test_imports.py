@@ -58,6 +58,7 @@ EXPECTED_ALL = [
     "SkippedFileWarning",
     "StoreSettings",
     "StoreView",
+    "TenantIndex",
     "UnknownDocumentError",
     "VectorRetriever",
     "VectorStoreFusionRetriever",

@@ -90,6 +90,10 @@ def lone_surrogate(value: Any, depth: int = 0) -> str | None:
     return None
 
 
-def plain_copy(doc: Document) -> Document:
-    """A deep copy of ``doc`` without any score metadata added (what LangChain's vector-store searches return)."""
-    return Document(id=doc.id, page_content=doc.page_content, metadata=copy.deepcopy(doc.metadata))
+def plain_copy(doc: Document, without: str | None = None) -> Document:
+    """A deep copy of ``doc`` without any score metadata added (what LangChain's vector-store searches return).
+
+    ``without`` names a metadata key the copy leaves out (a tenant index's tenant key).
+    """
+    metadata = {key: value for key, value in doc.metadata.items() if key != without}
+    return Document(id=doc.id, page_content=doc.page_content, metadata=copy.deepcopy(metadata))

@@ -40,7 +40,7 @@ from langchain_fusion.stores.settings import BM25Params
 from langchain_fusion.stores.tenants import SEARCH_NEEDS_TENANT, TenantScoped, check_tenant, check_tenant_key, scoped
 
 if TYPE_CHECKING:
-    pass
+    from langchain_fusion.index.tenant_index import TenantIndex
 
 __all__ = ["DEFAULT_EMBEDDING_BATCH_SIZE", "FusionIndex", "file_chunks"]
 
@@ -255,6 +255,12 @@ class FusionIndex(FusedRetrieval, VectorStoreAPI):
     def tenant_key(self) -> str | None:
         """The metadata key that holds each document's tenant on a tenant-keyed index (None: one corpus)."""
         return self.store.settings.tenant_key
+
+    def for_tenant(self, tenant: str) -> TenantIndex:
+        """One tenant of this tenant-keyed index as a ``VectorStore`` of its own (see :mod:`.tenant_index`)."""
+        from langchain_fusion.index.tenant_index import TenantIndex
+
+        return TenantIndex(self, tenant)
 
     def tenants(self) -> list[str]:
         """The tenants that hold documents, sorted (empty on an index that is not tenant-keyed)."""

@@ -34,6 +34,10 @@ class VectorStoreAPI(VectorStore):
     store: FusionStore
     """Where the rows live."""
 
+    def returned(self, doc: Document) -> Document:
+        """The copy of a stored document the ``VectorStore`` methods return (no score metadata)."""
+        return plain_copy(doc)
+
     @abstractmethod
     def view(self, tenant: str | None = None) -> StoreView:
         """A read view: of ``tenant``'s rows alone when given, else of every row."""
@@ -99,7 +103,7 @@ class VectorStoreAPI(VectorStore):
         """
         view = self.view(check_tenant(tenant))
         found = view.keys_of(list(ids))
-        return [doc.model_copy(deep=True) for doc in view.documents(found[found >= 0])]
+        return [self.returned(doc) for doc in view.documents(found[found >= 0])]
 
     def similarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[Document]:
         """The ``k`` documents most similar to ``query`` on the vector side (copies, no score metadata)."""
@@ -136,7 +140,7 @@ class VectorStoreAPI(VectorStore):
             return []
         where = None if filter is None else Where(metadata=check_filter(filter))
         keys, scores = view.vector(query_vector()).top(k, where)
-        return [(plain_copy(doc), float(s)) for doc, s in zip(view.documents(keys), scores, strict=True)]
+        return [(self.returned(doc), float(s)) for doc, s in zip(view.documents(keys), scores, strict=True)]
 
     def _select_relevance_score_fn(self) -> Callable[[float], float]:
         return cosine_relevance
@@ -187,7 +191,7 @@ class VectorStoreAPI(VectorStore):
             return []
         hits = fused_search(view, query_scorers(view, "", query_vector()), options)
         keys = np.fromiter((hit.key for hit in hits), dtype=np.int64, count=len(hits))
-        return [plain_copy(doc) for doc in view.documents(keys)]
+        return [self.returned(doc) for doc in view.documents(keys)]
 
 
 def cosine_relevance(similarity: float) -> float:

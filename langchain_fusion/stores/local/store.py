@@ -214,7 +214,16 @@ class LocalStore(FusionStore):
     def writer(self, extra: dict[str, Any]) -> Callable[[Path], None]:
         """What writes the current state into a folder (``extra`` in its manifest); the state is taken now."""
         if self._tenants is not None:
-            return tenant_folder.writer(self._tenants, self.vector_index, self.vector_search_params, extra)
+            snapshots = {
+                tenant: store.snapshot
+                for tenant, store in self._tenants.stores.items()
+                if isinstance(store, LocalStore) and store.snapshot.live_count
+            }
+            keyed = self._tenants
+            saved = tenant_folder.TenantFolder(
+                keyed.tenant_key, keyed.settings, self.vector_index, self.vector_search_params, snapshots
+            )
+            return tenant_folder.writer(saved, extra)
         snapshot = self.snapshot  # a consistent state, whatever writers do meanwhile
         return lambda staging: snapshot_folder.write_snapshot(snapshot, staging, extra)
 
@@ -241,7 +250,16 @@ class LocalStore(FusionStore):
         """:meth:`load` without the lock (the caller holds it, or that of an enclosing folder) or recovery."""
         manifest = read_manifest(folder)
         if isinstance(manifest, dict) and manifest.get("format") == tenant_folder.FORMAT_NAME:
-            return tenant_folder.read(cls, folder, manifest, analyzer)
+            saved = tenant_folder.read(folder, manifest, analyzer)
+            store = cls(
+                vector_index=saved.vector_index,
+                vector_search_params=saved.vector_search_params,
+                tenant_key=saved.tenant_key,
+            )
+            assert store.tenant_set is not None
+            store.configure(saved.settings)
+            store.tenant_set.restore({tenant: cls.over(snapshot) for tenant, snapshot in saved.snapshots.items()})
+            return store, manifest
         if isinstance(manifest, dict) and manifest.get("format") == fmt.HIERARCHICAL_FORMAT_NAME:
             raise IndexFormatError(
                 f"{folder} is a hierarchical index (page summaries and chunks): load it with "

@@ -16,9 +16,9 @@ Reading checks each tenant's manifest against its recorded checksum, then each f
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -28,13 +28,10 @@ from langchain_fusion.errors import IndexFormatError
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.local import folder as fmt
 from langchain_fusion.stores.local.checksums import check_checksum, sha256_file
-from langchain_fusion.stores.local.manifest import check_format, now_iso, write_manifest
-from langchain_fusion.stores.local.snapshot_folder import write_snapshot
+from langchain_fusion.stores.local.manifest import check_format, now_iso, read_manifest, write_manifest
+from langchain_fusion.stores.local.snapshot import Snapshot
+from langchain_fusion.stores.local.snapshot_folder import read_folder, write_snapshot
 from langchain_fusion.stores.settings import StoreSettings
-from langchain_fusion.stores.tenants import TenantSet
-
-if TYPE_CHECKING:
-    from langchain_fusion.stores.local.store import LocalStore
 
 FORMAT_NAME = "langchain-fusion-tenant-index"
 """The ``format`` of a tenant-keyed folder's manifest."""
@@ -44,23 +41,29 @@ TENANTS_DIR = "tenants"
 """Where the tenants' folders are."""
 
 
-def writer(
-    tenants: TenantSet, vector_index: str, vector_search_params: str | None, extra: dict[str, Any]
-) -> Callable[[Path], None]:
-    """What writes the tenants' current states (taken now) into a staging folder."""
-    from langchain_fusion.stores.local.store import LocalStore
+@dataclass(frozen=True)
+class TenantFolder:
+    """What a tenant-keyed folder holds: its key, shared settings, vector index and each tenant's snapshot."""
 
-    snapshots = {
-        tenant: store.snapshot
-        for tenant, store in sorted(tenants.stores.items())
-        if isinstance(store, LocalStore) and store.snapshot.live_count
-    }
-    settings = tenants.settings
+    tenant_key: str
+    """The metadata key that holds each document's tenant."""
+    settings: StoreSettings
+    """The settings every tenant shares."""
+    vector_index: str
+    """The FAISS factory string."""
+    vector_search_params: str | None
+    """The FAISS search parameters."""
+    snapshots: dict[str, Snapshot]
+    """Each tenant's rows (tenants without rows are left out)."""
+
+
+def writer(saved: TenantFolder, extra: dict[str, Any]) -> Callable[[Path], None]:
+    """What writes ``saved`` into a staging folder (``extra`` in its manifest)."""
 
     def write(staging: Path) -> None:
         (staging / TENANTS_DIR).mkdir()
         listed = []
-        for number, (tenant, snapshot) in enumerate(snapshots.items()):
+        for number, (tenant, snapshot) in enumerate(sorted(saved.snapshots.items())):
             sub = f"{TENANTS_DIR}/{number:06d}"
             (staging / sub).mkdir()
             write_snapshot(snapshot, staging / sub, {})
@@ -72,15 +75,16 @@ def writer(
                     "manifest_sha256": sha256_file(staging / sub / fmt.MANIFEST),
                 }
             )
+        settings = saved.settings
         manifest = {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
             "library_version": library_version(),
             "created_at": now_iso(),
-            "tenant_key": tenants.tenant_key,
+            "tenant_key": saved.tenant_key,
             "settings": settings.model_dump(mode="json"),
             "analyzer_class": f"{type(settings.analyzer).__module__}.{type(settings.analyzer).__qualname__}",
-            "vector_index": {"factory": vector_index, "search_params": vector_search_params},
+            "vector_index": {"factory": saved.vector_index, "search_params": saved.vector_search_params},
             "tenants": listed,
             **extra,
         }
@@ -89,16 +93,15 @@ def writer(
     return write
 
 
-def read(
-    cls: type[LocalStore], folder: Path, manifest: Any, analyzer: Analyzer | None
-) -> tuple[LocalStore, dict[str, Any]]:
-    """The tenant-keyed store saved in ``folder`` (its manifest read already), and the manifest."""
+def read(folder: Path, manifest: Any, analyzer: Analyzer | None) -> TenantFolder:
+    """What the tenant-keyed folder holds (its manifest read already), every part checked."""
     manifest = check_format(folder, manifest, FORMAT_NAME, FORMAT_VERSION, "tenant-keyed index")
     try:
         settings = StoreSettings.model_validate(manifest["settings"])
         tenant_key = manifest["tenant_key"]
         listed = list(manifest["tenants"])
         vector = manifest["vector_index"]
+        factory, params = str(vector["factory"]), vector["search_params"]
         entries = [(str(e["tenant"]), str(e["folder"]), int(e["documents"]), str(e["manifest_sha256"])) for e in listed]
     except ValidationError as exc:
         raise IndexFormatError(
@@ -112,21 +115,17 @@ def read(
         if analyzer.model_dump() != settings.analyzer.model_dump():
             raise IndexFormatError(f"{folder} was built with another analyzer configuration than the one given")
         settings = settings.model_copy(update={"analyzer": analyzer})
-    store = cls(vector_index=vector["factory"], vector_search_params=vector["search_params"], tenant_key=tenant_key)
-    stores: dict[str, LocalStore] = {}
+    snapshots: dict[str, Snapshot] = {}
     for tenant, sub, documents, checksum in entries:
-        if not sub.startswith(f"{TENANTS_DIR}/") or "/" in sub[len(TENANTS_DIR) + 1 :] or tenant in stores:
+        if not sub.startswith(f"{TENANTS_DIR}/") or "/" in sub[len(TENANTS_DIR) + 1 :] or tenant in snapshots:
             raise IndexFormatError(f"{folder / fmt.MANIFEST} names an unexpected folder {sub!r}; rebuild the index")
         path = folder / sub
         fmt.require_file(path / fmt.MANIFEST)
         check_checksum(path / fmt.MANIFEST, checksum)
-        part, _ = cls.read_unlocked(path, settings.analyzer)
-        found = part.snapshot.live_count
-        if found != documents:
-            raise IndexFormatError(f"{path}: {found} documents found but the manifest says {documents}; rebuild it")
-        own = settings.model_copy(update={"dimension": part.settings.dimension})
-        stores[tenant] = cls.over(replace(part.snapshot, settings=own))
-    assert store.tenant_set is not None
-    store.configure(settings)
-    store.tenant_set.restore(stores)
-    return store, manifest
+        part, _ = read_folder(path, read_manifest(path), settings.analyzer)
+        if part.live_count != documents:
+            raise IndexFormatError(
+                f"{path}: {part.live_count} documents found but the manifest says {documents}; rebuild it"
+            )
+        snapshots[tenant] = replace(part, settings=settings.model_copy(update={"dimension": part.settings.dimension}))
+    return TenantFolder(tenant_key, settings, factory, params if isinstance(params, str) else None, snapshots)
