@@ -570,6 +570,51 @@ class TestMilvusOperations:
         assert len(FusionIndex(HashingEmbeddings(), store=MilvusStore(milvus_uri, name))) == 10
 
 
+class TestCollectionCreation:
+    """New collections are created, indexed and loaded without pymilvus's half-second polls, or not at all."""
+
+    def test_a_new_collection_is_indexed_and_loaded_at_once(self, milvus_uri: str) -> None:
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        store = MilvusStore(milvus_uri, f"c{uuid.uuid4().hex[:12]}")
+        calls: list[str] = []
+        real = store.client
+
+        class Recorded:
+            def __getattr__(self, method: str) -> Any:
+                calls.append(method)
+                return getattr(real, method)
+
+        store.client = Recorded()
+        FusionIndex.from_documents(corpus(3, 5), HashingEmbeddings(), store=store)
+        assert calls.index("create_collection") < calls.index("create_index") < calls.index("load_collection")
+        assert store.call("describe_index", collection_name=store.collection_name, index_name="vector")["state"] == (
+            "Finished"
+        )
+
+    @pytest.mark.parametrize("failing", ["create_index", "load_collection", "failed index"])
+    def test_a_collection_whose_indexes_or_load_fail_is_dropped(self, failing: str) -> None:
+        from langchain_fusion.stores.milvus.schema import create_loaded_collection
+
+        calls: list[str] = []
+
+        def call(method: str, **kwargs: Any) -> Any:
+            calls.append(method)
+            if method == failing:
+                raise FusionError(f"{method} failed")
+            if method == "describe_index":
+                return {
+                    "state": "Failed" if failing == "failed index" else "Finished",
+                    "index_state_fail_reason": "no disk",
+                }
+            return None
+
+        index = [type("Param", (), {"index_name": "", "field_name": "vector"})()]
+        with pytest.raises(FusionError, match=r"failed|no disk"):
+            create_loaded_collection(call, "docs", object(), index, timeout=5)
+        assert calls[0] == "create_collection" and calls[-1] == "drop_collection"
+
+
 class TestMilvusReconnects:
     """A dropped channel is reconnected once; a call is repeated only when repeating it is harmless."""
 

@@ -25,6 +25,7 @@ from langchain_fusion.stores.milvus.schema import (
     CollectionRecord,
     DenseIndex,
     collection_layout,
+    create_loaded_collection,
 )
 from langchain_fusion.stores.milvus.view import MilvusView
 from langchain_fusion.stores.settings import BM25Params, StoreSettings
@@ -274,13 +275,7 @@ class MilvusStore(FusionStore):
         dense = {**self.dense.record(), "requested": self._requested}
         record = CollectionRecord(settings, dense, library_version(), tenant=self.tenant)
         schema, index = collection_layout(self.client, record)
-        self.call(
-            "create_collection",
-            collection_name=self.collection_name,
-            schema=schema,
-            index_params=index,
-            consistency_level="Strong",
-        )
+        create_loaded_collection(self.call, self.collection_name, schema, index, self.timeout)
         self._settings, self._created, self.record = settings, True, record
 
     @property
