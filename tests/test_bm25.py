@@ -22,7 +22,7 @@ from langchain_fusion.stores.local.bm25 import BM25Corpus, QueryWeights
 from langchain_fusion.stores.local.mutations import maintained
 from langchain_fusion.stores.local.store import LocalStore
 from langchain_fusion.stores.local.term_weights import BlockWeights, TermWeights
-from langchain_fusion.stores.local.tokens import query_term_counts
+from langchain_fusion.stores.local.tokens import query_term_counts, text_token_ids
 from langchain_fusion.stores.settings import BM25Params
 from tests.helpers.bm25 import blocks_of, weights_for, zipf_corpus
 
@@ -244,6 +244,28 @@ class TestAnalyzer:
     def test_rejects_unknown_options(self) -> None:
         with pytest.raises(ValueError):
             Analyzer(stemmer="klingon")  # type: ignore[arg-type]
+
+
+class TestTokenIds:
+    """Texts to term ids: the same ids, in the same order, as one ``setdefault`` per token."""
+
+    class Upper(Analyzer):
+        def tokenize(self, text: str) -> list[str]:
+            return text.upper().split()
+
+    @pytest.mark.parametrize("analyzer", [Analyzer(), Analyzer.whitespace(), Upper()], ids=["default", "ws", "custom"])
+    def test_ids_are_assigned_in_order_of_first_appearance(self, analyzer: Analyzer) -> None:
+        texts = ["getLogger reads the running logs", "", "logs, logs and more logs", "Überprüfung 東京都 x1"]
+        vocabulary = {"logs": 0, "unused": 1}
+        expected_vocabulary = dict(vocabulary)
+        expected = [
+            [expected_vocabulary.setdefault(token, len(expected_vocabulary)) for token in analyzer.tokenize(text)]
+            for text in texts
+        ]
+        ids, lengths = text_token_ids(analyzer, texts, vocabulary)
+        assert vocabulary == expected_vocabulary and list(vocabulary) == list(expected_vocabulary)
+        assert lengths.tolist() == [len(row) for row in expected]
+        assert ids.tolist() == [term for row in expected for term in row]
 
 
 class TestBatchTermWeights:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import re
 import unicodedata
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any, ClassVar, Literal, get_args
 
@@ -297,6 +298,11 @@ class Analyzer(BaseModel):
         """The tokens of one unit, remembered: each distinct unit is analysed once per analyzer."""
         tokens: tuple[str, ...] = self._memo[unit]
         return tokens
+
+    @property
+    def unit_lookup(self) -> Callable[[str], tuple[str, ...]]:
+        """:meth:`unit_tokens` as the memo's own lookup, a call in C for a unit seen before (for loops over many)."""
+        return self._memo.__getitem__
 
     def has_custom_tokenize(self) -> bool:
         """True when a subclass overrides :meth:`tokenize` (then it is called for every text)."""
