@@ -20,7 +20,7 @@ FAST_TESTS = not local_model and not notebook and not milvus and not integration
 DEMO_INDEX ?= .demo-index
 DEMO_QUERY ?= Why did the batteries come through the flood without harm?
 
-.PHONY: demo test test-fast lint sample-calibration bench bench-scale bench-quality bench-quick bench-startup bench-updates bench-milvus bench-languages bench-serve clean
+.PHONY: demo test test-fast lint sample-calibration bench bench-scale bench-quality bench-quick bench-startup bench-updates bench-milvus bench-languages bench-serve bench-tenants clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +74,9 @@ bench-languages: $(VENV)/.installed-dev
 
 bench-serve: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/serve_load.py
+
+bench-tenants: $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/tenants.py
 
 bench-startup: $(VENV)/.installed-dev
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/cli_startup.py --runs 3
