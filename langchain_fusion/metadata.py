@@ -43,7 +43,9 @@ RELEVANCE: Final = "relevance"
 scale on every query. Only on results of a calibrated index; never made up."""
 
 FUSION_SCORE: Final = "fusion_score"
-"""The fused score the results are ordered by (its scale depends on ``fusion_method``)."""
+"""The fused score the results are ordered by (its scale depends on ``fusion_method``): ``alpha`` times the
+normalised vector score plus ``1 - alpha`` times the normalised BM25 score (RRF: of their reciprocal-rank terms).
+For a query the embedding model cannot read, the BM25 side has all the weight: it is ``bm25_score_normalized``."""
 
 FUSION_METHOD: Final = "fusion_method"
 """The fusion method that produced ``fusion_score``: weighted, zscore or rrf."""
