@@ -672,7 +672,7 @@ class TestAtomicSave:
             changed.save(folder)
         monkeypatch.undo()
 
-        assert sorted(p.name for p in parent.iterdir()) == [".idx.lock", "idx"]  # only the save lock beside the index
+        assert sorted(p.name for p in parent.iterdir()) == ["idx"]  # nothing beside the index, not even a lock
         assert _snapshot(folder) == before
         old = FusionIndex.load(folder, embeddings)
         assert list(old.documents) == list(animal_index.documents)
@@ -686,7 +686,7 @@ class TestAtomicSave:
         _fail_writing_bm25(monkeypatch)
         with pytest.raises(RuntimeError, match="disk full"):
             animal_index.save(parent / "idx")
-        assert [p.name for p in parent.iterdir()] == [".idx.lock"]  # no index, no staging folder
+        assert [p.name for p in parent.iterdir()] == []  # no index, no staging folder, no lock
 
     def test_unserialisable_metadata_is_refused_when_added(self, tmp_path: Path, embeddings) -> None:
         index = FusionIndex.from_documents([Document(id="d0", page_content="dog")], embeddings)
@@ -707,7 +707,7 @@ class TestAtomicSave:
         folder = animal_index.save(tmp_path / "idx")
         smaller = FusionIndex.from_documents(animal_index.documents[:3], embeddings)
         assert smaller.save(folder) == folder
-        assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.lock", "idx"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
         assert [d.id for d in FusionIndex.load(folder, embeddings).documents] == [
             d.id for d in animal_index.documents[:3]
         ]
@@ -717,7 +717,7 @@ class TestAtomicSave:
         folder.mkdir()
         animal_index.save(folder)
         assert len(FusionIndex.load(folder, embeddings)) == 8
-        assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.lock", "idx"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
 
     def test_refuses_to_overwrite_a_folder_that_is_not_an_index(
         self, animal_index: FusionIndex, tmp_path: Path
@@ -1031,7 +1031,7 @@ class TestHierarchicalPersistence:
         with pytest.raises(RuntimeError, match="disk full"):
             original.save(parent / "new")
         monkeypatch.undo()
-        assert sorted(p.name for p in parent.iterdir()) == [".hier.lock", ".new.lock", "hier"]
+        assert sorted(p.name for p in parent.iterdir()) == ["hier"]
         assert _snapshot(folder) == before
         assert len(HierarchicalIndex.load(folder, embeddings).summaries) == 2
 
