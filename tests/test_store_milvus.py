@@ -571,7 +571,7 @@ class TestMilvusOperations:
 
 
 class TestMilvusReconnects:
-    """A dropped channel is reconnected once; a call is repeated only when repeating it is harmless."""
+    """A dropped channel is reconnected (waiting for a slow restart); a call is repeated only when that is harmless."""
 
     @pytest.fixture
     def lite(self, tmp_path: Path) -> str:
@@ -594,6 +594,98 @@ class TestMilvusReconnects:
         assert any("dropped" in r.getMessage() and "reconnecting" in r.getMessage() for r in caplog.records)
         index.add_texts(["w1 w2 w3 again"], ids=["new"])  # writes go on over the new connection
         assert len(index) == 21
+
+    def test_a_restarted_server_slow_to_come_up_is_waited_for(
+        self, lite: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        # As on a loaded machine: the new server process opens its socket seconds after it is started.
+        from milvus_lite import server as lite_server
+        from milvus_lite.server_manager import server_manager_instance
+
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        index = FusionIndex.from_documents(corpus(9, 20), HashingEmbeddings(), store=MilvusStore(lite, "docs"))
+        expected = [d.id for d in index.as_retriever(k=3).invoke("w1 w2")]
+        server_manager_instance.release_server(lite)
+        real = lite_server.Server.args
+        slow = ["sh", "-c", 'sleep 2; exec "$0" "$@"']
+        monkeypatch.setattr(lite_server.Server, "args", property(lambda server: [*slow, *map(str, real.fget(server))]))
+        with caplog.at_level("INFO", logger="langchain_fusion.stores.milvus"):
+            assert [d.id for d in index.as_retriever(k=3).invoke("w1 w2")] == expected
+        assert any("reconnected" in r.getMessage() for r in caplog.records)
+
+    def test_reconnects_back_off_until_the_calls_timeout(self, lite: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        from pymilvus.exceptions import MilvusException
+
+        from langchain_fusion.stores.milvus import MilvusStore
+        from langchain_fusion.stores.milvus.connection import MilvusConnection
+
+        store = MilvusStore(lite, "docs")
+        index = FusionIndex.from_documents(corpus(9, 12), HashingEmbeddings(), store=store)
+        expected = [d.id for d in index.as_retriever(k=3).invoke("w1 w2")]
+        real_new, real_client, attempts, pauses = MilvusConnection._new_client, store.client, [], []
+        refusals = iter(range(3))  # the server refuses three connections, then answers
+
+        def comes_up_late(connection: MilvusConnection, timeout: float) -> Any:
+            attempts.append(timeout)
+            if next(refusals, None) is not None:
+                raise MilvusException(code=2, message="Fail connecting to server on unix:/gone.sock")
+            return real_new(connection, timeout)
+
+        class Drops:
+            def __getattr__(self, method: str) -> Any:
+                if method == "search":
+                    raise MilvusException(code=2, message="Fail connecting to server on unix:/gone.sock")
+                return getattr(real_client, method)
+
+            def close(self) -> None:
+                pass
+
+        monkeypatch.setattr(MilvusConnection, "_new_client", comes_up_late)
+        monkeypatch.setattr("langchain_fusion.stores.milvus.connection.sleep", pauses.append)
+        store.client = Drops()
+        assert [d.id for d in index.as_retriever(k=3).invoke("w1 w2")] == expected
+        assert len(attempts) == 4 and len(pauses) == 3
+        assert pauses == sorted(pauses) and pauses[0] < pauses[-1]  # backing off
+        assert all(0 < t <= store.connect_timeout for t in attempts)
+
+    def test_a_server_that_stays_away_fails_the_call_and_the_next_call_reconnects(
+        self, lite: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from pymilvus.exceptions import MilvusException
+
+        from langchain_fusion.stores.milvus import MilvusStore
+        from langchain_fusion.stores.milvus.connection import MilvusConnection
+
+        store = MilvusStore(lite, "docs", timeout=30)
+        index = FusionIndex.from_documents(corpus(9, 12), HashingEmbeddings(), store=store)
+        expected = [d.id for d in index.as_retriever(k=3).invoke("w1 w2")]
+        real_new, real_client = MilvusConnection._new_client, store.client
+        clock = [0.0]  # a clock that moves only when the reconnect pauses: no wall-clock time in the test
+        monkeypatch.setattr("langchain_fusion.stores.milvus.connection.monotonic", lambda: clock[0])
+        monkeypatch.setattr(
+            "langchain_fusion.stores.milvus.connection.sleep", lambda s: clock.__setitem__(0, clock[0] + s)
+        )
+
+        def away(connection: MilvusConnection, timeout: float) -> Any:
+            raise MilvusException(code=2, message="Fail connecting to server on unix:/gone.sock")
+
+        class Drops:
+            def __getattr__(self, method: str) -> Any:
+                if method == "search":
+                    raise MilvusException(code=2, message="Fail connecting to server on unix:/gone.sock")
+                return getattr(real_client, method)
+
+            def close(self) -> None:
+                pass
+
+        monkeypatch.setattr(MilvusConnection, "_new_client", away)
+        store.client = Drops()
+        with pytest.raises(FusionError, match=r"cannot reach it again within the 30 s timeout") as failed:
+            index.as_retriever(k=3).invoke("w1 w2")
+        assert "\n" not in str(failed.value) and clock[0] >= 30
+        monkeypatch.setattr(MilvusConnection, "_new_client", real_new)  # the server is back
+        assert [d.id for d in index.as_retriever(k=3).invoke("w1 w2")] == expected
 
     def test_a_call_that_is_not_repeatable_is_not_repeated_and_says_so(self, lite: str) -> None:
         from pymilvus.exceptions import MilvusException
