@@ -728,6 +728,61 @@ class TestMilvusReconnects:
             MilvusStore(milvus_uri, name, timeout=0)
 
 
+QUIET_RUN = """
+import sys
+sys.path.insert(0, {repo!r})
+from langchain_fusion import FusionIndex
+from langchain_fusion.stores.milvus import MilvusStore
+from tests.conftest import HashingEmbeddings
+from tests.store_contract import corpus
+index = FusionIndex.from_documents(corpus(9, 20), HashingEmbeddings(), store=MilvusStore({uri!r}, "docs"))
+print([d.id for d in index.as_retriever(k=3).invoke("w1 w2")])
+"""
+
+
+class TestMilvusLiteIsQuiet:
+    """A successful Milvus Lite run prints nothing on stderr, so that errors look like errors."""
+
+    @pytest.fixture
+    def lite(self, tmp_path: Path) -> str:
+        if os.environ.get("MILVUS_URI"):
+            pytest.skip("about Milvus Lite")
+        return str(tmp_path / "quiet.db")
+
+    def test_no_warning_lines_on_a_successful_run(self, lite: str, tmp_path: Path) -> None:
+        import subprocess
+        import sys
+
+        from tests.conftest import REPO
+
+        script = tmp_path / "run.py"
+        script.write_text(QUIET_RUN.format(repo=str(REPO), uri=lite), encoding="utf-8")
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=REPO, timeout=240)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("[") and done.stderr == ""
+
+    def test_an_idle_lite_connection_sends_no_keepalive_pings(self, lite: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        # Milvus Lite's gRPC server allows a ping every 5 minutes without data; pymilvus pings every 10 s,
+        # so an idle run was answered with GOAWAY too_many_pings (an error line on stderr).
+        import grpc
+
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        channels: list[dict[str, Any]] = []
+        real = grpc.insecure_channel
+
+        def recorded(target: str, options: Any = None, *args: Any, **kwargs: Any) -> Any:
+            channels.append(dict(options or []))
+            return real(target, options, *args, **kwargs)
+
+        monkeypatch.setattr(grpc, "insecure_channel", recorded)
+        MilvusStore(lite, "docs").close()
+        assert channels
+        for options in channels:
+            assert options["grpc.keepalive_permit_without_calls"] is False
+            assert options["grpc.keepalive_time_ms"] >= 5 * 60 * 1000
+
+
 class TestMilvusFilters:
     def test_a_collection_made_before_null_keys_refuses_none_in_one_line(
         self, milvus_uri: str, monkeypatch: pytest.MonkeyPatch

@@ -17,10 +17,13 @@ that it may or may not have happened. :data:`CONSISTENCY_LEVELS` are the levels 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import logging
+import sys
 import threading
 import types
+import warnings
 from collections.abc import Collection, Mapping, Sequence
 from time import monotonic, sleep
 from typing import Any, Protocol
@@ -41,6 +44,13 @@ _FIRST_PAUSE = 0.1
 """Seconds between the first two attempts to reconnect; each next pause is twice as long (up to the longest)."""
 _LONGEST_PAUSE = 2.0
 """The longest pause between two attempts to reconnect."""
+LITE_GRPC_OPTIONS: dict[str, Any] = {"grpc.keepalive_time_ms": 2**31 - 1, "grpc.keepalive_permit_without_calls": False}
+"""gRPC channel options of a Milvus Lite connection: no keepalive pings (a local socket needs none).
+
+pymilvus pings every 10 s, also with no call in flight; Milvus Lite's gRPC server allows one ping per 5
+minutes without data, and after two more it answers GOAWAY "too_many_pings", which gRPC logs as an
+error line on a successful run. Options given in the connection's ``grpc_options`` take precedence.
+"""
 _SHORTEST_WAIT = 0.05
 """The least time given to one connection attempt or to the repeated call, however little of the timeout is left."""
 
@@ -117,7 +127,11 @@ class MilvusConnection:
         """A new ``MilvusClient`` on :attr:`uri`, waiting up to ``timeout`` seconds for its channel."""
         from pymilvus import MilvusClient
 
-        return MilvusClient(uri=self.uri, timeout=timeout, **self.options)
+        options = self.options
+        if self.is_lite:
+            _import_milvus_lite_quietly()
+            options = {**options, "grpc_options": {**LITE_GRPC_OPTIONS, **options.get("grpc_options", {})}}
+        return MilvusClient(uri=self.uri, timeout=timeout, **options)
 
     def connect(self, collection_name: str) -> bool:
         """Connect (within :attr:`connect_timeout`); returns whether ``collection_name`` exists."""
@@ -223,6 +237,21 @@ class MilvusConnection:
             self.closed = True
             if self.client is not None:
                 self.client.close()
+
+
+def _import_milvus_lite_quietly() -> None:
+    """Import Milvus Lite (pymilvus does for a lite file) without its ``pkg_resources is deprecated`` warning.
+
+    milvus-lite 2.5.1 reads its version with ``pkg_resources`` on import, and setuptools warns on every run
+    (the milvus extra keeps setuptools below 81, where ``pkg_resources`` still exists). The warning is the
+    vendor's, not the user's to act on.
+    """
+    if "milvus_lite" in sys.modules:
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
+        with contextlib.suppress(ImportError):  # pymilvus says how to install it
+            importlib.import_module("milvus_lite.server_manager")
 
 
 def bound(client: Any, method: str) -> Any:
