@@ -272,6 +272,42 @@ class TestQueryCommand:
         assert parsed[0].group(5) == "arden-microgrids-report.pdf"
         assert parsed[0].group(6) == "8"
 
+    def test_table_snippets_for_every_script(self, tmp_path: Path) -> None:
+        # Japanese and Chinese have no spaces: a snippet cut only at spaces was "..." or only a title.
+        from langchain_fusion.cli.search import display_width
+
+        docs = tmp_path / "docs"
+        docs.mkdir()
+        texts = {
+            "ja.md": "東京は日本の首都であり、政治・経済・文化の中心地である。"
+            "人口は約千四百万人で、多くの企業が本社を置いている。",
+            "zh.md": "# 电池报告\n\n合作社的电池在洪水中完好无损，"
+            "因为电池柜安装在高于地面一点五米的平台上，并且每月检查一次密封条。",
+            "長い名前の日本語のファイル名です.md": "首都東京の人口と企業の本社について、"
+            "詳しく説明する文書である。首都の人口は多い。",
+        }
+        for name, text in texts.items():
+            (docs / name).write_text(text * 2, encoding="utf-8")  # each longer than a row shows
+        out = tmp_path / "idx"
+        status, _, err = _run(["index", str(docs), "--out", str(out), "--embeddings", "local", "-q"])
+        assert status == 0, err
+        for question, name, start in (
+            ("東京の首都", "ja.md", "東京は日本の首都"),
+            ("电池 洪水", "zh.md", "# 电池报告 合作社的电池"),
+            ("首都の人口", "長い名前の日本語の", "首都東京の人口"),
+        ):
+            status, table, err = _run(["query", str(out), question, "-k", "3"])
+            assert status == 0, err
+            row = next(line for line in table.splitlines()[2:] if name in line)
+            assert start in row, table
+            text = row[row.index(start) :]
+            assert 30 <= display_width(text) <= 70 and text.endswith("..."), row
+        # The text column starts at one place on the screen, wide characters in the source names and all.
+        header, rows = table.splitlines()[0], table.splitlines()[2:]
+        firsts = ("東京は", "首都東京", "# 电池")
+        starts = {display_width(r[: r.index(f)]) for r in rows for f in firsts if f in r}
+        assert starts == {header.index("text")}, table
+
     def test_k_rows(self, index_dir: Path) -> None:
         status, out, _ = _run(["query", str(index_dir), "battery", "-k", "6"])
         assert status == 0
