@@ -629,7 +629,7 @@ class TestQueryWindowAndRerank:
     def test_window(self, index_dir: Path) -> None:
         plain = _query_json(index_dir, "How much rain fell in the July monsoon flood?", "-k", "3")
         results = _query_json(index_dir, "How much rain fell in the July monsoon flood?", "-k", "3", "--window", "1")
-        assert 1 <= len(results) <= 3
+        assert len(results) == 3  # merged windows do not shrink the results: the search goes deeper
         for result in results:
             meta = result["metadata"]
             first, last = meta[keys.WINDOW_SPAN]

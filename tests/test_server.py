@@ -754,6 +754,21 @@ class TestPipeline:
                 "window": None,
             }
 
+    def test_windows_fill_the_requested_k(self) -> None:
+        # The best hits are adjacent chunks of one source: their windows merge, and the search goes deeper.
+        docs, start = [], 0
+        for i in range(12):
+            text = f"part {i} " + ("zebra " * 3 if i in (4, 5, 6) else "zebra " if i in (0, 10) else "") + "grass."
+            meta = {keys.SOURCE: "a.txt", keys.CHUNK_INDEX: i, keys.START_INDEX: start}
+            docs.append(Document(id=f"a-{i}", page_content=text, metadata=meta))
+            start += len(text) + 1
+        app = create_app(FusionIndex.from_documents(docs, HashingEmbeddings()), llm=fake_llm(), window=1, alpha=0.0)
+        with TestClient(app, base_url=LOOPBACK_URL) as client:
+            body = {"input": "zebra", "config": {"configurable": {"k": 3}}}
+            passages = _as_docs(client.post("/retriever/invoke", json=body).json()["output"])
+        assert [d.id for d in passages] == ["a-4", "a-0", "a-10"]
+        assert passages[0].metadata[keys.WINDOW_HITS] == [4, 5, 6]
+
     def test_llm_rerank_and_multi_query(self, index: FusionIndex) -> None:
         from tests.fake_chat_models import RatingModel
 

@@ -12,14 +12,19 @@ three more keys: :data:`~langchain_fusion.metadata.WINDOW_SPAN`,
 :data:`~langchain_fusion.metadata.WINDOW_HITS` and :data:`~langchain_fusion.metadata.WINDOW_PAGES`.
 Passages come in the order of their best hit. Documents without ``source``, ``chunk_index``
 and ``start_index`` (or that are not in the index) pass through unchanged.
+
+Merging makes fewer passages than hits. :class:`ContextWindowRetriever` therefore fills to ``k``:
+it returns the passages of the fewest best hits that give ``k`` passages, searching deeper (twice as
+many hits each time, at most :data:`FILL_SEARCHES` searches) until it has them or the hits run out.
+The :class:`ContextWindow` step works on the documents it is given and cannot search for more.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
@@ -93,7 +98,43 @@ def expand_windows(
     input documents are not modified; every returned document is a new copy.
     """
     n, max_chars = _check_n(n), _check_max_chars(max_chars)
+    return _expand(documents, _NeighbourLookup(index), n, max_chars)
+
+
+FILL_SEARCHES = 5
+"""Searches a :class:`ContextWindowRetriever` makes at most to fill ``k`` passages (each for twice the hits)."""
+
+Filling = Generator[int, Sequence[Document], list[Document]]
+"""The filling of ``k`` passages: yields how many hits it wants, is sent them, returns the passages."""
+
+
+def fill_windows(k: int, index: FusionIndex, *, n: int, max_chars: int | None) -> Filling:
+    """The passages of the fewest best hits that give ``k`` passages (see the module docstring).
+
+    A generator, so that the sync and async retrievers share it: it yields the number of hits it
+    wants (``k`` first, then twice as many as the last), is sent the search's hits, and returns the
+    passages once it has ``k`` of them, the hits run out, or :data:`FILL_SEARCHES` searches were made.
+    """
     lookup = _NeighbourLookup(index)
+    wanted, passages = k, []
+    for search in range(FILL_SEARCHES):
+        hits = list((yield wanted))
+        # Each hit adds at most one passage, so the fewest hits that give k passages are at least
+        # ``used + (k - passages)``: try that many, and more while passages are missing.
+        used = min(k, len(hits))
+        while True:
+            passages = _expand(hits[:used], lookup, n, max_chars)
+            if len(passages) >= k or used >= len(hits):
+                break
+            used = min(used + k - len(passages), len(hits))
+        if len(passages) >= k or len(hits) < wanted or search == FILL_SEARCHES - 1:
+            return passages[:k]
+        wanted *= 2
+    return passages[:k]  # pragma: no cover - the loop always returns
+
+
+def _expand(documents: Sequence[Document], lookup: _NeighbourLookup, n: int, max_chars: int | None) -> list[Document]:
+    """:func:`expand_windows` with a neighbour lookup that may be reused (for the same documents' index)."""
     results: list[tuple[int, Document]] = []
     hits_by_source: dict[str, list[_Hit]] = {}
     seen: set[tuple[str, int]] = set()
@@ -293,27 +334,61 @@ class ContextWindowRetriever(CheckedModel, BaseRetriever):
             )
         return self
 
-    def _split(self, kwargs: dict[str, Any]) -> tuple[int, int | None, dict[str, Any]]:
+    def _filling(self, kwargs: dict[str, Any]) -> tuple[Filling, dict[str, Any]]:
+        """How this call's passages are filled (to ``k`` when there is one), and the wrapped retriever's options."""
         rest = dict(kwargs)
         n = _check_n(rest.pop("n")) if "n" in rest else self.n
         max_chars = _check_max_chars(rest.pop("max_chars")) if "max_chars" in rest else self.max_chars
-        return n, max_chars, rest
-
-    def _expand(self, documents: Sequence[Document], n: int, max_chars: int | None) -> list[Document]:
+        k = rest.pop("k") if "k" in rest else getattr(self.retriever, "k", None)
         assert self.index is not None
-        return expand_windows(documents, self.index, n=n, max_chars=max_chars)
+        if not is_int(k) or k < 1:  # no k to fill (or a wrong one, which the wrapped retriever reports)
+            if k is not None:
+                rest["k"] = k
+            return _expanding(self.index, n, max_chars), rest
+        return fill_windows(k, self.index, n=n, max_chars=max_chars), rest
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        n, max_chars, rest = self._split(kwargs)
-        hits = self.retriever.invoke(query, config={"callbacks": run_manager.get_child()}, **rest)
-        return self._expand(hits, n, max_chars)
+        filling, rest = self._filling(kwargs)
+        config: RunnableConfig = {"callbacks": run_manager.get_child()}
+        wanted = next(filling)
+        while True:
+            hits = self.retriever.invoke(query, config=config, **rest, **_k(wanted))
+            done, value = _step(filling, hits)
+            if done:
+                return cast(list[Document], value)
+            wanted = cast(int, value)
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        n, max_chars, rest = self._split(kwargs)
-        hits = await self.retriever.ainvoke(query, config={"callbacks": run_manager.get_child()}, **rest)
-        # The first lookup builds the (source, chunk_index) table: keep it off the event loop.
-        return await run_in_executor(None, self._expand, hits, n, max_chars)
+        filling, rest = self._filling(kwargs)
+        config: RunnableConfig = {"callbacks": run_manager.get_child()}
+        wanted = next(filling)
+        while True:
+            hits = await self.retriever.ainvoke(query, config=config, **rest, **_k(wanted))
+            # The first lookup builds the (source, chunk_index) table: keep it off the event loop.
+            done, value = await run_in_executor(None, _step, filling, hits)
+            if done:
+                return cast(list[Document], value)
+            wanted = cast(int, value)
+
+
+def _k(wanted: int) -> dict[str, int]:
+    """The keyword that asks the wrapped retriever for ``wanted`` hits (none for 0: its own ``k``)."""
+    return {"k": wanted} if wanted > 0 else {}
+
+
+def _expanding(index: FusionIndex, n: int, max_chars: int | None) -> Filling:
+    """One search as the wrapped retriever makes it (yields 0: no ``k`` asked), its hits' passages."""
+    hits = yield 0
+    return expand_windows(hits, index, n=n, max_chars=max_chars)
+
+
+def _step(filling: Filling, hits: Sequence[Document]) -> tuple[bool, int | list[Document]]:
+    """Send ``hits`` to ``filling``: (False, the hits it wants next) or (True, the passages)."""
+    try:
+        return False, filling.send(hits)
+    except StopIteration as done:
+        return True, done.value
