@@ -783,6 +783,19 @@ class TestMilvusLiteIsQuiet:
             assert options["grpc.keepalive_time_ms"] >= 5 * 60 * 1000
 
 
+class TestMilvusPickle:
+    def test_a_milvus_store_cannot_be_pickled_and_says_what_to_do(self, milvus_uri: str) -> None:
+        import copy
+        import pickle
+
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        index = FusionIndex(HashingEmbeddings(), store=MilvusStore(milvus_uri, f"p{uuid.uuid4().hex[:12]}"))
+        for attempt in (pickle.dumps, copy.deepcopy):
+            with pytest.raises(FusionError, match=r"holds a connection.*open it again .* MilvusStore\("):
+                attempt(index.as_retriever())
+
+
 class TestMilvusFilters:
     def test_a_collection_made_before_null_keys_refuses_none_in_one_line(
         self, milvus_uri: str, monkeypatch: pytest.MonkeyPatch

@@ -174,6 +174,15 @@ class Analyzer(BaseModel):
             data.setdefault("stopwords", language if language in _STOPWORD_LISTS else None)
         return data
 
+    def __getstate__(self) -> dict[Any, Any]:
+        """The analyzer for ``pickle`` and ``copy.deepcopy``: its settings, without what it computes from them."""
+        state = super().__getstate__()
+        return {**state, "__dict__": {k: v for k, v in state["__dict__"].items() if k not in _DERIVED}}
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> Analyzer:
+        """The analyzer itself: it is immutable, and what it computes from its settings may be shared."""
+        return self
+
     @classmethod
     def whitespace(cls) -> Analyzer:
         """The tutorial's analyzer: ``text.split()``, case kept, no stopwords, no stemming."""
@@ -310,6 +319,10 @@ class Analyzer(BaseModel):
         """
         memo = self._memo
         return [token for unit in self.units(text) for token in memo[unit]]
+
+
+_DERIVED = frozenset({"_stopword_set", "_stem_word", "_in_language", "_memo"})
+"""What an :class:`Analyzer` computes from its settings on first use (left out of its pickled state)."""
 
 
 class WordMemo(dict[str, Any]):

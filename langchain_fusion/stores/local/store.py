@@ -108,6 +108,14 @@ class LocalStore(FusionStore):
         self._write_lock = threading.Lock()
         self._snapshot = empty_snapshot(settings, vector_index, vector_search_params)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The store for ``pickle`` and ``copy.deepcopy``: its snapshot, without the lock (a copy gets its own)."""
+        return {"_snapshot": self._snapshot}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._write_lock = threading.Lock()
+        self._snapshot = state["_snapshot"]
+
     # --- the seam ------------------------------------------------------------------------------
 
     @property
