@@ -104,21 +104,24 @@ def expand_windows(
 FILL_SEARCHES = 5
 """Searches a :class:`ContextWindowRetriever` makes at most to fill ``k`` passages (each for twice the hits)."""
 
-Filling = Generator[int, Sequence[Document], list[Document]]
-"""The filling of ``k`` passages: yields how many hits it wants, is sent them, returns the passages."""
+Filling = Generator[dict[str, Any], Sequence[Document], list[Document]]
+"""The filling of ``k`` passages: yields the keywords of the search it wants (``k``...), is sent its hits,
+returns the passages."""
 
 
 def fill_windows(k: int, index: FusionIndex, *, n: int, max_chars: int | None) -> Filling:
     """The passages of the fewest best hits that give ``k`` passages (see the module docstring).
 
-    A generator, so that the sync and async retrievers share it: it yields the number of hits it
-    wants (``k`` first, then twice as many as the last), is sent the search's hits, and returns the
-    passages once it has ``k`` of them, the hits run out, or :data:`FILL_SEARCHES` searches were made.
+    A generator, so that the sync and async retrievers share it: it yields the keywords of the search
+    it wants (``k`` hits first, then twice as many as the last), is sent the search's hits, and returns
+    the passages once it has ``k`` of them, the hits run out, or :data:`FILL_SEARCHES` searches were
+    made. A deeper search is the same search: hits of multi-query fusion record their rewrites, which
+    it searches again rather than asking the chat model for new ones.
     """
     lookup = _NeighbourLookup(index)
-    wanted, passages = k, []
+    wanted, passages, same = k, [], dict[str, Any]()
     for search in range(FILL_SEARCHES):
-        hits = list((yield wanted))
+        hits = list((yield {"k": wanted, **same}))
         # Each hit adds at most one passage, so the fewest hits that give k passages are at least
         # ``used + (k - passages)``: try that many, and more while passages are missing.
         used = min(k, len(hits))
@@ -130,6 +133,9 @@ def fill_windows(k: int, index: FusionIndex, *, n: int, max_chars: int | None) -
         if len(passages) >= k or len(hits) < wanted or search == FILL_SEARCHES - 1:
             return passages[:k]
         wanted *= 2
+        rewrites = hits[0].metadata.get(keys.MULTI_QUERY_REWRITES) if hits else None
+        if isinstance(rewrites, list):
+            same = {"rewrites": rewrites}
     return passages[:k]  # pragma: no cover - the loop always returns
 
 
@@ -354,11 +360,11 @@ class ContextWindowRetriever(CheckedModel, BaseRetriever):
         config: RunnableConfig = {"callbacks": run_manager.get_child()}
         wanted = next(filling)
         while True:
-            hits = self.retriever.invoke(query, config=config, **rest, **_k(wanted))
+            hits = self.retriever.invoke(query, config=config, **rest, **wanted)
             done, value = _step(filling, hits)
             if done:
                 return cast(list[Document], value)
-            wanted = cast(int, value)
+            wanted = cast(dict[str, Any], value)
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
@@ -367,27 +373,22 @@ class ContextWindowRetriever(CheckedModel, BaseRetriever):
         config: RunnableConfig = {"callbacks": run_manager.get_child()}
         wanted = next(filling)
         while True:
-            hits = await self.retriever.ainvoke(query, config=config, **rest, **_k(wanted))
+            hits = await self.retriever.ainvoke(query, config=config, **rest, **wanted)
             # The first lookup builds the (source, chunk_index) table: keep it off the event loop.
             done, value = await run_in_executor(None, _step, filling, hits)
             if done:
                 return cast(list[Document], value)
-            wanted = cast(int, value)
-
-
-def _k(wanted: int) -> dict[str, int]:
-    """The keyword that asks the wrapped retriever for ``wanted`` hits (none for 0: its own ``k``)."""
-    return {"k": wanted} if wanted > 0 else {}
+            wanted = cast(dict[str, Any], value)
 
 
 def _expanding(index: FusionIndex, n: int, max_chars: int | None) -> Filling:
-    """One search as the wrapped retriever makes it (yields 0: no ``k`` asked), its hits' passages."""
-    hits = yield 0
+    """One search as the wrapped retriever makes it (no ``k`` asked), its hits' passages."""
+    hits = yield {}
     return expand_windows(hits, index, n=n, max_chars=max_chars)
 
 
-def _step(filling: Filling, hits: Sequence[Document]) -> tuple[bool, int | list[Document]]:
-    """Send ``hits`` to ``filling``: (False, the hits it wants next) or (True, the passages)."""
+def _step(filling: Filling, hits: Sequence[Document]) -> tuple[bool, dict[str, Any] | list[Document]]:
+    """Send ``hits`` to ``filling``: (False, the keywords of the search it wants next) or (True, the passages)."""
     try:
         return False, filling.send(hits)
     except StopIteration as done:
