@@ -810,6 +810,19 @@ class TestAskCommand:
         assert payload["sources"][0]["metadata"][keys.RERANK_RATING] == 9
         assert len(model.calls) <= 8 + 1  # at most one rating per passage, then the answer
 
+    @pytest.mark.parametrize("command", ["query", "ask"])
+    def test_a_rerank_that_rated_nothing_fails(
+        self, index_dir: Path, monkeypatch: pytest.MonkeyPatch, command: str
+    ) -> None:
+        # Network errors fail every rating alike, as a refused key does: the rerank asked for did not happen.
+        from tests.fake_chat_models import RatingModel
+
+        _use_chat_model(monkeypatch, RatingModel(rule=lambda text: ConnectionError("connection refused")))
+        status, out, err = _run([command, str(index_dir), "flood", "--rerank", "-k", "3"])
+        _assert_one_line_error(
+            status, out, err, "rerank failed: no candidate could be rated", "ConnectionError: connection refused"
+        )
+
     def test_model_failure_is_one_line(self, index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         from tests.fake_chat_models import RatingModel
 

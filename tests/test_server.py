@@ -628,6 +628,18 @@ class TestProviderFailures:
         assert "Traceback" not in caplog.text
         assert "POST /rag/stream: the chat model failed: PermissionError: Incorrect API key provided" in caplog.text
 
+    def test_a_rerank_that_rated_nothing_answers_502(self, index: FusionIndex) -> None:
+        from tests.fake_chat_models import RatingModel
+
+        model = RatingModel(rule=lambda text: ConnectionError("connection refused"))
+        app = create_app(index, llm=model, reranker="llm", rerank_candidates=4)
+        with TestClient(app, raise_server_exceptions=False, base_url=LOOPBACK_URL) as client:
+            response = client.post("/retriever/invoke", json={"input": "cat"})
+        assert response.status_code == 502
+        assert response.json()["detail"].startswith(
+            "rerank failed: no candidate could be rated: candidates 1, 2, 3, 4 ("
+        )
+
     @pytest.mark.parametrize("timeout", [0, -1.0, True, "5"])
     def test_a_bad_llm_timeout_is_refused(self, index: FusionIndex, timeout: Any) -> None:
         with pytest.raises(InvalidParameterError, match="timeout"):
