@@ -193,6 +193,23 @@ class TestWhatItSays:
         assert json.loads(json.dumps(data)) == data and data["verdict"] == "returned" and data["fused_rank"] == 1
         assert index.explain(query, top, k=2) == explanation  # a Document works too
 
+    def test_a_readable_repr(self, index: FusionIndex) -> None:
+        # What Jupyter shows for the last expression: the verdict and the message, not 17 fields.
+        query = QUERIES[0]
+        last = index.as_retriever(k=8).invoke(query)[-1]
+        explanation = index.explain(query, last.id or "", k=3)
+        shown = repr(explanation)
+        assert shown == f"<Explanation {explanation.verdict}: {explanation.message}>"
+        assert "ranks_searched" not in shown and "\n" not in shown
+        pretty: list[str] = []
+
+        class Printer:
+            def text(self, value: str) -> None:
+                pretty.append(value)
+
+        explanation._repr_pretty_(Printer(), cycle=False)
+        assert pretty == [shown]
+
     def test_a_duplicate_names_the_copy_returned(self, index: FusionIndex) -> None:
         original = index.get_by_ids(["d21-0"])[0]
         found = index.as_retriever(k=3).invoke(original.page_content)

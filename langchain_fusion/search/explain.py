@@ -54,7 +54,11 @@ RANK_SEARCH_START = 64
 
 @dataclass(frozen=True)
 class Explanation:
-    """Where one document ended up in one fused search, and why; ``str()`` is :attr:`message`."""
+    """Where one document ended up in one fused search, and why; ``str()`` is :attr:`message`.
+
+    ``repr()`` (what a notebook shows) is the verdict and the message on one line; every figure is a
+    field, and :meth:`to_dict` gives them all.
+    """
 
     query: str
     """The query searched for."""
@@ -95,6 +99,13 @@ class Explanation:
 
     def __str__(self) -> str:
         return self.message
+
+    def __repr__(self) -> str:
+        return f"<Explanation {self.verdict}: {self.message}>"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """What IPython and Jupyter show: :meth:`__repr__` (their own pretty printer would list every field)."""
+        printer.text(repr(self))
 
     def to_dict(self) -> dict[str, Any]:
         """The explanation as JSON-able data."""
