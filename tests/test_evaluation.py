@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -197,13 +198,34 @@ class TestLoadLabelled:
             ('[{"query": "x", "relevant": [{"source": "a.pdf", "page": 2.0}]}]', "'page' is 2.0; expected a whole"),
             ('[{"query": ["x"], "relevant": [{"id": "a"}]}]', "record 1 has no 'query'"),
             ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+            ('[{"query": "x", "id": ' + "9" * 5000 + "}]", r"not valid JSON \(a number of more than 4300 digits\)"),
         ],
     )
     def test_invalid_files(self, tmp_path: Path, sample_index: FusionIndex, content: str, message: str) -> None:
         path = tmp_path / "labels.json"
         path.write_text(content)
-        with pytest.raises(FusionError, match=message):
+        with pytest.raises(FusionError, match=message) as error:
             load_labelled(path, sample_index.documents)
+        assert "\n" not in str(error.value)
+
+    @pytest.mark.parametrize("suffix", [".json", ".csv", ".txt"])
+    def test_readers_are_bounded_and_read_regular_files_only(
+        self, tmp_path: Path, sample_index: FusionIndex, monkeypatch: pytest.MonkeyPatch, suffix: str
+    ) -> None:
+        from langchain_fusion.evaluation import files
+        from langchain_fusion.evaluation.datasets import load_queries
+
+        path = tmp_path / f"labels{suffix}"
+        path.write_text('[{"query": "x", "relevant": [{"id": "a"}]}]' if suffix == ".json" else "id,query\nq,x\n")
+        monkeypatch.setattr(files, "MAX_FILE_BYTES", 10)
+        read = load_queries if suffix == ".txt" else lambda p: load_labelled(p, sample_index.documents)
+        with pytest.raises(FusionError, match=r"labels\.\w+: \d+ bytes, more than the 10 a (labelled|query) file"):
+            read(path)
+        fifo = tmp_path / f"fifo{suffix}"
+        if hasattr(os, "mkfifo"):
+            os.mkfifo(fifo)  # reading a pipe nobody writes to would wait forever
+            with pytest.raises(FusionError, match="not a regular file"):
+                read(fifo)
 
 
 class TestHarness:
