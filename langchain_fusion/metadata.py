@@ -202,6 +202,10 @@ TextField = Literal["context", "content"]
 """A part of a chunk that can be indexed: ``context`` (the :data:`CONTEXT` metadata written by
 contextual enrichment) or ``content`` (``page_content``, the original text)."""
 
+MAX_ID_CHARS: Final = 512
+"""The longest document id, in characters: Milvus's primary key holds 512, and every store refuses longer ids
+alike, so an index can move between stores (ids made by the library are 32 to 64 characters)."""
+
 MAX_METADATA_DEPTH: Final = 64
 """How deeply a document's metadata may nest mappings and lists (JSON itself is rarely nested past a
 dozen levels); deeper, or a mapping that contains itself, is refused when the document is added."""

@@ -9,11 +9,11 @@ from typing import Any
 from langchain_core.documents import Document
 
 from langchain_fusion.errors import FusionError, InvalidParameterError
-from langchain_fusion.metadata import MAX_METADATA_DEPTH, content_id
+from langchain_fusion.metadata import MAX_ID_CHARS, MAX_METADATA_DEPTH, content_id
 
 
 def prepared_documents(documents: Iterable[Document], ids: Sequence[str] | None = None) -> list[Document]:
-    """Copies with ids (given, own, or content hashes); FusionError on ids repeated in the batch.
+    """Copies with ids (given, own, or content hashes); FusionError on ids repeated in the batch or too long.
 
     The copies are shallow: their metadata is the caller's, which stores only read (and
     serialise) and never change.
@@ -44,6 +44,11 @@ def prepared_documents(documents: Iterable[Document], ids: Sequence[str] | None 
                 )
         if doc.id is None:
             doc.id = content_id(doc)
+        if len(doc.id) > MAX_ID_CHARS:
+            raise InvalidParameterError(
+                f"document {position} of this batch: its id has {len(doc.id):,} characters; ids are at most "
+                f"{MAX_ID_CHARS} (Milvus's limit, kept on every store): give it a shorter id, e.g. a hash of this one"
+            )
         if doc.id in seen:
             raise FusionError(
                 f"duplicate document id {doc.id!r} (document {position} of this batch; also document "
