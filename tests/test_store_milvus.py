@@ -614,6 +614,53 @@ class TestMilvusReconnects:
             assert [d.id for d in index.as_retriever(k=3).invoke("w1 w2")] == expected
         assert any("reconnected" in r.getMessage() for r in caplog.records)
 
+    def test_a_side_searched_meanwhile_on_the_old_client_is_repeated(
+        self, lite: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # What failed `make test` under load: the two sides search at once; one sees the drop and reconnects,
+        # closing the old client, while the other's call on it ends "should create connection first".
+        from pymilvus.exceptions import MilvusException
+
+        from langchain_fusion.stores.milvus import MilvusStore
+        from langchain_fusion.stores.milvus.connection import MilvusConnection
+
+        store = MilvusStore(lite, "docs")
+        index = FusionIndex.from_documents(corpus(9, 20), HashingEmbeddings(), store=store)
+        expected = [d.id for d in index.as_retriever(k=3).invoke("w1 w2")]
+        real_new, old = MilvusConnection._new_client, store.client
+        both_searching, reconnecting = threading.Barrier(2, timeout=120), threading.Event()
+        arrived: list[str] = []
+        order = threading.Lock()
+
+        def reconnect(connection: MilvusConnection, timeout: float) -> Any:
+            reconnecting.set()
+            return real_new(connection, timeout)
+
+        class OldClient:
+            def __getattr__(self, method: str) -> Any:
+                if method != "search":
+                    return getattr(old, method)
+
+                def search(**kwargs: Any) -> Any:
+                    both_searching.wait()  # each side holds this client now
+                    with order:
+                        first = not arrived
+                        arrived.append("search")
+                    if first:
+                        raise MilvusException(code=2, message="Fail connecting to server on unix:/gone.sock")
+                    assert reconnecting.wait(120)
+                    raise MilvusException(message="should create connection first")  # closed by the reconnect
+
+                return search
+
+            def close(self) -> None:
+                pass
+
+        monkeypatch.setattr(MilvusConnection, "_new_client", reconnect)
+        store.client = OldClient()
+        assert [d.id for d in index.as_retriever(k=3).invoke("w1 w2")] == expected
+        assert arrived == ["search", "search"] and not isinstance(store.client, OldClient)
+
     def test_reconnects_back_off_until_the_calls_timeout(self, lite: str, monkeypatch: pytest.MonkeyPatch) -> None:
         from pymilvus.exceptions import MilvusException
 

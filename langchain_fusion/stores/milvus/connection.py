@@ -1,4 +1,4 @@
-"""One connection to Milvus: connecting within a deadline, a timeout on every call, one reconnect.
+"""One connection to Milvus: connecting within a deadline, a timeout on every call, reconnecting.
 
 A server that does not answer within ``connect_timeout`` seconds is a FusionError naming the URI;
 a Milvus Lite file is retried while its server process starts. Each later call may take
@@ -10,7 +10,9 @@ call repeated once when repeating it is harmless (:data:`REPEATABLE`: reads, sea
 deletes by id or expression give the same result twice). A restarted server may take a while to
 come up (seconds on a loaded machine): the reconnect tries again, backing off, until the call's
 own ``timeout`` has run out; then the call fails in one line, and the next call tries to reconnect
-first. Another call (creating or dropping a collection) is not repeated: the error says so, and
+first. Calls run in several threads at once (a query searches both sides together): a call that
+fails on a client another thread has just replaced is a dropped call too, repeated on the new one.
+Another call (creating or dropping a collection) is not repeated: the error says so, and
 that it may or may not have happened. :data:`CONSISTENCY_LEVELS` are the levels a query may ask for.
 """
 
@@ -167,7 +169,9 @@ class MilvusConnection:
             except (FusionError, InvalidParameterError):
                 raise
             except Exception as exc:
-                if not dropped(exc):
+                # Another thread may have seen the drop and replaced (closed) this client while the call ran on it:
+                # it then fails in any way ("should create connection first"), and is a dropped call all the same.
+                if not dropped(exc) and self.client is client:
                     raise self._failure(method, subject, timeout, exc) from None
                 self._reconnect(client, exc, deadline, timeout)
                 if method not in REPEATABLE:
