@@ -76,6 +76,18 @@ class EvalResults:
             "baseline": self._baseline_payload(),
         }
 
+    def _ends_differ(self, plan: EvalPlan, metric: str) -> bool:
+        """Whether a sweep cell at alpha 1 (0) differs from the vector (bm25) row: copies are collapsed in one only."""
+        names = {r.name for r in self.baselines.results}
+        for side, alpha in (("vector", 1.0), ("bm25", 0.0)):
+            if side not in names or alpha not in plan.alphas:
+                continue
+            side_value = self.baselines.result(side).means[metric]
+            for method in plan.methods:
+                if abs(self.sweep.result(f"{method}@{alpha:g}").means[metric] - side_value) > 1e-9:
+                    return True
+        return False
+
     def _baseline_payload(self) -> dict[str, Any] | None:
         if self.baseline is None:
             return None
@@ -97,6 +109,12 @@ class EvalResults:
             lines += [f"\nby kind of query ({main_metric}):\n", self.baselines.kind_table(dataset.kinds, main_metric)]
         lines.append(f"\nalpha sweep ({main_metric}, fetch_k={plan.fetch_k}):\n")
         lines.append(_sweep_grid(self.sweep, plan.methods, plan.alphas, main_metric))
+        if self._ends_differ(plan, main_metric):
+            lines.append(
+                f"note: the sweep searches as fusion (defaults) does, returning the copies of one text once "
+                f"(duplicates={SEARCH_DEFAULTS.duplicates}); the vector and bm25 rows return every copy, so alpha 1 "
+                "and 0 differ from them here"
+            )
         best = ", ".join(f"{m} {b['alpha']:g} ({b[main_metric]:.4f})" for m, b in self.best.items())
         lines.append(f"\nbest alpha: {best}")
         for comparison in self.comparisons:

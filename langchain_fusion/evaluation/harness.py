@@ -392,8 +392,20 @@ def _sweep_runs(
 
 
 def _sweep_search(k: int, alpha: float, method: FusionMethod, fetch_k: int | None) -> PoolOptions:
-    """One checked search of a sweep: every copy of a text kept (a sweep compares fusion settings, not collapsing)."""
-    return PoolOptions.model_construct(k=k, alpha=alpha, method=method, fetch_k=fetch_k, duplicates="keep")
+    """One checked search of a sweep, as the fused retriever searches with these settings.
+
+    Copies of one text are returned once, as :data:`SEARCH_DEFAULTS` does (``duplicates``): a cell of
+    the sweep at the default settings is the ``fusion (defaults)`` row, on a corpus with copies too.
+    Its ``alpha`` 0 and 1 cells then differ from the single-side retrievers, which return every copy.
+    """
+    return PoolOptions.model_construct(
+        k=k,
+        alpha=alpha,
+        method=method,
+        fetch_k=fetch_k,
+        duplicates=SEARCH_DEFAULTS.duplicates,
+        near_duplicate_similarity=SEARCH_DEFAULTS.near_duplicate_similarity,
+    )
 
 
 def sweep_alpha(
@@ -409,7 +421,9 @@ def sweep_alpha(
     """Score every (method, alpha) pair on the dataset; one result row per pair.
 
     Rows are named ``METHOD@ALPHA`` (``weighted@0.5``). ``alpha=1`` is vector-only and
-    ``alpha=0`` BM25-only for every method.
+    ``alpha=0`` BM25-only for every method. Each search is the fused retriever's with that method and
+    alpha: copies of one text are returned once (see :func:`_sweep_search`), so ``weighted@0.5`` scores
+    what ``FusionRetriever(index=index)`` returns.
     """
     alphas = [check_alpha(a) for a in alphas]
     checked = [check_method(m) for m in methods]
