@@ -46,6 +46,13 @@ class EvalResults:
     """The baseline report's file (--baseline), or None."""
     calibrated: Any = None
     """Whose relevance is calibrated: the index, or for a hierarchical folder the hierarchical index."""
+    tenant: str | None = None
+    """The tenant evaluated on a tenant-keyed index (--tenant), or None."""
+
+    @property
+    def chunks(self) -> int:
+        """The chunks searched: the tenant's on a tenant-keyed index."""
+        return len(self.index.view(self.tenant)) if self.tenant is not None else len(self.index)
 
     @property
     def searched(self) -> str:
@@ -103,7 +110,8 @@ class EvalResults:
     def text(self, plan: EvalPlan) -> str:
         """The results as tables and lines for people."""
         dataset, main_metric = self.dataset, plan.metrics[0]
-        lines = [f"{dataset.name}: {len(dataset.queries)} queries, {len(self.index)} chunks\n"]
+        of_tenant = f" of tenant {self.tenant!r}" if self.tenant is not None else ""
+        lines = [f"{dataset.name}: {len(dataset.queries)} queries, {self.chunks} chunks{of_tenant}\n"]
         lines.append(self.baselines.to_markdown())
         if self.baselines.by_kind(dataset.kinds):
             lines += [f"\nby kind of query ({main_metric}):\n", self.baselines.kind_table(dataset.kinds, main_metric)]
