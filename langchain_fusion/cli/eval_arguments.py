@@ -14,9 +14,12 @@ from langchain_fusion.cli.arguments import (
     rerank_spec,
     rewrites,
     seconds,
+    switch_of,
 )
 from langchain_fusion.pipeline.spec import DEFAULT_LLM_TIMEOUT, DEFAULT_RERANK_CANDIDATES
+from langchain_fusion.search.diversity import DiversityOptions
 from langchain_fusion.search.fusion import FUSION_METHODS
+from langchain_fusion.search.options import describe_option
 
 DEFAULT_CACHE = Path.home() / ".cache" / "langchain-fusion" / "embeddings"
 DEFAULT_BATCH_SIZE = 64
@@ -211,9 +214,13 @@ def _add_floor_arguments(floors: Any) -> None:
         help="floors on the calibrated relevance (0 to 1) to sweep, on an index calibrated before or by --calibrate "
         "(then on the labels it was fitted on)",
     )
-    floors.add_argument(
-        "--mmr",
-        metavar="LAMBDAS",
-        help="add a fusion row re-ranked by maximal marginal relevance for each weight of relevance (comma list)",
-    )
-    add_option_flag(floors, "max_per_source", help_text="add a fusion row with at most N results per source")
+    for name in DiversityOptions.model_fields:  # a fusion row with each setting: an option with a switch, a grid
+        switch = switch_of(name)
+        if switch is None:
+            add_option_flag(floors, name, help_text=f"add a fusion row with this option: {describe_option(name)}")
+        else:
+            floors.add_argument(
+                f"--{switch.name}",
+                metavar="GRID",
+                help=f"add a fusion row for each value (comma list) of {switch.meaning}: {switch.help}",
+            )

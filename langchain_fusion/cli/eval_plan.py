@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_fusion.cli.arguments import given_options
+from langchain_fusion.cli.arguments import given_options, switch_of
 from langchain_fusion.cli.errors import UserError
 from langchain_fusion.search.diversity import DiversityOptions
 from langchain_fusion.search.options import SearchOptions
@@ -64,9 +64,7 @@ def plan_eval(args: argparse.Namespace) -> EvalPlan:
     relevance_floors = value_grid(args.relevance_floors, "--relevance-floors") if args.relevance_floors else []
     for level in relevance_floors:
         check_min_relevance(level)
-    lambdas = value_grid(args.mmr, "--mmr") if args.mmr else []
-    for value in lambdas:
-        DiversityOptions(lambda_mult=value)  # checks the weight
+    diversity = DiversityOptions.compared(_switch_grids(args), given_options(args))  # each value checked
     tenant = given_options(args).get("tenant")
     if tenant is not None and args.beir:
         raise UserError("--tenant evaluates one tenant of a tenant-keyed index: give --index INDEX --labels FILE")
@@ -84,7 +82,7 @@ def plan_eval(args: argparse.Namespace) -> EvalPlan:
         methods=methods,
         alphas=alphas,
         fetch_k=SearchOptions(**given_options(args)).fetch_k,
-        rows={**pipeline, **_selection_rows(args, lambdas)},
+        rows={**pipeline, **_selection_rows(diversity)},
         pipeline_rows=list(pipeline),
         vector_floors=vector_floors,
         bm25_floors=bm25_floors,
@@ -95,21 +93,28 @@ def plan_eval(args: argparse.Namespace) -> EvalPlan:
     )
 
 
-def _selection_rows(args: argparse.Namespace, lambdas: Sequence[float]) -> dict[str, Callable[[Any], Any]]:
-    """The extra fusion rows asked for by --mmr (``lambdas``, checked) and --max-per-source: row name -> wrapper."""
+def _switch_grids(args: argparse.Namespace) -> dict[str, list[float]]:
+    """The values of each diversity option a switch flag gives as a grid (``--mmr 0.5,1``): option -> values."""
+    from langchain_fusion.evaluation.harness import value_grid
 
-    def with_options(diversity: DiversityOptions) -> Callable[[Any], Any]:
-        given = diversity.model_dump(exclude_none=True)
+    grids = {}
+    for name in DiversityOptions.model_fields:
+        switch = switch_of(name)
+        given = getattr(args, switch.name, None) if switch is not None else None
+        if switch is not None and given:
+            grids[name] = value_grid(given, f"--{switch.name}")
+    return grids
+
+
+def _selection_rows(diversity: Sequence[DiversityOptions]) -> dict[str, Callable[[Any], Any]]:
+    """The extra fusion rows of the diversity settings to compare (checked): row name -> wrapper."""
+
+    def with_options(setting: DiversityOptions) -> Callable[[Any], Any]:
+        given = setting.model_dump(exclude_none=True)
         # A new retriever rather than model_copy, so the options go through its validation.
         return lambda fusion: type(fusion)(**{n: getattr(fusion, n) for n in fusion.model_fields_set} | given)
 
-    rows: dict[str, Callable[[Any], Any]] = {}
-    for weight in lambdas:
-        rows[f"fusion, mmr lambda={weight:g}"] = with_options(DiversityOptions(lambda_mult=weight))
-    cap = DiversityOptions(**{n: v for n, v in given_options(args).items() if n in DiversityOptions.model_fields})
-    if cap.max_per_source is not None:
-        rows[f"fusion, max {cap.max_per_source} per source"] = with_options(cap)
-    return rows
+    return {f"fusion, {setting.diversity_label}": with_options(setting) for setting in diversity}
 
 
 def _pipeline_rows(args: argparse.Namespace) -> dict[str, Callable[[Any], Any]]:

@@ -15,7 +15,7 @@ from langchain_core.vectorstores import VectorStore
 
 from langchain_fusion._checks import check_k
 from langchain_fusion.errors import InvalidParameterError
-from langchain_fusion.search.diversity import DEFAULT_MMR_WEIGHT
+from langchain_fusion.search.diversity import DiversityOptions
 from langchain_fusion.search.relevance import (
     RELEVANCE_INFO_KEY,
     LabelledQueries,
@@ -123,10 +123,7 @@ class FusedRetrieval(VectorStore):
                 raise InvalidParameterError("search_type='similarity' is the vector side alone (alpha=1); drop alpha")
             options["alpha"] = 1.0
         elif search_type == "mmr":
-            if options.setdefault("lambda_mult", DEFAULT_MMR_WEIGHT) is None:
-                raise InvalidParameterError(
-                    "search_type='mmr' needs a lambda_mult between 0 and 1; drop lambda_mult=None"
-                )
+            options = DiversityOptions.with_mmr(options)
         elif search_type not in SEARCH_TYPES:
             raise InvalidParameterError(f"search_type must be one of {list(SEARCH_TYPES)}; got {search_type!r}")
         return FusionRetriever(index=cast("FusionIndex", self), **options)

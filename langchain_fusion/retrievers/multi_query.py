@@ -46,7 +46,7 @@ from langchain_fusion.models.prompts import Prompt, answer_text, check_prompt
 from langchain_fusion.models.retries import RetryPolicy
 from langchain_fusion.retrievers.base import wrapped_chain
 from langchain_fusion.retrievers.rerank import RERANK_RETRY
-from langchain_fusion.search.diversity import capped, check_max_per_source, source_groups
+from langchain_fusion.search.diversity import DiversityOptions
 from langchain_fusion.search.fusion import weighted_rrf
 from langchain_fusion.search.options import ResultsOption
 
@@ -119,12 +119,12 @@ def parse_rewrites(answer: Any, question: str, n: int) -> list[str]:
     return rewrites
 
 
-def _own_cap(retriever: BaseRetriever) -> int | None:
-    """The cap per source of ``retriever``, or of the retriever it wraps (and so on); None if none has one."""
-    for inner in wrapped_chain(retriever):  # ours, or any retriever with such a field
-        if "max_per_source" in type(inner).model_fields:
-            return check_max_per_source(inner.max_per_source)
-    return None
+def _own_diversity(retriever: BaseRetriever) -> DiversityOptions:
+    """The diversity of ``retriever``, or of the first retriever it wraps (and so on) that has diversity fields."""
+    for inner in wrapped_chain(retriever):  # ours, or any retriever with such fields
+        if set(DiversityOptions.model_fields) & set(getattr(type(inner), "model_fields", {})):
+            return DiversityOptions.fields_of(inner)
+    return DiversityOptions()
 
 
 def _doc_key(doc: Document) -> Any:
@@ -222,11 +222,9 @@ class MultiQueryFusionRetriever(ResultsOption, BaseRetriever):
         rewrites = _check_given_rewrites(rest.pop("rewrites")) if "rewrites" in rest else None
         return k, n, rewrites, rest
 
-    def _cap(self, rest: dict[str, Any]) -> int | None:
-        """The cap per source of the fused list: the call's (passed on too), else the searches'."""
-        if "max_per_source" in rest:
-            return check_max_per_source(rest["max_per_source"])
-        return _own_cap(self.retriever)
+    def _cap(self, rest: dict[str, Any]) -> DiversityOptions:
+        """The diversity whose cap per source the fused list keeps: the call's (passed on too), else the searches'."""
+        return DiversityOptions.of(rest).over(_own_diversity(self.retriever))
 
     def _search_config(self, callbacks: Callbacks) -> RunnableConfig:
         return {"callbacks": callbacks, "max_concurrency": self.max_concurrency}
@@ -303,8 +301,8 @@ class MultiQueryFusionRetriever(ResultsOption, BaseRetriever):
         )
         return self._fuse(queries, lists, k, cap)
 
-    def _fuse(self, queries: list[str], lists: Sequence[Any], k: int, cap: int | None) -> list[Document]:
-        """Weighted RRF of the lists that came back, the best ``k`` within ``cap`` per source (None: no cap).
+    def _fuse(self, queries: list[str], lists: Sequence[Any], k: int, cap: DiversityOptions) -> list[Document]:
+        """Weighted RRF of the lists that came back, the best ``k`` within ``cap``'s cap per source (if any).
 
         The original query's failure is the query's.
         """
@@ -336,10 +334,7 @@ class MultiQueryFusionRetriever(ResultsOption, BaseRetriever):
         fused = weighted_rrf(ranks, weights)
         original = np.where(ranks[0] > 0, ranks[0], np.iinfo(np.int64).max)
         ranking = np.lexsort((np.arange(len(order)), original, -fused))
-        if cap is None:
-            best = ranking[:k]
-        else:
-            best = ranking[capped(source_groups([first[order[j]] for j in ranking.tolist()]), k, cap)]
+        best = ranking[cap.within_cap([first[order[j]] for j in ranking.tolist()], k)]
         results = []
         for j in best.tolist():
             doc = first[order[j]].model_copy(deep=True)

@@ -85,6 +85,82 @@ class DiversityOptions(OptionGroup):
         """True when it changes what a plain fused search returns (MMR or a cap per source)."""
         return self.lambda_mult is not None or self.max_per_source is not None
 
+    @property
+    def caps_sources(self) -> bool:
+        """True when results are capped per source (choosing needs the candidates' sources)."""
+        return self.max_per_source is not None
+
+    @property
+    def reads_vectors(self) -> bool:
+        """True when choosing needs the candidates' vectors (MMR)."""
+        return self.lambda_mult is not None
+
+    @property
+    def diversity_label(self) -> str:
+        """The setting in a few words, as an evaluation report names its row (empty: no diversity)."""
+        parts = [] if self.lambda_mult is None else [f"mmr lambda={self.lambda_mult:g}"]
+        if self.max_per_source is not None:
+            parts.append(f"max {self.max_per_source} per source")
+        return ", ".join(parts)
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> DiversityOptions:
+        """The diversity part of a mapping of options (the others ignored), each value checked."""
+        return cls(**{name: value for name, value in options.items() if name in cls.model_fields})
+
+    @classmethod
+    def fields_of(cls, model: Any) -> DiversityOptions:
+        """The diversity fields of a model that has them (a retriever), as set on it; none: no diversity."""
+        found = getattr(type(model), "model_fields", {})
+        return cls(**{name: getattr(model, name) for name in cls.model_fields if name in found})
+
+    @classmethod
+    def with_mmr(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """``options`` with maximal marginal relevance on (``search_type="mmr"``): their weight, else the default."""
+        if options.get("lambda_mult", DEFAULT_MMR_WEIGHT) is None:
+            raise InvalidParameterError("search_type='mmr' needs a lambda_mult between 0 and 1; drop lambda_mult=None")
+        return {"lambda_mult": DEFAULT_MMR_WEIGHT, **options}
+
+    def over(self, base: DiversityOptions) -> DiversityOptions:
+        """These options where they were given (even as None), ``base``'s elsewhere."""
+        return base.model_copy(update={name: getattr(self, name) for name in self.model_fields_set})
+
+    @classmethod
+    def compared(cls, grids: Mapping[str, Sequence[Any]], given: Mapping[str, Any]) -> list[DiversityOptions]:
+        """The settings to compare: one per value of each option's grid, then the given options (if they diversify).
+
+        Each value is checked (an InvalidParameterError before any work).
+        """
+        settings = [cls(**{name: value}) for name, values in grids.items() for value in values]
+        fixed = cls.of(given)
+        return [*settings, fixed] if fixed.diversifies else settings
+
+    def cap_groups(self, documents: Sequence[Document]) -> NDArray[np.int64] | None:
+        """The source group of each candidate when results are capped per source (None: no cap)."""
+        return None if self.max_per_source is None else source_groups(documents)
+
+    def within_cap(self, documents: Sequence[Document], k: int) -> NDArray[np.int64]:
+        """Positions of the first ``k`` documents (in order) within the cap per source."""
+        return pick_in_order(len(documents), k, self.cap_groups(documents), self.max_per_source).positions
+
+    def choose(
+        self,
+        relevance: NDArray[np.floating],
+        vectors: NDArray[np.floating] | None,
+        k: int,
+        groups: NDArray[np.int64] | None,
+        copies: NDArray[np.int64] | None = None,
+    ) -> Picks:
+        """Choose ``k`` of the candidates (best first, with their fused ``relevance``): by MMR, else in order.
+
+        ``groups`` come from :meth:`cap_groups`; ``vectors`` are needed when :attr:`reads_vectors`.
+        """
+        if self.lambda_mult is None:
+            return pick_in_order(relevance.size, k, groups, self.max_per_source, copies)
+        if vectors is None:
+            raise ValueError("maximal marginal relevance needs the candidates' vectors")
+        return mmr_picks(relevance, vectors, k, self.lambda_mult, groups, self.max_per_source, copies)
+
 
 def source_groups(documents: Sequence[Document]) -> NDArray[np.int64]:
     """A group number per document, equal for equal ``source`` metadata; -1 for documents without one."""

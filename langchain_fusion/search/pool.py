@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import InvalidParameterError
-from langchain_fusion.search.diversity import Picks, mmr_picks, pick_in_order, source_groups
+from langchain_fusion.search.diversity import Picks
 from langchain_fusion.search.duplicates import copies_entry, copies_of, duplicate_groups
 from langchain_fusion.search.fusion import FusedPool, fuse_pool
 from langchain_fusion.search.options import FusionOptions, PoolOptions
@@ -227,23 +227,18 @@ def _select(view: StoreView, pool: Keys, trace: SearchTrace, options: PoolOption
     """Choose the ``k`` results by diversity and duplicates (see :func:`fused_search`), into ``trace``."""
     assert trace.fused is not None
     fused, eligible, k = trace.fused, trace.eligible, options.k
-    cap, weight = options.max_per_source, options.lambda_mult
-    near = options.copies_by_vector
-    depth: int | None = candidates if weight is not None else 2 * k  # MMR: one reading
+    near, mmr = options.copies_by_vector, options.reads_vectors
+    depth: int | None = candidates if mmr else 2 * k  # MMR: one reading
     while True:  # the fused ranking, read deeper until k results fit (cap, copies) or the pool runs out
         ranked = fused.order(depth, eligible)
         keys_ = pool[ranked]
-        vectors = view.vectors(keys_) if weight is not None or near else None
-        groups = source_groups(view.documents(keys_)) if cap is not None else None
+        vectors = view.vectors(keys_) if mmr or near else None
+        groups = options.cap_groups(view.documents(keys_)) if options.caps_sources else None
         copies = None
         if options.collapses_copies:
             copies = duplicate_groups(_texts(view, keys_), vectors if near else None, options.near_duplicate_similarity)
-        if weight is not None:
-            assert vectors is not None
-            picks = mmr_picks(fused.fused[ranked], vectors, k, weight, groups, cap, copies)
-        else:
-            picks = pick_in_order(ranked.size, k, groups, cap, copies)
-        if depth is None or weight is not None or picks.positions.size == k or ranked.size < depth:
+        picks = options.choose(fused.fused[ranked], vectors, k, groups, copies)
+        if depth is None or mmr or picks.positions.size == k or ranked.size < depth:
             trace.ranked, trace.copies, trace.picks, trace.chosen = ranked, copies, picks, ranked[picks.positions]
             return
         depth *= 4
