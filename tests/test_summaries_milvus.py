@@ -11,6 +11,7 @@ Milvus Lite (or the server at ``MILVUS_URI``), hashing embeddings and a fake cha
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -407,17 +408,34 @@ class TestTenants:
             results = opened.as_retriever(k=3, tenant=tenant).invoke(f"{tenant} keeps its NX-14 cabinet dry")
             assert results and all(doc.metadata["tenant"] == tenant for doc in results)
             assert tenant in results[0].page_content
-        calls = len(model.calls)
+        _assert_own_collections(location, {"acme": 5, "globex": 5})
+        calls, globex = len(model.calls), _summaries(opened, "globex")
         (docs / "a.txt").write_text(_text_of("acme"), "utf-8")  # acme's files as it indexed them
         again = build_index(_spec(location, [docs], model, cache, tenant_key="tenant", tenant="acme"))
         assert again.llm["summaries"].items == 0 and len(model.calls) == calls
         (docs / "b.md").unlink()
         changed = build_index(_spec(location, [docs], model, cache, tenant="acme"))
-        assert changed.summaries == 4 and len(_opened(location).summaries.view("globex")) == 5
+        assert changed.summaries == 4 and _summaries(_opened(location), "globex") == globex
+        _assert_own_collections(location, {"acme": 4, "globex": 5})
         store = parse_location(location).open()
         name = store.collection_name
         store.drop()
         assert [c for c in store.client.list_collections() if str(c).startswith(name)] == []
+
+
+def _assert_own_collections(location: str, counts: dict[str, int]) -> None:
+    """Each tenant's summaries are ``COLLECTION__summaries__t<digest>``, holding that tenant's rows alone."""
+    store = parse_location(location).open()
+    summaries = store.summaries_store()
+    assert summaries.collection_name == f"{store.collection_name}__summaries" and summaries.tenant_set is not None
+    stores = summaries.tenant_set.stores
+    assert sorted(stores) == sorted(counts)
+    for tenant, own in stores.items():
+        digest = hashlib.sha256(tenant.encode()).hexdigest()[:20]
+        assert own.collection_name == f"{store.collection_name}__summaries__t{digest}"
+        assert store.client.has_collection(own.collection_name)
+        rows = list(FusionIndex(HashingEmbeddings(), store=own).view().iter_documents())
+        assert len(rows) == counts[tenant] and {doc.metadata["tenant"] for doc in rows} == {tenant}
 
 
 def _run(*argv: str) -> tuple[int, Any, str]:
@@ -479,6 +497,35 @@ class TestCommandLine:
         assert status == 0, err
         status, _, err = _run("query", location, "x", "--hierarchical")
         assert status == 2 and "plain index without page summaries" in err and "--summaries" in err
+
+    def test_a_tenant_keyed_summarised_collection_is_indexed_searched_and_calibrated_per_tenant(
+        self, location: str, tmp_path: Path
+    ) -> None:
+        labels = []
+        for tenant in ("acme", "globex"):
+            folder = tmp_path / tenant
+            folder.mkdir()
+            (folder / "a.txt").write_text(_text_of(tenant), "utf-8")
+            for i, part in enumerate(("pump", "valve", "fan", "relay", "meter", "breaker")):
+                own = folder / f"{part}.md"
+                own.write_text(f"# {part}\n\nThe {tenant} {part} is checked every {i + 2} weeks. " * 8, "utf-8")
+                relevant = [{"source": str(own)}]
+                labels.append({"id": f"{tenant}{i}", "query": f"{tenant} {part} checked", "relevant": relevant})
+            keyed = ("--out", location, "--summaries", "--tenant-key", "tenant", "--json")
+            status, report, err = _run("index", str(folder), *keyed, "--tenant", tenant)
+            assert status == 0 and report["summaries"] == 7, err
+        _assert_own_collections(location, {"acme": 7, "globex": 7})
+        status, results, err = _run("query", location, "pump checked", "--hierarchical", "--tenant", "globex", "--json")
+        assert status == 0 and results, err
+        assert {r["metadata"]["tenant"] for r in results} == {"globex"} and keys.SUMMARY_RANK in results[0]["metadata"]
+        path = tmp_path / "labels.json"
+        path.write_text(json.dumps([q for q in labels if q["id"].startswith("acme")]), "utf-8")
+        calibrate = ("eval", "--index", location, "--labels", str(path), "--calibrate", "-q")
+        status, _, err = _run(*calibrate, "--tenant", "acme")
+        assert status == 0, err
+        assert _opened_cli(location).relevance_model is not None
+        status, _, err = _run(*calibrate)
+        assert status == 2 and "evaluate one tenant with --tenant T" in err
 
 
 def _opened_cli(location: str) -> HierarchicalIndex:

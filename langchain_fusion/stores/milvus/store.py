@@ -210,6 +210,14 @@ class MilvusStore(FusionStore):
         self.dense = DenseIndex.recorded(self.record.dense, vector_search_params)
         self._settings = self.record.settings
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Refused: ``pickle`` and ``copy.deepcopy`` cannot carry a connection to a server."""
+        raise FusionError(
+            f"the Milvus store of {self.collection_name!r} holds a connection to {self.uri!r} and cannot be pickled "
+            f"or deep-copied: open it again where it is needed, MilvusStore({self.uri!r}, {self.collection_name!r}) "
+            "(or its location, milvus://...)"
+        )
+
     # --- page summaries -----------------------------------------------------------------------------
 
     def summaries_store(self) -> MilvusStore:
