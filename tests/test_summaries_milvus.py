@@ -10,31 +10,28 @@ Milvus Lite (or the server at ``MILVUS_URI``), hashing embeddings and a fake cha
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 from langchain_core.documents import Document
 
 from langchain_fusion import FusionIndex, HierarchicalIndex, IndexFormatError, IndexSpec, InvalidParameterError
 from langchain_fusion import metadata as keys
-from langchain_fusion.cli import main
 from langchain_fusion.evaluation import load_labelled
 from langchain_fusion.index import summary_sync
 from langchain_fusion.index.opening import open_index
 from langchain_fusion.ingest.summaries import PageSummarizer, page_units
 from langchain_fusion.pipeline.indexing import build_index
 from langchain_fusion.stores.locations import parse_location
+from tests.helpers.cli import run_cli_json
 from tests.helpers.embeddings import HashingEmbeddings, fake_cli_embeddings
 from tests.helpers.fake_chat_models import RatingModel
+from tests.helpers.milvus import fresh_location
 from tests.helpers.paths import DATA, SAMPLE_QUERIES
 
 pytest.importorskip("pymilvus")
@@ -60,12 +57,7 @@ class Killed(BaseException):
 @pytest.fixture
 def location(tmp_path: Path) -> str:
     """A fresh collection: on the server at MILVUS_URI, else in a Milvus Lite file."""
-    name = f"sum_{uuid.uuid4().hex[:10]}"
-    server = os.environ.get("MILVUS_URI")
-    if server:
-        parts = urlsplit(server)
-        return f"{'milvus+https' if parts.scheme == 'https' else 'milvus'}://{parts.netloc}/{name}"
-    return f"milvus+lite:{tmp_path / 'sum.db'}/{name}"
+    return fresh_location(tmp_path, "sum")
 
 
 def _summary_of(prompt: str) -> str:
@@ -438,14 +430,6 @@ def _assert_own_collections(location: str, counts: dict[str, int]) -> None:
         assert len(rows) == counts[tenant] and {doc.metadata["tenant"] for doc in rows} == {tenant}
 
 
-def _run(*argv: str) -> tuple[int, Any, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = main(list(argv))
-    text = out.getvalue()
-    return status, json.loads(text) if text.startswith(("{", "[")) else text, err.getvalue()
-
-
 class TestCommandLine:
     """``index --summaries --out milvus...``, ``query --hierarchical`` and ``eval --calibrate`` on the collection."""
 
@@ -457,30 +441,32 @@ class TestCommandLine:
             yield
 
     def test_index_query_calibrate_and_serve_a_summarised_collection(self, location: str, model: RatingModel) -> None:
-        status, first, err = _run("index", str(DATA), "--out", location, "--summaries", "--json")
+        status, first, err = run_cli_json("index", str(DATA), "--out", location, "--summaries", "--json")
         assert status == 0, err
         assert first["summaries"] > 0 and first["llm"]["summaries"]["calls"] == first["summaries"]
         assert Path(first["llm"]["cache"]).name == f"{parse_location(location).collection_name}.llm-cache"
-        status, again, err = _run("index", str(DATA), "--out", location, "--summaries", "--json")
+        status, again, err = run_cli_json("index", str(DATA), "--out", location, "--summaries", "--json")
         assert status == 0, err
         assert again["summaries"] == first["summaries"] and again["llm"]["summaries"]["calls"] == 0
         assert again["chunks_embedded"] == 0
 
-        status, results, err = _run("query", location, "battery cabinet flood", "--hierarchical", "-k", "3", "--json")
+        status, results, err = run_cli_json(
+            "query", location, "battery cabinet flood", "--hierarchical", "-k", "3", "--json"
+        )
         assert status == 0, err
         assert len(results) == 3 and all(keys.SUMMARY_RANK in r["metadata"] for r in results)
-        status, flat, err = _run("query", location, "battery cabinet flood", "-k", "3", "--json")
+        status, flat, err = run_cli_json("query", location, "battery cabinet flood", "-k", "3", "--json")
         assert status == 0 and all(keys.SUMMARY_RANK not in r["metadata"] for r in flat), err
 
-        status, _, err = _run("index", str(DATA), "--out", location, "--json")
+        status, _, err = run_cli_json("index", str(DATA), "--out", location, "--json")
         assert status == 2 and "keeps page summaries beside it: add --summaries" in err
 
-        status, _, err = _run(
+        status, _, err = run_cli_json(
             "eval", "--index", location, "--labels", str(SAMPLE_QUERIES), "--calibrate", "--alpha", "0.5", "--quiet"
         )
         assert status == 0, err
         assert _opened_cli(location).relevance_model is not None
-        status, kept, err = _run(
+        status, kept, err = run_cli_json(
             "query", location, "KV-5500 inverter rating kVA", "--hierarchical", "--min-relevance", "0.0", "--json"
         )
         assert status == 0 and kept and all("relevance" in r["metadata"] for r in kept), err
@@ -493,9 +479,9 @@ class TestCommandLine:
         assert pipeline.describe()["index"]["kind"] == "hierarchical"
 
     def test_hierarchical_search_of_a_plain_collection_says_how_to_add_summaries(self, location: str) -> None:
-        status, _, err = _run("index", str(DATA / "tickets"), "--out", location, "--quiet")
+        status, _, err = run_cli_json("index", str(DATA / "tickets"), "--out", location, "--quiet")
         assert status == 0, err
-        status, _, err = _run("query", location, "x", "--hierarchical")
+        status, _, err = run_cli_json("query", location, "x", "--hierarchical")
         assert status == 2 and "plain index without page summaries" in err and "--summaries" in err
 
     def test_a_tenant_keyed_summarised_collection_is_indexed_searched_and_calibrated_per_tenant(
@@ -512,19 +498,21 @@ class TestCommandLine:
                 relevant = [{"source": str(own)}]
                 labels.append({"id": f"{tenant}{i}", "query": f"{tenant} {part} checked", "relevant": relevant})
             keyed = ("--out", location, "--summaries", "--tenant-key", "tenant", "--json")
-            status, report, err = _run("index", str(folder), *keyed, "--tenant", tenant)
+            status, report, err = run_cli_json("index", str(folder), *keyed, "--tenant", tenant)
             assert status == 0 and report["summaries"] == 7, err
         _assert_own_collections(location, {"acme": 7, "globex": 7})
-        status, results, err = _run("query", location, "pump checked", "--hierarchical", "--tenant", "globex", "--json")
+        status, results, err = run_cli_json(
+            "query", location, "pump checked", "--hierarchical", "--tenant", "globex", "--json"
+        )
         assert status == 0 and results, err
         assert {r["metadata"]["tenant"] for r in results} == {"globex"} and keys.SUMMARY_RANK in results[0]["metadata"]
         path = tmp_path / "labels.json"
         path.write_text(json.dumps([q for q in labels if q["id"].startswith("acme")]), "utf-8")
         calibrate = ("eval", "--index", location, "--labels", str(path), "--calibrate", "-q")
-        status, _, err = _run(*calibrate, "--tenant", "acme")
+        status, _, err = run_cli_json(*calibrate, "--tenant", "acme")
         assert status == 0, err
         assert _opened_cli(location).relevance_model is not None
-        status, _, err = _run(*calibrate)
+        status, _, err = run_cli_json(*calibrate)
         assert status == 2 and "evaluate one tenant with --tenant T" in err
 
 
