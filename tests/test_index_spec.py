@@ -164,15 +164,6 @@ class TestBuildIndex:
         with pytest.raises(InvalidParameterError, match="holds page summaries too: add summaries=True"):
             build_index(spec(docs, out))
 
-    def test_summaries_need_a_folder(self, docs: Path) -> None:
-        chat = RatingModel(rule=lambda prompt: "A summary.", structured=False)
-        with pytest.raises(InvalidParameterError, match="kept in index folders only"):
-            build_index(
-                spec(docs, Path("memory-not-a-folder"), summaries=True, llm=chat).model_copy(
-                    update={"location": "milvus://localhost:19530/docs"}
-                )
-            )
-
     def test_another_model_on_an_existing_index_is_refused(self, docs: Path, tmp_path: Path) -> None:
         out = tmp_path / "idx"
         build_index(spec(docs, out))

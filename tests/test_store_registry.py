@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
-from langchain_fusion import FusionError, InvalidParameterError, PipelineSpec, build_pipeline
+from langchain_fusion import FusionError, IndexSpec, InvalidParameterError, PipelineSpec, build_index, build_pipeline
 from langchain_fusion.index.opening import open_index
 from langchain_fusion.stores.base import FusionStore
 from langchain_fusion.stores.local.store import LocalStore
@@ -120,10 +120,17 @@ class TestEveryFace:
         assert status == 0, err
         assert json.loads(out)["answer"] == "From the report [1]."
 
-    def test_summaries_need_a_folder(self, engine: MemoryEngine) -> None:
+    def test_summaries_need_an_engine_that_keeps_them(self, engine: MemoryEngine) -> None:
         assert_one_line_error(
-            *run_cli(["index", str(DATA), "--out", "memory://docs", "--summaries"]), "kept in index folders only"
+            *run_cli(["index", str(DATA), "--out", "memory://docs", "--summaries"]),
+            "kept in index folders and beside Milvus collections, not in memory stores",
         )
+        with pytest.raises(InvalidParameterError, match="not in memory stores: give another location"):
+            build_index(
+                IndexSpec(
+                    location="memory://docs", paths=[DATA], summaries=True, llm=FakeListChatModel(responses=["x"])
+                )
+            )
         _index("memory://docs")
         assert_one_line_error(*run_cli(["query", "memory://docs", "x", "--hierarchical"]), "index folders")
 

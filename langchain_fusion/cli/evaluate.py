@@ -172,24 +172,28 @@ def _load(args: argparse.Namespace, tenant: str | None) -> tuple[Any, Any, Any]:
 def _calibrate(args: argparse.Namespace, plan: EvalPlan) -> Any:
     """Fit the relevance model of the index at ``--index`` on ``--labels`` and save it there (under its update lock).
 
-    A hierarchical folder gets the model of hierarchical search, saved with the folder (crash-safe, as any save).
+    A hierarchical index (a folder, or a store with its summaries beside it) gets the model of hierarchical
+    search, saved with it (a folder crash-safe, as any save; a store in its record).
     """
     from langchain_fusion.evaluation.datasets import load_labelled
     from langchain_fusion.index.hierarchical import HierarchicalIndex
-    from langchain_fusion.index.opening import hierarchical_folder, open_for_update
+    from langchain_fusion.index.opening import hierarchical_folder, open_for_update, with_summaries
     from langchain_fusion.stores.registry import engine_for
 
     engine = engine_for(args.index)
     folder = hierarchical_folder(args.index)
     with engine.updating(args.index):  # another run's update is not lost, nor is this model
-        if folder is not None:
+        if folder is None:
+            index = open_for_update(args.index)
+            hierarchical = with_summaries(engine, args.index, index)
+            if hierarchical is None:
+                labels = load_labelled(args.labels, searched_documents(index, plan.tenant))
+                model = index.calibrate(labels, fetch_k=plan.fetch_k, tenant=plan.tenant)
+                engine.save(args.index, index.store, index.info_to_save(index.saved_info))
+                return model
+        else:
             hierarchical = HierarchicalIndex.load(folder)
-            labels = load_labelled(args.labels, searched_documents(hierarchical.chunks, plan.tenant))
-            model = hierarchical.calibrate(labels, fetch_k=plan.fetch_k, tenant=plan.tenant)
-            hierarchical.save(folder, info=hierarchical.chunks.saved_info)
-            return model
-        index = open_for_update(args.index)
-        labels = load_labelled(args.labels, searched_documents(index, plan.tenant))
-        model = index.calibrate(labels, fetch_k=plan.fetch_k, tenant=plan.tenant)
-        engine.save(args.index, index.store, index.info_to_save(index.saved_info))
+        labels = load_labelled(args.labels, searched_documents(hierarchical.chunks, plan.tenant))
+        model = hierarchical.calibrate(labels, fetch_k=plan.fetch_k, tenant=plan.tenant)
+        hierarchical.save(folder or args.index, info=hierarchical.chunks.saved_info)
     return model

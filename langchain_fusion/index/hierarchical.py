@@ -14,6 +14,13 @@ Saved as one folder holding both indexes and a manifest of its own::
                       if any, in its manifest's ``info``)
     summaries/        the page and section summaries (a saved FusionIndex)
 
+In a store that writes as it goes (Milvus), the summaries live in a store of their own beside the
+chunks (:class:`~langchain_fusion.stores.registry.SummaryStores`) and the chunk store's record holds
+the entry :data:`HIERARCHY_INFO_KEY` (the format, the hierarchical relevance model when calibrated,
+and what the summaries were made with): :func:`~langchain_fusion.index.opening.open_index` opens
+such a location as a hierarchical index, :meth:`HierarchicalIndex.save` given the location writes the
+entry, and :mod:`~langchain_fusion.index.summary_sync` keeps the summaries in line with the chunks.
+
 Calibrated relevance (:meth:`HierarchicalIndex.calibrate`) is fitted on hierarchical results:
 their ranks come from the combined summary and chunk score, so a model fitted on flat fused
 ranks does not carry over. The two models live in different manifests and never stand in for
@@ -31,7 +38,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
 from langchain_fusion import metadata as keys
-from langchain_fusion._checks import check_k
+from langchain_fusion._checks import check_k, is_int
 from langchain_fusion._version import library_version
 from langchain_fusion.errors import IndexFormatError, InvalidParameterError
 from langchain_fusion.index.fusion_index import FusionIndex
@@ -51,6 +58,7 @@ from langchain_fusion.stores.local import saving
 from langchain_fusion.stores.local.checksums import check_checksum, sha256_file
 from langchain_fusion.stores.local.manifest import check_format, now_iso, read_manifest, write_manifest
 from langchain_fusion.stores.local.store import LocalStore
+from langchain_fusion.stores.registry import SummaryStores, engine_for
 
 if TYPE_CHECKING:
     from langchain_fusion.retrievers.hierarchical import HierarchicalRetriever
@@ -61,6 +69,10 @@ CHUNKS_DIR = "chunks"
 SUMMARIES_DIR = "summaries"
 HIERARCHICAL_KIND = "hierarchical index (fitted on its own results: a flat calibration of its chunks does not apply)"
 """How errors name the calibration hierarchical search needs."""
+HIERARCHY_INFO_KEY = "hierarchical"
+"""The entry of a store's record that makes its location a hierarchical index, its summaries kept beside it."""
+STORED_FORMAT_VERSION = 1
+"""The format version of that entry."""
 
 
 class HierarchicalIndex:
@@ -72,14 +84,19 @@ class HierarchicalIndex:
     indexes use the same embedding model, so a query is embedded once.
     """
 
-    def __init__(self, chunks: FusionIndex, summaries: FusionIndex) -> None:
-        """Pair a chunk index with a summary index over it (same embedding model)."""
+    def __init__(self, chunks: FusionIndex, summaries: FusionIndex, *, check_links: bool = True) -> None:
+        """Pair a chunk index with a summary index over it (same embedding model).
+
+        Every summary must list the ids of its chunks; ``check_links=False`` skips reading every summary
+        to check it (:func:`~langchain_fusion.index.opening.open_index` does, on a store whose summaries
+        this library wrote).
+        """
         if chunks.embeddings_id != summaries.embeddings_id:
             raise InvalidParameterError(
                 f"the summary index uses embeddings {summaries.embeddings_id!r} but the chunk index "
                 f"{chunks.embeddings_id!r}; both must use the same model"
             )
-        for doc in summaries.documents:
+        for doc in summaries.documents if check_links else ():
             ids = doc.metadata.get(keys.SUMMARY_CHUNK_IDS)
             if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
                 raise InvalidParameterError(
@@ -166,13 +183,22 @@ class HierarchicalIndex:
 
     # --- persistence ------------------------------------------------------------------------
 
-    def save(self, folder: str | Path, *, info: Mapping[str, Any] | None = None) -> Path:
+    def save(self, folder: str | Path, *, info: Mapping[str, Any] | None = None) -> Path | str:
         """Save both indexes to one folder atomically and crash-safely (both parts, then the manifest).
 
         ``info`` is kept in the chunk index's manifest (with the chunk index's own relevance model,
         as :meth:`FusionIndex.save` keeps it); the hierarchical relevance model goes into the
         folder's manifest.
+
+        Given a store location (e.g. ``milvus://HOST:PORT/COLLECTION``) instead, for an index whose
+        summaries live beside its chunks there (opened with ``open_index``, or built by ``build_index``),
+        the rows are already in place: this writes the :data:`HIERARCHY_INFO_KEY` entry of the chunk
+        store's record (the hierarchical relevance model), and ``info``'s entries, leaving the others
+        (e.g. the file record) as they are. Returns the location.
         """
+        engine = engine_for(folder)
+        if engine.folder(str(folder)) is None:
+            return self._save_beside(str(folder), info)
         stores = {CHUNKS_DIR: self.chunks.store, SUMMARIES_DIR: self.summaries.store}
         for name, store in stores.items():
             if not isinstance(store, LocalStore):
@@ -206,6 +232,24 @@ class HierarchicalIndex:
             write_manifest(staging, manifest)
 
         return saving.save_folder(Path(folder), write)
+
+    def _save_beside(self, location: str, info: Mapping[str, Any] | None) -> str:
+        """Write the record entries of a hierarchical index kept in a store (see :meth:`save`)."""
+        engine = engine_for(location)
+        if isinstance(self.chunks.store, LocalStore) or isinstance(self.summaries.store, LocalStore):
+            raise IndexFormatError(
+                f"{location}: only an index whose chunks and summaries already live there is saved to a store "
+                "location (open_index or build_index make one); save this one to a folder"
+            )
+        write = engine.entry_writer(location, self.chunks.store)
+        if not isinstance(engine, SummaryStores) or write is None:
+            raise IndexFormatError(f"{location}: {engine.name} stores keep no page summaries; save to a folder")
+        for key, value in self.chunks.info_to_save(info).items():
+            write((key,), value)
+        for key, value in new_entry().items():
+            write((HIERARCHY_INFO_KEY, key), value)
+        write((HIERARCHY_INFO_KEY, RELEVANCE_INFO_KEY), self.relevance_data)  # None deletes an earlier model
+        return location
 
     @classmethod
     def load(cls, folder: str | Path, embeddings: Embeddings | None = None) -> HierarchicalIndex:
@@ -295,6 +339,30 @@ def load_chunks(folder: Path, embeddings: Embeddings | None = None, *, check_dim
 def calibration_kind(index: FusionIndex | HierarchicalIndex) -> str:
     """How an error names the calibration ``index`` needs (hierarchical search needs its own)."""
     return HIERARCHICAL_KIND if isinstance(index, HierarchicalIndex) else "index"
+
+
+def new_entry() -> dict[str, Any]:
+    """The :data:`HIERARCHY_INFO_KEY` entry of a new hierarchical index in a store (format and version)."""
+    return {"format": HIERARCHICAL_FORMAT_NAME, "format_version": STORED_FORMAT_VERSION}
+
+
+def stored_entry(info: Mapping[str, Any], location: str) -> dict[str, Any] | None:
+    """The :data:`HIERARCHY_INFO_KEY` entry of the record of the store at ``location``, checked; None: a plain index."""
+    entry = info.get(HIERARCHY_INFO_KEY)
+    if entry is None:
+        return None
+    if not isinstance(entry, dict) or entry.get("format") != HIERARCHICAL_FORMAT_NAME:
+        raise IndexFormatError(
+            f"{location}: the {HIERARCHY_INFO_KEY!r} entry of its record is not a langchain-fusion hierarchical "
+            "index's; rebuild the index"
+        )
+    version = entry.get("format_version")
+    if not is_int(version) or not 1 <= version <= STORED_FORMAT_VERSION:
+        raise IndexFormatError(
+            f"{location} keeps its page summaries in format version {version!r}; this langchain-fusion "
+            f"({library_version()}) reads version {STORED_FORMAT_VERSION}: upgrade langchain-fusion to open it"
+        )
+    return entry
 
 
 def read_hierarchical_manifest(folder: Path) -> dict[str, Any]:

@@ -11,10 +11,12 @@ from pathlib import Path
 
 from langchain_core.embeddings import Embeddings
 
+from langchain_fusion.errors import IndexFormatError
 from langchain_fusion.index.fusion_index import FusionIndex
-from langchain_fusion.index.hierarchical import HierarchicalIndex, is_hierarchical
+from langchain_fusion.index.hierarchical import HierarchicalIndex, is_hierarchical, stored_entry
+from langchain_fusion.search.relevance import RELEVANCE_INFO_KEY
 from langchain_fusion.stores.local.folder import MANIFEST
-from langchain_fusion.stores.registry import NewStoreOptions, engine_for
+from langchain_fusion.stores.registry import NewStoreOptions, StoreEngine, SummaryStores, engine_for
 
 
 def open_index(
@@ -24,7 +26,8 @@ def open_index(
 
     ``embeddings`` default to the model recorded with the index. A store of another engine
     must exist (``langchain-fusion index ... --out LOCATION`` creates one); a folder is verified
-    as :meth:`FusionIndex.load` does.
+    as :meth:`FusionIndex.load` does. A store whose record says it keeps page summaries beside it
+    (``build_index`` with ``summaries=True``) opens as a :class:`HierarchicalIndex`.
     """
     engine = engine_for(location)
     folder = engine.folder(str(location))
@@ -33,7 +36,28 @@ def open_index(
     opened = engine.open(str(location))
     index = FusionIndex.from_store(opened.store, embeddings, check_dimension=check_dimension, label=str(location))
     index.saved_info = opened.info
-    return index
+    return with_summaries(engine, str(location), index) or index
+
+
+def with_summaries(engine: StoreEngine, location: str, chunks: FusionIndex) -> HierarchicalIndex | None:
+    """The hierarchical index of ``chunks`` when the record of their store says it keeps page summaries beside them.
+
+    None for a plain index. Its hierarchical relevance model is read from the record.
+    """
+    entry = stored_entry(chunks.saved_info, location)
+    if entry is None:
+        return None
+    if not isinstance(engine, SummaryStores):
+        raise IndexFormatError(f"{location} records page summaries, which {engine.name} stores do not keep")
+    summaries = FusionIndex(chunks.embeddings, store=engine.summaries_store(location, chunks.store))
+    if summaries.view().known_empty() and not chunks.view().known_empty():
+        raise IndexFormatError(
+            f"{location} records page summaries but they are gone: make them again with langchain-fusion index "
+            f"PATH... --summaries --out {location} (build_index with summaries=True)"
+        )
+    hierarchical = HierarchicalIndex(chunks, summaries, check_links=False)
+    hierarchical.relevance_data = entry.get(RELEVANCE_INFO_KEY)
+    return hierarchical
 
 
 def open_for_update(
@@ -66,5 +90,6 @@ def hierarchical_folder(location: str | os.PathLike[str]) -> Path | None:
 
 
 def keeps_summaries(location: str | os.PathLike[str]) -> bool:
-    """Whether the engine of ``location`` can keep page summaries (a folder can; a remote store cannot)."""
-    return engine_for(location).folder(str(location)) is not None
+    """Whether the engine of ``location`` can keep page summaries (in the index folder, or in a store beside it)."""
+    engine = engine_for(location)
+    return engine.folder(str(location)) is not None or isinstance(engine, SummaryStores)

@@ -198,7 +198,7 @@ class _Sync:
         self.rechunk = record.get("chunking") not in (None, chunking)
         record["chunking"] = chunking
         self.files: dict[str, Any] = record.setdefault("by_path", {})
-        self.indexed = _chunk_ids_by_source(index, tenant)
+        self.indexed = chunk_ids_by_source(index, tenant)
         self.embedding_started = False
         self.max_file_chars = DEFAULT_MAX_FILE_CHARS
         """Files yielding more characters are skipped."""
@@ -274,7 +274,8 @@ def _load_quietly(path: Path, max_chars: int) -> LoadResult:
         return load_files([path], max_chars=max_chars)
 
 
-def _chunk_ids_by_source(index: FusionIndex, tenant: str | None) -> dict[str, set[str]]:
+def chunk_ids_by_source(index: FusionIndex, tenant: str | None) -> dict[str, set[str]]:
+    """The ids of the chunks of each source (``str`` of its source metadata), of ``tenant``'s alone when given."""
     view = index.view(tenant)
     if isinstance(view, IdsBySource):  # a remote store reads ids and sources only
         return view.ids_by_source()

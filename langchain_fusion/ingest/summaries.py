@@ -262,6 +262,19 @@ class PageSummarizer(LLMBatchSettings):
             prompt_version_of(self.reduce_prompt, DEFAULT_REDUCE_PROMPT, SUMMARY_PROMPT_VERSION),
         )
 
+    def fingerprint(self) -> dict[str, Any]:
+        """What decides the summaries of given chunks besides them: model, prompt versions, section and piece sizes.
+
+        An index that keeps its summaries beside its chunks records it, and summarises every page again
+        when it changes (another model, other prompts), as a fresh build would.
+        """
+        return {
+            "model": self.resolved_model_id(),
+            "prompts": list(self._versions()),
+            "section_chars": self.section_chars,
+            "piece_token_budget": self.piece_token_budget,
+        }
+
     def _pieces(self, text: str) -> list[str]:
         if len(text) <= self.piece_chars:
             return [text]

@@ -24,7 +24,7 @@ from langchain_fusion._version import library_version
 from langchain_fusion.errors import FusionError, IndexFormatError, InvalidParameterError, MissingCredentialsError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex
-from langchain_fusion.index.opening import open_index
+from langchain_fusion.index.opening import keeps_summaries, open_index
 from langchain_fusion.pipeline.spec import PipelineSpec, ServeLimits
 from langchain_fusion.retrievers.base import SearchRetriever, innermost_search
 from langchain_fusion.retrievers.multi_query import MultiQueryFusionRetriever
@@ -374,10 +374,11 @@ def _check_flat_calibration(served: HierarchicalIndex) -> None:
 
 def _open(spec: PipelineSpec) -> tuple[Served, dict[str, Any] | None]:
     index = spec.index
-    if spec.hierarchical and isinstance(index, (str, os.PathLike)) and engine_for(index).folder(str(index)) is None:
+    if spec.hierarchical and isinstance(index, (str, os.PathLike)) and not keeps_summaries(index):
         raise InvalidParameterError(
-            f"hierarchical search needs page summaries, which are kept in index folders only ({index} is a "
-            f"{engine_for(index).name} store): langchain-fusion index PATH... --summaries --out DIR"
+            f"hierarchical search needs page summaries, which are kept in index folders and beside Milvus "
+            f"collections ({index} is a {engine_for(index).name} store): langchain-fusion index PATH... --summaries "
+            "--out DIR"
         )
     if isinstance(index, (FusionIndex, HierarchicalIndex, BaseRetriever)):
         if spec.embeddings is not None and not isinstance(index, BaseRetriever):

@@ -125,8 +125,9 @@ class IndexSpec(CheckedModel):
     """Contextual enrichment: a chat model writes 1-3 sentences situating each chunk in its whole document; they are
     embedded and BM25-indexed with the chunk, while results show the original text."""
     summaries: bool = False
-    """Have a chat model summarise every PDF page (or section of a text file) into a second index saved in the same
-    folder, for hierarchical search (folders only)."""
+    """Have a chat model summarise every PDF page (or section of a text file) into a second index beside the chunks,
+    for hierarchical search: in the same folder, or beside a Milvus collection (COLLECTION__summaries, kept in line
+    with the chunks page by page)."""
     llm: Annotated[Any, BeforeValidator(check_llm)] = None
     """Chat model of contextual enrichment and summaries: 'openai' or 'openai:MODEL' (needs OPENAI_API_KEY), any
     'PROVIDER:MODEL' that LangChain's init_chat_model knows, or (in Python) a chat model. By default OpenAI's

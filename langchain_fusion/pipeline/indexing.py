@@ -27,10 +27,13 @@ from langchain_fusion import metadata as keys
 from langchain_fusion.errors import EmbeddingsMismatchError, FusionError, InvalidParameterError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import (
+    HIERARCHY_INFO_KEY,
     HierarchicalIndex,
     load_chunks,
+    new_entry,
     page_count,
     saved_relevance,
+    stored_entry,
     summarize_pages,
 )
 from langchain_fusion.index.opening import hierarchical_folder, keeps_summaries, open_for_update
@@ -42,7 +45,7 @@ from langchain_fusion.models.embeddings import LocalEmbeddings, bundled_model_of
 from langchain_fusion.pipeline.index_spec import IndexSpec
 from langchain_fusion.search.relevance import saved_model
 from langchain_fusion.stores.analyzer import Analyzer
-from langchain_fusion.stores.registry import NewStoreOptions, StoreEngine, engine_for
+from langchain_fusion.stores.registry import NewStoreOptions, StoreEngine, SummaryStores, engine_for
 
 logger = logging.getLogger(__name__)
 
@@ -245,9 +248,10 @@ class _Target:
         self.engine: StoreEngine = engine_for(spec.location)
         if spec.summaries and not keeps_summaries(spec.location):
             raise InvalidParameterError(
-                "page summaries (summaries=True) are kept in index folders only: give a folder as the location, or "
-                "drop summaries=True"
+                f"page summaries (summaries=True) are kept in index folders and beside Milvus collections, not in "
+                f"{self.engine.name} stores: give another location, or drop summaries=True"
             )
+        self.summaries = spec.summaries
         analyzer = Analyzer(language=spec.language) if spec.language else None
         self.options = NewStoreOptions(spec.vector_index, spec.vector_search_params, analyzer, spec.tenant_key)
         self.engine.check_target(spec.location, self.options)
@@ -267,15 +271,28 @@ class _Target:
         try:
             if self.hierarchical is not None:  # no probe embedding: a rerun with nothing new must not load the model
                 return load_chunks(self.hierarchical, embeddings, check_dimension=False)
-            return open_for_update(self.location, embeddings, self.options)
+            index = open_for_update(self.location, embeddings, self.options)
         except EmbeddingsMismatchError as exc:
             raise EmbeddingsMismatchError(f"{exc}; to use other embeddings, choose a new location") from None
+        if stored_entry(index.saved_info, self.location) is not None and not self.summaries:
+            raise InvalidParameterError(
+                f"{self.location} keeps page summaries beside it: add summaries=True to keep them up to date, or "
+                "choose a new location"
+            )
+        return index
+
+    @property
+    def beside(self) -> bool:
+        """Whether this run keeps page summaries in a store beside the chunks' (not in a folder)."""
+        return self.summaries and isinstance(self.engine, SummaryStores) and self.engine.folder(self.location) is None
 
     def save(self, index: FusionIndex, record: dict[str, Any], hierarchical: HierarchicalIndex | None = None) -> str:
         """Persist ``index`` (or ``hierarchical``, built on it) with the file record; returns where, for people."""
         if hierarchical is None and self.hierarchical is not None:
             raise AssertionError(f"{self.location} holds page summaries: saving its chunks alone would drop them")
         info = index.info_to_save({SYNC_INFO_KEY: record})  # a calibrated index keeps its relevance model
+        if HIERARCHY_INFO_KEY in index.saved_info:  # and a store its summaries beside it (see _Run._summarize_beside)
+            info[HIERARCHY_INFO_KEY] = index.saved_info[HIERARCHY_INFO_KEY]
         if hierarchical is not None:
             if self.hierarchical is not None:  # and so does a calibrated hierarchical one
                 hierarchical.relevance_data = saved_relevance(self.hierarchical)
@@ -322,7 +339,10 @@ class _Run:
         if len(index.view(spec.tenant)) == 0:
             raise FusionError(f"no readable documents in {' '.join(spec.paths)} (PDF, .txt and .md files are indexed)")
         summaries = None
-        if spec.summaries:
+        if target.beside:
+            summaries = self._summarize_beside(index)
+            location = target.save(index, record)
+        elif spec.summaries:
             hierarchical = self._summarize(index)
             summaries = len(hierarchical.summaries.view(spec.tenant))
             location = target.save(index, record, hierarchical)
@@ -409,6 +429,49 @@ class _Run:
             return HierarchicalIndex.from_summaries(index, documents, progress=bar.update)
         finally:
             bar.close()
+
+    def _summarize_beside(self, index: FusionIndex) -> int:
+        """Bring the summaries in the store beside the chunks in line with them (see :mod:`.summary_sync`); how many.
+
+        The record's hierarchical entry (kept by :meth:`_Target.save`) then says which summarizer made them.
+        """
+        from langchain_fusion.index.summary_sync import (
+            plan_summaries,
+            recorded_summarizer,
+            sync_summaries,
+            with_summarizer,
+        )
+        from langchain_fusion.ingest.summaries import PageSummarizer
+
+        spec, engine = self.spec, self.target.engine
+        assert isinstance(engine, SummaryStores)
+        summarizer = PageSummarizer(**self.llm_options)
+        beside = FusionIndex(index.embeddings, store=engine.summaries_store(spec.location, index.store))
+        entry = stored_entry(index.saved_info, spec.location) or new_entry()
+        fingerprint = summarizer.fingerprint()
+        recorded = recorded_summarizer(entry, spec.tenant)
+        plan = plan_summaries(index, beside, summarizer, spec.tenant, everything=recorded not in (None, fingerprint))
+        phases = [] if plan.nothing_to_do else [("summarising pages", "page"), ("embedding summaries", "summary")]
+        bars = [self.progress.bar(plan.pages, description, unit) for description, unit in phases]
+        try:
+            with _quiet_logger("langchain_fusion.ingest.summaries"):
+                report = sync_summaries(
+                    index,
+                    beside,
+                    summarizer,
+                    plan,
+                    spec.tenant,
+                    summary_progress=bars[0].update if bars else None,
+                    progress=bars[1].update if bars else None,
+                )
+        finally:
+            for bar in bars:
+                bar.close()
+        for failure in report.failed:
+            self.progress.problem(f"summary failed for {failure.label}: {failure.error}; its leading text stands in")
+        self.reports["summaries"] = report
+        index.saved_info = {**index.saved_info, HIERARCHY_INFO_KEY: with_summarizer(entry, spec.tenant, fingerprint)}
+        return len(beside.view(spec.tenant))
 
     def _report(
         self, index: FusionIndex, location: str, record: dict[str, Any], synced: SyncReport, summaries: int | None

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.stores.analyzer import Analyzer
@@ -144,6 +144,22 @@ class StoreEngine(ABC):
     def default_llm_cache(self, location: str) -> Path:
         """Where an ``index`` run caches chat model answers when no cache folder is given."""
         return Path(f"{Path(location).name or 'index'}{LLM_CACHE_SUFFIX}")
+
+
+@runtime_checkable
+class SummaryStores(Protocol):
+    """Optional capability of an engine: it keeps page summaries in a store beside an index's (a hierarchical index).
+
+    A folder keeps them inside the index folder instead (:meth:`StoreEngine.folder`); an engine with
+    neither refuses page summaries.
+    """
+
+    def summaries_store(self, location: str, store: FusionStore) -> FusionStore:
+        """The store of the page summaries of ``store`` (the index at ``location``), made by its first upsert.
+
+        It has the index's analyzer, BM25 parameters and tenant key, and goes when the index's store is dropped.
+        """
+        ...
 
 
 @dataclass(frozen=True)

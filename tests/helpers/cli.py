@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -32,6 +33,12 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         status = main(argv)
     return status, out.getvalue(), err.getvalue()
+
+
+def run_cli_json(*argv: str) -> tuple[int, Any, str]:
+    """Run the CLI in-process; return (exit status, stdout parsed as JSON when it is an object or list, stderr)."""
+    status, out, err = run_cli(list(argv))
+    return status, json.loads(out) if out.startswith(("{", "[")) else out, err
 
 
 def assert_one_line_error(status: int, out: str, err: str, *fragments: str) -> str:

@@ -254,6 +254,19 @@ class MilvusEngine(StoreEngine):
             **({"collection": record.describe()} if record is not None else {}),
         }
 
+    def summaries_store(self, location: str, store: FusionStore) -> FusionStore:
+        """The collection ``<collection>__summaries`` beside the index's (see ``MilvusStore.summaries_store``)."""
+        return _milvus(store).summaries_store()
+
     def default_llm_cache(self, location: str) -> Path:
         """``COLLECTION.llm-cache`` in the working folder."""
         return Path(f"{parse_location(location).collection_name}{LLM_CACHE_SUFFIX}")
+
+
+def _milvus(store: FusionStore) -> MilvusStore:
+    """``store`` as the MilvusStore a Milvus location holds."""
+    from langchain_fusion.stores.milvus.store import MilvusStore
+
+    if not isinstance(store, MilvusStore):
+        raise FusionError(f"a Milvus location holds a MilvusStore, not a {type(store).__name__}")
+    return store

@@ -34,6 +34,9 @@ from langchain_fusion.stores.tenants import TenantSet, check_tenant_key
 TENANT_SEPARATOR = "__t"
 """What joins a tenant-keyed store's name and a tenant's digest in the name of the tenant's collection."""
 
+SUMMARIES_SUFFIX = "__summaries"
+"""``<collection>__summaries`` holds a hierarchical index's page summaries (:meth:`MilvusStore.summaries_store`)."""
+
 logger = logging.getLogger(__name__)
 
 
@@ -113,20 +116,26 @@ class MilvusStore(FusionStore):
             )
             self.dense = DenseIndex()
         self._info = info.InfoRecord(self)
+        self.holds_summaries = False
+        """Whether this store holds the page summaries of another (:meth:`summaries_store`)."""
         if exists:
             self._reopen(analyzer, bm25_params, vector_index, vector_search_params)
         if share is None:
-            tenant_key = check_tenant_key(tenant_key)
-            found = {} if exists else self._tenant_collections(vector_search_params)
-            if exists and tenant_key is not None:
-                raise FusionError(
-                    f"collection {collection_name!r} is not tenant-keyed: open it without tenant_key, or choose "
-                    "a new collection_name for a tenant-keyed store"
-                )
-            if found or tenant_key is not None:
-                self._start_tenants(tenant_key, found)
+            self._find_tenants(tenant_key, vector_search_params)
 
     # --- tenants ---------------------------------------------------------------------------------
+
+    def _find_tenants(self, tenant_key: str | None, vector_search_params: str | None) -> None:
+        """Make this store tenant-keyed when asked, or when the collections of its tenants exist."""
+        tenant_key = check_tenant_key(tenant_key)
+        found = {} if self._created else self._tenant_collections(vector_search_params)
+        if self._created and tenant_key is not None:
+            raise FusionError(
+                f"collection {self.collection_name!r} is not tenant-keyed: open it without tenant_key, or choose "
+                "a new collection_name for a tenant-keyed store"
+            )
+        if found or tenant_key is not None:
+            self._start_tenants(tenant_key, found)
 
     def tenant_collection(self, tenant: str) -> str:
         """The collection of ``tenant``'s rows (a digest of the tenant: any string names a valid collection)."""
@@ -208,6 +217,27 @@ class MilvusStore(FusionStore):
             f"or deep-copied: open it again where it is needed, MilvusStore({self.uri!r}, {self.collection_name!r}) "
             "(or its location, milvus://...)"
         )
+
+    # --- page summaries -----------------------------------------------------------------------------
+
+    def summaries_store(self) -> MilvusStore:
+        """The store of this index's page summaries (a hierarchical index): collection ``<collection>__summaries``.
+
+        It shares this store's connection, analyzer and BM25 parameters, and is tenant-keyed by the same key
+        (each tenant's summaries in a collection of their own, ``<collection>__summaries__t<digest>``). It is
+        made by its first upsert and dropped with this store (:meth:`drop`).
+        """
+        settings = self.settings
+        store = MilvusStore(
+            self.uri,
+            self.collection_name + SUMMARIES_SUFFIX,
+            analyzer=settings.analyzer,
+            bm25_params=settings.bm25_params,
+            share=self,
+        )
+        store.holds_summaries = True
+        store._find_tenants(settings.tenant_key, None)
+        return store
 
     # --- the connection --------------------------------------------------------------------------
 
@@ -294,7 +324,9 @@ class MilvusStore(FusionStore):
         return bool(self._created)
 
     def drop(self) -> None:
-        """Delete the collection (tenant-keyed: every tenant's) and its info record from the server (irreversible)."""
+        """Delete the collection (tenant-keyed: every tenant's), its record and its page summaries (irreversible)."""
+        if not self.holds_summaries and self.tenant is None:
+            self.summaries_store().drop()
         stores = [] if self._tenants is None else list(self._tenants.stores.values())
         tenants = [s.collection_name for s in stores if isinstance(s, MilvusStore)]
         for name in (self.collection_name, *tenants, *info.side_collections(self.collection_name)):
