@@ -392,3 +392,34 @@ class TestBundledModelUndeclared:
             found = probe_scripts(Plain())
         assert found.unread == frozenset(PROBED_SCRIPTS) - {"Latin"}
         assert found.separations["Latin"] > 5 and max(found.separations[s] for s in found.unread) < 0.8
+
+
+@pytest.mark.milvus
+class TestOnMilvus:
+    def test_the_same_fused_results_as_in_process(self, tmp_path: Path) -> None:
+        import os
+        import uuid
+
+        pytest.importorskip("pymilvus")
+        if not os.environ.get("MILVUS_URI"):
+            pytest.importorskip("milvus_lite")
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        uri = os.environ.get("MILVUS_URI") or str(tmp_path / "scripts.db")
+        docs = corpus(21, 60, language=CJK) + _english()
+        local = FusionIndex.from_documents(docs, ScriptBlindEmbeddings())
+        store = MilvusStore(uri, f"s{uuid.uuid4().hex[:12]}")
+        remote = FusionIndex.from_documents(docs, ScriptBlindEmbeddings(), store=store)
+        dropped = 0
+        for query in CJK_QUERIES + LATIN_QUERIES:
+            expected = FusionRetriever(index=local, k=6).invoke(query)
+            got = FusionRetriever(index=remote, k=6).invoke(query)
+            assert _ids(got) == _ids(expected), query
+            assert [d.metadata.get(keys.VECTOR_DROPPED) for d in got] == [
+                d.metadata.get(keys.VECTOR_DROPPED) for d in expected
+            ]
+            assert [d.metadata[keys.FUSION_SCORE] for d in got] == pytest.approx(
+                [d.metadata[keys.FUSION_SCORE] for d in expected], abs=1e-5
+            )
+            dropped += keys.VECTOR_DROPPED in expected[0].metadata
+        assert dropped == len(CJK_QUERIES)

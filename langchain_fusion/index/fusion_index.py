@@ -30,9 +30,7 @@ from langchain_fusion.ingest.loading import (
 )
 from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, TextField, check_text_fields, indexed_text
 from langchain_fusion.models.embeddings import chunk_token_counter, default_embeddings
-from langchain_fusion.models.scripts import Unread
 from langchain_fusion.progress import ProgressCallback
-from langchain_fusion.search.options import UnreadQueries
 from langchain_fusion.search.relevance import RELEVANCE_INFO_KEY, SavedModel
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.base import FloatMatrix, FusionStore, StoreView
@@ -228,27 +226,6 @@ class FusionIndex(FusedRetrieval, VectorStoreAPI):
         return self.store.settings.dimension
 
     # --- reading ----------------------------------------------------------------------------
-
-    def reads(self, query: str) -> bool:
-        """Whether the embedding model can read ``query``: :meth:`unread` is None.
-
-        False when most of the query's letters are in scripts the model declares it was not trained
-        on (the bundled model reads Latin script), or, for a model that declares nothing, in scripts
-        a probe of it finds it does not read: the fused search then gives the vector side no weight
-        for that query.
-        """
-        return self.unread(query) is None
-
-    def unread(self, query: str, mode: UnreadQueries = "auto") -> Unread | None:
-        """Why the embedding model cannot read ``query`` (its scripts, declared or probed), or None when it reads it.
-
-        ``mode`` is the ``unread_queries`` search option: ``auto`` probes a model that declares nothing
-        (once per script, the first time a query needs it: one call to the model); ``declared`` never
-        probes; ``fuse`` reads every query. See :mod:`~langchain_fusion.models.scripts`.
-        """
-        if mode == "fuse":
-            return None
-        return self._embedder.unread(query, probe=mode == "auto")
 
     def view(self, tenant: str | None = None) -> StoreView:
         """A consistent read view of the rows (what one query sees); of ``tenant``'s rows alone when given.
