@@ -11,7 +11,7 @@ import pytest
 from langchain_core.documents import Document
 
 from langchain_fusion import Analyzer, BM25Retriever, FusionIndex, FusionRetriever
-from tests.helpers.embeddings import EnglishOnlyEmbeddings, HashingEmbeddings
+from tests.helpers.embeddings import EnglishOnlyEmbeddings, HashingEmbeddings, ScriptBlindEmbeddings
 from tests.helpers.question_sets import CJK_DATA, SETS, recall
 
 PASSAGES = 200
@@ -46,3 +46,15 @@ def test_fusion_is_as_good_as_bm25_with_a_model_that_cannot_read_the_questions(
     docs, questions = question_set
     index = FusionIndex.from_documents(docs, EnglishOnlyEmbeddings())
     assert recall(FusionRetriever(index=index, k=10), questions) >= recall(BM25Retriever(index=index, k=10), questions)
+
+
+def test_fusion_is_as_good_as_bm25_with_an_undeclared_model_that_cannot_read_them(
+    question_set: tuple[list[Document], list],
+) -> None:
+    """A model that declares nothing is probed: its noise on these questions gets no weight, as a declared one's."""
+    docs, questions = question_set
+    index = FusionIndex.from_documents(docs, ScriptBlindEmbeddings())
+    fused, bm25 = FusionRetriever(index=index, k=10), BM25Retriever(index=index, k=10)
+    assert recall(fused, questions) == recall(bm25, questions)
+    before = FusionRetriever(index=index, k=10, unread_queries="declared")  # it reads every query: noise fused
+    assert recall(before, questions) < recall(bm25, questions)
