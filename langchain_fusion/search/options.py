@@ -58,7 +58,7 @@ _FILTER_SCHEMA = WithJsonSchema(
 
 
 UnreadQueries = Literal["auto", "declared", "fuse"]
-"""What fused search does with a query the embedding model cannot read (see :class:`FusionOptions`)."""
+"""What fused search does with a query the embedding model cannot read (see :class:`UnreadOption`)."""
 
 UNREAD_QUERIES: tuple[str, ...] = get_args(UnreadQueries)
 """The accepted values of ``unread_queries``."""
