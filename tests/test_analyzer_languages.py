@@ -167,6 +167,6 @@ class TestConfiguration:
         with pytest.raises(ValueError, match="languages='detected' needs the current analysis"):
             Analyzer(**{**Analyzer.LEGACY, "languages": "detected"})
 
-    def test_the_detector_is_offline_and_loaded_once(self) -> None:
-        first = languages._model()
-        assert first is languages._model() and first.config.model == "lite"
+    def test_the_detector_is_the_bundled_model_loaded_once(self) -> None:
+        assert languages.model_path().is_file()
+        assert languages._model() is languages._model()

