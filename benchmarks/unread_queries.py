@@ -238,7 +238,8 @@ def main() -> None:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     cost = [
-        "| set | queries timed | `unread` per query (us, median) | fused invoke, query vector known (ms, median) | ratio |",
+        "| set | queries timed | `unread` per query (us, median) "
+        "| fused invoke, query vector known (ms, median) | ratio |",
         "|---|---:|---:|---:|---:|",
     ]
     signals = [

@@ -11,6 +11,7 @@ from numpy.typing import NDArray
 
 from langchain_fusion.errors import FusionError
 from langchain_fusion.stores.analyzer import Analyzer, WordMemo
+from langchain_fusion.stores.languages import Detected
 
 
 def tokenize(analyzer: Analyzer, text: str) -> list[str]:
@@ -34,14 +35,19 @@ def text_token_ids(
             tokens = tokenize(analyzer, text)
             out.append(np.fromiter((vocabulary.setdefault(t, len(vocabulary)) for t in tokens), dtype=np.int64))
     else:
-        # Each distinct unit (word, identifier, bigram) is analysed once per analyzer and looked up in C per call.
+        # Each distinct unit (word, identifier, bigram) is analysed once per analyzer and text language, and
+        # looked up in C per call.
         tokens_of = analyzer.unit_tokens
-
-        def unit_ids(unit: str) -> tuple[int, ...]:
-            return tuple(vocabulary.setdefault(token, len(vocabulary)) for token in tokens_of(unit))
-
-        memo = WordMemo(unit_ids)
+        memos: dict[object, WordMemo] = {}
         for text in texts:
+            language = analyzer.language_of(text)
+            memo = memos.get(language)
+            if memo is None:
+
+                def unit_ids(unit: str, language: Detected | None = language) -> tuple[int, ...]:
+                    return tuple(vocabulary.setdefault(token, len(vocabulary)) for token in tokens_of(unit, language))
+
+                memo = memos[language] = WordMemo(unit_ids)
             out.append(np.fromiter(chain.from_iterable(map(memo.__getitem__, analyzer.units(text))), dtype=np.int64))
     lengths = np.fromiter((ids.size for ids in out), dtype=np.int32, count=len(out))
     return out, lengths
@@ -51,10 +57,17 @@ def joined_tokens(analyzer: Analyzer, texts: Sequence[str]) -> list[str]:
     """Each text's tokens joined by single spaces (what Milvus's ``whitespace`` tokenizer splits back)."""
     if analyzer.has_custom_tokenize():
         return [" ".join(tokenize(analyzer, text)) for text in texts]
-    # Each distinct unit is joined once; units without tokens are dropped so no space is doubled.
+    # Each distinct unit is joined once per text language; units without tokens are dropped so no space is doubled.
     tokens_of = analyzer.unit_tokens
-    memo = WordMemo(lambda unit: " ".join(tokens_of(unit)))
-    return [" ".join(filter(None, map(memo.__getitem__, analyzer.units(text)))) for text in texts]
+    memos: dict[object, WordMemo] = {}
+    joined = []
+    for text in texts:
+        language = analyzer.language_of(text)
+        memo = memos.get(language)
+        if memo is None:
+            memo = memos[language] = WordMemo(lambda unit, language=language: " ".join(tokens_of(unit, language)))
+        joined.append(" ".join(filter(None, map(memo.__getitem__, analyzer.units(text)))))
+    return joined
 
 
 def query_term_counts(analyzer: Analyzer, vocabulary: Mapping[str, int], query: str) -> Counter[int]:
