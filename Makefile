@@ -20,7 +20,7 @@ FAST_TESTS = not local_model and not notebook and not milvus and not integration
 DEMO_INDEX ?= .demo-index
 DEMO_QUERY ?= Why did the batteries come through the flood without harm?
 
-.PHONY: demo test test-fast lint sample-calibration bench bench-scale bench-quality bench-quick bench-startup bench-updates bench-milvus bench-languages bench-unread bench-serve clean
+.PHONY: demo test test-fast lint sample-calibration bench bench-scale bench-quality bench-quick bench-startup bench-updates bench-milvus bench-languages bench-unread bench-serve bench-tenants clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -77,6 +77,9 @@ bench-unread: $(VENV)/.installed-dev
 
 bench-serve: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/serve_load.py
+
+bench-tenants: $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/tenants.py
 
 bench-startup: $(VENV)/.installed-dev
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/cli_startup.py --runs 3

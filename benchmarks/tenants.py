@@ -2,7 +2,7 @@
 
 The ``zipf`` corpus of ``scale.py`` (common terms that are not stopwords, vectors that crowd
 together) is split among ``--tenants`` tenants of Zipf-spread sizes (the largest holds a few
-percent of the rows, most hold a few hundred). Two subprocesses, each measured from a clean
+tenth of the rows, most hold a few hundred). Two subprocesses, each measured from a clean
 process:
 
 - ``shared``: one tenant-keyed index of every row; the p50 of the default fused query of the

@@ -531,6 +531,23 @@ class StoreContract:
         assert view.ids(keys) == [d.id for d in view.documents(keys)] == [i for i in wanted if i not in deleted]
         assert view.ids(keys[:0]) == []
 
+    def test_ids_longer_than_512_characters_are_refused_alike(self) -> None:
+        """Milvus's key holds 512 characters: every store refuses a longer id the same way, before any write."""
+        index = self.new_index(self.corpus(15, 3))
+        longest, wide = "i" * 512, "東" * 512
+        index.add_documents([Document(id=longest, page_content="w1 w2"), Document(id=wide, page_content="w3")])
+        assert [d.id for d in index.get_by_ids([longest, wide])] == [longest, wide]
+        for too_long in ("i" * 513, "é" * 600):
+            with pytest.raises(
+                InvalidParameterError,
+                match=r"document 1 of this batch: its id has \d+ characters; "
+                r"ids are at most 512",
+            ):
+                index.add_documents([Document(id="fine", page_content="w4"), Document(id=too_long, page_content="w5")])
+            with pytest.raises(InvalidParameterError, match=r"ids are at most 512"):
+                index.add_texts(["w6"], ids=[too_long])
+        assert len(index) == 5 and not index.get_by_ids(["fine"])  # all or nothing
+
     def test_delete_everything_then_add(self) -> None:
         docs = self.corpus(10, 12)
         index = self.new_index(docs)

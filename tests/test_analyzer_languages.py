@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 from langchain_core.documents import Document
 
@@ -136,7 +137,8 @@ def test_the_fast_paths_agree_with_tokenize() -> None:
     vocabulary: dict[str, int] = {}
     ids, lengths = text_token_ids(analyzer, texts, vocabulary)
     words = {i: t for t, i in vocabulary.items()}
-    assert [[words[i] for i in row] for row in ids] == [analyzer.tokenize(t) for t in texts]
+    rows = np.split(ids, np.cumsum(lengths)[:-1])  # the texts' ids end to end
+    assert [[words[i] for i in row] for row in rows] == [analyzer.tokenize(t) for t in texts]
     assert lengths.tolist() == [len(analyzer.tokenize(t)) for t in texts]
     assert joined_tokens(analyzer, texts) == [" ".join(analyzer.tokenize(t)) for t in texts]  # what Milvus indexes
 

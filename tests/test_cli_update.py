@@ -79,6 +79,15 @@ class TestIncrementalIndex:
         assert again["chunks_embedded"] == 0
         assert again["chunks"] == first["chunks"]
 
+    def test_runs_and_queries_leave_nothing_beside_the_index(self, docs: Path, tmp_path: Path) -> None:
+        # As `make demo` does in a checkout: no lock file left to dirty it.
+        out = tmp_path / "idx"
+        _index(docs, out)
+        _index(docs, out)
+        status, _, err = _run("query", str(out), "batteries", "-k", "2", "--embeddings", "local")
+        assert status == 0, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["docs", "idx"]
+
     def test_a_changed_file_has_its_chunks_replaced(self, docs: Path, tmp_path: Path) -> None:
         out = tmp_path / "idx"
         first = _index(docs, out)

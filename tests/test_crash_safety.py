@@ -81,7 +81,7 @@ class TestKilledSaves:
             process.stdout.close()
             assert status == 0
         FusionIndex.from_documents(corpus(2, 10), HashingEmbeddings()).save(target)  # cleans leftovers
-        assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.lock", "idx", "saver.py"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["idx", "saver.py"]  # a killed saver's lock file too
 
     def test_a_crash_between_the_renames_is_recovered(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """Without an atomic exchange, the old folder is set aside first; the next load puts it back."""
@@ -112,7 +112,7 @@ class TestKilledSaves:
         FusionIndex.from_documents(corpus(5, 8), HashingEmbeddings()).save(target)
         FusionIndex.from_documents(corpus(6, 9), HashingEmbeddings()).save(target)
         assert _loads(target) == 9
-        assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.lock", "idx"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
 
     @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="renameat2 is Linux-only")
     def test_linux_uses_an_atomic_exchange(self, tmp_path: Path) -> None:
@@ -131,7 +131,7 @@ class TestKilledSaves:
             (tmp_path / name / "junk").write_bytes(b"x" * 1000)
         (tmp_path / ".other.saving-keep").mkdir()  # another index's staging is not ours
         FusionIndex.from_documents(corpus(8, 5), HashingEmbeddings()).save(target)
-        assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.lock", ".other.saving-keep", "idx"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".other.saving-keep", "idx"]
 
 
 class TestConcurrentSavers:
@@ -166,6 +166,52 @@ class TestConcurrentSavers:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             finally:
                 os.close(fd)
+
+
+class TestLockFiles:
+    """The locks leave nothing beside the index when done: a checkout that holds one stays clean."""
+
+    def test_save_load_and_update_leave_only_the_folder(self, tmp_path: Path) -> None:
+        target = tmp_path / "idx"
+        FusionIndex.from_documents(corpus(3, 5), HashingEmbeddings()).save(target)
+        _loads(target)
+        with saving.update_lock(target.absolute()):
+            pass
+        with saving.load_lock(target.absolute()), saving.load_lock(target.absolute()):  # two readers at once
+            pass
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
+
+    @pytest.mark.parametrize("lock", ["save_lock", "update_lock"])
+    def test_removed_lock_files_still_exclude(self, tmp_path: Path, lock: str) -> None:
+        # Each holder removes the file when done; one that waited on a removed file takes the lock again.
+        target, counter = (tmp_path / "idx").absolute(), tmp_path / "counter"
+        counter.write_text("0")
+        take = getattr(saving, lock)
+        inside: list[int] = []
+        errors: list[BaseException] = []
+
+        def bump() -> None:
+            try:
+                for _ in range(40):
+                    with take(target):
+                        inside.append(1)
+                        if len(inside) != 1:
+                            errors.append(AssertionError("two holders at once"))
+                        value = int(counter.read_text())
+                        time.sleep(0)
+                        counter.write_text(str(value + 1))
+                        inside.pop()
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=bump) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not errors
+        assert counter.read_text() == "160"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["counter"]
 
 
 class TestSaveErrors:

@@ -324,6 +324,17 @@ class TestLocalEmbeddingsModel:
         assert all(isinstance(v, float) for v in query)
         assert np.linalg.norm(query) == pytest.approx(1.0, abs=1e-5)
 
+    def test_pickles_its_settings_not_its_weights(self, local: LocalEmbeddings) -> None:
+        import copy
+        import pickle
+
+        query = local.embed_query("battery racks")
+        local.embed_documents(["battery racks"])
+        data = pickle.dumps(local)
+        assert len(data) < 100_000  # the weights (90 MB) are loaded again where it is used
+        assert pickle.loads(data).embed_query("battery racks") == query
+        assert copy.deepcopy(local).embed_query("battery racks") == query
+
     def test_deterministic(self, local: LocalEmbeddings) -> None:
         text = "Open the battery DC isolators, then the PV combiner isolators."
         first = local.embed_query(text)

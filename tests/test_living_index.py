@@ -59,7 +59,7 @@ class TestAllOrNothing:
 
     POINTS: ClassVar[list[tuple[Any, str]]] = [
         (postings_module, "text_token_ids"),  # the BM25 side, before anything else
-        (postings_module, "build_postings"),
+        (postings_module, "postings_of_ids"),
         (postings_module, "merge_postings"),  # merging new postings (many blocks)
         (mutations_module, "merge_postings"),  # merging segments
         (mutations_module, "_read_only"),  # the vector side
@@ -86,7 +86,7 @@ class TestAllOrNothing:
     @pytest.mark.parametrize("error", FAILURES)
     def test_upsert(self, index: FusionIndex, monkeypatch: pytest.MonkeyPatch, error: type[BaseException]) -> None:
         before = state(index)
-        monkeypatch.setattr(postings_module, "build_postings", _raiser(error))
+        monkeypatch.setattr(postings_module, "postings_of_ids", _raiser(error))
         with pytest.raises(error):
             index.upsert_documents([Document(id="d1-10", page_content="replaced text")])
         monkeypatch.undo()

@@ -255,6 +255,16 @@ async def test_langchain_agent_through_the_mcp_adapters(server: FastMCP, index: 
 
 
 class TestBuild:
+    async def test_initialize_reports_the_library_not_the_sdk(self, server: FastMCP) -> None:
+        from importlib.metadata import version
+
+        from langchain_fusion._version import library_version
+
+        async with connected(server) as session:
+            info = (await session.initialize()).serverInfo
+        assert (info.name, info.version) == ("langchain-fusion", library_version())
+        assert info.version != version("mcp")
+
     async def test_server_defaults(self, index: FusionIndex) -> None:
         server = build_mcp_server(index, k=2, alpha=0.0, method="rrf", log_level="WARNING")
         async with connected(server) as session:

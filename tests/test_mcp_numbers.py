@@ -97,7 +97,8 @@ async def _over_stdio() -> AsyncIterator[Exchange]:
     async def exchange(request: str) -> dict[str, Any]:
         stdin.write(request.replace("\n", " ") + "\n")
         stdin.flush()
-        request_id = json.loads(request)["id"]  # Python reads NaN and Infinity too
+        # Python reads NaN and Infinity too; integers past its digit limit are read as 0 (they are not ids here).
+        request_id = json.loads(request, parse_int=lambda digits: int(digits) if len(digits) < 100 else 0)["id"]
         for line in stdout:  # skipping any notification the server sends
             message = dict(json.loads(line))
             if message.get("id") == request_id:
@@ -144,3 +145,30 @@ async def test_non_finite_arguments_are_tool_errors(transport: str) -> None:
     assert len(good["result"]["structuredContent"]["results"]) == 2
     assert listing["error"]["code"] == -32602
     assert "params['cursor'] must be a finite number; got NaN" in listing["error"]["message"]
+
+
+HUGE = "9" * 5000
+"""An integer of 5,000 digits: JSON allows it, Python reads at most 4,300 digits of an integer."""
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_numbers_with_too_many_digits_are_answered(transport: str) -> None:
+    """A tool argument is a tool error naming it; any other request an invalid-params error; the server goes on."""
+    async with TRANSPORTS[transport]() as exchange:
+        for request_id, (arguments, path) in enumerate(
+            [(f'"k": {HUGE}', "k"), (f'"filter": {{"page": [1, -{HUGE}]}}', "filter['page'][1]")], 1
+        ):
+            response = await exchange(_call(request_id, arguments))
+            assert response["id"] == request_id, response
+            result = response.get("result", {})
+            assert result.get("isError") is True, response
+            [block] = result["content"]
+            assert f"{path} must be a number of at most 4300 digits; got one of 5000 digits" in block["text"]
+            assert "\n" not in block["text"]
+        listing = await exchange(
+            f'{{"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {{"cursor": {HUGE}}}}}'
+        )
+        good = await exchange(_call(8, '"k": 2'))
+    assert listing["id"] == 7 and listing["error"]["code"] == -32602
+    assert "params['cursor'] must be a number of at most 4300 digits" in listing["error"]["message"]
+    assert len(good["result"]["structuredContent"]["results"]) == 2

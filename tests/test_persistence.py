@@ -18,7 +18,7 @@ import pytest
 from langchain_core.documents import Document
 
 import langchain_fusion
-from langchain_fusion import Analyzer, BM25Params, FusionIndex
+from langchain_fusion import Analyzer, BM25Params, FusionIndex, __version__
 from langchain_fusion._version import library_version
 from langchain_fusion.errors import EmbeddingsMismatchError, FusionError, IndexFormatError
 from langchain_fusion.stores.local.snapshot_folder import FORMAT_NAME, FORMAT_VERSION
@@ -585,12 +585,38 @@ class TestManifestChecksum:
         path.write_text(json.dumps(dict(reversed(manifest.items())), indent=7), encoding="utf-8")
         assert len(FusionIndex.load(saved, embeddings)) == 8
 
-    def test_a_manifest_saved_before_checksums_loads(self, animal_index: FusionIndex, saved: Path, embeddings) -> None:
+    @pytest.mark.parametrize("version", ["0.1.0", "0.2.0"])
+    def test_a_manifest_saved_before_checksums_loads(
+        self, animal_index: FusionIndex, saved: Path, embeddings, version: str
+    ) -> None:
         path = saved / "manifest.json"
         manifest = json.loads(path.read_text(encoding="utf-8"))
         del manifest["body_sha256"]
+        manifest["library_version"] = version  # the releases before every save carried one
         path.write_text(json.dumps(manifest, indent=2), encoding="utf-8")
         _assert_same_results(FusionIndex.load(saved, embeddings), animal_index, exact=True)
+
+    @pytest.mark.parametrize("version", [None, "0.3.0", "0.4.0", "1.0.0rc1", "not a version", 3])
+    def test_a_deleted_checksum_is_refused(self, saved: Path, embeddings, version: Any) -> None:
+        # Deleting the line made a manifest read as an older save: an edited k1 loaded silently.
+        path = saved / "manifest.json"
+        text = path.read_text(encoding="utf-8")
+        manifest = json.loads(text)
+        assert manifest["library_version"] == __version__
+        del manifest["body_sha256"]
+        manifest["bm25"]["params"]["k1"] = 0.3
+        if version is None:
+            del manifest["library_version"]
+        else:
+            manifest["library_version"] = version
+        path.write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+        with pytest.raises(
+            IndexFormatError,
+            match=r"manifest\.json has no body_sha256, which every save since "
+            r"langchain-fusion 0\.3\.0 carries: .*restore the saved manifest, or rebuild",
+        ) as e:
+            FusionIndex.load(saved, embeddings)
+        assert "\n" not in str(e.value)
 
     @pytest.mark.parametrize("value", [None, 5, "0" * 64])
     def test_a_damaged_checksum_is_refused(self, saved: Path, embeddings, value: Any) -> None:
@@ -606,6 +632,9 @@ class TestManifestChecksum:
         folder = hierarchical_animals(embeddings).save(tmp_path / "hier")
         _edit_manifest(folder, r'"summaries": 2', '"summaries": 3')
         with pytest.raises(IndexFormatError, match=r"hier/manifest\.json was edited after it was saved"):
+            HierarchicalIndex.load(folder, embeddings)
+        _edit_manifest(folder, r',\s*"body_sha256": "[0-9a-f]+"', "")
+        with pytest.raises(IndexFormatError, match=r"hier/manifest\.json has no body_sha256, which every save since"):
             HierarchicalIndex.load(folder, embeddings)
 
     @pytest.mark.parametrize(
@@ -624,6 +653,7 @@ class TestManifestChecksum:
         def without_checksum(manifest: dict[str, Any]) -> None:
             change(manifest)
             manifest.pop("body_sha256", None)
+            manifest["library_version"] = "0.2.0"  # as saved before checksums
 
         _rewrite_manifest(saved, without_checksum)
         with pytest.raises(IndexFormatError, match=rf"incomplete or invalid \(.*{message}") as caught:
@@ -673,7 +703,7 @@ class TestAtomicSave:
             changed.save(folder)
         monkeypatch.undo()
 
-        assert sorted(p.name for p in parent.iterdir()) == [".idx.lock", "idx"]  # only the save lock beside the index
+        assert sorted(p.name for p in parent.iterdir()) == ["idx"]  # nothing beside the index, not even a lock
         assert _snapshot(folder) == before
         old = FusionIndex.load(folder, embeddings)
         assert list(old.documents) == list(animal_index.documents)
@@ -687,7 +717,7 @@ class TestAtomicSave:
         _fail_writing_bm25(monkeypatch)
         with pytest.raises(RuntimeError, match="disk full"):
             animal_index.save(parent / "idx")
-        assert [p.name for p in parent.iterdir()] == [".idx.lock"]  # no index, no staging folder
+        assert [p.name for p in parent.iterdir()] == []  # no index, no staging folder, no lock
 
     def test_unserialisable_metadata_is_refused_when_added(self, tmp_path: Path, embeddings) -> None:
         index = FusionIndex.from_documents([Document(id="d0", page_content="dog")], embeddings)
@@ -708,7 +738,7 @@ class TestAtomicSave:
         folder = animal_index.save(tmp_path / "idx")
         smaller = FusionIndex.from_documents(animal_index.documents[:3], embeddings)
         assert smaller.save(folder) == folder
-        assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.lock", "idx"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
         assert [d.id for d in FusionIndex.load(folder, embeddings).documents] == [
             d.id for d in animal_index.documents[:3]
         ]
@@ -718,7 +748,7 @@ class TestAtomicSave:
         folder.mkdir()
         animal_index.save(folder)
         assert len(FusionIndex.load(folder, embeddings)) == 8
-        assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.lock", "idx"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
 
     def test_refuses_to_overwrite_a_folder_that_is_not_an_index(
         self, animal_index: FusionIndex, tmp_path: Path
@@ -1002,7 +1032,7 @@ class TestHierarchicalPersistence:
         with pytest.raises(RuntimeError, match="disk full"):
             original.save(parent / "new")
         monkeypatch.undo()
-        assert sorted(p.name for p in parent.iterdir()) == [".hier.lock", ".new.lock", "hier"]
+        assert sorted(p.name for p in parent.iterdir()) == ["hier"]
         assert _snapshot(folder) == before
         assert len(HierarchicalIndex.load(folder, embeddings).summaries) == 2
 

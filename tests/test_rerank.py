@@ -182,6 +182,19 @@ class TestLLMReranker:
         assert "\n" not in str(caught.value)
         assert caplog.records == []  # no warning per candidate
 
+    @pytest.mark.parametrize("error", [ValueError("down"), ConnectionError("connection refused")])
+    def test_a_rerank_that_must_rate_fails_when_none_is_rated(self, error: Exception) -> None:
+        docs = candidates("alpha", "beta", "gamma")
+        reranker = LLMReranker(llm=RatingModel(rule=lambda d: error), top_n=2, require_a_rating=True)
+        with pytest.raises(
+            ProviderError, match=r"^rerank failed: no candidate could be rated: candidates 1, 2, 3 \("
+        ) as e:
+            reranker.rerank(docs, "q")
+        assert "\n" not in str(e.value)
+        partly = LLMReranker(llm=RatingModel(rule=keyword_rule({"beta": 7}, default=error)), require_a_rating=True)
+        ratings = [d.metadata[keys.RERANK_RATING] for d in partly.rerank(docs, "q")]
+        assert ratings == [None, 7, None]  # one rating is a rerank: the others keep their fusion places
+
     def test_all_failures_keep_the_fusion_order(self) -> None:
         docs = candidates("alpha", "beta", "gamma")
         result = LLMReranker(llm=RatingModel(rule=lambda d: ValueError("down")), top_n=2).rerank(docs, "q")
@@ -374,6 +387,12 @@ class TestLLMListwiseReranker:
             result = LLMListwiseReranker(llm=model, top_n=2).rerank(candidates("alpha", "beta", "gamma"), "q")
         assert words_of(result) == ["alpha", "beta"]
         assert "no ranking (RuntimeError: boom)" in caplog.text
+
+    def test_a_rerank_that_must_rank_fails_without_a_ranking(self) -> None:
+        model = RatingModel(rule=lambda prompt: ConnectionError("connection refused"))
+        reranker = LLMListwiseReranker(llm=model, top_n=2, require_a_rating=True)
+        with pytest.raises(ProviderError, match=r"^rerank failed: no ranking: ConnectionError: connection refused$"):
+            reranker.rerank(candidates("alpha", "beta", "gamma"), "q")
 
     def test_a_refused_key_fails_the_rerank(self) -> None:
         model = RatingModel(rule=lambda prompt: HttpError(403))

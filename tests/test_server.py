@@ -632,6 +632,18 @@ class TestProviderFailures:
         assert "Traceback" not in caplog.text
         assert "POST /rag/stream: the chat model failed: PermissionError: Incorrect API key provided" in caplog.text
 
+    def test_a_rerank_that_rated_nothing_answers_502(self, index: FusionIndex) -> None:
+        from tests.helpers.fake_chat_models import RatingModel
+
+        model = RatingModel(rule=lambda text: ConnectionError("connection refused"))
+        app = create_app(index, llm=model, reranker="llm", rerank_candidates=4)
+        with TestClient(app, raise_server_exceptions=False, base_url=LOOPBACK_URL) as client:
+            response = client.post("/retriever/invoke", json={"input": "cat"})
+        assert response.status_code == 502
+        assert response.json()["detail"].startswith(
+            "rerank failed: no candidate could be rated: candidates 1, 2, 3, 4 ("
+        )
+
     @pytest.mark.parametrize("timeout", [0, -1.0, True, "5"])
     def test_a_bad_llm_timeout_is_refused(self, index: FusionIndex, timeout: Any) -> None:
         with pytest.raises(InvalidParameterError, match="timeout"):
@@ -757,6 +769,21 @@ class TestPipeline:
                 "multi_query": None,
                 "window": None,
             }
+
+    def test_windows_fill_the_requested_k(self) -> None:
+        # The best hits are adjacent chunks of one source: their windows merge, and the search goes deeper.
+        docs, start = [], 0
+        for i in range(12):
+            text = f"part {i} " + ("zebra " * 3 if i in (4, 5, 6) else "zebra " if i in (0, 10) else "") + "grass."
+            meta = {keys.SOURCE: "a.txt", keys.CHUNK_INDEX: i, keys.START_INDEX: start}
+            docs.append(Document(id=f"a-{i}", page_content=text, metadata=meta))
+            start += len(text) + 1
+        app = create_app(FusionIndex.from_documents(docs, HashingEmbeddings()), llm=fake_llm(), window=1, alpha=0.0)
+        with TestClient(app, base_url=LOOPBACK_URL) as client:
+            body = {"input": "zebra", "config": {"configurable": {"k": 3}}}
+            passages = _as_docs(client.post("/retriever/invoke", json=body).json()["output"])
+        assert [d.id for d in passages] == ["a-4", "a-0", "a-10"]
+        assert passages[0].metadata[keys.WINDOW_HITS] == [4, 5, 6]
 
     def test_llm_rerank_and_multi_query(self, index: FusionIndex) -> None:
         from tests.helpers.fake_chat_models import RatingModel

@@ -10,6 +10,7 @@ or counted through a tenant's view.
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -412,3 +413,67 @@ class TestIndexingPerTenant:
         assert set(index.saved_info["files"]["by_tenant"]) == {"acme", "beta"}
         with pytest.raises(InvalidParameterError, match="name the tenant"):
             build_index(IndexSpec(location=str(out), paths=(str(folders["acme"]),), embeddings=HashingEmbeddings()))
+
+
+class TestEvaluationPerTenant:
+    """``eval --tenant T`` on a tenant-keyed index reports what ``eval`` reports on an index of T's documents alone."""
+
+    @staticmethod
+    def labels(path: Path, tenant: str, docs: list[Document]) -> Path:
+        """Labelled queries of one tenant: each names a source that other tenants have too."""
+        records = [
+            {"id": f"q{i}", "query": f"{tenant}x0 w{i}", "relevant": [{"source": str(doc.metadata[keys.SOURCE])}]}
+            for i, doc in enumerate(docs[:3])
+        ]
+        path.write_text(json.dumps(records), encoding="utf-8")
+        return path
+
+    def test_a_tenants_report_is_its_own_indexs(self, tmp_path: Path) -> None:
+        from tests.helpers.cli import assert_one_line_error, run_cli
+        from tests.helpers.embeddings import fake_cli_embeddings
+
+        by_tenant = corpus(23, 6)
+        shared, own = build(by_tenant)
+        shared_folder = shared.save(tmp_path / "shared")
+        # A tenant smaller than another: the other's chunks of the same sources have ids this one lacks.
+        tenant = sorted(by_tenant, key=lambda t: len(by_tenant[t]))[3]
+        own_folder = own[tenant].save(tmp_path / "own")
+        labels = self.labels(tmp_path / "labels.json", tenant, by_tenant[tenant])
+        common = ["--labels", str(labels), "--json", "-q", "--alpha", "0,0.5,1", "--vector-floors", "0.1"]
+        with fake_cli_embeddings():
+            status, out, err = run_cli(["eval", "--index", str(shared_folder), "--tenant", tenant, *common])
+            assert status == 0, err
+            status, expected, err = run_cli(["eval", "--index", str(own_folder), *common])
+            assert status == 0, err
+            refused = run_cli(["eval", "--index", str(shared_folder), *common])
+        got, want = json.loads(out), json.loads(expected)
+        for part in ("retrievers", "sweep", "floors"):
+            for row in (*got[part], *want[part]):
+                row.pop("ms_per_query", None)
+            assert got[part] == want[part], part
+        assert_one_line_error(*refused, "is tenant-keyed (6 tenants): evaluate one tenant with --tenant T")
+
+
+def test_a_tenant_keyed_folder_saved_before_an_analyzer_option_reads_as_built(tmp_path: Path) -> None:
+    """Folders saved before case folding existed keep lower-casing, in the shared manifest and every tenant's."""
+    from langchain_fusion.stores.analyzer import Analyzer
+    from langchain_fusion.stores.local.checksums import sha256_file
+    from langchain_fusion.stores.local.manifest import read_manifest, write_manifest
+
+    docs = [Document(id="s", page_content="Straße 9", metadata={KEY: t}) for t in ("a", "b")]
+    index = FusionIndex.from_documents(docs, HashingEmbeddings(), tenant_key=KEY, analyzer=Analyzer(casefold=False))
+    folder = index.save(tmp_path / "idx")
+    top = read_manifest(folder)
+    for entry in top["tenants"]:  # each tenant's manifest as a save before the option
+        part = folder / entry["folder"]
+        manifest = read_manifest(part)
+        assert manifest["bm25"]["analyzer"].pop("casefold") is False
+        write_manifest(part, manifest)
+        entry["manifest_sha256"] = sha256_file(part / "manifest.json")
+    assert top["settings"]["analyzer"].pop("casefold") is False
+    write_manifest(folder, top)
+    loaded = FusionIndex.load(folder, HashingEmbeddings())
+    assert loaded.analyzer.casefold is False
+    for tenant in ("a", "b"):
+        assert loaded.as_retriever(tenant=tenant, alpha=0.0).invoke("strasse") == []
+        assert [d.id for d in loaded.as_retriever(tenant=tenant, alpha=0.0).invoke("Straße")] == ["s"]

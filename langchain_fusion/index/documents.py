@@ -9,13 +9,13 @@ from typing import Any
 from langchain_core.documents import Document
 
 from langchain_fusion.errors import FusionError, InvalidParameterError
-from langchain_fusion.metadata import MAX_METADATA_DEPTH, content_id
+from langchain_fusion.metadata import MAX_ID_CHARS, MAX_METADATA_DEPTH, content_id
 
 
 def prepared_documents(
     documents: Iterable[Document], ids: Sequence[str] | None = None, tenant_key: str | None = None
 ) -> list[Document]:
-    """Copies with ids (given, own, or content hashes); FusionError on ids repeated in the batch.
+    """Copies with ids (given, own, or content hashes); FusionError on ids repeated in the batch or too long.
 
     With ``tenant_key`` (a tenant-keyed index) ids are scoped by tenant: one id may appear once per tenant.
     The copies are shallow: their metadata is the caller's, which stores only read (and
@@ -47,6 +47,11 @@ def prepared_documents(
                 )
         if doc.id is None:
             doc.id = content_id(doc)
+        if len(doc.id) > MAX_ID_CHARS:
+            raise InvalidParameterError(
+                f"document {position} of this batch: its id has {len(doc.id):,} characters; ids are at most "
+                f"{MAX_ID_CHARS} (Milvus's limit, kept on every store): give it a shorter id, e.g. a hash of this one"
+            )
         scope = (repr(doc.metadata.get(tenant_key)) if tenant_key is not None else None, doc.id)
         if scope in seen:
             raise FusionError(

@@ -129,11 +129,19 @@ class FusedRetrieval(VectorStore):
         ``search_type`` is ``"fusion"`` (the default), ``"similarity"`` (the vector side alone:
         ``alpha=1``) or ``"mmr"`` (the fused candidates re-ranked by maximal marginal relevance,
         whose weight of relevance defaults to 0.5; MMR chooses among the best ``fetch_k`` fused
-        candidates). An unknown option or search type is an error that lists the valid ones.
+        candidates). An unknown option or search type is an error that lists the valid ones, and so is an
+        option given both ways with two different values (``as_retriever(k=3, search_kwargs={"k": 2})``).
         """
         from langchain_fusion.retrievers.fusion import FusionRetriever
 
-        options = {**(search_kwargs or {}), **kwargs}
+        given = search_kwargs or {}
+        for name in sorted(set(given) & set(kwargs)):
+            if given[name] != kwargs[name]:
+                raise InvalidParameterError(
+                    f"{name} is given twice with different values, {name}={kwargs[name]!r} and "
+                    f"search_kwargs={{{name!r}: {given[name]!r}}}: give it once"
+                )
+        options = {**given, **kwargs}
         valid = sorted(set(FusionRetriever.model_fields) - {"index", "callbacks", "verbose"})
         unknown = sorted(set(options) - set(valid))
         if unknown:

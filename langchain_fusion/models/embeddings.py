@@ -92,6 +92,12 @@ class LocalEmbeddings(CheckedModel, Embeddings):
     _truncated_pieces: int = PrivateAttr(default=0)
     _embedded: int = PrivateAttr(default=0)
 
+    def __getstate__(self) -> dict[Any, Any]:
+        """The model for ``pickle``: its settings, not its loaded weights (loaded again where it is used)."""
+        state = super().__getstate__()
+        private = {**(state.get("__pydantic_private__") or {}), "_model": None, "_query_encoder": None}
+        return {**state, "__pydantic_private__": {**private, "_tokenizer": None}}
+
     @property
     def model_name(self) -> str:
         """The Hugging Face name of the bundled model."""

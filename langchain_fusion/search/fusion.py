@@ -412,8 +412,9 @@ def fuse_pool(
 
     ``vector_evidence`` False (the embedding model cannot read the query, see
     :mod:`~langchain_fusion.models.scripts`) gives the vector side no part in the fused score: every
-    normalised vector score is 0, so the BM25 side ranks the pool; its raw scores still break ties
-    (with ``alpha`` 1, vector only, nothing changes).
+    normalised vector score is 0 and the BM25 side has all the weight, so the pool is fused as with
+    ``alpha`` 0 and each fused score is its normalised BM25 score, on the full scale (a side with no
+    weight does not halve it). With ``alpha`` 1, vector only, nothing changes.
 
     The raw scores are kept as given (float32 stays float32, no copy: they must not change while
     the pool is read) and fused in blocks of :data:`FUSE_BLOCK_ROWS`. For min-max and z-score,
@@ -425,7 +426,7 @@ def fuse_pool(
     vector, bm25 = _aligned(vector_scores, bm25_scores)
     v_scale, b_scale, vector_rank, bm25_rank = NORMALISERS[method](vector, bm25)
     if not vector_evidence and alpha < 1:  # vector only (alpha 1) keeps its own ranking
-        v_scale = AffineScale(vector, spread=0.0)
+        v_scale, alpha = AffineScale(vector, spread=0.0), 0.0
     fused = np.empty(vector.size, dtype=np.float64)
     for start in range(0, vector.size, FUSE_BLOCK_ROWS):
         block = slice(start, start + FUSE_BLOCK_ROWS)

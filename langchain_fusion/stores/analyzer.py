@@ -12,9 +12,10 @@ The default serves any language and any identifier without configuration:
 - identifiers are split at case, underscore, hyphen and letter/digit boundaries, and the whole
   identifier is kept as a token too, so ``getLogger``, ``get_logger``, ``get-logger`` and "get
   logger" meet, and an exact match stays the strongest;
-- words are lowercased; stopwords and Snowball stemming apply in their language (English by
-  default, :class:`Analyzer` ``language=`` for another) and only to words of that language's
-  script, never to a bigram or a word of another script.
+- words are case-folded (``str.casefold``: ``Straße`` and ``strasse`` meet); stopwords and Snowball
+  stemming apply in their language: their text's detected language, else their script's (Latin: the
+  configured language, English by default, :class:`Analyzer` ``language=`` for another; see
+  :mod:`langchain_fusion.stores.languages`), never to a bigram.
 
 Indexes keep the analyzer they were built with: the configuration is saved with them, and one
 saved before these options existed is read back as it was built (:meth:`Analyzer.from_saved`).
@@ -23,8 +24,10 @@ saved before these options existed is read back as it was built (:meth:`Analyzer
 from __future__ import annotations
 
 import itertools
+import operator
 import re
 import unicodedata
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any, ClassVar, Literal, get_args
 
@@ -63,6 +66,11 @@ _PART = regex.compile(
 )
 _JOINERS = regex.compile(r"[-_]+")
 _GRAPHEME = regex.compile(r"\X")
+# Runs whose every character is a letter of its own (no marks, no numerals, no case: Han, Kana, Hangul syllables):
+# each bigram of such a run is its only token, so the per-piece rules are skipped (see Analyzer._run_tokens).
+_PLAIN_BIGRAM_RUN = regex.compile(
+    r"[[\p{Han}\p{Hiragana}\p{Katakana}\uAC00-\uD7A3]--[\p{N}\p{M}\p{Lu}\p{Ll}\p{Lt}]]+", regex.V1
+)
 
 
 class Analyzer(BaseModel):
@@ -81,7 +89,12 @@ class Analyzer(BaseModel):
     """``words`` splits text into Unicode words; ``whitespace`` is ``str.split()`` (the tutorial's)."""
 
     lowercase: bool = True
-    """Lowercase (``str.lower``, Unicode-aware) each token."""
+    """Lowercase each token (Unicode-aware; see ``casefold``)."""
+
+    casefold: bool = True
+    """With ``lowercase``: fold case with ``str.casefold`` (``Straße`` and ``strasse`` meet, as do the two
+    Greek lower-case sigmas) rather than ``str.lower``. Indexes saved before this option keep ``str.lower`` (see
+    :data:`LEGACY`)."""
 
     stopwords: StopwordLanguage | None = "english"
     """Stopword list to drop, for words of that language's script; None keeps every token."""
@@ -121,9 +134,11 @@ class Analyzer(BaseModel):
         "scripts": "runs",
         "identifiers": False,
         "normalization": None,
+        "casefold": False,
         "languages": "configured",
     }
-    """What an analyzer saved before these options existed was: read back as it was built."""
+    """What an analyzer saved before each of these options existed did: a saved configuration without one of them
+    is read back with this value, so the index keeps analysing as it was built."""
 
     @model_validator(mode="before")
     @classmethod
@@ -144,6 +159,15 @@ class Analyzer(BaseModel):
                 f"languages={self.languages!r} needs the current analysis (scripts='bigrams', identifiers or "
                 "normalization); the analysis of indexes saved before 0.2 takes languages='configured'"
             )
+        return self
+
+    def __getstate__(self) -> dict[Any, Any]:
+        """The analyzer for ``pickle`` and ``copy.deepcopy``: its settings, without what it computes from them."""
+        state = super().__getstate__()
+        return {**state, "__dict__": {k: v for k, v in state["__dict__"].items() if k not in _DERIVED}}
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> Analyzer:
+        """The analyzer itself: it is immutable, and what it computes from its settings may be shared."""
         return self
 
     @classmethod
@@ -254,8 +278,12 @@ class Analyzer(BaseModel):
     def split_words(self, text: str) -> list[str]:
         """The raw words of ``text`` (lowercased if configured), before stopwords and stemming (legacy analysis)."""
         if self.lowercase:
-            text = text.lower()
+            text = self._lower(text)
         return text.split() if self.split == "whitespace" else _WORD.findall(text)
+
+    def _lower(self, text: str) -> str:
+        """``text`` case-folded (``casefold``) or lower-cased."""
+        return text.casefold() if self.casefold else text.lower()
 
     def normalize_word(self, word: str) -> str | None:
         """The token a raw word becomes, or None if it is dropped (stopword or too short)."""
@@ -317,7 +345,7 @@ class Analyzer(BaseModel):
         if not parts:
             parts = [piece]
         if self.lowercase:
-            parts = [p.lower() for p in parts]
+            parts = [self._lower(p) for p in parts]
         tokens = [t for t in (self._language_word(part, language) for part in parts) if t is not None]
         if len(parts) > 1:
             whole = "".join(parts)
@@ -326,8 +354,36 @@ class Analyzer(BaseModel):
         return tuple(tokens)
 
     def _run_tokens(self, run: str, language: Language | None = None) -> tuple[str, ...]:
-        """The tokens of a run of text without whitespace (pieces never span whitespace)."""
-        return tuple(token for piece in self.pieces(run) for token in self.piece_tokens(piece, language))
+        """The tokens of a run of text without whitespace (pieces never span whitespace).
+
+        A run of Han, Kana or Hangul syllables alone (:data:`_PLAIN_BIGRAM_RUN`) has no case, parts,
+        marks or stems: each of its bigrams is its own only token, made here at once rather than one
+        piece at a time (an unbroken run of millions of characters took tens of seconds). The result is
+        the same, as a test checks against the per-piece rules (no stemmer's language is written in them).
+        """
+        if not self._plain_bigrams:
+            return tuple(token for piece in self.pieces(run) for token in self.piece_tokens(piece, language))
+        tokens: list[str] = []
+        for unspaced, word in _PIECE.findall(run):
+            if len(unspaced) > 1 and _PLAIN_BIGRAM_RUN.fullmatch(unspaced):
+                if self.min_token_length <= 2:
+                    tokens.extend(map(operator.add, unspaced, unspaced[1:]))
+                continue
+            for piece in self.pieces(unspaced or word):
+                tokens.extend(self.piece_tokens(piece, language))
+        return tuple(tokens)
+
+    @cached_property
+    def _plain_bigrams(self) -> bool:
+        """Whether plain runs may skip the per-piece rules: bigram analysis, and those rules not overridden."""
+        cls = type(self)
+        return (
+            self.split == "words"
+            and self.scripts == "bigrams"
+            and cls.piece_tokens is Analyzer.piece_tokens
+            and cls._language_word is Analyzer._language_word
+            and cls.pieces is Analyzer.pieces
+        )
 
     @cached_property
     def _memo(self) -> WordMemo:
@@ -372,6 +428,10 @@ class Analyzer(BaseModel):
         tokens: tuple[str, ...] = self._memo_for(language)[unit]
         return tokens
 
+    def unit_lookup(self, language: Detected | None = None) -> Callable[[str], tuple[str, ...]]:
+        """:meth:`unit_tokens` as the memo's own lookup, a call in C for a unit seen before (for loops over many)."""
+        return self._memo_for(language).__getitem__
+
     def has_custom_tokenize(self) -> bool:
         """True when a subclass overrides :meth:`tokenize` (then it is called for every text)."""
         return type(self).tokenize is not Analyzer.tokenize
@@ -389,6 +449,23 @@ class Analyzer(BaseModel):
 def _both(first: tuple[str, ...], second: tuple[str, ...]) -> tuple[str, ...]:
     """``first``, then the tokens of ``second`` it does not have."""
     return first if first == second else first + tuple(token for token in second if token not in first)
+
+
+_DERIVED = frozenset(
+    {
+        "_stopword_set",
+        "_stem_word",
+        "_configured_scripts",
+        "_in_language",
+        "_stemmers",
+        "_stopword_sets",
+        "_redundant",
+        "_memo",
+        "_memos",
+        "_plain_bigrams",
+    }
+)
+"""What an :class:`Analyzer` computes from its settings on first use (left out of its pickled state)."""
 
 
 class WordMemo(dict[str, Any]):

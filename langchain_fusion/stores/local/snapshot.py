@@ -115,6 +115,10 @@ class Snapshot:
     _cache: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
     """Derived data computed on first use (safe: the snapshot never changes); a new snapshot starts empty."""
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The snapshot for ``pickle`` and ``copy.deepcopy``, without its derived data (computed again on use)."""
+        return {**self.__dict__, "_cache": {}}
+
     # --- shape -------------------------------------------------------------------------------
 
     @property

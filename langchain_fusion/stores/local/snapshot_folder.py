@@ -210,8 +210,8 @@ def _parse_manifest(
         fields = manifest.get("text_fields", {})
         if not isinstance(fields, dict):
             raise TypeError("text_fields must be an object")
-        saved_class = bm25.get("analyzer_class", f"{Analyzer.__module__}.{Analyzer.__qualname__}")
-        analyzer = _analyzer_for(folder, saved_class, bm25["analyzer"], analyzer)
+        saved_class = bm25.get("analyzer_class", BASE_ANALYZER)
+        analyzer = saved_analyzer(folder, saved_class, bm25["analyzer"], analyzer)
         settings = StoreSettings(
             embeddings_id=embeddings["id"],
             dimension=dimension,
@@ -233,8 +233,17 @@ def _parse_manifest(
     return settings, vector_conf, counts
 
 
-def _analyzer_for(folder: Path, saved_class: Any, config: Any, given: Analyzer | None) -> Analyzer:
-    base = f"{Analyzer.__module__}.{Analyzer.__qualname__}"
+BASE_ANALYZER = f"{Analyzer.__module__}.{Analyzer.__qualname__}"
+"""The class name a manifest records for the default analyzer."""
+
+
+def saved_analyzer(folder: Path, saved_class: Any, config: Any, given: Analyzer | None) -> Analyzer:
+    """The analyzer a saved folder was built with: its saved configuration, or ``given`` when that is the same.
+
+    A configuration saved before an option existed reads as it was built (:meth:`Analyzer.from_saved`);
+    a custom analyzer class must be given.
+    """
+    base = BASE_ANALYZER
     config = Analyzer.from_saved(config)  # an index saved before an option existed keeps how it was built
     if given is None:
         if saved_class != base:

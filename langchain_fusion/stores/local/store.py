@@ -106,6 +106,14 @@ class LocalStore(FusionStore):
             raise InvalidParameterError(f"this index is not tenant-keyed: use it without a tenant; got {tenant!r}")
         return self._tenants
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The store for ``pickle`` and ``copy.deepcopy``: its snapshot, without the lock (a copy gets its own)."""
+        return {"_snapshot": self._snapshot}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._write_lock = threading.Lock()
+        self._snapshot = state["_snapshot"]
+
     # --- the seam ------------------------------------------------------------------------------
 
     @property

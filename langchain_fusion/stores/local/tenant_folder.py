@@ -30,7 +30,7 @@ from langchain_fusion.stores.local import folder as fmt
 from langchain_fusion.stores.local.checksums import check_checksum, sha256_file
 from langchain_fusion.stores.local.manifest import check_format, now_iso, read_manifest, write_manifest
 from langchain_fusion.stores.local.snapshot import Snapshot
-from langchain_fusion.stores.local.snapshot_folder import read_folder, write_snapshot
+from langchain_fusion.stores.local.snapshot_folder import BASE_ANALYZER, read_folder, saved_analyzer, write_snapshot
 from langchain_fusion.stores.settings import StoreSettings
 
 FORMAT_NAME = "langchain-fusion-tenant-index"
@@ -97,7 +97,9 @@ def read(folder: Path, manifest: Any, analyzer: Analyzer | None) -> TenantFolder
     """What the tenant-keyed folder holds (its manifest read already), every part checked."""
     manifest = check_format(folder, manifest, FORMAT_NAME, FORMAT_VERSION, "tenant-keyed index")
     try:
-        settings = StoreSettings.model_validate(manifest["settings"])
+        saved = dict(manifest["settings"])
+        built_with = saved_analyzer(folder, manifest.get("analyzer_class", BASE_ANALYZER), saved["analyzer"], analyzer)
+        settings = StoreSettings.model_validate({**saved, "analyzer": built_with})
         tenant_key = manifest["tenant_key"]
         listed = list(manifest["tenants"])
         vector = manifest["vector_index"]
@@ -111,10 +113,6 @@ def read(folder: Path, manifest: Any, analyzer: Analyzer | None) -> TenantFolder
         raise IndexFormatError(f"{folder / fmt.MANIFEST} is incomplete or invalid ({exc}); rebuild the index") from None
     if settings.tenant_key != tenant_key or not isinstance(tenant_key, str):
         raise IndexFormatError(f"{folder / fmt.MANIFEST}: its tenant key and settings disagree; rebuild the index")
-    if analyzer is not None:
-        if analyzer.model_dump() != settings.analyzer.model_dump():
-            raise IndexFormatError(f"{folder} was built with another analyzer configuration than the one given")
-        settings = settings.model_copy(update={"analyzer": analyzer})
     snapshots: dict[str, Snapshot] = {}
     for tenant, sub, documents, checksum in entries:
         if not sub.startswith(f"{TENANTS_DIR}/") or "/" in sub[len(TENANTS_DIR) + 1 :] or tenant in snapshots:

@@ -25,6 +25,7 @@ from langchain_fusion.stores.milvus.schema import (
     CollectionRecord,
     DenseIndex,
     collection_layout,
+    create_loaded_collection,
 )
 from langchain_fusion.stores.milvus.view import MilvusView
 from langchain_fusion.stores.settings import BM25Params, StoreSettings
@@ -200,6 +201,14 @@ class MilvusStore(FusionStore):
         self.dense = DenseIndex.recorded(self.record.dense, vector_search_params)
         self._settings = self.record.settings
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Refused: ``pickle`` and ``copy.deepcopy`` cannot carry a connection to a server."""
+        raise FusionError(
+            f"the Milvus store of {self.collection_name!r} holds a connection to {self.uri!r} and cannot be pickled "
+            f"or deep-copied: open it again where it is needed, MilvusStore({self.uri!r}, {self.collection_name!r}) "
+            "(or its location, milvus://...)"
+        )
+
     # --- the connection --------------------------------------------------------------------------
 
     @property
@@ -274,13 +283,7 @@ class MilvusStore(FusionStore):
         dense = {**self.dense.record(), "requested": self._requested}
         record = CollectionRecord(settings, dense, library_version(), tenant=self.tenant)
         schema, index = collection_layout(self.client, record)
-        self.call(
-            "create_collection",
-            collection_name=self.collection_name,
-            schema=schema,
-            index_params=index,
-            consistency_level="Strong",
-        )
+        create_loaded_collection(self.call, self.collection_name, schema, index, self.timeout)
         self._settings, self._created, self.record = settings, True, record
 
     @property
