@@ -16,17 +16,18 @@ from pathlib import Path
 import pytest
 
 from langchain_fusion import FusionIndex
-from tests.conftest import REPO, HashingEmbeddings
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.paths import REPO
 from tests.store_contract import corpus
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and pipes")
+pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and pipes"), pytest.mark.subprocess]
 
 CHILD = textwrap.dedent(
     """
     import os, signal, sys
     sys.path.insert(0, {repo!r})
     {before}
-    from tests.conftest import fake_cli_embeddings
+    from tests.helpers.embeddings import fake_cli_embeddings
     from langchain_fusion.cli import main
     with fake_cli_embeddings():
         sys.exit(main(sys.argv[1:]))
@@ -53,17 +54,17 @@ def index(tmp_path: Path) -> Path:
 
 def test_a_closed_pipe_ends_quietly(tmp_path: Path, index: Path) -> None:
     # query --json | head: the reader is gone before the output is written.
-    process = subprocess.Popen(
+    with subprocess.Popen(
         [*_child(tmp_path), "query", str(index), "w1 w2 w3", "-k", "100", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=_env(),
         cwd=REPO,
-    )
-    assert process.stdout is not None and process.stderr is not None
-    process.stdout.close()
-    err = process.stderr.read().decode()
-    assert process.wait(timeout=120) == 141, err  # as a process killed by SIGPIPE: 128 + 13
+    ) as process:
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.close()
+        err = process.stderr.read().decode()
+        assert process.wait(timeout=120) == 141, err  # as a process killed by SIGPIPE: 128 + 13
     assert err == ""
 
 

@@ -870,7 +870,7 @@ import sys
 sys.path.insert(0, {repo!r})
 from langchain_fusion import FusionIndex
 from langchain_fusion.stores.milvus import MilvusStore
-from tests.conftest import HashingEmbeddings
+from tests.helpers.embeddings import HashingEmbeddings
 from tests.store_contract import corpus
 index = FusionIndex.from_documents(corpus(9, 20), HashingEmbeddings(), store=MilvusStore({uri!r}, "docs"))
 print([d.id for d in index.as_retriever(k=3).invoke("w1 w2")])
@@ -890,7 +890,7 @@ class TestMilvusLiteIsQuiet:
         import subprocess
         import sys
 
-        from tests.conftest import REPO
+        from tests.helpers.paths import REPO
 
         script = tmp_path / "run.py"
         script.write_text(QUIET_RUN.format(repo=str(REPO), uri=lite), encoding="utf-8")
