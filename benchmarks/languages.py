@@ -47,7 +47,6 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 from langchain_core.documents import Document
@@ -55,6 +54,7 @@ from langchain_core.documents import Document
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from langchain_fusion import Analyzer, BM25Retriever, FusionIndex, FusionRetriever, VectorRetriever
+from tests.helpers.benchmark_runs import chosen, run_header
 from tests.helpers.embeddings import HashingEmbeddings
 from tests.helpers.question_sets import (
     CJK_DATA,
@@ -429,13 +429,8 @@ def main() -> None:
         "--tables", default=",".join(TABLES), help="comma-separated tables to print (default: %(default)s)"
     )
     args = parser.parse_args()
-    tables = args.tables.split(",")
-    unknown = sorted(set(tables) - set(TABLES))
-    if unknown:
-        parser.error(f"unknown tables {unknown}; choose from {', '.join(TABLES)}")
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"- command: `python benchmarks/languages.py {' '.join(sys.argv[1:])}`".rstrip("` ") + "`")
-    print(f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}; load average at start: {load}\n")
+    tables = chosen(parser, args.tables, TABLES)
+    print(run_header("benchmarks/languages.py"))
     started = time.perf_counter()
     if "parallel" in tables:
         print("\n".join(parallel()) + "\n")

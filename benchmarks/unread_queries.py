@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +44,7 @@ from langchain_fusion.models.embeddings import CachedEmbeddings, LocalEmbeddings
 from langchain_fusion.models.scripts import letters_by_script, probe_scripts
 from langchain_fusion.search.options import PoolOptions
 from langchain_fusion.search.pool import SearchTrace, fused_search, query_scorers
+from tests.helpers.benchmark_runs import chosen, run_header
 from tests.helpers.question_sets import CJK_DATA, SETS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -223,13 +222,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", default=",".join(SET_NAMES), help="comma-separated sets (default: %(default)s)")
     args = parser.parse_args()
-    names = args.sets.split(",")
-    unknown = sorted(set(names) - set(SET_NAMES))
-    if unknown:
-        parser.error(f"unknown sets {unknown}; choose from {', '.join(SET_NAMES)}")
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"- command: `python benchmarks/unread_queries.py {' '.join(sys.argv[1:])}`".rstrip("` ") + "`")
-    print(f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}; load average at start: {load}\n")
+    names = chosen(parser, args.sets, SET_NAMES)
+    print(run_header("benchmarks/unread_queries.py"))
     started = time.perf_counter()
     quality = [
         "| set | queries | BM25 | vector | fusion, declared model | fusion, undeclared, before | "

@@ -178,6 +178,14 @@ class ScriptReader:
         self._separations: dict[str, float] = {}
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The reader for ``pickle`` and ``copy.deepcopy``: its model and probes so far, without the lock."""
+        return {key: value for key, value in self.__dict__.items() if key != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def separations(self, scripts: Iterable[str]) -> dict[str, float]:
         """The separation of English and of each of ``scripts`` that has a probe, probing those not probed yet."""
         wanted = {ASSUMED_READ, *(script for script in scripts if probe_for(script) is not None)}
