@@ -68,6 +68,11 @@ BM25_SCORE_NORMALIZED: Final = "bm25_score_normalized"
 BM25_RANK: Final = "bm25_rank"
 """1-based rank among the candidates on the BM25 side; None when no query term matched."""
 
+VECTOR_DROPPED: Final = "vector_dropped"
+"""Why the vector side had no weight in this query's fused score: the embedding model does not read the query's
+script, as it declares or as a probe of it found (see :mod:`~langchain_fusion.models.scripts`). Only on fused results
+of such a query with ``0 < alpha < 1``; ``vector_score`` is still the raw cosine, ``vector_score_normalized`` is 0."""
+
 ALSO_IN: Final = "also_in"
 """The other copies of the result's text (the same passage under other files), best-ranked first: a list of
 ``{"id": ..., "source": ...}``. Only on a result that has copies among the candidates read (see

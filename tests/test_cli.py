@@ -518,16 +518,16 @@ class TestHelp:
                   "--window", "--max-chars", "--rerank", "--top-n", "--llm", "--llm-timeout", "--hierarchical",
                   "--k-summaries", "--summary-weight", "--multi-query", "--min-vector-score", "--min-bm25-score",
                   "--mmr", "--lambda-mult", "--max-per-source", "--min-relevance", "--filter", "--store-timeout",
-                  "--duplicates", "--near-duplicate-similarity", "--tenant"),
+                  "--duplicates", "--near-duplicate-similarity", "--tenant", "--unread-queries"),
         "ask": ("INDEX", "question", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
                 "--window", "--max-chars", "--rerank", "--top-n", "--llm", "--llm-timeout", "--hierarchical",
                 "--k-summaries", "--summary-weight", "--multi-query", "--min-vector-score", "--min-bm25-score",
                 "--mmr", "--lambda-mult", "--max-per-source", "--min-relevance", "--filter", "--store-timeout",
-                "--duplicates", "--near-duplicate-similarity", "--tenant"),
+                "--duplicates", "--near-duplicate-similarity", "--tenant", "--unread-queries"),
         "explain": ("INDEX", "question", "DOC_ID", "-k", "--alpha", "--method", "--fetch-k", "--embeddings", "--json",
                     "--min-vector-score", "--min-bm25-score", "--mmr", "--lambda-mult", "--max-per-source",
                     "--min-relevance", "--filter", "--duplicates", "--near-duplicate-similarity", "--store-timeout",
-                    "--tenant"),
+                    "--tenant", "--unread-queries"),
     }  # fmt: skip
 
     @pytest.mark.subprocess

@@ -1,8 +1,9 @@
-"""Question -> passage retrieval in Japanese and Chinese, on the development sets in ../shared/data/cjk.
+"""Question -> passage retrieval in Japanese and Chinese (../shared/data/cjk) and in 20 languages (parallel sets).
 
-The sets (JSQuAD v1.3 validation, CMRC 2018 trial; CC BY-SA 4.0) are not shipped with the repository:
-the tests skip where they are absent. A slice of each keeps them fast; ``benchmarks/languages.py``
-measures the whole sets with the bundled model.
+The CJK sets (JSQuAD v1.3 validation, CMRC 2018 trial; CC BY-SA 4.0) are not shipped with the repository:
+those tests skip where they are absent. A slice of each keeps them fast; ``benchmarks/languages.py``
+measures the whole sets with the bundled model. The parallel sets (``benchmarks/parallel``) are the
+repository's own.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import pytest
 from langchain_core.documents import Document
 
 from langchain_fusion import Analyzer, BM25Retriever, FusionIndex, FusionRetriever
-from tests.helpers.embeddings import EnglishOnlyEmbeddings, HashingEmbeddings
-from tests.helpers.question_sets import CJK_DATA, SETS, recall
+from tests.helpers.embeddings import EnglishOnlyEmbeddings, HashingEmbeddings, ScriptBlindEmbeddings
+from tests.helpers.question_sets import CJK_DATA, PARALLEL_LANGUAGES, SETS, read_parallel, recall
 
 PASSAGES = 200
 """Passages of each set used here (the questions are those asked about them)."""
@@ -46,3 +47,30 @@ def test_fusion_is_as_good_as_bm25_with_a_model_that_cannot_read_the_questions(
     docs, questions = question_set
     index = FusionIndex.from_documents(docs, EnglishOnlyEmbeddings())
     assert recall(FusionRetriever(index=index, k=10), questions) >= recall(BM25Retriever(index=index, k=10), questions)
+
+
+def test_fusion_is_as_good_as_bm25_with_an_undeclared_model_that_cannot_read_them(
+    question_set: tuple[list[Document], list],
+) -> None:
+    """A model that declares nothing is probed: its noise on these questions gets no weight, as a declared one's."""
+    docs, questions = question_set
+    index = FusionIndex.from_documents(docs, ScriptBlindEmbeddings())
+    fused, bm25 = FusionRetriever(index=index, k=10), BM25Retriever(index=index, k=10)
+    assert recall(fused, questions) == recall(bm25, questions)
+    before = FusionRetriever(index=index, k=10, unread_queries="declared")  # it reads every query: noise fused
+    assert recall(before, questions) < recall(bm25, questions)
+
+
+def _parallel_recall(analyzer: Analyzer, code: str) -> float:
+    passages, questions = read_parallel(code)
+    docs = [Document(id=i, page_content=text) for i, text in passages]
+    index = FusionIndex.from_documents(docs, HashingEmbeddings(16), analyzer=analyzer)
+    return recall(BM25Retriever(index=index, k=10), questions)
+
+
+def test_every_language_of_the_parallel_sets_finds_its_passages_as_english_does() -> None:
+    """The 20 languages of ``benchmarks/parallel``: BM25 recall@10 at least 0.95x English's."""
+    default = {code: _parallel_recall(Analyzer(), code) for code in PARALLEL_LANGUAGES}
+    assert all(value >= 0.95 * default["en"] for value in default.values()), default
+    # the configured language alone (0.4's analysis) leaves an inflected language behind
+    assert _parallel_recall(Analyzer(languages="configured"), "fi") < 0.95 * default["en"]

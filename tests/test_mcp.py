@@ -85,7 +85,17 @@ class TestSearchTool:
         schema = tool.inputSchema
         assert schema["type"] == "object"
         assert schema["required"] == ["query"]
-        options = {"query", "k", "alpha", "method", "filter", "duplicates", "near_duplicate_similarity", *SELECTION}
+        options = {
+            "query",
+            "k",
+            "alpha",
+            "method",
+            "unread_queries",
+            "filter",
+            "duplicates",
+            "near_duplicate_similarity",
+        }
+        options |= set(SELECTION)
         assert set(schema["properties"]) == options  # but fetch_k
         assert schema["properties"]["query"]["type"] == "string"
         k = schema["properties"]["k"]["anyOf"][0]

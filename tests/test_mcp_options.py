@@ -197,6 +197,7 @@ class TestPerCall:
             "k",
             "alpha",
             "method",
+            "unread_queries",
             "filter",
             *DUPLICATES,
             *SELECTION,
@@ -214,6 +215,7 @@ class TestPerCall:
             "k",
             "alpha",
             "method",
+            "unread_queries",
             "filter",
             *DUPLICATES,
             "min_relevance",  # a floor on its own calibrated relevance (HierarchicalIndex.calibrate)
@@ -224,8 +226,8 @@ class TestPerCall:
         assert "optional relevance floor (min_relevance)" in tool.description
         assert refused.isError is True
         takes = (
-            "query, k, alpha, method, filter, duplicates, near_duplicate_similarity, min_relevance, k_summaries, "
-            "summary_weight"
+            "query, k, alpha, method, unread_queries, filter, duplicates, near_duplicate_similarity, min_relevance, "
+            "k_summaries, summary_weight"
         )
         assert f"unknown argument(s) ['max_per_source']; the search tool takes {takes}" in text_of(refused)
         assert results_of(served).results

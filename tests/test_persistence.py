@@ -1122,8 +1122,18 @@ class TestAnalyzerOfOlderIndexes:
         _assert_same_results(loaded, built, exact=True)
         assert [d.page_content for d in loaded.as_retriever(alpha=0.0, k=3).invoke("logger")] == ["get logger"]
 
+    def test_an_index_saved_before_languages_keeps_the_configured_language(self, tmp_path: Path, embeddings) -> None:
+        texts = ("Москва running", "Москвы river", "γέφυρα", "γέφυρας")
+        docs = [Document(page_content=t) for t in texts]
+        built = FusionIndex.from_documents(docs, embeddings, analyzer=Analyzer(languages="configured"))
+        folder = built.save(tmp_path / "0.4")
+        _rewrite_manifest(folder, lambda manifest: manifest["bm25"]["analyzer"].pop("languages"))
+        loaded = FusionIndex.load(folder, embeddings)
+        assert loaded.analyzer == Analyzer(languages="configured") and not loaded.analyzer.is_legacy
+        _assert_same_results(loaded, built, exact=True)
+        assert [d.page_content for d in loaded.as_retriever(alpha=0.0, k=1).invoke("Москвы")] == ["Москвы river"]
+
     def test_a_new_index_records_every_option(self, animal_index: FusionIndex, saved: Path) -> None:
         manifest = json.loads((saved / "manifest.json").read_text(encoding="utf-8"))
-        assert {"scripts": "bigrams", "identifiers": True, "normalization": "NFKC"}.items() <= manifest["bm25"][
-            "analyzer"
-        ].items()
+        recorded = {"scripts": "bigrams", "identifiers": True, "normalization": "NFKC", "languages": "detected"}
+        assert recorded.items() <= manifest["bm25"]["analyzer"].items()

@@ -51,6 +51,7 @@ EDGES: dict[str, tuple[list[Any], list[Any]]] = {
     "alpha": ([0, 0.0, 0.25, 1], [-0.01, 1.01, float("nan"), True, "0.5"]),
     "fetch_k": ([1, None], [0, 2.5]),
     "method": (list(FUSION_METHODS), ["max", 1]),
+    "unread_queries": (["auto", "declared", "fuse"], ["never", True, 1]),
     "filter": ([None, {"source": "a.txt"}, {"page": [1, 2], "x": None}], [{"a": {"b": 1}}, [1], "a"]),
     "tenant": ([None, "acme", "tenant 7"], ["", "  ", True, 1.5, ["acme"]]),
     "min_vector_score": ([-1.0, 0, 1.0, None], [-1.01, 1.01, float("inf")]),
@@ -108,6 +109,7 @@ class TestOptionSchema:
             assert FusionRetriever.model_fields[name].default == field.default
         expected = (
             *FusionOptions.model_fields,
+            "unread_queries",
             "tenant",
             "filter",
             *DuplicateOptions.model_fields,

@@ -223,7 +223,8 @@ class TestRetrieverRoutes:
         assert input_schema["type"] == "string"
         assert (input_schema["minLength"], input_schema["maxLength"]) == (1, DEFAULT_MAX_QUERY_CHARS)
         configurable = client.get("/retriever/config_schema").json()["$defs"]["Configurable"]["properties"]
-        every = {"k", "alpha", "method", "filter", "duplicates", "near_duplicate_similarity", *SELECTION}
+        every = {"k", "alpha", "method", "unread_queries", "filter", "duplicates", "near_duplicate_similarity"}
+        every |= set(SELECTION)
         assert set(configurable) == every  # every option but fetch_k
         assert (configurable["k"]["minimum"], configurable["k"]["maximum"]) == (1, DEFAULT_MAX_K)
         assert (configurable["alpha"]["minimum"], configurable["alpha"]["maximum"]) == (0, 1)
@@ -519,7 +520,8 @@ class TestBadRequests:
         assert response.status_code == 422
         errors = _detail(response)
         assert sorted(e["loc"][-1] for e in errors) == ["fetch_k", "index"]  # the filter is a request option
-        fields = sorted(["k", "alpha", "method", "filter", "duplicates", "near_duplicate_similarity", *SELECTION])
+        fields = ["k", "alpha", "method", "unread_queries", "filter", "duplicates", "near_duplicate_similarity"]
+        fields = sorted([*fields, *SELECTION])
         assert all(f"the fields are {fields}" in e["msg"] for e in errors)
 
     def test_other_config_keys_are_refused_or_dropped(self, client: TestClient, index: FusionIndex) -> None:

@@ -132,6 +132,51 @@ class TestMilvusSpecifics:
         assert reopened.analyzer.is_legacy and reopened.analyzer == built.analyzer
         assert [d.id for d in reopened.as_retriever(alpha=0.0, k=2).invoke("logger")] == ["d1"]
 
+    def test_a_collection_made_before_languages_keeps_the_configured_language(
+        self, milvus_uri: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        name = f"o{uuid.uuid4().hex[:12]}"
+        docs = [Document(id="d0", page_content="Москва running"), Document(id="d1", page_content="Москвы river")]
+        analyzer = Analyzer(languages="configured")
+        FusionIndex.from_documents(docs, HashingEmbeddings(), store=MilvusStore(milvus_uri, name, analyzer=analyzer))
+        real_call = MilvusStore.call
+
+        def described_as_before(self: MilvusStore, method: str, **kwargs: Any) -> Any:
+            answer = real_call(self, method, **kwargs)
+            if method == "describe_collection":
+                record = json.loads(answer["description"])
+                del record["langchain_fusion"]["analyzer"]["languages"]  # what 0.4 recorded
+                answer = {**answer, "description": json.dumps(record)}
+            return answer
+
+        monkeypatch.setattr(MilvusStore, "call", described_as_before)
+        reopened = FusionIndex(HashingEmbeddings(), store=MilvusStore(milvus_uri, name))
+        assert reopened.analyzer == analyzer
+        assert [d.id for d in reopened.as_retriever(alpha=0.0, k=1).invoke("Москвы")] == ["d1"]
+
+    def test_detected_languages_rank_as_in_process(self, milvus_uri: str) -> None:
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        texts = [
+            "Местные каменщики построили старый каменный мост в 1820 году.",
+            "Paikalliset kivimiehet rakensivat vanhan kivisillan vuonna 1820.",
+            "Ντόπιοι χτίστες έχτισαν την παλιά πέτρινη γέφυρα το 1820.",
+            "Local masons built the old stone bridge in 1820.",
+        ]
+        docs = [Document(id=f"d{i}", page_content=t) for i, t in enumerate(texts)]
+        remote = FusionIndex.from_documents(
+            docs, HashingEmbeddings(), store=MilvusStore(milvus_uri, f"l{uuid.uuid4().hex[:12]}")
+        )
+        local = FusionIndex.from_documents(docs, HashingEmbeddings())
+        for query in ("старого моста", "vanhan sillan", "της παλιάς γέφυρας", "old bridges"):
+            found = [d.id for d in remote.as_retriever(alpha=0.0, k=2).invoke(query)]
+            assert found == [d.id for d in local.as_retriever(alpha=0.0, k=2).invoke(query)]
+            assert (
+                found[0] == f"d{('старого моста', 'vanhan sillan', 'της παλιάς γέφυρας', 'old bridges').index(query)}"
+            )
+
     def test_callable_filters_and_whole_corpus_are_refused(self, milvus_uri: str) -> None:
         from langchain_fusion.stores.milvus import MilvusStore
 

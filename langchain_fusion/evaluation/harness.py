@@ -386,7 +386,8 @@ def _sweep_runs(
             vectors = index.embed_queries(texts)
             sides = zip(vector_scorers(view, vectors), bm25_scorers(view, texts), strict=True)
             for position, (vector, bm25) in enumerate(sides):
-                scorers = QueryScorers(vector, bm25, index.reads(texts[position]))
+                unread = index.unread(texts[position])
+                scorers = QueryScorers(vector, bm25, None if unread is None else str(unread))
                 for run, options in zip(runs, searches, strict=True):
                     hits = fused_search(view, scorers, options)
                     keys = np.fromiter((h.key for h in hits), dtype=np.int64, count=len(hits))

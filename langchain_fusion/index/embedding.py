@@ -48,11 +48,15 @@ class IndexEmbedder:
         """The model's id, as a saved index records it."""
         self.batch_size = check_positive_int(batch_size, "embedding_batch_size", "texts per embedding call")
         """Texts per call when documents are embedded."""
-        self._scripts = scripts.declared_scripts(embeddings)
+        self._reader = scripts.ScriptReader(embeddings)
 
-    def reads(self, query: str) -> bool:
-        """Whether the model can read ``query`` (see :mod:`~langchain_fusion.models.scripts`)."""
-        return scripts.reads(self._scripts, query)
+    def unread(self, query: str, *, probe: bool = True) -> scripts.Unread | None:
+        """Why the model cannot read ``query``, or None (see :class:`~langchain_fusion.models.scripts.ScriptReader`).
+
+        A probe the query needs is one call to the model, whose failures are :meth:`provider_call`'s.
+        """
+        with self.provider_call():
+            return self._reader.unread(query, probe=probe)
 
     def documents(
         self,

@@ -227,15 +227,6 @@ class FusionIndex(FusedRetrieval, VectorStoreAPI):
 
     # --- reading ----------------------------------------------------------------------------
 
-    def reads(self, query: str) -> bool:
-        """Whether the embedding model can read ``query`` (see :mod:`~langchain_fusion.models.scripts`).
-
-        False when most of the query's letters are in scripts the model declares it was not trained
-        on (the bundled model reads Latin script): the fused search then gives the vector side no
-        weight for that query.
-        """
-        return self._embedder.reads(query)
-
     def view(self, tenant: str | None = None) -> StoreView:
         """A consistent read view of the rows (what one query sees); of ``tenant``'s rows alone when given.
 

@@ -1,9 +1,10 @@
-"""Searching an index the fused way: its retriever, the explanation of a result, and calibrated relevance.
+"""Searching an index the fused way: its retriever, the explanation of a result, calibrated relevance, and reading.
 
 :class:`FusedRetrieval` is the part of :class:`~langchain_fusion.index.fusion_index.FusionIndex`
 that goes through :meth:`~FusedRetrieval.as_retriever` (the fused
-:class:`~langchain_fusion.retrievers.fusion.FusionRetriever`), and the relevance model a
-calibrated index keeps in its saved info.
+:class:`~langchain_fusion.retrievers.fusion.FusionRetriever`), the relevance model a
+calibrated index keeps in its saved info, and whether its embedding model reads a query
+(:meth:`~FusedRetrieval.unread`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from langchain_core.vectorstores import VectorStore
 
 from langchain_fusion._checks import check_k
 from langchain_fusion.errors import InvalidParameterError
+from langchain_fusion.models.scripts import Unread
 from langchain_fusion.search.diversity import DiversityOptions
+from langchain_fusion.search.options import UnreadQueries
 from langchain_fusion.search.relevance import (
     RELEVANCE_INFO_KEY,
     LabelledQueries,
@@ -25,6 +28,7 @@ from langchain_fusion.search.relevance import (
 )
 
 if TYPE_CHECKING:
+    from langchain_fusion.index.embedding import IndexEmbedder
     from langchain_fusion.index.fusion_index import FusionIndex
     from langchain_fusion.retrievers.fusion import FusionRetriever
     from langchain_fusion.search.explain import Explanation
@@ -39,6 +43,30 @@ class FusedRetrieval(VectorStore):
     saved_info: dict[str, Any]
     """What the index keeps beside its rows (the relevance model among it)."""
     _relevance: SavedModel
+    _embedder: IndexEmbedder
+
+    # --- what the embedding model reads --------------------------------------------------------
+
+    def reads(self, query: str) -> bool:
+        """Whether the embedding model can read ``query``: :meth:`unread` is None.
+
+        False when most of the query's letters are in scripts the model declares it was not trained
+        on (the bundled model reads Latin script), or, for a model that declares nothing, in scripts
+        a probe of it finds it does not read: the fused search then gives the vector side no weight
+        for that query.
+        """
+        return self.unread(query) is None
+
+    def unread(self, query: str, mode: UnreadQueries = "auto") -> Unread | None:
+        """Why the embedding model cannot read ``query`` (its scripts, declared or probed), or None when it reads it.
+
+        ``mode`` is the ``unread_queries`` search option: ``auto`` probes a model that declares nothing
+        (once per script, the first time a query needs it: one call to the model); ``declared`` never
+        probes; ``fuse`` reads every query. See :mod:`~langchain_fusion.models.scripts`.
+        """
+        if mode == "fuse":
+            return None
+        return self._embedder.unread(query, probe=mode == "auto")
 
     # --- calibrated relevance ----------------------------------------------------------------
 

@@ -113,8 +113,9 @@ class IndexSpec(CheckedModel):
     """Skip (and report) a file that yields more than N characters of text, e.g. a small PDF that expands to
     millions (the default is about 2,000 dense pages)."""
     language: StemmerLanguage | None = None
-    """BM25 stemming and stopwords of a new index in this language, applied to words in its script only (default:
-    english; the text of every language is indexed either way). An existing index keeps its own."""
+    """BM25 stemming and stopwords of a new index for words in this language's script whose text is not detected
+    in another language (default: english; each text's language is detected, and every language is indexed
+    either way). An existing index keeps its own."""
     vector_index: str | None = None
     """FAISS factory string of a new index: 'Flat' is exact (the default); e.g. 'HNSW32' is approximate and faster
     at scale. An existing index keeps its own."""

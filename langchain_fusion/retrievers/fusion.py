@@ -20,7 +20,15 @@ from langchain_fusion.errors import InvalidParameterError, UnknownDocumentError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.retrievers.base import PreparedQuery, SearchRetriever
 from langchain_fusion.search.explain import Explanation, SearchRecord, explain
-from langchain_fusion.search.options import FilterOption, FusionOptions, ResultsOption, SearchOptions, TenantOption
+from langchain_fusion.search.options import (
+    FilterOption,
+    FusionOptions,
+    HierarchicalSearchOptions,
+    PoolOptions,
+    ResultsOption,
+    SearchOptions,
+    TenantOption,
+)
 from langchain_fusion.search.pool import (
     QueryScorers,
     SearchTrace,
@@ -36,7 +44,7 @@ from langchain_fusion.search.pool import (
 from langchain_fusion.search.relevance import with_relevance
 from langchain_fusion.stores.base import BatchScorer, ConcurrentSides, FloatMatrix, StoreView, Where
 
-__all__ = ["BM25Retriever", "FusionRetriever", "SearchRetriever", "VectorRetriever"]
+__all__ = ["BM25Retriever", "FusionRetriever", "SearchRetriever", "VectorRetriever", "vector_unread"]
 
 
 class SideOptions(FilterOption, TenantOption, ResultsOption):
@@ -180,11 +188,12 @@ class FusionRetriever(SearchOptions, _IndexRetriever[SearchOptions]):
     ) -> list[Document]:
         assert query_vector is not None
         view = self._view(options)
+        unread = vector_unread(self.index, query, options)
         if prepared is not None and prepared.view is not None and prepared.vector and prepared.bm25:
             view = prepared.view
-            scorers = QueryScorers(prepared.vector, prepared.bm25, self.index.reads(query))
+            scorers = QueryScorers(prepared.vector, prepared.bm25, unread)
         else:
-            scorers = query_scorers(view, query, query_vector, self.index.reads(query))
+            scorers = query_scorers(view, query, query_vector, unread)
         documents = self._fused(view, scorers, options)
         return with_relevance(documents, self.index.relevance_model, options.min_relevance)
 
@@ -216,11 +225,22 @@ class FusionRetriever(SearchOptions, _IndexRetriever[SearchOptions]):
         key = int(view.keys_of([doc_id])[0])
         if key < 0:
             raise UnknownDocumentError(unknown_id_message(view, doc_id))
-        scorers = query_scorers(view, query, self.index.embed_query(query), self.index.reads(query))
+        scorers = query_scorers(view, query, self.index.embed_query(query), vector_unread(self.index, query, resolved))
         trace = SearchTrace()
         scored = self._fused(view, scorers, resolved, trace)
         returned = with_relevance(list(scored), self.index.relevance_model, resolved.min_relevance)
         return explain(SearchRecord(view, scorers, trace, scored, returned, resolved), query, doc_id, key)
+
+
+def vector_unread(index: FusionIndex, query: str, options: PoolOptions | HierarchicalSearchOptions) -> str | None:
+    """Why the vector side gets no weight for ``query`` under ``options`` (the model cannot read it), or None.
+
+    Only a search that fuses (``0 < alpha < 1``) asks: vector only and BM25 only never need a probe.
+    """
+    if not 0 < options.alpha < 1:
+        return None
+    unread = index.unread(query, options.unread_queries)
+    return None if unread is None else str(unread)
 
 
 def unknown_id_message(view: StoreView, doc_id: str) -> str:

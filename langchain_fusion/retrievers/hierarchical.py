@@ -21,6 +21,7 @@ from langchain_fusion import metadata as keys
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HIERARCHICAL_KIND, HierarchicalIndex
 from langchain_fusion.retrievers.base import PreparedQuery, SearchRetriever
+from langchain_fusion.retrievers.fusion import vector_unread
 from langchain_fusion.search.diversity import pick_in_order
 from langchain_fusion.search.duplicates import copies_entry, copies_of, duplicate_groups
 from langchain_fusion.search.options import HierarchicalSearchOptions, PoolOptions
@@ -100,12 +101,12 @@ class HierarchicalRetriever(HierarchicalSearchOptions, SearchRetriever[Hierarchi
                 if any(i in allowed_ids for i in doc.metadata[keys.SUMMARY_CHUNK_IDS])
             )
         method, alpha = options.method, options.alpha
-        evidence = self.index.chunks.reads(query)
+        unread = vector_unread(self.index.chunks, query, options)
         # Both searches are plain fused searches: every copy kept (duplicates are collapsed by the combined score).
         summary_options = PoolOptions.model_construct(
             k=options.k_summaries, alpha=alpha, fetch_k=options.fetch_k, method=method, duplicates="keep"
         )
-        summary_scorers = query_scorers(summaries, query, query_vector, evidence)
+        summary_scorers = query_scorers(summaries, query, query_vector, unread)
         summary_hits = fused_search(summaries, summary_scorers, summary_options, within=covering)
         summary_docs = summaries.documents(np.fromiter((h.key for h in summary_hits), np.int64, len(summary_hits)))
         leader: dict[str, tuple[int, Hit, Document]] = {}
@@ -121,7 +122,7 @@ class HierarchicalRetriever(HierarchicalSearchOptions, SearchRetriever[Hierarchi
         chunk_options = PoolOptions.model_construct(
             k=allowed, alpha=alpha, fetch_k=allowed, method=method, filter=spec, duplicates="keep"
         )
-        chunk_scorers = query_scorers(chunks, query, query_vector, evidence)
+        chunk_scorers = query_scorers(chunks, query, query_vector, unread)
         chunk_hits = fused_search(chunks, chunk_scorers, chunk_options, within=selected)
         chunk_docs = chunks.documents(np.fromiter((h.key for h in chunk_hits), np.int64, len(chunk_hits)))
         weight = options.summary_weight

@@ -22,7 +22,7 @@ results, so it always agrees with them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -96,6 +96,9 @@ class Explanation:
     """For a capped document: the ids of the returned results of its source ranked above it."""
     closest_pick: str | None = None
     """For a document MMR did not pick: the id of the picked result most similar to it."""
+    vector_dropped: str | None = None
+    """Why the vector side had no weight in this search (the embedding model cannot read the query; see
+    :data:`~langchain_fusion.metadata.VECTOR_DROPPED`); None when it had ``alpha``."""
 
     def __str__(self) -> str:
         return self.message
@@ -131,7 +134,19 @@ class SearchRecord:
 
 
 def explain(record: SearchRecord, query: str, doc_id: str, key: int) -> Explanation:
-    """Where the document ``doc_id`` (key ``key`` in the record's view) ended up in the recorded search."""
+    """Where the document ``doc_id`` (key ``key`` in the record's view) ended up in the recorded search.
+
+    When the vector side had no weight (the model cannot read the query), the message ends saying so and why.
+    """
+    found = _explained(record, query, doc_id, key)
+    dropped = record.scorers.dropped(record.options.alpha)
+    if dropped is None:
+        return found
+    message = f"{found.message}; the vector side has no weight for this query: {dropped}"
+    return replace(found, message=message, vector_dropped=dropped)
+
+
+def _explained(record: SearchRecord, query: str, doc_id: str, key: int) -> Explanation:
     base: dict[str, Any] = {"query": query, "doc_id": doc_id, "pool_size": record.trace.pool_size}
     returned = [d.id for d in record.returned]
     scored_ids = [d.id for d in record.scored]

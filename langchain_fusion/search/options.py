@@ -18,7 +18,7 @@ A new option is a field here and its logic in the search; no face lists the opti
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, ClassVar, Union
+from typing import Annotated, Any, ClassVar, Literal, Union, cast, get_args
 
 from pydantic import BeforeValidator, Field, WithJsonSchema
 from pydantic.fields import FieldInfo
@@ -55,6 +55,20 @@ _FILTER_SCHEMA = WithJsonSchema(
         ]
     }
 )
+
+
+UnreadQueries = Literal["auto", "declared", "fuse"]
+"""What fused search does with a query the embedding model cannot read (see :class:`UnreadOption`)."""
+
+UNREAD_QUERIES: tuple[str, ...] = get_args(UnreadQueries)
+"""The accepted values of ``unread_queries``."""
+
+
+def check_unread_queries(value: Any) -> UnreadQueries:
+    """What fused search does with a query the model cannot read: one of :data:`UNREAD_QUERIES`."""
+    if not isinstance(value, str) or value not in UNREAD_QUERIES:
+        raise InvalidParameterError(f"unread_queries must be one of {', '.join(UNREAD_QUERIES)}; got {value!r}")
+    return cast(UnreadQueries, value)
 
 
 def check_summary_weight(value: Any) -> float:
@@ -110,6 +124,16 @@ class FusionOptions(ResultsOption):
     """Options a served request may not set: they bound what one request costs, so the server decides them."""
 
 
+class UnreadOption(OptionGroup):
+    """What fused search does with a query the embedding model cannot read (:mod:`~langchain_fusion.models.scripts`)."""
+
+    unread_queries: Annotated[UnreadQueries, BeforeValidator(check_unread_queries)] = "auto"
+    """A query mostly in scripts the embedding model does not read is ranked by BM25 alone (the vector side gets no
+    weight, and each result says why in vector_dropped). auto: what the model declares it reads, else what a probe
+    of it finds (once per script); declared: what it declares only (a model that declares nothing reads every
+    query); fuse: every query is fused with alpha."""
+
+
 class RelevanceOption(OptionGroup):
     """The floor on calibrated relevance (fused and hierarchical search; each index brings its own calibration)."""
 
@@ -129,7 +153,7 @@ class FusedSelectionOptions(DiversityOptions, FloorOptions):
     """
 
 
-class PoolOptions(FusedSelectionOptions, DuplicateOptions, FilterOption, TenantOption, FusionOptions):
+class PoolOptions(FusedSelectionOptions, DuplicateOptions, FilterOption, TenantOption, UnreadOption, FusionOptions):
     """What the fused search over a candidate pool reads (:func:`~langchain_fusion.search.pool.fused_search`).
 
     The floor on calibrated relevance is applied to its results (it needs the documents).
@@ -153,7 +177,7 @@ class HierarchyOptions(OptionGroup):
 
 
 class HierarchicalSearchOptions(
-    HierarchyOptions, RelevanceOption, DuplicateOptions, FilterOption, TenantOption, FusionOptions
+    HierarchyOptions, RelevanceOption, DuplicateOptions, FilterOption, TenantOption, UnreadOption, FusionOptions
 ):
     """Every option of a hierarchical search: the fusion of both levels, filter, duplicates, relevance, hierarchy."""
 

@@ -72,6 +72,8 @@ class Hit:
     copies: tuple[int, ...] = ()
     """Keys of the other copies of its text among the candidates read, best first (see
     :mod:`~langchain_fusion.search.duplicates`)."""
+    vector_dropped: str | None = None
+    """Why the vector side had no weight in its fused score (see :attr:`QueryScorers.unread`); None: it had alpha."""
 
 
 @dataclass(frozen=True)
@@ -82,9 +84,13 @@ class QueryScorers:
     """The vector side for the query's embedding."""
     bm25: SideScorer
     """The BM25 side for the query's text."""
-    vector_evidence: bool = True
-    """False when the embedding model cannot read the query: its side then gets no weight in the fused scores
-    (see :func:`~langchain_fusion.search.fusion.fuse_pool`)."""
+    unread: str | None = None
+    """Why the embedding model cannot read the query (see :mod:`~langchain_fusion.models.scripts`), or None when
+    it reads it: its side then gets no weight in the fused scores (see :func:`~.fusion.fuse_pool`)."""
+
+    def dropped(self, alpha: float) -> str | None:
+        """Why the vector side has no weight in a fused search with ``alpha``: :attr:`unread` when 0 < alpha < 1."""
+        return self.unread if 0 < alpha < 1 else None
 
 
 @dataclass
@@ -113,9 +119,9 @@ class SearchTrace:
     """Pool positions of the results, in result order."""
 
 
-def query_scorers(view: StoreView, query: str, query_vector: FloatMatrix, vector_evidence: bool = True) -> QueryScorers:
-    """Both sides of ``view`` for one query (``vector_evidence``: see :class:`QueryScorers`)."""
-    return QueryScorers(vector=view.vector(query_vector), bm25=view.bm25(query), vector_evidence=vector_evidence)
+def query_scorers(view: StoreView, query: str, query_vector: FloatMatrix, unread: str | None = None) -> QueryScorers:
+    """Both sides of ``view`` for one query (``unread``: see :class:`QueryScorers`)."""
+    return QueryScorers(vector=view.vector(query_vector), bm25=view.bm25(query), unread=unread)
 
 
 def vector_scorers(view: StoreView, query_vectors: FloatMatrix) -> list[SideScorer]:
@@ -211,16 +217,15 @@ def fused_search(
         trace.pool, trace.pool_size = pool, pool_size
     if pool.size == 0:
         return []
-    fused = fuse_pool(
-        vector_pool, bm25_pool, alpha, options.method, tie_break=pool, vector_evidence=scorers.vector_evidence
-    )
+    dropped = scorers.dropped(alpha)
+    fused = fuse_pool(vector_pool, bm25_pool, alpha, options.method, tie_break=pool, vector_evidence=dropped is None)
     selecting = trace if trace is not None else SearchTrace()
     selecting.fused, selecting.eligible = fused, options.passing(vector_pool, bm25_pool, alpha)
     if not options.diversifies and not options.collapses_copies:
         selecting.chosen = fused.order(k, selecting.eligible)
     else:
         _select(view, pool, selecting, options, pool_size)
-    return _hits(pool, fused, selecting.chosen, copies=_copies(pool, selecting))
+    return _hits(pool, fused, selecting.chosen, copies=_copies(pool, selecting), dropped=dropped)
 
 
 def _select(view: StoreView, pool: Keys, trace: SearchTrace, options: PoolOptions, candidates: int | None) -> None:
@@ -420,8 +425,12 @@ def _hits(
     positions: NDArray[np.int64],
     vector_known: NDArray[np.bool_] | None = None,
     copies: Sequence[tuple[int, ...]] | None = None,
+    dropped: str | None = None,
 ) -> list[Hit]:
-    """The hits at ``positions`` (in that order) of a fused pool whose keys are ``keys_`` (``copies``: of each)."""
+    """The hits at ``positions`` (in that order) of a fused pool whose keys are ``keys_``.
+
+    ``copies``: of each; ``dropped``: why the vector side had no weight (see :attr:`Hit.vector_dropped`).
+    """
     top = fused.at(positions)
     vector_scores, bm25_scores = fused.vector, fused.bm25
     hits = []
@@ -438,6 +447,7 @@ def _hits(
                 bm25_normalized=float(top.bm25_normalized[i]),
                 bm25_rank=int(top.bm25_rank[i]) or None,
                 copies=copies[i] if copies is not None else (),
+                vector_dropped=dropped,
             )
         )
     return hits
@@ -459,6 +469,8 @@ def scored_copy(document: Document, hit: Hit, method: str | None = None, *, owne
         meta[keys.BM25_SCORE] = hit.bm25_score
         meta[keys.BM25_SCORE_NORMALIZED] = hit.bm25_normalized
         meta[keys.BM25_RANK] = hit.bm25_rank
+        if hit.vector_dropped is not None:
+            meta[keys.VECTOR_DROPPED] = hit.vector_dropped
     elif hit.vector_score is not None:
         meta[keys.SCORE] = hit.vector_score
         meta[keys.VECTOR_SCORE] = hit.vector_score

@@ -13,9 +13,9 @@ The default serves any language and any identifier without configuration:
   identifier is kept as a token too, so ``getLogger``, ``get_logger``, ``get-logger`` and "get
   logger" meet, and an exact match stays the strongest;
 - words are case-folded (``str.casefold``: ``Straße`` and ``strasse`` meet); stopwords and Snowball
-  stemming apply in their language (English by
-  default, :class:`Analyzer` ``language=`` for another) and only to words of that language's
-  script, never to a bigram or a word of another script.
+  stemming apply in their language: their text's detected language, else their script's (Latin: the
+  configured language, English by default, :class:`Analyzer` ``language=`` for another; see
+  :mod:`langchain_fusion.stores.languages`), never to a bigram.
 
 Indexes keep the analyzer they were built with: the configuration is saved with them, and one
 saved before these options existed is read back as it was built (:meth:`Analyzer.from_saved`).
@@ -34,78 +34,25 @@ from typing import Any, ClassVar, Literal, get_args
 import regex
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from langchain_fusion.stores.languages import (
+    SCRIPT_LANGUAGES,
+    SCRIPT_OF_LANGUAGE,
+    Detected,
+    Language,
+    StemmerLanguage,
+    StopwordLanguage,
+    detect,
+    in_scripts,
+    script_of,
+)
+
+__all__ = ["UNSPACED_SCRIPTS", "Analyzer", "StemmerLanguage", "StopwordLanguage", "WordMemo"]
+
 _WORD = re.compile(r"\w+")
-
-StemmerLanguage = Literal[
-    "arabic",
-    "armenian",
-    "basque",
-    "catalan",
-    "czech",
-    "danish",
-    "dutch",
-    "english",
-    "esperanto",
-    "estonian",
-    "finnish",
-    "french",
-    "german",
-    "greek",
-    "hindi",
-    "hungarian",
-    "indonesian",
-    "irish",
-    "italian",
-    "lithuanian",
-    "nepali",
-    "norwegian",
-    "persian",
-    "polish",
-    "portuguese",
-    "romanian",
-    "russian",
-    "serbian",
-    "spanish",
-    "swedish",
-    "tamil",
-    "turkish",
-    "yiddish",
-]
-"""The languages of PyStemmer's Snowball stemmers."""
-
-StopwordLanguage = Literal[
-    "danish",
-    "dutch",
-    "english",
-    "french",
-    "german",
-    "italian",
-    "norwegian",
-    "portuguese",
-    "russian",
-    "spanish",
-    "swedish",
-    "turkish",
-]
-"""The languages with a stopword list (bm25s's lists)."""
 
 _STOPWORD_LISTS = {language: f"STOPWORDS_{language.upper()}" for language in get_args(StopwordLanguage)} | {
     "english": "STOPWORDS_EN"
 }
-
-_SCRIPT_OF_LANGUAGE = {
-    "arabic": "Arabic",
-    "persian": "Arabic",
-    "armenian": "Armenian",
-    "greek": "Greek",
-    "hindi": "Devanagari",
-    "nepali": "Devanagari",
-    "russian": "Cyrillic",
-    "serbian": "Cyrillic|Latin",
-    "tamil": "Tamil",
-    "yiddish": "Hebrew",
-}
-"""The script a language's words are written in (Latin when not listed)."""
 
 UNSPACED_SCRIPTS = ("Han", "Hiragana", "Katakana", "Hangul", "Thai", "Lao", "Khmer", "Myanmar")
 """Scripts written without spaces between words: their runs become character bigrams."""
@@ -169,6 +116,16 @@ class Analyzer(BaseModel):
     normalization: Literal["NFKC"] | None = "NFKC"
     """Unicode normalisation of the text before it is split (None: none)."""
 
+    languages: Literal["configured", "scripts", "detected"] = "detected"
+    """Whose stemmer and stopwords each word gets. ``configured``: the configured language's (``stemmer``,
+    ``stopwords``), on words of its script only; other words are left as they are (indexes saved before this
+    option). ``scripts``: also a word in a script that names its language gets that language's: Greek, Armenian,
+    Tamil; Cyrillic: Russian; Arabic script: Arabic; Devanagari: Hindi. ``detected`` (the default): as
+    ``scripts``, and each text's language is detected (fastText, offline), so the words of a Finnish text are
+    stemmed in Finnish and those of a Persian one in Persian; a text whose language is not detected with
+    confidence, or has no stemmer, keeps the configured language (Latin script) or its script's. ``stemmer=None``
+    and ``stopwords=None`` still turn stemming and stopwords off for every language."""
+
     language: StemmerLanguage | None = Field(default=None, exclude=True, repr=False)
     """Shorthand for ``stemmer`` and ``stopwords`` together (stopwords where the language has a list); it sets
     them and is not kept itself (always None once constructed)."""
@@ -178,6 +135,7 @@ class Analyzer(BaseModel):
         "identifiers": False,
         "normalization": None,
         "casefold": False,
+        "languages": "configured",
     }
     """What an analyzer saved before each of these options existed did: a saved configuration without one of them
     is read back with this value, so the index keeps analysing as it was built."""
@@ -192,6 +150,16 @@ class Analyzer(BaseModel):
             data.setdefault("stemmer", language)
             data.setdefault("stopwords", language if language in _STOPWORD_LISTS else None)
         return data
+
+    @model_validator(mode="after")
+    def _languages_need_current_analysis(self) -> Analyzer:
+        """The analysis before 0.2 (word runs, no bigrams or identifier splits) knows only the configured language."""
+        if self.is_legacy and self.languages != "configured":
+            raise ValueError(
+                f"languages={self.languages!r} needs the current analysis (scripts='bigrams', identifiers or "
+                "normalization); the analysis of indexes saved before 0.2 takes languages='configured'"
+            )
+        return self
 
     def __getstate__(self) -> dict[Any, Any]:
         """The analyzer for ``pickle`` and ``copy.deepcopy``: its settings, without what it computes from them."""
@@ -236,12 +204,76 @@ class Analyzer(BaseModel):
         return Stemmer.Stemmer(self.stemmer).stemWord
 
     @cached_property
+    def _configured_scripts(self) -> tuple[str, ...]:
+        """The scripts of the stemmer's (else the stopwords') language."""
+        return tuple(SCRIPT_OF_LANGUAGE.get(self.stemmer or self.stopwords or "", "Latin").split("|"))
+
+    @cached_property
     def _in_language(self) -> Any:
         """Whether a word is written in the script of the stemmer's (else the stopwords') language."""
-        language = self.stemmer or self.stopwords
-        script = _SCRIPT_OF_LANGUAGE.get(language or "", "Latin")
-        letters = "".join(rf"\p{{{name}}}" for name in script.split("|"))
-        return regex.compile(rf"[\p{{M}}\p{{N}}_]*[{letters}][{letters}\p{{M}}\p{{N}}_]*", regex.V1).fullmatch
+        return in_scripts(self._configured_scripts)
+
+    @cached_property
+    def _stemmers(self) -> dict[str, Any]:
+        """Each language's ``stemWord``, made when first needed."""
+        return {}
+
+    @cached_property
+    def _stopword_sets(self) -> dict[str, frozenset[str]]:
+        """Each language's stopwords, read when first needed."""
+        return {}
+
+    def _stem_in(self, language: str) -> Any:
+        stem = self._stemmers.get(language)
+        if stem is None:
+            import Stemmer
+
+            stem = self._stemmers[language] = Stemmer.Stemmer(language).stemWord
+        return stem
+
+    def _stopwords_in(self, language: str) -> frozenset[str]:
+        words = self._stopword_sets.get(language)
+        if words is None:
+            import bm25s.stopwords
+
+            words = self._stopword_sets[language] = frozenset(getattr(bm25s.stopwords, _STOPWORD_LISTS[language]))
+        return words
+
+    def _effective(self, language: Language | None) -> tuple[str | None, str | None]:
+        """The stemmer and stopwords ``language`` really applies here (``stemmer=None`` / ``stopwords=None`` win)."""
+        if language is None:
+            return None, None
+        return (language.stemmer if self.stemmer else None, language.stopwords if self.stopwords else None)
+
+    def _script_language(self, script: str) -> tuple[str | None, str | None]:
+        """What a word of ``script`` gets when its text's language does not decide it."""
+        if script in self._configured_scripts:
+            return (self.stemmer, self.stopwords)
+        return self._effective(SCRIPT_LANGUAGES.get(script)) if self.languages != "configured" else (None, None)
+
+    def language_of(self, text: str) -> Detected | None:
+        """The language detected for ``text``, whose stemmer and stopwords its words of that script get.
+
+        None when nothing is detected (``languages`` other than ``detected``, a language without a stemmer)
+        or when it would change nothing (English with the default configuration, Russian for Cyrillic
+        words): then each word gets its script's language.
+        """
+        if self.languages != "detected" or not (self.stemmer or self.stopwords):
+            return None
+        found = detect(text)
+        if found is None:
+            return None
+        redundant = self._redundant.get(found.language)
+        if redundant is None:
+            redundant = self._redundant[found.language] = all(
+                self._script_language(script) == self._effective(found.language) for script in found.language.scripts
+            )
+        return None if redundant else found
+
+    @cached_property
+    def _redundant(self) -> dict[Language, bool]:
+        """Per detected language, whether it analyses its script's words as they are analysed without it."""
+        return {}
 
     def split_words(self, text: str) -> list[str]:
         """The raw words of ``text`` (lowercased if configured), before stopwords and stemming (legacy analysis)."""
@@ -260,10 +292,28 @@ class Analyzer(BaseModel):
         stem = self._stem_word
         return stem(word) if stem is not None else word
 
-    def _language_word(self, word: str) -> str | None:
-        """:meth:`normalize_word` for a word of the language's script; other words are only length-checked."""
+    def _normalize_in(self, word: str, language: Language) -> str | None:
+        """The token of a word of ``language``'s script (None: a stopword or too short)."""
+        stemmer, stopwords = self._effective(language)
+        if len(word) < self.min_token_length or (stopwords is not None and word in self._stopwords_in(stopwords)):
+            return None
+        return self._stem_in(stemmer)(word) if stemmer is not None else word
+
+    def _language_word(self, word: str, language: Language | None = None) -> str | None:
+        """The token of a word (None: dropped).
+
+        In its text's detected ``language`` if written in its script, else in the configured language if
+        written in its script, else (``languages`` other than ``configured``) in its script's language;
+        other words are only length-checked.
+        """
+        if language is not None and in_scripts(language.scripts)(word) is not None:
+            return self._normalize_in(word, language)
         if self._in_language(word) is not None:
             return self.normalize_word(word)
+        if self.languages != "configured":
+            by_script = SCRIPT_LANGUAGES.get(script_of(word) or "")
+            if by_script is not None and in_scripts(by_script.scripts)(word) is not None:
+                return self._normalize_in(word, by_script)
         return word if len(word) >= self.min_token_length else None
 
     # --- per piece (a word, an identifier, or a bigram) -----------------------------------------
@@ -286,33 +336,33 @@ class Analyzer(BaseModel):
                 out.extend(chars if len(chars) == 1 else [a + b for a, b in itertools.pairwise(chars)])
         return out
 
-    def piece_tokens(self, piece: str) -> tuple[str, ...]:
+    def piece_tokens(self, piece: str, language: Language | None = None) -> tuple[str, ...]:
         """The tokens of one piece: its parts, then the whole identifier if it has several.
 
-        Stopwords are dropped and words stemmed only in the language's script.
+        Stopwords are dropped and words stemmed in the language of their script (``language``: the text's).
         """
         parts = [p for segment in _JOINERS.split(piece) for p in _PART.findall(segment)] if self.identifiers else []
         if not parts:
             parts = [piece]
         if self.lowercase:
             parts = [self._lower(p) for p in parts]
-        tokens = [t for t in map(self._language_word, parts) if t is not None]
+        tokens = [t for t in (self._language_word(part, language) for part in parts) if t is not None]
         if len(parts) > 1:
             whole = "".join(parts)
             if len(whole) >= self.min_token_length:
                 tokens.append(whole)
         return tuple(tokens)
 
-    def _run_tokens(self, run: str) -> tuple[str, ...]:
+    def _run_tokens(self, run: str, language: Language | None = None) -> tuple[str, ...]:
         """The tokens of a run of text without whitespace (pieces never span whitespace).
 
         A run of Han, Kana or Hangul syllables alone (:data:`_PLAIN_BIGRAM_RUN`) has no case, parts,
         marks or stems: each of its bigrams is its own only token, made here at once rather than one
         piece at a time (an unbroken run of millions of characters took tens of seconds). The result is
-        the same, as a test checks against the per-piece rules.
+        the same, as a test checks against the per-piece rules (no stemmer's language is written in them).
         """
         if not self._plain_bigrams:
-            return tuple(token for piece in self.pieces(run) for token in self.piece_tokens(piece))
+            return tuple(token for piece in self.pieces(run) for token in self.piece_tokens(piece, language))
         tokens: list[str] = []
         for unspaced, word in _PIECE.findall(run):
             if len(unspaced) > 1 and _PLAIN_BIGRAM_RUN.fullmatch(unspaced):
@@ -320,7 +370,7 @@ class Analyzer(BaseModel):
                     tokens.extend(map(operator.add, unspaced, unspaced[1:]))
                 continue
             for piece in self.pieces(unspaced or word):
-                tokens.extend(self.piece_tokens(piece))
+                tokens.extend(self.piece_tokens(piece, language))
         return tuple(tokens)
 
     @cached_property
@@ -341,6 +391,23 @@ class Analyzer(BaseModel):
             return WordMemo(lambda word: (token,) if (token := self.normalize_word(word)) is not None else ())
         return WordMemo(self._run_tokens)
 
+    @cached_property
+    def _memos(self) -> dict[Detected, WordMemo]:
+        """Per detected language, its texts' units already analysed."""
+        return {}
+
+    def _memo_for(self, detected: Detected | None) -> WordMemo:
+        if detected is None:
+            return self._memo
+        memo = self._memos.get(detected)
+        if memo is None:
+            if detected.sure:
+                memo = WordMemo(lambda unit: self._run_tokens(unit, detected.language))
+            else:  # both analyses: the detected language's tokens, then those it lacks of the script's language's
+                memo = WordMemo(lambda unit: _both(self._run_tokens(unit, detected.language), self._memo[unit]))
+            self._memos[detected] = memo
+        return memo
+
     def units(self, text: str) -> list[str]:
         """The units of ``text`` that :meth:`unit_tokens` maps to tokens.
 
@@ -353,15 +420,17 @@ class Analyzer(BaseModel):
             text = unicodedata.normalize(self.normalization, text)
         return text.split()
 
-    def unit_tokens(self, unit: str) -> tuple[str, ...]:
-        """The tokens of one unit, remembered: each distinct unit is analysed once per analyzer."""
-        tokens: tuple[str, ...] = self._memo[unit]
+    def unit_tokens(self, unit: str, language: Detected | None = None) -> tuple[str, ...]:
+        """The tokens of one unit of a text in ``language`` (:meth:`language_of`), remembered.
+
+        Each distinct unit is analysed once per analyzer and language.
+        """
+        tokens: tuple[str, ...] = self._memo_for(language)[unit]
         return tokens
 
-    @property
-    def unit_lookup(self) -> Callable[[str], tuple[str, ...]]:
+    def unit_lookup(self, language: Detected | None = None) -> Callable[[str], tuple[str, ...]]:
         """:meth:`unit_tokens` as the memo's own lookup, a call in C for a unit seen before (for loops over many)."""
-        return self._memo.__getitem__
+        return self._memo_for(language).__getitem__
 
     def has_custom_tokenize(self) -> bool:
         """True when a subclass overrides :meth:`tokenize` (then it is called for every text)."""
@@ -373,11 +442,29 @@ class Analyzer(BaseModel):
         Override it in a subclass for languages or codes the default splits badly; the index
         then calls it for every document and query (and records the class in its manifest).
         """
-        memo = self._memo
+        memo = self._memo_for(self.language_of(text))
         return [token for unit in self.units(text) for token in memo[unit]]
 
 
-_DERIVED = frozenset({"_stopword_set", "_stem_word", "_in_language", "_memo", "_plain_bigrams"})
+def _both(first: tuple[str, ...], second: tuple[str, ...]) -> tuple[str, ...]:
+    """``first``, then the tokens of ``second`` it does not have."""
+    return first if first == second else first + tuple(token for token in second if token not in first)
+
+
+_DERIVED = frozenset(
+    {
+        "_stopword_set",
+        "_stem_word",
+        "_configured_scripts",
+        "_in_language",
+        "_stemmers",
+        "_stopword_sets",
+        "_redundant",
+        "_memo",
+        "_memos",
+        "_plain_bigrams",
+    }
+)
 """What an :class:`Analyzer` computes from its settings on first use (left out of its pickled state)."""
 
 

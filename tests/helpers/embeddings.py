@@ -11,11 +11,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
+import regex
 from langchain_core.embeddings import Embeddings
 
 from langchain_fusion.models import embeddings as embedding_models
+from langchain_fusion.models.probe_texts import PROBES
 
 _WORD = re.compile(r"\w+")
+_LETTER = regex.compile(r"\p{L}")
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -60,6 +63,45 @@ class EnglishOnlyEmbeddings(HashingEmbeddings):
     """The fake embeddings, declaring that they read Latin script only, as the bundled model does."""
 
     scripts: ClassVar[frozenset[str]] = frozenset({"Latin"})
+
+
+CJK_SCRIPTS = frozenset({"Han", "Hiragana", "Katakana", "Hangul"})
+"""The scripts :class:`ScriptBlindEmbeddings` cannot read by default."""
+
+
+class ScriptBlindEmbeddings(HashingEmbeddings):
+    """A model that declares nothing and carries no signal for text mostly in ``blind`` scripts.
+
+    Such text becomes one fixed vector plus a small perturbation seeded by the text (what an English-only
+    model gives a Chinese question: the same region, told apart by noise). The other scripts it reads as a
+    reading model reads the probe of :mod:`langchain_fusion.models.scripts` (each statement and its question
+    on one topic vector); any other text is embedded as :class:`HashingEmbeddings` embeds it. Counts its
+    ``embed_documents`` calls (``document_calls``) and the texts of them (``documents``).
+    """
+
+    def __init__(self, blind: frozenset[str] = CJK_SCRIPTS, size: int = 64) -> None:
+        super().__init__(size, model="script-blind-v1")
+        self.blind = blind
+        self.document_calls = 0
+        self.documents = 0
+        self._blind = regex.compile("[" + "".join(rf"\p{{{name}}}" for name in sorted(blind)) + "]")
+        self._topics = {text: i for probe in PROBES for i, pair in enumerate(probe.pairs) for text in pair}
+
+    def _embed(self, text: str) -> list[float]:
+        letters = len(_LETTER.findall(text))
+        if letters and 2 * len(self._blind.findall(text)) > letters:
+            vector = word_vector(self.model, self.size, "<blind>") + 0.05 * word_vector(self.model, self.size, text)
+        elif text in self._topics:
+            topic = word_vector(self.model, self.size, f"<topic {self._topics[text]}>")
+            vector = topic + 0.3 * word_vector(self.model, self.size, text)
+        else:
+            return super()._embed(text)
+        return (vector / np.linalg.norm(vector)).tolist()
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.document_calls += 1
+        self.documents += len(texts)
+        return super().embed_documents(texts)
 
 
 FAKE_ID = embedding_models.embeddings_id(HashingEmbeddings())

@@ -1,11 +1,13 @@
-"""The Japanese and Chinese question -> passage development sets, read for the tests and the benchmark.
+"""The question -> passage development sets, read for the tests and the benchmark.
 
-JSQuAD v1.3 validation and CMRC 2018 trial (CC BY-SA 4.0, attribution in ../shared/data/cjk/README.md)
-are not shipped with the repository; they are read where they lie, beside it.
+JSQuAD v1.3 validation and CMRC 2018 trial (Japanese, Chinese; CC BY-SA 4.0, attribution in
+../shared/data/cjk/README.md) are not shipped with the repository; they are read where they lie, beside
+it. The parallel sets in 20 languages (``benchmarks/parallel``) were written for the repository.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +16,33 @@ from tests.helpers.paths import REPO
 
 CJK_DATA = REPO.parent / "shared" / "data" / "cjk"
 """Where the development sets are (absent on a machine without ../shared)."""
+
+PARALLEL = REPO / "benchmarks" / "parallel"
+"""The parallel question -> passage sets, one ``<ISO 639-1 code>.tsv`` per language (see its README)."""
+
+PARALLEL_LANGUAGES = {
+    "en": "English",
+    "de": "German",
+    "fr": "French",
+    "es": "Spanish",
+    "it": "Italian",
+    "pt": "Portuguese",
+    "nl": "Dutch",
+    "sv": "Swedish",
+    "fi": "Finnish",
+    "pl": "Polish",
+    "cs": "Czech",
+    "hu": "Hungarian",
+    "tr": "Turkish",
+    "id": "Indonesian",
+    "ru": "Russian",
+    "uk": "Ukrainian",
+    "el": "Greek",
+    "ar": "Arabic",
+    "fa": "Persian",
+    "hi": "Hindi",
+}
+"""The languages of :data:`PARALLEL` (code -> name), Latin script first."""
 
 Pairs = list[tuple[str, str]]
 """(passage id, text) or (question, passage id) pairs."""
@@ -38,6 +67,13 @@ def read_cmrc(path: Path) -> tuple[Pairs, Pairs]:
     passages = [(item["context_id"], item["context_text"]) for item in data]
     questions = [(qa["query_text"], item["context_id"]) for item in data for qa in item["qas"]]
     return passages, questions
+
+
+def read_parallel(code: str) -> tuple[Pairs, Pairs]:
+    """Passages and the question asked about each, in one language of :data:`PARALLEL`."""
+    with (PARALLEL / f"{code}.tsv").open(encoding="utf-8", newline="") as file:
+        rows = list(csv.DictReader(file, delimiter="\t", quoting=csv.QUOTE_NONE))
+    return [(row["id"], row["passage"]) for row in rows], [(row["question"], row["id"]) for row in rows]
 
 
 SETS: dict[str, tuple[str, Callable[[Path], tuple[Pairs, Pairs]]]] = {

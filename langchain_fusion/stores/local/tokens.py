@@ -30,14 +30,17 @@ def text_token_ids(
     """The texts' token ids end to end and each text's length in tokens.
 
     New tokens are added to ``vocabulary`` in order of first appearance (as one ``setdefault``
-    per token would). Each distinct unit (word, identifier, bigram) is analysed once per analyzer;
+    per token would). Each distinct unit (word, identifier, bigram) is analysed once per analyzer and text language;
     the loops over tokens run in C, so many small calls (a tenant's rows each) cost what one does.
     """
     if analyzer.has_custom_tokenize():
         per_text = [tokenize(analyzer, text) for text in texts]
     else:
-        lookup, units = analyzer.unit_lookup, analyzer.units
-        per_text = [list(chain.from_iterable(map(lookup, units(text)))) for text in texts]
+        units = analyzer.units
+        per_text = [
+            list(chain.from_iterable(map(analyzer.unit_lookup(analyzer.language_of(text)), units(text))))
+            for text in texts
+        ]
     tokens = list(chain.from_iterable(per_text))
     new = dict.fromkeys(filterfalse(vocabulary.__contains__, tokens))
     vocabulary.update(zip(new, count(len(vocabulary))))
@@ -50,10 +53,17 @@ def joined_tokens(analyzer: Analyzer, texts: Sequence[str]) -> list[str]:
     """Each text's tokens joined by single spaces (what Milvus's ``whitespace`` tokenizer splits back)."""
     if analyzer.has_custom_tokenize():
         return [" ".join(tokenize(analyzer, text)) for text in texts]
-    # Each distinct unit is joined once; units without tokens are dropped so no space is doubled.
+    # Each distinct unit is joined once per text language; units without tokens are dropped so no space is doubled.
     tokens_of = analyzer.unit_tokens
-    memo = WordMemo(lambda unit: " ".join(tokens_of(unit)))
-    return [" ".join(filter(None, map(memo.__getitem__, analyzer.units(text)))) for text in texts]
+    memos: dict[object, WordMemo] = {}
+    joined = []
+    for text in texts:
+        language = analyzer.language_of(text)
+        memo = memos.get(language)
+        if memo is None:
+            memo = memos[language] = WordMemo(lambda unit, language=language: " ".join(tokens_of(unit, language)))
+        joined.append(" ".join(filter(None, map(memo.__getitem__, analyzer.units(text)))))
+    return joined
 
 
 def query_term_counts(analyzer: Analyzer, vocabulary: Mapping[str, int], query: str) -> Counter[int]:
