@@ -23,6 +23,9 @@ from langchain_fusion.models.embeddings import (
     EMBEDDINGS_ENV,
     LOCAL_MODEL_NAME,
     OPENAI_DEFAULT_MODEL,
+    CachedEmbeddings,
+    chunk_bound,
+    declared_window,
     embeddings_from_id,
     embeddings_id,
 )
@@ -482,3 +485,34 @@ class TestSharedModelVectors:
             again = cached_encode(tmp_path / "vectors", address)(LocalEmbeddings(), ["ccc"])
         assert encoded == [("model-service", ["a", "ccc"])]  # run by the service's thread, once
         assert vectors.tolist() == [[1.0, 1.0], [3.0, 1.0], [1.0, 1.0]] and again.tolist() == [[3.0, 1.0]]
+
+
+class TestChunkBound:
+    """Which models declare the tokens they read, and so get chunks bounded to them by default."""
+
+    def test_the_bundled_model_declares_its_window(self, tmp_path: Path) -> None:
+        assert declared_window(LocalEmbeddings()) == 254
+        assert declared_window(CachedEmbeddings(LocalEmbeddings(), tmp_path)) == 254  # behind the cache too
+        bound = chunk_bound(LocalEmbeddings(), None)
+        assert bound is not None and bound[0] == 254 and bound[1](["one two"]) == [2]
+
+    def test_a_bound_given_wins(self) -> None:
+        bound = chunk_bound(LocalEmbeddings(), 100)
+        assert bound is not None and bound[0] == 100
+
+    @pytest.mark.parametrize("window", [None, 0, -5, True, "254", 2.5])
+    def test_models_that_declare_nothing_are_bounded_in_characters(self, window: Any) -> None:
+        class Declaring(FakeEmbeddings):
+            max_word_pieces: Any = None
+
+            def count_tokens(self, texts: list[str]) -> list[int]:
+                return [len(text.split()) for text in texts]
+
+        model = Declaring(size=8)
+        model.max_word_pieces = window
+        assert declared_window(model) is None and chunk_bound(model, None) is None
+        assert declared_window(FakeEmbeddings(size=8)) is None
+
+    def test_a_bound_for_a_model_without_a_counter_is_refused(self) -> None:
+        with pytest.raises(InvalidParameterError, match="has no count_tokens method: bound its chunks in characters"):
+            chunk_bound(FakeEmbeddings(size=8), 100)

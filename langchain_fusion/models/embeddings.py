@@ -213,7 +213,44 @@ def bundled_model_of(embeddings: Embeddings | None) -> LocalEmbeddings | None:
     return inner if isinstance(inner, LocalEmbeddings) else None
 
 
-def chunk_token_counter(embeddings: Embeddings) -> Callable[[Sequence[str]], list[int]]:
+TokenCounter = Callable[[Sequence[str]], list[int]]
+"""Counts a model's tokens in each of several texts."""
+
+
+def declared_window(embeddings: Embeddings | None) -> int | None:
+    """The tokens of a text the model behind ``embeddings`` reads, if it declares them; else None.
+
+    A model declares its window with an int ``max_word_pieces`` and a ``count_tokens(texts)`` method,
+    as :class:`LocalEmbeddings` does (254 word pieces): its chunks can then be bounded to what it reads.
+    """
+    inner = model_behind(embeddings)
+    window = getattr(inner, "max_word_pieces", None)
+    if (
+        isinstance(window, bool)
+        or not isinstance(window, int)
+        or window < 1
+        or not callable(getattr(inner, "count_tokens", None))
+    ):
+        return None
+    return window
+
+
+def chunk_bound(embeddings: Embeddings | None, max_chunk_tokens: int | None) -> tuple[int, TokenCounter] | None:
+    """How chunks embedded by ``embeddings`` are bounded in its tokens: ``(most tokens, counter)``, or None.
+
+    ``max_chunk_tokens`` given: that many tokens (a model without ``count_tokens`` is an error, see
+    :func:`chunk_token_counter`). None: the model's own window when it declares one
+    (:func:`declared_window`), so that no chunk is longer than the model reads; None (chunks bounded
+    in characters only) for a model that declares nothing.
+    """
+    if max_chunk_tokens is None:
+        max_chunk_tokens = declared_window(embeddings)
+        if max_chunk_tokens is None:
+            return None
+    return max_chunk_tokens, chunk_token_counter(embeddings)
+
+
+def chunk_token_counter(embeddings: Embeddings | None) -> TokenCounter:
     """The token counter that bounds chunks for ``embeddings`` (``max_chunk_tokens``), or a clear error.
 
     The bundled model has one (:meth:`LocalEmbeddings.count_tokens`); any embeddings object with a
