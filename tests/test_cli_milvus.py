@@ -17,6 +17,7 @@ import pytest
 from langchain_fusion import FusionError, FusionIndex
 from langchain_fusion import metadata as keys
 from langchain_fusion.cli import main
+from langchain_fusion.index import sync
 from langchain_fusion.index.opening import open_index
 from langchain_fusion.stores.locations import parse_location
 from tests.conftest import LOOPBACK_URL, HashingEmbeddings, fake_cli_embeddings
@@ -188,6 +189,7 @@ class TestCommandLine:
             return real(self, texts)
 
         monkeypatch.setattr(HashingEmbeddings, "embed_documents", dies_on_the_third_file)
+        monkeypatch.setattr(sync, "GROUP_CHUNKS", 1)  # each file indexed on its own
         with pytest.raises(Killed):
             _run("index", str(folder), "--out", location, "--json")
         monkeypatch.setattr(HashingEmbeddings, "embed_documents", real)

@@ -208,6 +208,7 @@ class TestBuildIndex:
             return real(self, *args, **kwargs)
 
         monkeypatch.setattr(FusionIndex, "add_documents", interrupt_second)
+        monkeypatch.setattr(sync, "GROUP_CHUNKS", 1)  # each file indexed on its own
         report = build_index(spec(docs, out))
         assert report.interrupted and report.saved and report.files == 1
         monkeypatch.setattr(FusionIndex, "add_documents", real)
@@ -264,7 +265,6 @@ class TestWhereTheRunIs:
 
     def test_phase_times_in_the_report(self, docs: Path, tmp_path: Path) -> None:
         report = build_index(spec(docs, tmp_path / "idx"))
-        # Three files: three upserts, whose segments merge (the vector side's work in process).
         assert list(report.phases) == ["load", "split", "embed", "bm25", "vectors", "save"]
         assert all(seconds >= 0 for seconds in report.phases.values())
         assert sum(report.phases.values()) <= report.seconds + 0.01  # rounding to milliseconds
@@ -308,3 +308,23 @@ class TestWhereTheRunIs:
         assert report.interrupted and report.saved and report.files == 3  # the files indexed before, kept
         assert [bar for bar, _, _ in progress.made] == ["reading files"]  # nothing was embedded
         assert len(FusionIndex.load(out, HashingEmbeddings()).documents) > 0
+
+
+class TestSmallFilesTogether:
+    def test_the_chunks_of_small_files_are_embedded_in_one_call(
+        self, docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        calls: list[int] = []
+        real = HashingEmbeddings.embed_documents
+
+        def counted(self: HashingEmbeddings, texts: list[str]) -> list[list[float]]:
+            calls.append(len(texts))
+            return real(self, texts)
+
+        monkeypatch.setattr(HashingEmbeddings, "embed_documents", counted)
+        report = build_index(spec(docs, tmp_path / "idx", chunk_size=300, chunk_overlap=30))
+        assert calls == [report.chunks] and report.sync.files_added == sorted(report.sync.files_added)
+        monkeypatch.setattr(sync, "GROUP_CHUNKS", 1)
+        calls.clear()
+        build_index(spec(docs, tmp_path / "other", chunk_size=300, chunk_overlap=30))
+        assert len(calls) == 3  # one group, and so one call, per file

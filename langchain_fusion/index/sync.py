@@ -49,6 +49,10 @@ from langchain_fusion.stores.local.manifest import saved_index_reason
 SYNC_INFO_KEY = "files"
 """The key of the file record in a saved index's ``info``."""
 
+GROUP_CHUNKS = 256
+"""About how many chunks of consecutive files are indexed together (all or nothing, and in one embedding call):
+small files then fill the model's batches. Ctrl-C loses the group being embedded, at most a few seconds of work."""
+
 Keep = Callable[[tuple[str, ...], Any], None]
 """Called with (where in the record, value) as soon as an entry changes: ``("by_path", source)`` with the
 file's entry (None once its chunks are deleted), ``("chunking",)`` on a record that had none."""
@@ -145,8 +149,8 @@ def sync_files(
     unreadable file as it is found. A file yielding more than ``max_file_chars`` characters is
     skipped (reported). ``keep`` is given each entry of the record as it changes (see :data:`Keep`):
     a store that writes as it goes keeps the record beside the rows it has. A ``KeyboardInterrupt``
-    stops the run after the current file's all-or-nothing update (while reading: before any
-    change), with ``report.interrupted`` set.
+    stops the run after the last all-or-nothing update of files (see :data:`GROUP_CHUNKS`; while
+    reading: before any change), with ``report.interrupted`` set.
     """
     chunking = {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap}
     if max_chunk_tokens is not None:
@@ -188,10 +192,11 @@ def sync_files(
         total = sum(len(file.chunks) for file in ready)
         if total and before_embedding is not None:
             before_embedding(total)
-        for file in ready:
-            run.update(file)
+        for group in _groups(ready, GROUP_CHUNKS):
+            run.update(group)
             if on_file is not None:
-                on_file(file.source)
+                for file in group:
+                    on_file(file.source)
         if not keep_missing:
             for source in sorted(set(run.indexed) - set(current)):
                 if _under(source, paths):
@@ -259,24 +264,32 @@ class _Sync:
         self.report.chunks_bounded += split.bounded
         return _File(source, sha, loaded.documents, split.chunks)
 
-    def update(self, file: _File) -> None:
-        """Index one file read: its new chunks upserted, then its stale chunks deleted."""
-        source, sha, chunks = file.source, file.sha256, file.chunks
-        if self.transform is not None and chunks:
-            chunks = self.transform(chunks, file.pages)
-        self.report.pages += sum(1 for doc in file.pages if keys.PAGE in doc.metadata)
-        old = self.indexed.get(source, set())
-        if chunks:
-            self.index.add_documents(chunks, progress=self.progress, batch_size=self.batch_size)
-            self.report.chunks_embedded += len(chunks)
-        stale = sorted(old - {chunk.id or "" for chunk in chunks})
-        if stale:
-            self.report.chunks_removed += self.index.store.delete(stale)
-        self.files[source] = {"sha256": sha, "chunks": len(chunks)}
-        if self.keep is not None:
-            self.keep(("by_path", source), self.files[source])
-        (self.report.files_updated if source in self.indexed else self.report.files_added).append(source)
-        self.indexed[source] = {chunk.id or "" for chunk in chunks}
+    def update(self, group: list[_File]) -> None:
+        """Index files read, all or nothing: their new chunks upserted together, then their stale chunks deleted.
+
+        Embedding the chunks of several small files in one call lets the model batch them by length.
+        """
+        chunks_of: list[list[Document]] = []
+        for file in group:
+            chunks = file.chunks
+            if self.transform is not None and chunks:
+                chunks = self.transform(chunks, file.pages)
+            chunks_of.append(chunks)
+        every = [chunk for chunks in chunks_of for chunk in chunks]
+        if every:
+            self.index.add_documents(every, progress=self.progress, batch_size=self.batch_size)
+            self.report.chunks_embedded += len(every)
+        for file, chunks in zip(group, chunks_of, strict=True):
+            source = file.source
+            self.report.pages += sum(1 for doc in file.pages if keys.PAGE in doc.metadata)
+            stale = sorted(self.indexed.get(source, set()) - {chunk.id or "" for chunk in chunks})
+            if stale:
+                self.report.chunks_removed += self.index.store.delete(stale)
+            self.files[source] = {"sha256": file.sha256, "chunks": len(chunks)}
+            if self.keep is not None:
+                self.keep(("by_path", source), self.files[source])
+            (self.report.files_updated if source in self.indexed else self.report.files_added).append(source)
+            self.indexed[source] = {chunk.id or "" for chunk in chunks}
 
     def remove(self, source: str) -> None:
         """Delete the chunks of a file that is gone."""
@@ -285,6 +298,19 @@ class _Sync:
         if self.keep is not None:
             self.keep(("by_path", source), None)
         self.report.files_removed.append(source)
+
+
+def _groups(files: list[_File], chunks: int) -> list[list[_File]]:
+    """``files`` in order, in groups of about ``chunks`` chunks (a file with more is a group of its own)."""
+    groups: list[list[_File]] = []
+    size = 0
+    for file in files:
+        if not groups or size + len(file.chunks) > chunks:
+            groups.append([])
+            size = 0
+        groups[-1].append(file)
+        size += len(file.chunks)
+    return groups
 
 
 @dataclass

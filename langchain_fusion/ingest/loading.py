@@ -261,7 +261,7 @@ def load_files(
 
 def unsupported_note(paths: Sequence[str], shown: int = 5) -> str:
     """One line for people on the files of types not read: how many, which types, the first few paths."""
-    suffixes = sorted({Path(path).suffix.lower() or "(none)" for path in paths})
+    suffixes = sorted({Path(path).suffix.lower() or "no extension" for path in paths})
     names = ", ".join(paths[:shown]) + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
     return (
         f"{len(paths)} file(s) not indexed: their type is not read ({', '.join(suffixes)}; PDF, .txt and .md files "

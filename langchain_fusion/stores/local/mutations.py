@@ -59,7 +59,8 @@ def upserted(
         postings, lengths = postings_of_texts(settings.analyzer, bm25_texts, vocabulary)
     start = state.size
     block = DocumentBlock.from_documents(documents)
-    segment = Segment(start=start, vectors=_read_only(vectors), postings=postings, documents=block)
+    with phase("vectors"):
+        segment = Segment(start=start, vectors=_read_only(vectors), postings=postings, documents=block)
     frequency = _padded(state.document_frequency, len(vocabulary)) + postings.document_frequencies(len(vocabulary))
     rows = dict(state.rows)
     rows.update({doc.id or "": start + position for position, doc in enumerate(documents)})
