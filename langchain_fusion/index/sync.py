@@ -49,9 +49,11 @@ from langchain_fusion.stores.local.manifest import saved_index_reason
 SYNC_INFO_KEY = "files"
 """The key of the file record in a saved index's ``info``."""
 
-GROUP_CHUNKS = 256
-"""About how many chunks of consecutive files are indexed together (all or nothing, and in one embedding call):
-small files then fill the model's batches. Ctrl-C loses the group being embedded, at most a few seconds of work."""
+GROUP_CHUNKS = 64
+"""About how many chunks of consecutive files are indexed together (all or nothing, in one embedding call of an
+``index`` run): small files then fill the model's batches. Ctrl-C loses the group being embedded, a second or two
+of work on two free cores."""
+
 
 Keep = Callable[[tuple[str, ...], Any], None]
 """Called with (where in the record, value) as soon as an entry changes: ``("by_path", source)`` with the
