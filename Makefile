@@ -16,7 +16,7 @@ INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python -c constraints.tx
 DEMO_INDEX ?= .demo-index
 DEMO_QUERY ?= Why did the batteries come through the flood without harm?
 
-.PHONY: demo test lint sample-calibration bench bench-scale bench-quality bench-quick bench-startup bench-updates bench-milvus bench-languages bench-serve clean
+.PHONY: demo test lint sample-calibration bench bench-scale bench-quality bench-quick bench-startup bench-updates bench-milvus bench-languages bench-serve bench-ingest clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,10 @@ bench-languages: $(VENV)/.installed-dev
 
 bench-serve: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/serve_load.py
+
+# Ingestion speed: the bundled model and the index build against sentence-transformers and a by-hand LangChain build.
+bench-ingest: $(VENV)/.installed-dev
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/ingest.py > benchmarks/results-ingest.md
 
 bench-startup: $(VENV)/.installed-dev
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/cli_startup.py --runs 3
