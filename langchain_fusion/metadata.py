@@ -43,7 +43,9 @@ RELEVANCE: Final = "relevance"
 scale on every query. Only on results of a calibrated index; never made up."""
 
 FUSION_SCORE: Final = "fusion_score"
-"""The fused score the results are ordered by (its scale depends on ``fusion_method``)."""
+"""The fused score the results are ordered by (its scale depends on ``fusion_method``): ``alpha`` times the
+normalised vector score plus ``1 - alpha`` times the normalised BM25 score (RRF: of their reciprocal-rank terms).
+For a query the embedding model cannot read, the BM25 side has all the weight: it is ``bm25_score_normalized``."""
 
 FUSION_METHOD: Final = "fusion_method"
 """The fusion method that produced ``fusion_score``: weighted, zscore or rrf."""
@@ -199,6 +201,10 @@ HIERARCHICAL_KEYS: Final = (HIERARCHICAL_SCORE, SUMMARY_ID, SUMMARY_SCORE, SUMMA
 TextField = Literal["context", "content"]
 """A part of a chunk that can be indexed: ``context`` (the :data:`CONTEXT` metadata written by
 contextual enrichment) or ``content`` (``page_content``, the original text)."""
+
+MAX_ID_CHARS: Final = 512
+"""The longest document id, in characters: Milvus's primary key holds 512, and every store refuses longer ids
+alike, so an index can move between stores (ids made by the library are 32 to 64 characters)."""
 
 MAX_METADATA_DEPTH: Final = 64
 """How deeply a document's metadata may nest mappings and lists (JSON itself is rarely nested past a

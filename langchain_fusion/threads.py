@@ -60,10 +60,10 @@ def one_blas_thread() -> bool:
 
     The library's BLAS work is small and frequent: embedding a query with the bundled model is a
     few (length x 384) matrix products. BLAS's own threads spin waiting for cores that other
-    threads or processes hold, so, measured on 2 cores, a query embedded under BLAS's default
-    costs 29-71 ms of CPU where one thread costs 15, and with 16 clients served at once (each
-    request on a worker thread) 290 ms where one thread costs 22. Changing the limit around each
-    call (what 0.2 and earlier did) spins the pools up and down against each other.
+    threads or processes hold, so on a small machine a query embedded under BLAS's default costs
+    several times the CPU of one thread, and far more with many clients served at once (the
+    figures: ``docs/benchmarks.md``). Changing the limit around each call (what 0.2 and earlier
+    did) spins the pools up and down against each other.
 
     Called once when the query encoder loads on a machine of at most two cores, and when a server
     is made (:func:`langchain_fusion.server.create_app`, :func:`langchain_fusion.mcp.build_mcp_server`),

@@ -75,10 +75,7 @@ QUICKSTART = [
         "source), `start_index` (its character offset) and a stable `id`."
     ),
     new_code_cell(
-        "chunk = index.documents[12]\n"
-        "print(chunk.id)\n"
-        "print(chunk.metadata)\n"
-        'print(chunk.page_content[:300], "...")'
+        'chunk = index.documents[12]\nprint(chunk.id)\nprint(chunk.metadata)\nprint(chunk.page_content[:300], "...")'
     ),
     new_markdown_cell(
         "## Vector, BM25 and fusion side by side\n\n"
@@ -325,8 +322,8 @@ WINDOWS_AND_RERANK = [
         'print("hits:   ", [(where(d), d.metadata["chunk_index"], len(d.page_content)) for d in hits])\n'
         "for doc in windows:\n"
         "    m = doc.metadata\n"
-        '    print(f"passage: {where(doc)}  chunks {m[\'window_span\']}  pages {m[\'window_pages\']}  "\n'
-        '          f"{len(doc.page_content)} characters  (hits {m[\'window_hits\']})")'
+        "    print(f\"passage: {where(doc)}  chunks {m['window_span']}  pages {m['window_pages']}  \"\n"
+        "          f\"{len(doc.page_content)} characters  (hits {m['window_hits']})\")"
     ),
     new_markdown_cell(
         "`n` and `max_chars` (a character budget per passage: the nearest neighbours are kept, the hit always) "
@@ -352,13 +349,13 @@ WINDOWS_AND_RERANK = [
         "reranked = RerankRetriever(retriever=candidates, reranker=LLMReranker(llm=llm, top_n=4)).invoke(query)\n"
         "for doc in reranked:\n"
         "    m = doc.metadata\n"
-        '    print(f"rating {m[\'rerank_rating\']}  (fusion rank {fusion_rank[doc.id]})  "\n'
+        "    print(f\"rating {m['rerank_rating']}  (fusion rank {fusion_rank[doc.id]})  \"\n"
         '          f"{where(doc):<34} {snippet(doc.page_content, 50)}")'
     ),
     new_markdown_cell(
         "## The RAG chain\n\n"
         "`build_rag_chain(retriever, llm, window=..., reranker=...)` is an LCEL `Runnable` from a question to "
-        "`{\"answer\", \"sources\"}`: fusion, then the windows, then the rerank, then `format_docs` numbers the "
+        '`{"answer", "sources"}`: fusion, then the windows, then the rerank, then `format_docs` numbers the '
         "passages `[1]`, `[2]`... for the prompt, then the chat model."
     ),
     new_code_cell(
@@ -368,7 +365,7 @@ WINDOWS_AND_RERANK = [
         "result = chain.invoke(query)\n"
         'print(result["answer"], "\\n")\n'
         'for n, doc in enumerate(result["sources"], 1):\n'
-        '    print(f"[{n}] {source_label(doc, short=True)}  (rating {doc.metadata[\'rerank_rating\']})")'
+        "    print(f\"[{n}] {source_label(doc, short=True)}  (rating {doc.metadata['rerank_rating']})\")"
     ),
     new_markdown_cell("`stream` yields the sources first, then the answer as the model writes it:"),
     new_code_cell(
@@ -400,9 +397,7 @@ WINDOWS_AND_RERANK = [
         ")\n"
         'print(my_chain.invoke("How much rain came down in the storm that made the river overflow?"))'
     ),
-    new_markdown_cell(
-        "**Next:** `04_enrichment_and_hierarchy.ipynb` improves the index itself with a chat model."
-    ),
+    new_markdown_cell("**Next:** `04_enrichment_and_hierarchy.ipynb` improves the index itself with a chat model."),
 ]
 
 ENRICHMENT = [
@@ -410,10 +405,9 @@ ENRICHMENT = [
         "# 4. Contextual enrichment and hierarchical retrieval\n\n"
         "Two ways a chat model can improve the index at ingestion time:\n\n"
         "- **Contextual enrichment**: 1-3 sentences situating each chunk in its whole document, indexed with "
-        "the chunk (Anthropic's \"contextual retrieval\").\n"
+        'the chunk (Anthropic\'s "contextual retrieval").\n'
         "- **Hierarchical retrieval**: a summary of every page in a second index; a query finds the best "
-        "pages first, then the best chunks *of those pages*.\n\n"
-        + SETUP_NOTE
+        "pages first, then the best chunks *of those pages*.\n\n" + SETUP_NOTE
     ),
     new_markdown_cell(FAKE_NOTE),
     new_code_cell(
@@ -434,7 +428,7 @@ ENRICHMENT = [
     new_markdown_cell(
         "## Contextual enrichment\n\n"
         "`ContextualEnricher.enrich(chunks, documents)` returns copies with the context in "
-        "`metadata[\"context\"]`; `page_content` stays the original text. Calls run concurrently (at most "
+        '`metadata["context"]`; `page_content` stays the original text. Calls run concurrently (at most '
         "`max_concurrency`), are retried on rate limits, and are cached on disk by model, prompt, document and "
         "chunk. The report counts calls, retries, cached answers and failures (a failed chunk is indexed "
         "without context, never dropped)."
@@ -449,10 +443,7 @@ ENRICHMENT = [
         'print("text:   ", enriched[12].page_content[:200], "...")\n'
         'print("original chunk unchanged:", "context" not in chunks[12].metadata)'
     ),
-    new_code_cell(
-        "_, again = enricher.enrich(chunks, loaded.documents)\n"
-        'print("rerun:", again.summary())'
-    ),
+    new_code_cell('_, again = enricher.enrich(chunks, loaded.documents)\nprint("rerun:", again.summary())'),
     new_markdown_cell(
         "By default both sides of the index see the context, a blank line, then the text "
         "(`embed_fields` and `bm25_fields` choose). Results show the original text with the context in "
@@ -463,8 +454,8 @@ ENRICHMENT = [
         "index = FusionIndex.from_documents(enriched, embeddings)\n"
         'query = "Which kind of battery can be moved around while completely empty of charge?"\n'
         "for doc in with_context(index.as_retriever(k=2).invoke(query)):\n"
-        "    text = \" \".join(doc.page_content.split())\n"
-        '    print(f"{doc.metadata[\'fusion_score\']:.3f}  p. {doc.metadata.get(\'page\')}  {text[:220]} ...\\n")'
+        '    text = " ".join(doc.page_content.split())\n'
+        "    print(f\"{doc.metadata['fusion_score']:.3f}  p. {doc.metadata.get('page')}  {text[:220]} ...\\n\")"
     ),
     new_markdown_cell(
         "## Hierarchical retrieval\n\n"
@@ -474,7 +465,7 @@ ENRICHMENT = [
         "chunks **restricted to those pages** (a restriction on both sides before ranking, not a post-filter "
         "that can come back empty), and scores each chunk\n\n"
         "`hierarchical_score = summary_weight * summary_score + (1 - summary_weight) * fusion_score`.\n\n"
-        "(The fake model's \"summary\" is the first 600 characters of the page, so the page selection below is "
+        '(The fake model\'s "summary" is the first 600 characters of the page, so the page selection below is '
         "only as good as that extract; a real model names every topic, code and number of the page.)"
     ),
     new_code_cell(
@@ -569,7 +560,7 @@ SERVING = [
         "## Keeping the index in sync with LangChain's indexing API\n\n"
         "`FusionIndex` is itself a LangChain `VectorStore`, so `langchain_core.indexing.index` with a record "
         "manager keeps it in sync with a document source: a rerun embeds nothing, a changed document replaces "
-        "its old chunks, and `cleanup=\"incremental\"` deletes the chunks of documents that disappeared."
+        'its old chunks, and `cleanup="incremental"` deletes the chunks of documents that disappeared.'
     ),
     new_code_cell(
         "from langchain_core.documents import Document\n"
@@ -603,7 +594,8 @@ SERVING = [
         'workdir = Path(tempfile.mkdtemp(prefix="fusion-serving-"))\n'
         'folder = index.save(workdir / "arden-index")\n'
         "app = create_app(folder, embeddings=embeddings, llm=tutorial_chat_model())\n"
-        "client = TestClient(app)  # calls the app in-process, no network\n\n"
+        'client = TestClient(app, base_url="http://127.0.0.1")  # in-process, no network; the app answers this '
+        "machine's names\n\n"
         'health = client.get("/health").json()\n'
         'print("index:", {key: health["index"][key] for key in ("kind", "documents", "embeddings")})\n'
         'print("manifest counts:", health["index"]["manifest"]["counts"])\n'
@@ -653,8 +645,44 @@ SERVING = [
         "```bash\n"
         "curl -s http://127.0.0.1:8000/health\n"
         "curl -s -X POST http://127.0.0.1:8000/retriever/invoke -H 'Content-Type: application/json' \\\n"
-        "     -d '{\"input\": \"flood damage\", \"config\": {\"configurable\": {\"k\": 3}}}'\n"
+        '     -d \'{"input": "flood damage", "config": {"configurable": {"k": 3}}}\'\n'
         "```"
+    ),
+    new_markdown_cell(
+        "## Many tenants in one index\n\n"
+        "A tenant-keyed index keeps each tenant's chunks (`metadata[tenant_key]`) as an index of their own: a "
+        "search names its tenant and gets exactly the results, scores and ranks of an index of that tenant's "
+        "chunks alone (BM25's document counts and frequencies are the tenant's), and nothing of another tenant. "
+        "Here the report belongs to one customer and the handbook to another:"
+    ),
+    new_code_cell(
+        "def owner(chunk):\n"
+        '    """The report is acme\'s, the handbook borealis\'s."""\n'
+        '    return "acme" if chunk.metadata["source"].endswith(".pdf") else "borealis"\n\n\n'
+        'tenanted = [c.model_copy(update={"metadata": {**c.metadata, "tenant": owner(c)}}) for c in chunks]\n'
+        'shared = FusionIndex.from_documents(tenanted, embeddings, tenant_key="tenant")\n'
+        'print("tenants:", shared.tenants())\n'
+        'acme_only = FusionIndex.from_documents([c for c in tenanted if c.metadata["tenant"] == "acme"], embeddings)\n'
+        'got = shared.as_retriever(k=4, tenant="acme").invoke(query)\n'
+        "expected = acme_only.as_retriever(k=4).invoke(query)\n"
+        'scored = [(d.id, d.metadata["fusion_score"]) for d in got]\n'
+        'print("acme sees its own index:", scored == [(d.id, d.metadata["fusion_score"]) for d in expected])\n'
+        "try:\n"
+        "    shared.as_retriever().invoke(query)\n"
+        "except Exception as exc:\n"
+        '    print("without a tenant:", exc)'
+    ),
+    new_markdown_cell(
+        "A server binds the tenant from trusted context, never from the request: one tenant per server "
+        '(`create_app(..., tenant="acme")`, `serve --tenant acme`), or the header an authenticating proxy '
+        'sets (`tenant_header="X-Tenant"`, `serve --tenant-header X-Tenant`): a request without it is refused '
+        "with 401, and no request can name a tenant itself."
+    ),
+    new_code_cell(
+        'tenant_app = TestClient(create_app(shared, tenant_header="X-Tenant", llm=None), base_url="http://127.0.0.1")\n'
+        'hits = tenant_app.post("/retriever/invoke", json={"input": query}, headers={"X-Tenant": "borealis"})\n'
+        'print({doc["metadata"]["tenant"] for doc in hits.json()["output"]})\n'
+        'print(tenant_app.post("/retriever/invoke", json={"input": query}).status_code)'
     ),
     new_code_cell("import shutil\n\nshutil.rmtree(workdir)"),
 ]

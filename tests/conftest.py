@@ -1,153 +1,60 @@
-"""Shared fixtures: deterministic embeddings, small corpora and the sample data."""
+"""Shared fixtures (deterministic embeddings, small corpora, the sample indexed) and the suite's hooks.
+
+Test modules import helpers from :mod:`tests.helpers`, never from here.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import hashlib
 import io
 import json
 import os
-import re
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
+from typing import Any
 
-import numpy as np
 import pytest
 from langchain_core.documents import Document
-from langchain_core.embeddings import Embeddings
 
 from langchain_fusion import FusionIndex
 from langchain_fusion.models import embeddings as embedding_models
-from tests.shared_vectors import locked, run_folder, shared_model_vectors
-
-REPO = Path(__file__).resolve().parent.parent
-DATA = REPO / "data"
-LOOPBACK_URL = "http://127.0.0.1"
-"""Where test clients reach the LangServe app: a server on a loopback address answers only this machine's names."""
-SAMPLE_PDF = DATA / "arden-microgrids-report.pdf"
-SAMPLE_MD = DATA / "maintenance-handbook.md"
-SAMPLE_QUERIES = DATA / "queries.json"
-
-_WORD = re.compile(r"\w+")
+from tests.helpers import tiers
+from tests.helpers.cli import CliRun
+from tests.helpers.corpora import ANIMALS
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.paths import DATA, SAMPLE_MD
+from tests.helpers.shared_vectors import locked, run_folder, shared_model_vectors
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def word_vector(model: str, size: int, word: str) -> np.ndarray:
-    """The fixed random vector of ``word`` (seeded by a hash of the model and the word), read-only.
-
-    Kept: seeding a generator per word was a fifth of the CPU of the tests that embed many texts.
-    """
-    seed = int.from_bytes(hashlib.sha256(f"{model}:{word}".encode()).digest()[:8], "little")
-    vector = np.random.default_rng(seed).standard_normal(size)
-    vector.flags.writeable = False
-    return vector
-
-
-class HashingEmbeddings(Embeddings):
-    """Deterministic bag-of-words embeddings: each lowercased word adds a fixed random vector.
-
-    Texts that share words get similar vectors, so retrieval results are meaningful, and the
-    same text always gives the same vector (no model, no network).
-    """
-
-    def __init__(self, size: int = 64, model: str = "hashing-v1") -> None:
-        self.size = size
-        self.model = model
-
-    def _embed(self, text: str) -> list[float]:
-        vector = np.zeros(self.size)
-        for word in _WORD.findall(text.lower()):
-            vector += word_vector(self.model, self.size, word)
-        if not vector.any():
-            vector[0] = 1.0
-        return (vector / np.linalg.norm(vector)).tolist()
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return [self._embed(t) for t in texts]
-
-    def embed_query(self, text: str) -> list[float]:
-        return self._embed(text)
-
-
-class EnglishOnlyEmbeddings(HashingEmbeddings):
-    """The fake embeddings, declaring that they read Latin script only, as the bundled model does."""
-
-    scripts: ClassVar[frozenset[str]] = frozenset({"Latin"})
-
-
-FAKE_ID = embedding_models.embeddings_id(HashingEmbeddings())
-"""The id a saved index records for :class:`HashingEmbeddings`."""
-FAKE_DIMENSION = HashingEmbeddings().size
-
-
-@contextlib.contextmanager
-def fake_cli_embeddings() -> Iterator[None]:
-    """While open, every embedding model the CLI builds or reloads is a :class:`HashingEmbeddings`.
-
-    The default model, the bundled model's spec (``--embeddings local``) and a saved index's recorded
-    fake id give the fake; any other spec or id resolves as usual (``openai`` still needs its key,
-    ``bogus`` is still refused). The bundled model refuses to load meanwhile, so a test that slips
-    back to it fails instead of quietly taking seconds. Usable around module-scoped fixtures.
-    """
-    real_resolve, real_from_id = embedding_models.resolve_embeddings, embedding_models.embeddings_from_id
-    local_specs = {None, "auto", "local", f"local:{embedding_models.LOCAL_MODEL_NAME}"}
-
-    def resolve(spec: str | None) -> Any:
-        return HashingEmbeddings() if spec in local_specs else real_resolve(spec)
-
-    def from_id(model_id: str) -> Any:
-        return HashingEmbeddings() if model_id == FAKE_ID else real_from_id(model_id)
-
-    def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("the bundled model was used under fake_cli_embeddings()")
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(embedding_models, "default_embeddings", HashingEmbeddings)
-        patch.setattr("langchain_fusion.index.fusion_index.default_embeddings", HashingEmbeddings)
-        patch.setattr("langchain_fusion.index.embedding.default_embeddings", HashingEmbeddings)
-        patch.setattr(embedding_models, "resolve_embeddings", resolve)
-        patch.setattr("langchain_fusion.index.embedding.embeddings_from_id", from_id)
-        patch.setattr(embedding_models.LocalEmbeddings, "load_model", refuse)
-        patch.setattr(embedding_models.LocalEmbeddings, "embed_queries", refuse)
-        yield
-
-
-BAD_SELECTION_OPTIONS: list[tuple[dict[str, Any], str]] = [
-    ({"min_vector_score": 2.0}, "min_vector_score must be a cosine similarity between -1 and 1"),
-    ({"min_vector_score": True}, "min_vector_score must be"),
-    ({"min_bm25_score": -0.5}, "min_bm25_score must be a BM25 score of 0 or more"),
-    ({"lambda_mult": float("nan")}, "lambda_mult must be a number between 0"),
-    ({"max_per_source": 0}, "max_per_source must be a positive whole number"),
-    ({"max_per_source": False}, "max_per_source must be"),
-]
-"""Floor and diversity options with bad values, and the start of the message that refuses each
-(the same on every surface: constructor, per call, server and MCP)."""
-
-
-ANIMALS = [
-    "The cat sat on the warm mat by the fire.",
-    "Dogs bark loudly at the postman every morning.",
-    "A cat and a dog can become good friends.",
-    "Quantum physics describes particles and waves.",
-    "Cats purr when they are content and relaxed.",
-    "The stock market fell sharply on Tuesday.",
-    "Parrots can learn to imitate human speech.",
-    "Photosynthesis turns sunlight into chemical energy.",
-]
-
-
+@pytest.hookimpl(tryfirst=True)  # before the -m expression deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The notebooks first: each runs a tutorial in a fresh kernel, the longest tests of the suite.
+    """The markers that follow from fixtures (see tests/helpers/tiers.py), then the notebooks first.
+
+    The notebooks first: each runs a tutorial in a fresh kernel, the longest tests of the suite.
 
     pytest-xdist hands out tests in runs of neighbours as workers free up; at their place in the
     collection the notebooks came last to one worker while the other had nothing left. First, they
     run while the short tests fill the other workers, and the end of the run stays even. The rest
     keep their order (the sort is stable).
     """
+    tiers.mark_by_fixtures(items)
     items.sort(key=lambda item: item.get_closest_marker("notebook") is None)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
+    """Each test runs (setup, call, teardown) under :func:`tiers.tier_guards`: no bundled model or subprocess
+    unless it is marked for them."""
+    with tiers.tier_guards(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    """A test that used the bundled model or a subprocess without its marker fails, even if the error was caught."""
+    report = yield
+    tiers.fail_on_violations(item, report)
+    return report
 
 
 class _QuickPolls:
@@ -210,9 +117,7 @@ def milvus_lite_servers_apart(tmp_path_factory: pytest.TempPathFactory) -> Itera
     first collection with "Mmap manager has not been init" (pymilvus issue 2981).
     """
     try:
-        with warnings.catch_warnings():  # milvus_lite imports setuptools' deprecated pkg_resources
-            warnings.filterwarnings("ignore", "pkg_resources is deprecated", UserWarning)
-            from milvus_lite import server
+        from milvus_lite import server  # its pkg_resources warning is ignored by name (pyproject's filterwarnings)
     except ImportError:
         yield
         return
@@ -258,24 +163,15 @@ def animal_index(animal_docs: list[Document], embeddings: HashingEmbeddings) -> 
 
 @pytest.fixture(scope="session")
 def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder holding a tiny random BERT cross-encoder (see tests/tiny_models.py), built once per session."""
-    from tests.tiny_models import build_cross_encoder
+    """A folder holding a tiny random BERT cross-encoder (see tests/helpers/tiny_models.py), built once per session."""
+    from tests.helpers.tiny_models import build_cross_encoder
 
     return build_cross_encoder(tmp_path_factory.mktemp("cross-encoder") / "tiny")
 
 
-class CliRun(NamedTuple):
-    """One in-process run of the ``langchain-fusion`` command."""
-
-    out: Path
-    status: int
-    stdout: str
-    stderr: str
-
-
 @pytest.fixture(scope="session")
 def model_vectors(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The folder of this run's shared cache of the bundled model's document vectors (tests/shared_vectors.py)."""
+    """The folder of this run's shared cache of the bundled model's document vectors (helpers/shared_vectors.py)."""
     return run_folder(tmp_path_factory.getbasetemp()) / "model-vectors"
 
 

@@ -22,7 +22,8 @@ from langchain_core.documents import Document
 from langchain_fusion import Analyzer, BM25Params, FusionIndex, InvalidParameterError
 from langchain_fusion import metadata as keys
 from langchain_fusion.stores.base import FusionStore, Where
-from tests.conftest import HashingEmbeddings
+from langchain_fusion.stores.local.store import LocalStore
+from tests.helpers.embeddings import HashingEmbeddings
 
 ALPHAS = [0.0, 0.3, 0.5, 0.8, 1.0]
 
@@ -193,15 +194,11 @@ def _z(x: np.ndarray) -> np.ndarray:
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:
-    order = np.argsort(-x, kind="stable")
-    out = np.empty(x.size)
-    out[order] = np.arange(1, x.size + 1)
+    """1 + the number of scores above (tied scores share a rank); BM25 ranks count matching rows only."""
     valid = x > 0
-    # BM25 ranks count matching rows only, in score order (ties by position), as the library does.
-    matched_order = order[valid[order]]
-    out_b = np.zeros(x.size)
-    out_b[matched_order] = np.arange(1, matched_order.size + 1)
-    return np.where(valid, out_b, out) if (~valid).any() else out
+    above = np.array([np.count_nonzero(x > v) for v in x], dtype=np.float64)
+    above_matched = np.array([np.count_nonzero(x[valid] > v) for v in x], dtype=np.float64)
+    return 1 + (np.where(valid, above_matched, above) if (~valid).any() else above)
 
 
 def results(index: FusionIndex, query: str, **options: Any) -> list[tuple[str, float]]:
@@ -327,6 +324,29 @@ class StoreContract:
                 row = by_id[doc.id]
                 assert doc.metadata[keys.VECTOR_SCORE] == pytest.approx(cosine[row], abs=1e-5)
                 assert doc.metadata[keys.BM25_SCORE] == pytest.approx(bm25[row], abs=1e-4)
+
+    def test_ties_at_the_edge_of_a_sides_pool_do_not_move_the_scores(self) -> None:
+        """Rows tied at a side's fetch_k-th score all enter the pool, so no engine's tie order changes a score.
+
+        Many short chunks share their BM25 score; the store's index and an in-process one built in
+        the reverse order (another tie order) give every returned document the same fused score.
+        """
+        words = self.language.vocabulary
+        sep = self.language.separator
+        docs = [
+            Document(id=f"tie{i}", page_content=sep.join([words[i % 3], words[3 + i % 7], f"only{i}"]))
+            for i in range(40)
+        ]
+        index = self.new_index(docs)
+        other = FusionIndex(HashingEmbeddings(), store=LocalStore(Analyzer(), self.params))
+        other.add_documents(list(reversed(docs)))
+        for query in (words[0], sep.join([words[1], words[4]]), sep.join([words[2], words[5], words[8]])):
+            for fetch_k in (2, 5, 9):
+                got = dict(results(index, query, k=30, fetch_k=fetch_k))
+                expected = dict(results(other, query, k=30, fetch_k=fetch_k))
+                assert set(got) == set(expected), (query, fetch_k)
+                for doc_id, score in got.items():
+                    assert abs(score - expected[doc_id]) <= 1e-6, (query, fetch_k, doc_id)
 
     def test_provenance_on_every_result(self) -> None:
         index = self.new_index(self.corpus(3, 40))
@@ -510,6 +530,23 @@ class StoreContract:
         keys = keys[keys >= 0]
         assert view.ids(keys) == [d.id for d in view.documents(keys)] == [i for i in wanted if i not in deleted]
         assert view.ids(keys[:0]) == []
+
+    def test_ids_longer_than_512_characters_are_refused_alike(self) -> None:
+        """Milvus's key holds 512 characters: every store refuses a longer id the same way, before any write."""
+        index = self.new_index(self.corpus(15, 3))
+        longest, wide = "i" * 512, "東" * 512
+        index.add_documents([Document(id=longest, page_content="w1 w2"), Document(id=wide, page_content="w3")])
+        assert [d.id for d in index.get_by_ids([longest, wide])] == [longest, wide]
+        for too_long in ("i" * 513, "é" * 600):
+            with pytest.raises(
+                InvalidParameterError,
+                match=r"document 1 of this batch: its id has \d+ characters; "
+                r"ids are at most 512",
+            ):
+                index.add_documents([Document(id="fine", page_content="w4"), Document(id=too_long, page_content="w5")])
+            with pytest.raises(InvalidParameterError, match=r"ids are at most 512"):
+                index.add_texts(["w6"], ids=[too_long])
+        assert len(index) == 5 and not index.get_by_ids(["fine"])  # all or nothing
 
     def test_delete_everything_then_add(self) -> None:
         docs = self.corpus(10, 12)

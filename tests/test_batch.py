@@ -21,7 +21,7 @@ from langchain_fusion.stores.local import bm25 as bm25_module
 from langchain_fusion.stores.local import mutations as mutations_module
 from langchain_fusion.stores.local import snapshot as snapshot_module
 from langchain_fusion.stores.local import view as view_module
-from tests.conftest import HashingEmbeddings
+from tests.helpers.embeddings import HashingEmbeddings
 
 WORDS = ["cat", "dog", "fire", "mat", "market", "stock", "quantum", "wave", "parrot", "speech"]
 WORDS += ["sunlight", "energy", "bark", "friend", "purr"]

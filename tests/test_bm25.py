@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from collections import Counter
@@ -14,6 +15,7 @@ from langchain_core.documents import Document
 from numpy.typing import NDArray
 from rank_bm25 import BM25Okapi
 
+from langchain_fusion import BM25Retriever
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.local import bm25 as bm25_module
 from langchain_fusion.stores.local import mutations as mutations_module
@@ -22,9 +24,9 @@ from langchain_fusion.stores.local.bm25 import BM25Corpus, QueryWeights
 from langchain_fusion.stores.local.mutations import maintained
 from langchain_fusion.stores.local.store import LocalStore
 from langchain_fusion.stores.local.term_weights import BlockWeights, TermWeights
-from langchain_fusion.stores.local.tokens import query_term_counts
+from langchain_fusion.stores.local.tokens import query_term_counts, text_token_ids
 from langchain_fusion.stores.settings import BM25Params
-from tests.test_bm25_pruning import blocks_of, weights_for, zipf_corpus
+from tests.helpers.bm25 import blocks_of, weights_for, zipf_corpus
 
 CORPUS = [
     "solar panels charge the battery bank during the day",
@@ -229,6 +231,64 @@ class TestAnalyzer:
     def test_unicode(self) -> None:
         assert Analyzer(stemmer=None).tokenize("Über Café naïve") == ["über", "café", "naïve"]
 
+    def test_case_folding(self) -> None:
+        # str.casefold, not str.lower: Straße and strasse meet, so do the two Greek sigmas.
+        german = Analyzer(language="german")
+        assert german.tokenize("Straße STRASSE strasse") == german.tokenize("strasse") * 3
+        assert Analyzer(stemmer=None).tokenize("ΣΟΦΟΣ σοφος σοφοσ") == ["σοφοσ"] * 3
+        assert Analyzer(casefold=False, stemmer=None).tokenize("Straße") == ["straße"]  # lower-casing only
+        assert Analyzer(lowercase=False, stemmer=None).tokenize("Straße") == ["Straße"]
+
+    def test_indexes_saved_before_case_folding_keep_lower_casing(self, tmp_path: Path) -> None:
+        from langchain_fusion import FusionIndex
+        from langchain_fusion.stores.local.manifest import CHECKSUM, manifest_checksum
+        from tests.helpers.embeddings import HashingEmbeddings
+
+        saved = Analyzer.from_saved({**Analyzer().model_dump(mode="json"), "casefold": None})
+        saved.pop("casefold")
+        assert Analyzer.model_validate(Analyzer.from_saved(saved)).casefold is False
+        docs = [Document(id="s", page_content="Straße 9")]
+        index = FusionIndex.from_documents(docs, HashingEmbeddings(), analyzer=Analyzer(casefold=False))
+        folder = index.save(tmp_path / "idx")  # analysed as before the option: lower-cased
+        path = folder / "manifest.json"
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        assert manifest["bm25"]["analyzer"].pop("casefold") is False  # now as a save before it looked
+        manifest[CHECKSUM] = manifest_checksum(manifest)
+        path.write_text(json.dumps(manifest), encoding="utf-8")
+        loaded = FusionIndex.load(folder, HashingEmbeddings())
+        assert loaded.analyzer.casefold is False  # it keeps analysing as it was built: straße, not strasse
+        assert BM25Retriever(index=loaded).invoke("strasse") == []
+        assert [d.id for d in BM25Retriever(index=loaded).invoke("Straße")] == ["s"]
+        folded = FusionIndex.from_documents(docs, HashingEmbeddings())  # a new index folds case
+        assert [d.id for d in BM25Retriever(index=folded).invoke("strasse")] == ["s"]
+
+    def test_a_long_unbroken_run_of_han_skips_the_per_piece_analysis(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        # 5 M characters of Chinese without a space took ~35 s: each bigram went through the identifier rules.
+        text = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(3000))
+        expected = [text[i : i + 2] for i in range(len(text) - 1)]
+        pieces: list[str] = []
+        real = Analyzer.piece_tokens
+        monkeypatch.setattr(Analyzer, "piece_tokens", lambda self, piece: pieces.append(piece) or real(self, piece))
+        assert Analyzer().tokenize(text) == expected
+        assert pieces == []
+
+    @pytest.mark.parametrize("seed", range(6))
+    def test_the_fast_bigrams_equal_the_general_rules(self, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        letters = list("東京日本の首都は〇々ゝカタカナひらがなー한국어서울ㄱ가가각")
+        alphabet = [*letters, "\u3099", "ｶ", "Ａ", "1", "x", "-", "_", " "]  # a mark, compatibility forms, words
+        for min_length in (1, 2, 3):
+            analyzer = Analyzer(min_token_length=min_length)
+
+            class General(Analyzer):
+                def piece_tokens(self, piece: str) -> tuple[str, ...]:  # overridden: the fast path stands aside
+                    return super().piece_tokens(piece)
+
+            general = General(min_token_length=min_length)
+            for _ in range(40):
+                text = "".join(rng.choice(alphabet, size=int(rng.integers(1, 30))))
+                assert analyzer.tokenize(text) == general.tokenize(text), repr(text)
+
     def test_whitespace_is_str_split(self) -> None:
         text = "The  quick, brown\tFox"
         assert Analyzer.whitespace().tokenize(text) == text.split()
@@ -244,6 +304,28 @@ class TestAnalyzer:
     def test_rejects_unknown_options(self) -> None:
         with pytest.raises(ValueError):
             Analyzer(stemmer="klingon")  # type: ignore[arg-type]
+
+
+class TestTokenIds:
+    """Texts to term ids: the same ids, in the same order, as one ``setdefault`` per token."""
+
+    class Upper(Analyzer):
+        def tokenize(self, text: str) -> list[str]:
+            return text.upper().split()
+
+    @pytest.mark.parametrize("analyzer", [Analyzer(), Analyzer.whitespace(), Upper()], ids=["default", "ws", "custom"])
+    def test_ids_are_assigned_in_order_of_first_appearance(self, analyzer: Analyzer) -> None:
+        texts = ["getLogger reads the running logs", "", "logs, logs and more logs", "Überprüfung 東京都 x1"]
+        vocabulary = {"logs": 0, "unused": 1}
+        expected_vocabulary = dict(vocabulary)
+        expected = [
+            [expected_vocabulary.setdefault(token, len(expected_vocabulary)) for token in analyzer.tokenize(text)]
+            for text in texts
+        ]
+        ids, lengths = text_token_ids(analyzer, texts, vocabulary)
+        assert vocabulary == expected_vocabulary and list(vocabulary) == list(expected_vocabulary)
+        assert lengths.tolist() == [len(row) for row in expected]
+        assert ids.tolist() == [term for row in expected for term in row]
 
 
 class TestBatchTermWeights:

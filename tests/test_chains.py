@@ -20,8 +20,8 @@ from pydantic import Field
 from langchain_fusion import FusionError, FusionIndex, LLMReranker, build_rag_chain, format_docs, split_documents
 from langchain_fusion import metadata as keys
 from langchain_fusion.chains import DEFAULT_RAG_PROMPT, source_label
-from tests.conftest import HashingEmbeddings
-from tests.fake_chat_models import RatingModel, keyword_rule
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.fake_chat_models import RatingModel, keyword_rule
 
 ANSWER = "Cats purr when content [1]; dogs bark [2]."
 

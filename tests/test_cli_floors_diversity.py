@@ -1,6 +1,6 @@
 """Relevance floors and diversity on the command line (query, ask, serve).
 
-The embedding model is the deterministic fake (see ``tests.conftest.fake_cli_embeddings``): each
+The embedding model is the deterministic fake (see ``tests.helpers.embeddings.fake_cli_embeddings``): each
 command is compared with the Python API over the same index, whatever the model.
 """
 
@@ -15,8 +15,8 @@ import pytest
 
 from langchain_fusion import FusionIndex
 from langchain_fusion.cli.app import main
-from tests.conftest import fake_cli_embeddings
-from tests.test_cli import _assert_one_line_error, _run
+from tests.helpers.cli import assert_one_line_error, run_cli
+from tests.helpers.embeddings import fake_cli_embeddings
 
 ERROR_PREFIX = "langchain-fusion: error: "
 
@@ -44,7 +44,7 @@ def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (root / name).write_text("\n\n".join(paragraphs), encoding="utf-8")
     out = root / "idx"
     with fake_cli_embeddings():
-        status, _, err = _run(
+        status, _, err = run_cli(
             ["index", str(root), "--out", str(out), "--chunk-size", "80", "--chunk-overlap", "0", "-q"]
         )
     assert status == 0, err
@@ -52,7 +52,7 @@ def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _query(index_dir: Path, question: str, *options: str) -> list[dict[str, Any]]:
-    status, out, err = _run(["query", str(index_dir), question, "--json", *options])
+    status, out, err = run_cli(["query", str(index_dir), question, "--json", *options])
     assert status == 0, err
     return list(json.loads(out))
 
@@ -73,7 +73,7 @@ class TestQuery:
     def test_nothing_above_the_floor(self, index_dir: Path) -> None:
         floors = ["--min-vector-score", "0.95", "--min-bm25-score", "50"]
         assert _query(index_dir, "recipe for banana bread", *floors) == []
-        status, out, err = _run(["query", str(index_dir), "recipe for banana bread", *floors])
+        status, out, err = run_cli(["query", str(index_dir), "recipe for banana bread", *floors])
         assert status == 0 and out.strip() == "no results above the relevance floor", err
 
     def test_mmr(self, index_dir: Path) -> None:
@@ -129,7 +129,7 @@ def test_bad_values_exit_2(command: str, argv: list[str], message: str, capsys: 
 )
 def test_option_mistakes(argv: list[str], fragment: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("langchain_fusion.models.chat.resolve_chat_model", lambda spec: object())
-    _assert_one_line_error(*_run(argv), fragment)
+    assert_one_line_error(*run_cli(argv), fragment)
 
 
 def test_serve_passes_them_to_the_app(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -145,12 +145,12 @@ def test_serve_passes_them_to_the_app(monkeypatch: pytest.MonkeyPatch, tmp_path:
 
     monkeypatch.setattr(pipeline, "build", build)
     argv = ["serve", str(tmp_path), "--port", "0", "--min-vector-score", "0.4", "--min-bm25-score", "2"]
-    _assert_one_line_error(*_run([*argv, "--mmr", "--max-per-source", "2"]), "stopped by the test")
+    assert_one_line_error(*run_cli([*argv, "--mmr", "--max-per-source", "2"]), "stopped by the test")
     assert seen[0].selection() == {
         "min_vector_score": 0.4,
         "min_bm25_score": 2.0,
         "lambda_mult": 0.5,
         "max_per_source": 2,
     }
-    _assert_one_line_error(*_run(["serve", str(tmp_path), "--port", "0"]), "stopped by the test")
+    assert_one_line_error(*run_cli(["serve", str(tmp_path), "--port", "0"]), "stopped by the test")
     assert seen[1].selection() == {}

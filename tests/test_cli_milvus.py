@@ -20,7 +20,8 @@ from langchain_fusion.cli import main
 from langchain_fusion.index import sync
 from langchain_fusion.index.opening import open_index
 from langchain_fusion.stores.locations import parse_location
-from tests.conftest import LOOPBACK_URL, HashingEmbeddings, fake_cli_embeddings
+from tests.helpers.embeddings import HashingEmbeddings, fake_cli_embeddings
+from tests.helpers.paths import LOOPBACK_URL
 from tests.store_contract import corpus
 
 pytest.importorskip("pymilvus")
@@ -289,7 +290,7 @@ class TestCalibration:
             yield
 
     def test_calibrate_a_collection(self, location: str) -> None:
-        from tests.conftest import DATA, SAMPLE_QUERIES
+        from tests.helpers.paths import DATA, SAMPLE_QUERIES
 
         assert _run("index", str(DATA), "--out", location, "--embeddings", "local", "-q")[0] == 0
         eval_args = ["--labels", str(SAMPLE_QUERIES), "--calibrate", "--alpha", "0.5", "--methods", "weighted", "-q"]

@@ -1,7 +1,7 @@
 """`langchain-fusion index` on an existing index: incremental updates, removals, interruptions.
 
 The embedding model is the deterministic fake (``--embeddings local`` resolves to it; see
-``tests.conftest.fake_cli_embeddings``): what is tested is the bookkeeping, not the model.
+``tests.helpers.embeddings.fake_cli_embeddings``): what is tested is the bookkeeping, not the model.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from langchain_fusion import metadata as keys
 from langchain_fusion.cli import main
 from langchain_fusion.index import sync
 from langchain_fusion.stores.local.engine import FolderEngine
-from tests.conftest import HashingEmbeddings, fake_cli_embeddings
+from tests.helpers.embeddings import HashingEmbeddings, fake_cli_embeddings
 
 NOTES = {
     "a.txt": "The GC-9 controller reboots nightly. " * 30,
@@ -79,6 +79,15 @@ class TestIncrementalIndex:
         assert again["files_added"] == again["files_updated"] == again["files_removed"] == 0
         assert again["chunks_embedded"] == 0
         assert again["chunks"] == first["chunks"]
+
+    def test_runs_and_queries_leave_nothing_beside_the_index(self, docs: Path, tmp_path: Path) -> None:
+        # As `make demo` does in a checkout: no lock file left to dirty it.
+        out = tmp_path / "idx"
+        _index(docs, out)
+        _index(docs, out)
+        status, _, err = _run("query", str(out), "batteries", "-k", "2", "--embeddings", "local")
+        assert status == 0, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["docs", "idx"]
 
     def test_a_changed_file_has_its_chunks_replaced(self, docs: Path, tmp_path: Path) -> None:
         out = tmp_path / "idx"
@@ -269,7 +278,7 @@ def _save_first_run(docs: Path, out: Path) -> None:
 
 
 def _summary_model() -> Any:
-    from tests.fake_chat_models import RatingModel
+    from tests.helpers.fake_chat_models import RatingModel
 
     return RatingModel(rule=lambda prompt: "Summary: " + " ".join(prompt.split()[-12:]), structured=False)
 

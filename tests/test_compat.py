@@ -124,6 +124,13 @@ class TestMcpLowLevelServer:
         ]
         assert callable(lowlevel.create_initialization_options)
 
+    def test_the_low_level_server_names_the_version_initialize_reports(self) -> None:
+        from mcp.server.fastmcp import FastMCP
+
+        lowlevel = mcp_lowlevel_server(FastMCP("compat"))
+        lowlevel.version = "9.8.7"
+        assert lowlevel.create_initialization_options().server_version == "9.8.7"
+
     def test_the_streamable_http_transport_runs_the_same_low_level_server(self) -> None:
         from mcp.server.fastmcp import FastMCP
 

@@ -30,7 +30,8 @@ from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.ingest.loading import merge_chunks
 from langchain_fusion.retrievers.windows import DEFAULT_WINDOW_MAX_CHARS
 from langchain_fusion.stores.local.store import LocalStore
-from tests.conftest import ANIMALS, HashingEmbeddings
+from tests.helpers.corpora import ANIMALS
+from tests.helpers.embeddings import HashingEmbeddings
 
 WORDS = [
     *("solar", "battery", "inverter", "village", "grid", "panel", "cable", "fuse", "monsoon", "river", "flood"),
@@ -416,6 +417,44 @@ class TestContextWindowRetriever:
         (outer, parent), (_, inner_parent) = recorder.retriever_runs
         assert parent is None
         assert inner_parent == outer
+
+
+def _zebra_index() -> FusionIndex:
+    """a.txt's chunks 3-5 say zebra most, then b.txt's chunk 2 and c.txt's chunk 7: three adjacent best hits."""
+    docs = []
+    for source, zebras in (("a.txt", {3: 3, 4: 3, 5: 3}), ("b.txt", {2: 2}), ("c.txt", {7: 1})):
+        start = 0
+        for i in range(10):
+            text = f"{source} part {i} " + " ".join(["zebra"] * zebras.get(i, 0)) + " grass water."
+            meta = {keys.SOURCE: source, keys.CHUNK_INDEX: i, keys.START_INDEX: start}
+            docs.append(Document(id=f"{source}-{i}", page_content=text, metadata=meta))
+            start += len(text) + 1
+    return FusionIndex.from_documents(docs, HashingEmbeddings())
+
+
+class TestWindowsFillToK:
+    """Merged windows do not shrink the results: the window retriever searches deeper until it has k passages."""
+
+    def test_k_passages_when_the_best_hits_merge(self) -> None:
+        index = _zebra_index()
+        search = FusionRetriever(index=index, k=3, alpha=0.0)
+        assert len(expand_windows(search.invoke("zebra"), index, n=1)) == 1  # the three best hits are adjacent
+        passages = ContextWindowRetriever(retriever=search, n=1).invoke("zebra")
+        assert [p.id for p in passages] == ["a.txt-3", "b.txt-2", "c.txt-7"]
+        # Exactly the passages of the fewest best hits that give k: here the best five.
+        assert passages == expand_windows(search.invoke("zebra", k=5), index, n=1)
+        assert passages[0].metadata[keys.WINDOW_HITS] == [3, 4, 5]
+
+    def test_per_call_k_and_async(self) -> None:
+        index = _zebra_index()
+        retriever = ContextWindowRetriever(retriever=FusionRetriever(index=index, k=1, alpha=0.0), n=1)
+        assert [p.id for p in retriever.invoke("zebra", k=2)] == ["a.txt-3", "b.txt-2"]
+        assert asyncio.run(retriever.ainvoke("zebra", k=3)) == retriever.invoke("zebra", k=3)
+
+    def test_fewer_only_when_the_hits_run_out(self) -> None:
+        index = _zebra_index()
+        passages = ContextWindowRetriever(retriever=FusionRetriever(index=index, k=6, alpha=0.0), n=1).invoke("zebra")
+        assert [p.id for p in passages] == ["a.txt-3", "b.txt-2", "c.txt-7"]  # only five chunks say zebra
 
 
 class TestContextWindowStep:

@@ -16,7 +16,8 @@ import pytest
 from langchain_fusion import FusionError, FusionIndex, IndexFormatError
 from langchain_fusion.stores.local import saving
 from langchain_fusion.stores.local.manifest import CHECKSUM, manifest_checksum
-from tests.conftest import REPO, HashingEmbeddings
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.paths import REPO
 from tests.store_contract import corpus
 
 SAVER = textwrap.dedent(
@@ -24,7 +25,7 @@ SAVER = textwrap.dedent(
     import os, sys
     sys.path.insert(0, {repo!r})
     from langchain_fusion import FusionIndex
-    from tests.conftest import HashingEmbeddings
+    from tests.helpers.embeddings import HashingEmbeddings
     from tests.store_contract import corpus
     for _ in sys.stdin:  # one saver per line: a forked child (no start-up to pay again) saving until killed
         child = os.fork()
@@ -47,6 +48,7 @@ def _loads(folder: Path) -> int:
 
 
 class TestKilledSaves:
+    @pytest.mark.subprocess
     @pytest.mark.skipif(not hasattr(os, "fork"), reason="the savers are forked")
     def test_random_kills_never_lose_the_index(self, tmp_path: Path) -> None:
         target = tmp_path / "idx"
@@ -75,9 +77,11 @@ class TestKilledSaves:
             if saver is not None:
                 os.kill(saver, signal.SIGKILL)
             process.stdin.close()
-            assert process.wait(timeout=60) == 0
+            status = process.wait(timeout=60)
+            process.stdout.close()
+            assert status == 0
         FusionIndex.from_documents(corpus(2, 10), HashingEmbeddings()).save(target)  # cleans leftovers
-        assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.lock", "idx", "saver.py"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["idx", "saver.py"]  # a killed saver's lock file too
 
     def test_a_crash_between_the_renames_is_recovered(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """Without an atomic exchange, the old folder is set aside first; the next load puts it back."""
@@ -108,7 +112,7 @@ class TestKilledSaves:
         FusionIndex.from_documents(corpus(5, 8), HashingEmbeddings()).save(target)
         FusionIndex.from_documents(corpus(6, 9), HashingEmbeddings()).save(target)
         assert _loads(target) == 9
-        assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.lock", "idx"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
 
     @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="renameat2 is Linux-only")
     def test_linux_uses_an_atomic_exchange(self, tmp_path: Path) -> None:
@@ -127,7 +131,7 @@ class TestKilledSaves:
             (tmp_path / name / "junk").write_bytes(b"x" * 1000)
         (tmp_path / ".other.saving-keep").mkdir()  # another index's staging is not ours
         FusionIndex.from_documents(corpus(8, 5), HashingEmbeddings()).save(target)
-        assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.lock", ".other.saving-keep", "idx"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".other.saving-keep", "idx"]
 
 
 class TestConcurrentSavers:
@@ -162,6 +166,52 @@ class TestConcurrentSavers:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             finally:
                 os.close(fd)
+
+
+class TestLockFiles:
+    """The locks leave nothing beside the index when done: a checkout that holds one stays clean."""
+
+    def test_save_load_and_update_leave_only_the_folder(self, tmp_path: Path) -> None:
+        target = tmp_path / "idx"
+        FusionIndex.from_documents(corpus(3, 5), HashingEmbeddings()).save(target)
+        _loads(target)
+        with saving.update_lock(target.absolute()):
+            pass
+        with saving.load_lock(target.absolute()), saving.load_lock(target.absolute()):  # two readers at once
+            pass
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
+
+    @pytest.mark.parametrize("lock", ["save_lock", "update_lock"])
+    def test_removed_lock_files_still_exclude(self, tmp_path: Path, lock: str) -> None:
+        # Each holder removes the file when done; one that waited on a removed file takes the lock again.
+        target, counter = (tmp_path / "idx").absolute(), tmp_path / "counter"
+        counter.write_text("0")
+        take = getattr(saving, lock)
+        inside: list[int] = []
+        errors: list[BaseException] = []
+
+        def bump() -> None:
+            try:
+                for _ in range(40):
+                    with take(target):
+                        inside.append(1)
+                        if len(inside) != 1:
+                            errors.append(AssertionError("two holders at once"))
+                        value = int(counter.read_text())
+                        time.sleep(0)
+                        counter.write_text(str(value + 1))
+                        inside.pop()
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=bump) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not errors
+        assert counter.read_text() == "160"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["counter"]
 
 
 class TestSaveErrors:
@@ -274,7 +324,7 @@ SERVER = textwrap.dedent(
     import json, sys
     sys.path.insert(0, {repo!r})
     from langchain_fusion import FusionIndex, IndexFormatError
-    from tests.conftest import HashingEmbeddings
+    from tests.helpers.embeddings import HashingEmbeddings
     if {map_everything!r}:
         from langchain_fusion.stores.local import mapped
         mapped.MAP_MIN_BYTES = 0
@@ -290,6 +340,7 @@ SERVER = textwrap.dedent(
 QUERY = "w39 w3 w22 w16"
 
 
+@pytest.mark.subprocess
 class TestOverwritesInPlace:
     """A serving process survives its folder's files rewritten in place (``cp`` over it, ``rsync --inplace``).
 
@@ -332,26 +383,26 @@ class TestOverwritesInPlace:
 
         folder = FusionIndex.from_documents(corpus(1, 60), HashingEmbeddings()).save(tmp_path / "idx")
         other = FusionIndex.from_documents(corpus(2, 5), HashingEmbeddings()).save(tmp_path / "other")
-        process = self._serve(tmp_path, folder, map_everything)
-        before = self._ask(process, QUERY)
-        assert isinstance(before, list) and len(before) == 5
-        inode = (folder / "vectors.npy").stat().st_ino
-        for path in sorted(p for p in other.rglob("*") if p.is_file()):
-            shutil.copyfile(path, folder / path.relative_to(other))  # as `cp -r other/* idx/`: truncates, rewrites
-        assert (folder / "vectors.npy").stat().st_ino == inode  # the same file, now shorter
-        self._check(process, before, self._ask(process, QUERY), map_everything)
+        with self._serve(tmp_path, folder, map_everything) as process:  # leaving it closes the pipes and waits
+            before = self._ask(process, QUERY)
+            assert isinstance(before, list) and len(before) == 5
+            inode = (folder / "vectors.npy").stat().st_ino
+            for path in sorted(p for p in other.rglob("*") if p.is_file()):
+                shutil.copyfile(path, folder / path.relative_to(other))  # as `cp -r other/* idx/`: truncates, rewrites
+            assert (folder / "vectors.npy").stat().st_ino == inode  # the same file, now shorter
+            self._check(process, before, self._ask(process, QUERY), map_everything)
 
     @pytest.mark.parametrize("map_everything", [False, True])
     def test_texts_rewritten_to_the_same_size(self, tmp_path: Path, map_everything: bool) -> None:
         folder = FusionIndex.from_documents(corpus(1, 60), HashingEmbeddings()).save(tmp_path / "idx")
-        process = self._serve(tmp_path, folder, map_everything)
-        before = self._ask(process, QUERY)
-        path = folder / "documents" / "texts.txt"
-        with path.open("r+b") as handle:  # as `rsync --inplace`: same file, same size, other bytes
-            data = handle.read()
-            handle.seek(0)
-            handle.write(data.upper())
-        self._check(process, before, self._ask(process, QUERY), map_everything)
+        with self._serve(tmp_path, folder, map_everything) as process:  # leaving it closes the pipes and waits
+            before = self._ask(process, QUERY)
+            path = folder / "documents" / "texts.txt"
+            with path.open("r+b") as handle:  # as `rsync --inplace`: same file, same size, other bytes
+                data = handle.read()
+                handle.seek(0)
+                handle.write(data.upper())
+            self._check(process, before, self._ask(process, QUERY), map_everything)
 
 
 class TestMappedFilesAndSaves:

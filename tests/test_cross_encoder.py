@@ -29,8 +29,8 @@ from langchain_fusion import (
 from langchain_fusion import metadata as keys
 from langchain_fusion.models.cross_encoders import load_cross_encoder, model_limit
 from langchain_fusion.retrievers.rerank_spec import RerankSpec, build_reranker, parse_rerank_spec
-from tests.conftest import ANIMALS
-from tests.tiny_models import MAX_POSITIONS, build_cross_encoder
+from tests.helpers.corpora import ANIMALS
+from tests.helpers.tiny_models import MAX_POSITIONS, build_cross_encoder
 
 MS_MARCO = "cross-encoder/ms-marco-MiniLM-L6-v2"
 CLOSED_PORT = "http://127.0.0.1:9"
@@ -220,6 +220,7 @@ class TestLength:
             too_long.load_model()
 
 
+@pytest.mark.slow  # loading a cross-encoder imports sentence-transformers (torch) first
 class TestErrors:
     @pytest.mark.parametrize(
         ("options", "message"),

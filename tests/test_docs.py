@@ -39,7 +39,7 @@ Milvus Lite commands are left out only where milvus-lite does not install (Windo
 
 Embeddings are the bundled local model (offline). It is the slow part, so each distinct text is
 embedded once per test run, whichever page, notebook or CLI test needs it first (the same model, the
-same vectors; see ``tests/shared_vectors.py``), and each worker loads the model
+same vectors; see ``tests/helpers/shared_vectors.py``), and each worker loads the model and its query encoder
 once.
 """
 
@@ -64,13 +64,19 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
-from tests.conftest import DATA, REPO
-from tests.shared_vectors import each_text_embedded_once
+from tests.helpers.paths import DATA, REPO
+from tests.helpers.shared_vectors import each_text_embedded_once
 
 pytestmark = pytest.mark.local_model
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 PAGE_IDS = [page.relative_to(REPO).as_posix() for page in PAGES]
+RUNS = [
+    pytest.param(page, id=name, marks=[pytest.mark.milvus] if re.search(r"milvus\+lite:|MilvusStore\(", text) else [])
+    for page, name in zip(PAGES, PAGE_IDS, strict=True)
+    for text in [page.read_text(encoding="utf-8")]
+]
+"""Each page to run: a page with Milvus Lite in it starts its server, so it is a ``milvus`` test too."""
 
 RUN_LANGUAGES = {"python", "bash", "sh", "console"}
 OTHER_LANGUAGES = {"json", "text"}
@@ -448,7 +454,7 @@ def page_folder(folder: Path) -> Iterator[Path]:
 
 
 @pytest.mark.usefixtures("offline")
-@pytest.mark.parametrize("path", PAGES, ids=PAGE_IDS)
+@pytest.mark.parametrize("path", RUNS)
 def test_page_runs(path: Path, tmp_path: Path) -> None:
     page = read_page(path)
     assert page.problems == []

@@ -11,7 +11,7 @@ from langchain_core.documents import Document
 from langchain_fusion import FusionIndex
 from langchain_fusion.errors import FusionError
 from langchain_fusion.stores.local.documents import MISSING, UNMATCHABLE, DocumentBlock
-from tests.conftest import HashingEmbeddings
+from tests.helpers.embeddings import HashingEmbeddings
 
 DOCS = [
     Document(id="a", page_content="plain text", metadata={"source": "a.pdf", "page": 1}),

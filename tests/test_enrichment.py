@@ -30,8 +30,8 @@ from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, indexed_text
 from langchain_fusion.models.answer_cache import ResultCache, cache_key, chat_model_id
 from langchain_fusion.models.retries import is_transient
 from langchain_fusion.stores.local.store import LocalStore
-from tests.conftest import HashingEmbeddings
-from tests.fake_chat_models import Gate, HTTPStatusError, RateLimitError, RatingModel, flaky
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.fake_chat_models import Gate, HTTPStatusError, RateLimitError, RatingModel, flaky
 
 PAGE_1 = (
     "Arden Valley Field Report, chapter one. The cooperative runs eleven village microgrids.\n\n"

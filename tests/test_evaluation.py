@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -25,6 +26,7 @@ from langchain_fusion.cli.app import main
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.evaluation import (
     SIDES,
+    EvalDataset,
     MethodResult,
     Report,
     alpha_grid,
@@ -37,27 +39,9 @@ from langchain_fusion.evaluation import (
 )
 from langchain_fusion.ingest.loading import load_files, split_documents
 from langchain_fusion.models.embeddings import CachedEmbeddings, embeddings_id
-from tests.conftest import DATA, SAMPLE_QUERIES, HashingEmbeddings, fake_cli_embeddings
-
-BEIR_CORPUS = [
-    {"_id": "d1", "title": "Solar batteries", "text": "Lithium iron phosphate batteries store solar energy."},
-    {"_id": "d2", "title": "Floods", "text": "The river flooded the village in July."},
-    {"_id": "d3", "title": "", "text": "Inverters convert direct current to alternating current."},
-    {"_id": "d4", "title": "Training", "text": "Technicians learned to isolate circuits safely."},
-]
-BEIR_QUERIES = [
-    {"_id": "q1", "text": "which batteries store solar energy"},
-    {"_id": "q2", "text": "river flood in july"},
-    {"_id": "q3", "text": "a query without judgements"},
-]
-
-
-def write_beir(folder: Path) -> Path:
-    (folder / "qrels").mkdir(parents=True)
-    (folder / "corpus.jsonl").write_text("\n".join(json.dumps(r) for r in BEIR_CORPUS) + "\n")
-    (folder / "queries.jsonl").write_text("\n".join(json.dumps(r) for r in BEIR_QUERIES) + "\n")
-    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t2\nq2\td2\t1\nq2\td4\t0\n")
-    return folder
+from tests.helpers.corpora import BEIR_CORPUS, BEIR_QUERIES, write_beir
+from tests.helpers.embeddings import HashingEmbeddings, fake_cli_embeddings
+from tests.helpers.paths import DATA, SAMPLE_QUERIES
 
 
 @pytest.fixture(scope="module")
@@ -196,13 +180,34 @@ class TestLoadLabelled:
             ('[{"query": "x", "relevant": [{"source": "a.pdf", "page": 2.0}]}]', "'page' is 2.0; expected a whole"),
             ('[{"query": ["x"], "relevant": [{"id": "a"}]}]', "record 1 has no 'query'"),
             ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+            ('[{"query": "x", "id": ' + "9" * 5000 + "}]", r"not valid JSON \(a number of more than 4300 digits\)"),
         ],
     )
     def test_invalid_files(self, tmp_path: Path, sample_index: FusionIndex, content: str, message: str) -> None:
         path = tmp_path / "labels.json"
         path.write_text(content)
-        with pytest.raises(FusionError, match=message):
+        with pytest.raises(FusionError, match=message) as error:
             load_labelled(path, sample_index.documents)
+        assert "\n" not in str(error.value)
+
+    @pytest.mark.parametrize("suffix", [".json", ".csv", ".txt"])
+    def test_readers_are_bounded_and_read_regular_files_only(
+        self, tmp_path: Path, sample_index: FusionIndex, monkeypatch: pytest.MonkeyPatch, suffix: str
+    ) -> None:
+        from langchain_fusion.evaluation import files
+        from langchain_fusion.evaluation.datasets import load_queries
+
+        path = tmp_path / f"labels{suffix}"
+        path.write_text('[{"query": "x", "relevant": [{"id": "a"}]}]' if suffix == ".json" else "id,query\nq,x\n")
+        monkeypatch.setattr(files, "MAX_FILE_BYTES", 10)
+        read = load_queries if suffix == ".txt" else lambda p: load_labelled(p, sample_index.documents)
+        with pytest.raises(FusionError, match=r"labels\.\w+: \d+ bytes, more than the 10 a (labelled|query) file"):
+            read(path)
+        fifo = tmp_path / f"fifo{suffix}"
+        if hasattr(os, "mkfifo"):
+            os.mkfifo(fifo)  # reading a pipe nobody writes to would wait forever
+            with pytest.raises(FusionError, match="not a regular file"):
+                read(fifo)
 
 
 class TestHarness:
@@ -255,6 +260,33 @@ class TestHarness:
             assert sweep.result(f"{method}@1").means == pytest.approx(sides.result("vector").means)
             assert sweep.result(f"{method}@0").means == pytest.approx(sides.result("bm25").means)
         assert sweep.result("weighted@0.5").means == pytest.approx(sides.result("fusion").means)
+
+    def test_the_sweep_searches_as_fusion_defaults_do_on_a_corpus_with_copies(self) -> None:
+        # The same passage under several files (man pages and pydoc, say): fusion (defaults) returns it once.
+        from tests.store_contract import corpus
+
+        docs = corpus(7, 60)
+        docs += [
+            Document(id=f"copy-{i}", page_content=docs[i].page_content, metadata={"source": f"copy{i}.txt"})
+            for i in range(0, 60, 3)
+        ]
+        index = FusionIndex.from_documents(docs, HashingEmbeddings())
+        queries = {f"q{i}": " ".join(docs[i].page_content.split()[:3]) for i in range(1, 60, 2)}
+        qrels = {f"q{i}": {docs[i + 1].id or "": 1, f"copy-{(i + 1) // 3 * 3}": 1} for i in range(1, 59, 2)}
+        dataset = EvalDataset(name="copies", queries=queries, qrels=qrels, corpus=docs)
+        metrics = ["ndcg@10", "recall@5"]
+        sweep = sweep_alpha(index, dataset, [0.5], ["weighted"], metrics, progress=False)
+        rows = evaluate_retrievers(
+            {
+                "fusion (defaults)": FusionRetriever(index=index),
+                "keep": FusionRetriever(index=index, duplicates="keep"),
+            },
+            dataset,
+            metrics,
+            progress=False,
+        )
+        assert sweep.result("weighted@0.5").per_query == rows.result("fusion (defaults)").per_query
+        assert rows.result("keep").per_query != rows.result("fusion (defaults)").per_query  # copies matter here
 
     def test_any_langchain_retriever_is_scored(self, sample_index: FusionIndex) -> None:
         """A store with its own ids (InMemoryVectorStore) and a retriever without a k field are matched by position."""
@@ -352,7 +384,7 @@ class TestHarness:
         assert report.result("identity rerank").per_query == report.result("fusion").per_query
 
     def test_multi_query_rows(self, sample_index: FusionIndex) -> None:
-        from tests.fake_chat_models import RatingModel
+        from tests.helpers.fake_chat_models import RatingModel
 
         dataset = load_labelled(SAMPLE_QUERIES, sample_index.documents)
         fusion = FusionRetriever(index=sample_index)
@@ -470,7 +502,7 @@ class TestByKind:
 
 
 class TestEvalCommand:
-    """The eval command; ``--embeddings local`` is the deterministic fake here (tests.conftest.fake_cli_embeddings)."""
+    """The eval command; ``--embeddings local`` is the deterministic fake here (see ``fake_cli_embeddings``)."""
 
     @pytest.fixture(autouse=True)
     def fake_models(self) -> Iterator[None]:
@@ -494,6 +526,25 @@ class TestEvalCommand:
         assert list((tmp_path / "cache").rglob("shard-*.npy")) == cached
         assert "alpha sweep (ndcg@10" in capsys.readouterr().out
 
+    def test_the_sweep_says_why_its_ends_differ_from_the_single_sides(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        folder = write_beir(tmp_path / "beir")
+        copy_ = {**BEIR_CORPUS[0], "_id": "d1copy"}  # the same passage under another id
+        with (folder / "corpus.jsonl").open("a") as corpus_file:
+            corpus_file.write(json.dumps(copy_) + "\n")
+        (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t2\nq1\td1copy\t2\nq2\td2\t1\n")
+        argv = ["eval", "--beir", str(folder), "--embeddings", "local", "--cache", str(tmp_path / "cache")]
+        assert main([*argv, "--alpha", "0:1:0.5", "-q"]) == 0
+        out = capsys.readouterr().out
+        assert (
+            "note: the sweep searches as fusion (defaults) does, returning the copies of one text once "
+            "(duplicates=exact); the vector and bm25 rows return every copy, so alpha 1 and 0 differ from them here"
+        ) in out
+        plain = [*argv[:2], str(write_beir(tmp_path / "plain")), *argv[3:]]
+        assert main([*plain, "--alpha", "0:1:0.5", "-q"]) == 0
+        assert "note: the sweep" not in capsys.readouterr().out  # no copies, nothing to explain
+
     def test_batch_size_chooses_throughput_or_latency(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         folder = write_beir(tmp_path / "beir")
         argv = ["eval", "--beir", str(folder), "--embeddings", "local", "--cache", str(tmp_path / "cache")]
@@ -513,7 +564,7 @@ class TestEvalCommand:
         tiny_cross_encoder: Path,
         monkeypatch: pytest.MonkeyPatch,
     ) -> None:
-        from tests.fake_chat_models import RatingModel
+        from tests.helpers.fake_chat_models import RatingModel
 
         model = RatingModel(rule=lambda prompt: "solar energy storage\nriver flooding")
         monkeypatch.setattr("langchain_fusion.models.chat.resolve_chat_model", lambda spec: model)

@@ -16,8 +16,9 @@ from langchain_fusion.evaluation import evaluate_retrievers, load_labelled, load
 from langchain_fusion.evaluation.harness import ANSWERED, NO_ANSWER_EMPTY, value_grid
 from langchain_fusion.ingest.loading import load_files, split_documents
 from langchain_fusion.search.floors import floor_name
-from tests.conftest import DATA, SAMPLE_QUERIES, HashingEmbeddings, fake_cli_embeddings
-from tests.test_evaluation import write_beir
+from tests.helpers.corpora import write_beir
+from tests.helpers.embeddings import HashingEmbeddings, fake_cli_embeddings
+from tests.helpers.paths import DATA, SAMPLE_QUERIES
 
 NO_ANSWER = DATA / "no-answer.json"
 
@@ -127,7 +128,7 @@ class TestSweepFloors:
 
 
 class TestEvalCommand:
-    """The eval command; ``--embeddings local`` is the deterministic fake here (tests.conftest.fake_cli_embeddings)."""
+    """The eval command; ``--embeddings local`` is the deterministic fake here (see ``fake_cli_embeddings``)."""
 
     @pytest.fixture(autouse=True)
     def fake_models(self) -> Iterator[None]:

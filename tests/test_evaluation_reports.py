@@ -14,7 +14,8 @@ import pytest
 from langchain_fusion.cli.app import main
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.evaluation import EvalReport, MethodResult, Report, compare_reports, paired_test
-from tests.conftest import DATA, SAMPLE_QUERIES, fake_cli_embeddings
+from tests.helpers.embeddings import fake_cli_embeddings
+from tests.helpers.paths import DATA, SAMPLE_QUERIES
 
 METRICS = ["ndcg@10", "recall@10"]
 
@@ -105,6 +106,43 @@ class TestEvalReport:
     def test_a_missing_file(self, tmp_path: Path) -> None:
         with pytest.raises(FusionError, match="no such report; write one with langchain-fusion eval --report"):
             EvalReport.load(tmp_path / "nothing.json")
+
+    @pytest.mark.parametrize("value", ["1e308", "-0.5", "1.5", "2", "-1e-9"])
+    @pytest.mark.parametrize("where", ["per_query", "means"])
+    def test_every_metric_is_between_0_and_1(self, tmp_path: Path, value: str, where: str) -> None:
+        # A baseline of 1e308 (or -1) everywhere made every run look worse (or better) than it: it passed the gate.
+        path = _report({"bm25": [0.5, 1.0]}).save(tmp_path / "base.json")
+        saved = json.loads(path.read_text())
+        if where == "per_query":
+            saved["methods"]["bm25"]["per_query"]["q01"]["ndcg@10"] = 0.0
+        else:
+            saved["methods"]["bm25"]["means"]["ndcg@10"] = 0.0
+        path.write_text(json.dumps(saved).replace("0.0", value, 1))
+        with pytest.raises(FusionError, match=r"^.*base.json: not a valid evaluation report: .*between 0 and 1") as e:
+            EvalReport.load(path)
+        assert "\n" not in str(e.value)
+
+    def test_a_number_of_5000_digits_is_one_line(self, tmp_path: Path) -> None:
+        path = _report({"bm25": [0.5, 1.0]}).save(tmp_path / "base.json")
+        path.write_text(path.read_text().replace('"version": 1', '"version": ' + "9" * 5000))
+        with pytest.raises(FusionError, match=r"base.json: not valid JSON \(a number of more than 4300 digits\)"):
+            EvalReport.load(path)
+
+    @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero")
+    def test_a_device_is_not_read(self) -> None:
+        # /dev/zero was read until it filled the memory (10 GB in 40 s).
+        with pytest.raises(
+            FusionError, match=r"^/dev/zero: not a regular file; give a report written by eval --report"
+        ):
+            EvalReport.load("/dev/zero")
+
+    def test_the_read_is_bounded(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        from langchain_fusion.evaluation import files
+
+        path = _report({"bm25": [0.5, 1.0]}).save(tmp_path / "base.json")
+        monkeypatch.setattr(files, "MAX_FILE_BYTES", 100)
+        with pytest.raises(FusionError, match=r"base.json: [0-9,]+ bytes, more than the 100 a report may have"):
+            EvalReport.load(path)
 
 
 class TestCompareReports:
@@ -243,6 +281,9 @@ class TestEvalGate:
         [
             (["--fail-if-worse"], "--fail-if-worse compares with a saved report: add --baseline REPORT"),
             (["--baseline", "no-such-report.json"], "no-such-report.json: no such report"),
+            (["--baseline", "/dev/zero"], "/dev/zero: not a regular file"),
+            (["--labels", "/dev/zero"], "/dev/zero: not a regular file"),
+            (["--no-answer", "/dev/zero", "--vector-floors", "0.3"], "/dev/zero: not a regular file"),
             (["--reliability-plot", "r.png"], "--reliability-plot needs a calibrated index"),
         ],
     )
@@ -250,7 +291,8 @@ class TestEvalGate:
         self, sample: Path, extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
     ) -> None:
         assert self._eval(sample, *extra) == 2
-        assert message in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
 
     def test_the_significance_level_is_checked(self, sample: Path, capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit) as exit_info:

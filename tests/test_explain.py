@@ -14,9 +14,9 @@ from langchain_fusion import FusionIndex, InvalidParameterError, UnknownDocument
 from langchain_fusion import metadata as keys
 from langchain_fusion.search.explain import Explanation
 from langchain_fusion.search.relevance import RELEVANCE_INFO_KEY, FitQuality, RelevanceModel
-from tests.conftest import HashingEmbeddings, fake_cli_embeddings
+from tests.helpers.cli import assert_one_line_error, run_cli
+from tests.helpers.embeddings import HashingEmbeddings, fake_cli_embeddings
 from tests.store_contract import WORDS, corpus
-from tests.test_cli import _assert_one_line_error, _run
 
 QUERIES = WORDS.queries[:4]
 
@@ -89,8 +89,11 @@ def _checked(index: FusionIndex, query: str, options: dict[str, Any], explanatio
     elif verdict == "below_floor":
         assert "min_vector_score" in options or "min_bm25_score" in options
     elif verdict == "duplicate":
-        kept = results[ids.index(explanation.kept_copy)]
-        assert doc_id in [c["id"] for c in kept.metadata[keys.ALSO_IN]]
+        if explanation.kept_copy in ids:
+            kept = results[ids.index(explanation.kept_copy)]
+            assert doc_id in [c["id"] for c in kept.metadata[keys.ALSO_IN]]
+        else:  # the copy chosen in its place fell below min_relevance, and says so
+            assert "min_relevance" in options and "then left out below min_relevance" in explanation.message
     elif verdict == "capped":
         sources = [d.metadata["source"] for d in index.get_by_ids(explanation.capped_by)]
         assert len(sources) == options["max_per_source"] and len(set(sources)) == 1
@@ -190,6 +193,23 @@ class TestWhatItSays:
         assert json.loads(json.dumps(data)) == data and data["verdict"] == "returned" and data["fused_rank"] == 1
         assert index.explain(query, top, k=2) == explanation  # a Document works too
 
+    def test_a_readable_repr(self, index: FusionIndex) -> None:
+        # What Jupyter shows for the last expression: the verdict and the message, not 17 fields.
+        query = QUERIES[0]
+        last = index.as_retriever(k=8).invoke(query)[-1]
+        explanation = index.explain(query, last.id or "", k=3)
+        shown = repr(explanation)
+        assert shown == f"<Explanation {explanation.verdict}: {explanation.message}>"
+        assert "ranks_searched" not in shown and "\n" not in shown
+        pretty: list[str] = []
+
+        class Printer:
+            def text(self, value: str) -> None:
+                pretty.append(value)
+
+        explanation._repr_pretty_(Printer(), cycle=False)
+        assert pretty == [shown]
+
     def test_a_duplicate_names_the_copy_returned(self, index: FusionIndex) -> None:
         original = index.get_by_ids(["d21-0"])[0]
         found = index.as_retriever(k=3).invoke(original.page_content)
@@ -223,18 +243,66 @@ class TestCommandLine:
     def test_the_flags_of_query(self, index: FusionIndex, saved: Path) -> None:
         query = QUERIES[1]
         with fake_cli_embeddings():
-            found = json.loads(_run(["query", str(saved), query, "-k", "3", "--max-per-source", "1", "--json"])[1])
+            found = json.loads(run_cli(["query", str(saved), query, "-k", "3", "--max-per-source", "1", "--json"])[1])
             for doc_id in [found[1]["id"], "d21-5", "copy-3"]:
-                status, out, err = _run(["explain", str(saved), query, doc_id, "-k", "3", "--max-per-source", "1"])
+                status, out, err = run_cli(["explain", str(saved), query, doc_id, "-k", "3", "--max-per-source", "1"])
                 assert status == 0, err
                 expected = index.explain(query, doc_id, k=3, max_per_source=1)
                 assert out.strip() == expected.message
-                status, out, _ = _run(["explain", str(saved), query, doc_id, "-k", "3", "--max-per-source=1", "--json"])
+                status, out, _ = run_cli(
+                    ["explain", str(saved), query, doc_id, "-k", "3", "--max-per-source=1", "--json"]
+                )
                 assert json.loads(out) == expected.to_dict()
         assert expected.verdict != "returned" or expected.rank is not None
         assert index.explain(query, found[1]["id"], k=3, max_per_source=1).rank == 2
 
     def test_errors_are_one_line(self, saved: Path) -> None:
         with fake_cli_embeddings():
-            _assert_one_line_error(*_run(["explain", str(saved), "w1", "nope"]), "no document with id 'nope'")
-            _assert_one_line_error(*_run(["explain", str(saved), " ", "d21-0"]), "the query is empty")
+            assert_one_line_error(*run_cli(["explain", str(saved), "w1", "nope"]), "no document with id 'nope'")
+            assert_one_line_error(*run_cli(["explain", str(saved), " ", "d21-0"]), "the query is empty")
+
+
+def _chains() -> list[Document]:
+    """Near-duplicate chains: each text one word away from the last, so copies collapse into a few groups."""
+    rng = np.random.default_rng(45)
+    words = [f"w{i}" for i in range(40)]
+    docs = []
+    for chain in range(3):
+        text = list(rng.choice(words, 12))
+        for step in range(5 if chain < 2 else 3):
+            text[int(rng.integers(12))] = str(rng.choice(words))
+            docs.append(
+                Document(id=f"c{chain}-{step}", page_content=" ".join(text), metadata={"source": f"s{step}.txt"})
+            )
+    return docs  # 13 chunks
+
+
+class TestCopiesAgreeWithAlsoIn:
+    """Every copy a result lists in also_in is explained as a duplicate of that result, whatever its rank."""
+
+    @pytest.mark.parametrize("similarity", [0.6, 0.75, 0.9])
+    def test_also_in_means_duplicate(self, similarity: float) -> None:
+        index = FusionIndex.from_documents(_chains(), HashingEmbeddings())
+        options = {"duplicates": "near", "near_duplicate_similarity": similarity}
+        checked = 0
+        for query in ["w1 w2 w3", "w5 w9", "w10 w11 w12 w13", "w20 w30", "w7"]:
+            for k in (1, 2, 3, 4):
+                results = index.as_retriever(k=k, **options).invoke(query)
+                for result in results:
+                    for copy_ in result.metadata.get(keys.ALSO_IN, []):
+                        explanation = index.explain(query, copy_["id"], k=k, **options)
+                        assert (explanation.verdict, explanation.kept_copy) == ("duplicate", result.id), explanation
+                        checked += 1
+        assert checked > 10
+
+    def test_also_in_means_duplicate_for_exact_copies(self, index: FusionIndex) -> None:
+        checked = 0
+        for original in index.get_by_ids([f"d21-{i}" for i in (0, 3, 7, 11, 30)]):
+            query = " ".join(original.page_content.split()[:4])
+            for k in (1, 2, 3, 5):
+                for result in index.as_retriever(k=k).invoke(query):
+                    for copy_ in result.metadata.get(keys.ALSO_IN, []):
+                        explanation = index.explain(query, copy_["id"], k=k)
+                        assert (explanation.verdict, explanation.kept_copy) == ("duplicate", result.id), explanation
+                        checked += 1
+        assert checked >= 5

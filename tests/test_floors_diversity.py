@@ -14,7 +14,7 @@ from langchain_fusion import metadata as keys
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.search.diversity import capped, maximal_marginal_relevance, source_groups
 from langchain_fusion.search.floors import FloorOptions
-from tests.conftest import HashingEmbeddings
+from tests.helpers.embeddings import HashingEmbeddings
 
 WORDS = ["cat", "dog", "fire", "mat", "market", "stock", "quantum", "wave", "parrot", "speech", "energy", "bark"]
 QUERIES = ["cat on the mat", "stock market", "quantum wave energy", "parrot speech", "dog bark fire"]

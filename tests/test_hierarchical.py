@@ -28,8 +28,8 @@ from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.ingest.summaries import page_units, summary_id
 from langchain_fusion.search.fusion import min_max
 from langchain_fusion.stores.local.store import LocalStore
-from tests.conftest import HashingEmbeddings
-from tests.fake_chat_models import Gate, RateLimitError, RatingModel, flaky
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.fake_chat_models import Gate, RateLimitError, RatingModel, flaky
 
 QUERY = "solar battery warranty"
 DISTRACTOR = [

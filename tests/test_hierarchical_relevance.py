@@ -1,6 +1,6 @@
 """Calibrated relevance for hierarchical search: its own model, saved with the folder, floored per call, on every face.
 
-The corpus is :mod:`tests.test_relevance`'s (six topics, twenty numbered reports each, one
+The corpus is :func:`tests.helpers.corpora.report_corpus` (six topics, twenty numbered reports each, one
 relevant report per query), with one summary per half topic, so hierarchical search ranks the
 right report first when its half is selected.
 """
@@ -24,8 +24,9 @@ from langchain_fusion.index.sync import SYNC_INFO_KEY
 from langchain_fusion.ingest.summaries import leading_text_summaries
 from langchain_fusion.search.relevance import RELEVANCE_INFO_KEY
 from langchain_fusion.stores.local import folder as fmt
-from tests.conftest import DATA, LOOPBACK_URL, SAMPLE_QUERIES, HashingEmbeddings, fake_cli_embeddings
-from tests.test_relevance import TOPICS, report_corpus, report_dataset
+from tests.helpers.corpora import TOPICS, report_corpus, report_dataset
+from tests.helpers.embeddings import HashingEmbeddings, fake_cli_embeddings
+from tests.helpers.paths import DATA, LOOPBACK_URL, SAMPLE_QUERIES
 
 NOT_CALIBRATED = "min_relevance needs a calibrated hierarchical index"
 OFF_TOPIC = "how do I cook pasta"
@@ -209,18 +210,18 @@ class TestServed:
 
     async def test_mcp(self, calibrated: HierarchicalIndex, hierarchical: HierarchicalIndex) -> None:
         from langchain_fusion.mcp import build_mcp_server
-        from tests.test_mcp import _results, _search, _text, connected
+        from tests.helpers.mcp import call_search, connected, results_of, text_of
 
         async with connected(build_mcp_server(calibrated, k=5, log_level="WARNING")) as session:
             [tool] = (await session.list_tools()).tools
-            floored = _results(await _search(session, query="wind turbine report 9", min_relevance=0.5)).results
-            off_topic = _results(await _search(session, query=OFF_TOPIC, min_relevance=0.5)).results
+            floored = results_of(await call_search(session, query="wind turbine report 9", min_relevance=0.5)).results
+            off_topic = results_of(await call_search(session, query=OFF_TOPIC, min_relevance=0.5)).results
         assert "min_relevance" in tool.inputSchema["properties"]
         assert [hit.id for hit in floored] == ["3-9"] and floored[0].metadata["relevance"] > 0.5
         assert off_topic == []
         async with connected(build_mcp_server(hierarchical, k=5, log_level="WARNING")) as session:
-            refused = await _search(session, query="wind turbine report 9", min_relevance=0.5)
-        assert refused.isError is True and NOT_CALIBRATED in _text(refused)
+            refused = await call_search(session, query="wind turbine report 9", min_relevance=0.5)
+        assert refused.isError is True and NOT_CALIBRATED in text_of(refused)
 
 
 class TestCommandLine:

@@ -19,7 +19,7 @@ from langchain_fusion import (
 )
 from langchain_fusion.errors import ProviderError
 from langchain_fusion.metadata import MAX_METADATA_DEPTH
-from tests.conftest import HashingEmbeddings
+from tests.helpers.embeddings import HashingEmbeddings
 
 
 class Misbehaving(Embeddings):
@@ -155,7 +155,7 @@ class TestWrongTypes:
 
     def test_fetch_k_below_k_still_gives_k_results(self) -> None:
         """The candidate pool is never smaller than ``k``: a small ``fetch_k`` cannot starve the results."""
-        from tests.conftest import ANIMALS
+        from tests.helpers.corpora import ANIMALS
 
         index = FusionIndex.from_texts(ANIMALS, HashingEmbeddings())
         docs = index.as_retriever(k=6, fetch_k=1).invoke("cat dog")
@@ -201,6 +201,7 @@ class TestProviderFailures:
             await index.as_retriever().ainvoke("alpha")
         assert BM25Retriever(index=index).invoke("alpha")[0].page_content == "alpha beta"  # needs no model
 
+    @pytest.mark.local_model  # the CLI bounds chunks with the bundled model's tokenizer
     def test_a_cli_index_run(self, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
         from langchain_fusion.cli.app import main
         from langchain_fusion.models.embeddings import LocalEmbeddings

@@ -20,8 +20,9 @@ import pytest
 
 from langchain_fusion import FusionIndex
 from langchain_fusion.cli.app import main
-from tests.conftest import ANIMALS, HashingEmbeddings
-from tests.test_cli import _assert_one_line_error, _rater_and_answerer, _run, _use_chat_model
+from tests.helpers.cli import assert_one_line_error, rater_and_answerer, run_cli, use_chat_model
+from tests.helpers.corpora import ANIMALS
+from tests.helpers.embeddings import HashingEmbeddings
 
 ARGPARSE_ERROR = re.compile(r"^langchain-fusion(?: [a-z]+)?: error: ")
 NOT_UTF8 = os.fsdecode(b"bad\xff")  # how Linux hands a file name that is not UTF-8 to Python
@@ -140,7 +141,7 @@ class TestCommandRefusals:
 
     @pytest.fixture(autouse=True)
     def chat_model(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        _use_chat_model(monkeypatch, _rater_and_answerer())  # ask needs one before it opens the index
+        use_chat_model(monkeypatch, rater_and_answerer())  # ask needs one before it opens the index
 
     @pytest.mark.parametrize("command", ["query", "ask", "serve", "mcp", "eval"])
     @pytest.mark.parametrize(
@@ -160,7 +161,7 @@ class TestCommandRefusals:
             "mcp": ["mcp", places[where]],
             "eval": ["eval", "--index", places[where], "--labels", places["labels"]],
         }[command]
-        _assert_one_line_error(*_run(argv), fragment)
+        assert_one_line_error(*run_cli(argv), fragment)
 
     @pytest.mark.parametrize(
         "argv",
@@ -173,13 +174,13 @@ class TestCommandRefusals:
         ],
     )
     def test_unknown_embeddings(self, argv: list[str], places: dict[str, str]) -> None:
-        _assert_one_line_error(*_run([a.format(**places) for a in argv]), "unknown embeddings 'bogus'")
+        assert_one_line_error(*run_cli([a.format(**places) for a in argv]), "unknown embeddings 'bogus'")
         assert not Path(places["out"]).exists()
 
     @pytest.mark.parametrize("question", ["", " ", "\t\n"])
     @pytest.mark.parametrize("command", ["query", "ask"])
     def test_empty_questions(self, command: str, question: str, places: dict[str, str]) -> None:
-        _assert_one_line_error(*_run([command, places["index"], question]), "is empty")
+        assert_one_line_error(*run_cli([command, places["index"], question]), "is empty")
 
     @pytest.mark.parametrize(
         ("argv", "fragment"),
@@ -203,12 +204,12 @@ class TestCommandRefusals:
         ],
     )
     def test_other_mistakes(self, argv: list[str], fragment: str, places: dict[str, str]) -> None:
-        _assert_one_line_error(*_run([a.format(**places) for a in argv]), fragment)
+        assert_one_line_error(*run_cli([a.format(**places) for a in argv]), fragment)
         assert not Path(places["out"]).exists()
 
     def test_a_huge_k_is_not_a_mistake_for_query(self, places: dict[str, str]) -> None:
         """``k`` above the corpus size is defined (every chunk); serve and mcp bound it with --max-k."""
-        status, out, err = _run(["query", places["index"], "cat", "-k", str(10**30), "--json"])
+        status, out, err = run_cli(["query", places["index"], "cat", "-k", str(10**30), "--json"])
         assert status == 0, err
         assert len(json.loads(out)) == len(ANIMALS)
 
@@ -235,7 +236,7 @@ class TestLabelledSets:
     def test_json(self, content: bytes, fragment: str, places: dict[str, str], tmp_path: Path) -> None:
         (tmp_path / "bad.json").write_bytes(content)
         argv = ["eval", "--index", places["index"], "--labels", str(tmp_path / "bad.json"), "-q"]
-        _assert_one_line_error(*_run(argv), fragment)
+        assert_one_line_error(*run_cli(argv), fragment)
 
     @pytest.mark.parametrize(
         ("content", "fragment"),
@@ -247,7 +248,7 @@ class TestLabelledSets:
     def test_csv(self, content: bytes, fragment: str, places: dict[str, str], tmp_path: Path) -> None:
         (tmp_path / "bad.csv").write_bytes(content)
         argv = ["eval", "--index", places["index"], "--labels", str(tmp_path / "bad.csv"), "-q"]
-        _assert_one_line_error(*_run(argv), fragment)
+        assert_one_line_error(*run_cli(argv), fragment)
 
     def test_no_answer_queries_that_are_not_utf8(self, places: dict[str, str], tmp_path: Path) -> None:
         (tmp_path / "none.txt").write_bytes(b"caf\xe9 opening hours\n")
@@ -260,7 +261,7 @@ class TestLabelledSets:
             "--no-answer",
             str(tmp_path / "none.txt"),
         ]
-        _assert_one_line_error(*_run([*argv, "--vector-floors", "0.5", "-q"]), "none.txt: not UTF-8 text")
+        assert_one_line_error(*run_cli([*argv, "--vector-floors", "0.5", "-q"]), "none.txt: not UTF-8 text")
 
     @pytest.mark.parametrize(
         ("line", "fragment"),
@@ -272,7 +273,7 @@ class TestLabelledSets:
         (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n", encoding="utf-8")
         (beir / "queries.jsonl").write_bytes(line + b"\n")
         (beir / "corpus.jsonl").write_text('{"_id": "d1", "text": "cats"}\n', encoding="utf-8")
-        _assert_one_line_error(*_run(["eval", "--beir", str(beir), "-q"]), fragment)
+        assert_one_line_error(*run_cli(["eval", "--beir", str(beir), "-q"]), fragment)
 
 
 def _strict_stdout() -> io.TextIOWrapper:
@@ -281,7 +282,7 @@ def _strict_stdout() -> io.TextIOWrapper:
 
 
 def _run_strict(argv: list[str]) -> tuple[int, str, str]:
-    """Like ``_run``, with a strict UTF-8 stdout; stdout is returned decoded."""
+    """Like ``run_cli``, with a strict UTF-8 stdout; stdout is returned decoded."""
     import contextlib
 
     out, err = _strict_stdout(), io.StringIO()

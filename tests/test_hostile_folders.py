@@ -23,7 +23,7 @@ import pytest
 from langchain_fusion import FusionIndex, HierarchicalIndex, IndexFormatError
 from langchain_fusion.index.opening import open_index
 from langchain_fusion.stores.local.manifest import CHECKSUM, manifest_checksum
-from tests.conftest import HashingEmbeddings
+from tests.helpers.embeddings import HashingEmbeddings
 
 TEXTS = [f"document {i} about {word} and {other}" for i, (word, other) in enumerate(
     [("cats", "mats"), ("dogs", "logs"), ("birds", "words"), ("fish", "dishes"), ("frogs", "bogs")] * 4
@@ -162,9 +162,9 @@ class TestFileNames:
         refused(saved, embeddings, "symbolic link")
 
     def test_a_hierarchical_part_outside_the_folder(self, tmp_path: Path, embeddings: HashingEmbeddings) -> None:
-        from tests.test_persistence import _hierarchical
+        from tests.helpers.corpora import hierarchical_animals
 
-        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        folder = hierarchical_animals(embeddings).save(tmp_path / "hier")
         rewrite_manifest(folder, lambda m: m["parts"]["chunks"].update(folder="/tmp"))
         with pytest.raises(IndexFormatError, match="unexpected folder"):
             HierarchicalIndex.load(folder, embeddings)

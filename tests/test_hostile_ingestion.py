@@ -14,7 +14,7 @@ from langchain_fusion import FusionError, FusionIndex, InvalidParameterError, lo
 from langchain_fusion import metadata as keys
 from langchain_fusion.index.sync import sync_files
 from langchain_fusion.ingest.loading import clean_text, find_files, source_name, valid_unicode
-from tests.conftest import HashingEmbeddings
+from tests.helpers.embeddings import HashingEmbeddings
 
 LATIN1_NAME = b"r\xe9sum\xe9 \xff.txt"  # a Latin-1 file name: not UTF-8
 

@@ -33,8 +33,8 @@ from langchain_fusion import (
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import ProviderError
 from langchain_fusion.models.guarded_model import GuardedModel
-from tests.conftest import HashingEmbeddings
-from tests.fake_chat_models import HANG_GUARD, Gate, RateLimitError
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.fake_chat_models import HANG_GUARD, Gate, RateLimitError
 
 CALL_THREADS = ("langchain-fusion-call", "langchain-fusion-stream")
 

@@ -10,7 +10,8 @@ from langchain_core.documents import Document
 
 from langchain_fusion import FusionError, FusionIndex, FusionRetriever
 from langchain_fusion.errors import ProviderError
-from tests.conftest import ANIMALS, HashingEmbeddings
+from tests.helpers.corpora import ANIMALS
+from tests.helpers.embeddings import HashingEmbeddings
 
 
 def assert_rows_aligned(index: FusionIndex) -> None:

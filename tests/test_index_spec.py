@@ -14,8 +14,8 @@ from langchain_fusion.index import sync
 from langchain_fusion.index.opening import open_index
 from langchain_fusion.pipeline.index_spec import IndexSpec
 from langchain_fusion.pipeline.indexing import IndexReport, build_index
-from tests.conftest import HashingEmbeddings
-from tests.fake_chat_models import RatingModel
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.fake_chat_models import RatingModel
 
 NOTES = {
     "a.txt": "The GC-9 controller reboots nightly. " * 30,

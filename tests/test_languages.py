@@ -11,11 +11,13 @@ import pytest
 from langchain_core.documents import Document
 
 from langchain_fusion import Analyzer, BM25Retriever, FusionIndex, FusionRetriever
-from tests.conftest import EnglishOnlyEmbeddings, HashingEmbeddings
-from tests.question_sets import CJK_DATA, SETS, recall
+from tests.helpers.embeddings import EnglishOnlyEmbeddings, HashingEmbeddings
+from tests.helpers.question_sets import CJK_DATA, SETS, recall
 
 PASSAGES = 200
 """Passages of each set used here (the questions are those asked about them)."""
+
+pytestmark = pytest.mark.slow  # recall over whole question sets: seconds each
 
 
 @pytest.fixture(scope="module", params=list(SETS))

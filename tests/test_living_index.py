@@ -18,7 +18,7 @@ from langchain_fusion import metadata as keys
 from langchain_fusion.stores.local import mutations as mutations_module
 from langchain_fusion.stores.local import postings as postings_module
 from langchain_fusion.stores.local.store import LocalStore
-from tests.conftest import HashingEmbeddings
+from tests.helpers.embeddings import HashingEmbeddings
 from tests.store_contract import WORDS, assert_same, corpus, results
 
 
@@ -59,7 +59,7 @@ class TestAllOrNothing:
 
     POINTS: ClassVar[list[tuple[Any, str]]] = [
         (postings_module, "text_token_ids"),  # the BM25 side, before anything else
-        (postings_module, "build_postings"),
+        (postings_module, "postings_of_ids"),
         (postings_module, "merge_postings"),  # merging new postings (many blocks)
         (mutations_module, "merge_postings"),  # merging segments
         (mutations_module, "_read_only"),  # the vector side
@@ -86,7 +86,7 @@ class TestAllOrNothing:
     @pytest.mark.parametrize("error", FAILURES)
     def test_upsert(self, index: FusionIndex, monkeypatch: pytest.MonkeyPatch, error: type[BaseException]) -> None:
         before = state(index)
-        monkeypatch.setattr(postings_module, "build_postings", _raiser(error))
+        monkeypatch.setattr(postings_module, "postings_of_ids", _raiser(error))
         with pytest.raises(error):
             index.upsert_documents([Document(id="d1-10", page_content="replaced text")])
         monkeypatch.undo()

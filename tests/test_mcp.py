@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import queue
 import re
 import signal
@@ -14,8 +13,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
-from datetime import timedelta
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.fastmcp import FastMCP
 from mcp.shared.memory import create_connected_server_and_client_session
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult
 
 from langchain_fusion import ContextWindowRetriever, FusionError, FusionIndex, HierarchicalIndex
 from langchain_fusion import metadata as keys
@@ -45,13 +43,13 @@ from langchain_fusion.mcp import (
     check_search_arguments,
     format_results,
 )
-from tests.conftest import ANIMALS, HashingEmbeddings
-from tests.test_cli import _assert_one_line_error, _run
+from tests.helpers.cli import assert_one_line_error, run_cli
+from tests.helpers.corpora import ANIMALS
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.mcp import TIMEOUT, call_search, connected, results_of, server_env, text_of
+from tests.helpers.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 SELECTION = ("min_vector_score", "min_bm25_score", "lambda_mult", "max_per_source", "min_relevance")
-ERROR_PREFIX = "langchain-fusion: error: "
-TIMEOUT = timedelta(seconds=60)
 
 
 def _docs() -> list[Document]:
@@ -72,30 +70,6 @@ def index() -> FusionIndex:
 @pytest.fixture(scope="module")
 def server(index: FusionIndex) -> FastMCP:
     return build_mcp_server(index, log_level="WARNING")
-
-
-@contextlib.asynccontextmanager
-async def connected(server: FastMCP) -> AsyncIterator[ClientSession]:
-    """The SDK's own client, connected to ``server`` in memory; the session is initialized."""
-    async with create_connected_server_and_client_session(server, read_timeout_seconds=TIMEOUT) as session:
-        yield session
-
-
-async def _search(session: ClientSession, **arguments: Any) -> CallToolResult:
-    return await session.call_tool(SEARCH_TOOL, arguments)
-
-
-def _text(result: CallToolResult) -> str:
-    assert len(result.content) == 1
-    block = result.content[0]
-    assert isinstance(block, TextContent)
-    return block.text
-
-
-def _results(result: CallToolResult) -> SearchResults:
-    assert result.isError is False, _text(result)
-    assert result.structuredContent is not None
-    return SearchResults.model_validate(result.structuredContent)
 
 
 def _expected(index: FusionIndex, query: str, **options: Any) -> list[Document]:
@@ -138,9 +112,9 @@ class TestSearchTool:
 
     async def test_text_and_structured_results(self, server: FastMCP, index: FusionIndex) -> None:
         async with connected(server) as session:
-            result = await _search(session, query="cat", k=3)
+            result = await call_search(session, query="cat", k=3)
         expected = _expected(index, "cat", k=3)
-        results = _results(result)
+        results = results_of(result)
         assert results.query == "cat"
         assert [hit.rank for hit in results.results] == [1, 2, 3]
         assert [hit.id for hit in results.results] == [d.id for d in expected]
@@ -154,7 +128,7 @@ class TestSearchTool:
             assert hit.metadata["group"] == doc.metadata["group"]
             for key in (keys.VECTOR_RANK, keys.BM25_RANK, keys.FUSION_METHOD):
                 assert hit.metadata[key] == doc.metadata[key]
-        text = _text(result)
+        text = text_of(result)
         assert text == format_results(results)
         assert text.startswith("3 result(s) for 'cat', best first:")
         first = expected[0]
@@ -163,20 +137,20 @@ class TestSearchTool:
 
     async def test_per_call_options(self, server: FastMCP, index: FusionIndex) -> None:
         async with connected(server) as session:
-            bm25 = _results(await _search(session, query="cat dog", k=2, alpha=0))
-            vector = _results(await _search(session, query="cat dog", alpha=1.0))
-            even = _results(await _search(session, query="cat", k=8, filter={"group": "even"}))
-            chosen = _results(await _search(session, query="cat", filter={keys.SOURCE: ["doc1.txt", "doc4.txt"]}))
-            as_string = _results(await _search(session, query="cat", filter='{"group": "odd"}'))
-            nothing = await _search(session, query="cat", filter={"group": "none"})
-            null = _results(await _search(session, query="cat", k=None, alpha=None, filter=None))
+            bm25 = results_of(await call_search(session, query="cat dog", k=2, alpha=0))
+            vector = results_of(await call_search(session, query="cat dog", alpha=1.0))
+            even = results_of(await call_search(session, query="cat", k=8, filter={"group": "even"}))
+            chosen = results_of(await call_search(session, query="cat", filter={keys.SOURCE: ["doc1.txt", "doc4.txt"]}))
+            as_string = results_of(await call_search(session, query="cat", filter='{"group": "odd"}'))
+            nothing = await call_search(session, query="cat", filter={"group": "none"})
+            null = results_of(await call_search(session, query="cat", k=None, alpha=None, filter=None))
         assert [h.id for h in bm25.results] == [d.id for d in _expected(index, "cat dog", k=2, alpha=0.0)]
         assert [h.id for h in vector.results] == [d.id for d in _expected(index, "cat dog", alpha=1.0)]
         assert len(vector.results) == 4  # the server's default k
         assert even.results and {h.metadata["group"] for h in even.results} == {"even"}
         assert {h.source for h in chosen.results} == {"doc1.txt", "doc4.txt"}
         assert as_string.results and {h.metadata["group"] for h in as_string.results} == {"odd"}
-        assert _results(nothing).results == [] and _text(nothing) == "No results for 'cat'."
+        assert results_of(nothing).results == [] and text_of(nothing) == "No results for 'cat'."
         assert [h.id for h in null.results] == [d.id for d in _expected(index, "cat")]
 
     @pytest.mark.parametrize(
@@ -209,19 +183,19 @@ class TestSearchTool:
     ) -> None:
         async with connected(server) as session:
             bad = await session.call_tool(SEARCH_TOOL, arguments)
-            good = await _search(session, query="cat", k=1)
+            good = await call_search(session, query="cat", k=1)
         assert bad.isError is True
-        text = _text(bad)
+        text = text_of(bad)
         assert "\n" not in text
         assert message in text
-        assert len(_results(good).results) == 1  # the server keeps serving
+        assert len(results_of(good).results) == 1  # the server keeps serving
 
     async def test_unknown_tool(self, server: FastMCP) -> None:
         async with connected(server) as session:
             result = await session.call_tool("delete_everything", {})
             assert result.isError is True
-            assert "Unknown tool" in _text(result)
-            assert _results(await _search(session, query="cat")).results
+            assert "Unknown tool" in text_of(result)
+            assert results_of(await call_search(session, query="cat")).results
 
     async def test_index_resource_and_instructions(self, index: FusionIndex) -> None:
         server = build_mcp_server(index, max_k=10, log_level="WARNING")
@@ -271,10 +245,20 @@ async def test_langchain_agent_through_the_mcp_adapters(server: FastMCP, index: 
 
 
 class TestBuild:
+    async def test_initialize_reports_the_library_not_the_sdk(self, server: FastMCP) -> None:
+        from importlib.metadata import version
+
+        from langchain_fusion._version import library_version
+
+        async with connected(server) as session:
+            info = (await session.initialize()).serverInfo
+        assert (info.name, info.version) == ("langchain-fusion", library_version())
+        assert info.version != version("mcp")
+
     async def test_server_defaults(self, index: FusionIndex) -> None:
         server = build_mcp_server(index, k=2, alpha=0.0, method="rrf", log_level="WARNING")
         async with connected(server) as session:
-            results = _results(await _search(session, query="cat dog"))
+            results = results_of(await call_search(session, query="cat dog"))
         expected = _expected(index, "cat dog", k=2, alpha=0.0, method="rrf")
         assert [h.id for h in results.results] == [d.id for d in expected]
         assert results.results[0].metadata[keys.FUSION_METHOD] == "rrf"
@@ -283,14 +267,14 @@ class TestBuild:
         folder = index.save(tmp_path / "animals")
         server = build_mcp_server(folder, embeddings=HashingEmbeddings(), log_level="WARNING")
         async with connected(server) as session:
-            results = _results(await _search(session, query="parrots speech", k=1))
+            results = results_of(await call_search(session, query="parrots speech", k=1))
         assert results.results[0].text == ANIMALS[6]
 
     async def test_retriever(self, index: FusionIndex) -> None:
         server = build_mcp_server(index.as_retriever(k=1, filter={"group": "odd"}), log_level="WARNING")
         async with connected(server) as session:
-            default = _results(await _search(session, query="cat"))
-            more = _results(await _search(session, query="cat", k=3))
+            default = results_of(await call_search(session, query="cat"))
+            more = results_of(await call_search(session, query="cat", k=3))
             info = json.loads((await session.read_resource(INDEX_RESOURCE)).contents[0].text)  # type: ignore[union-attr]
         assert len(default.results) == 1 and len(more.results) == 3
         assert {h.metadata["group"] for h in more.results} == {"odd"}
@@ -310,7 +294,7 @@ class TestBuild:
         windows = ContextWindowRetriever(retriever=index.as_retriever(), index=index, n=1, max_chars=None)
         server = build_mcp_server(windows, log_level="WARNING")
         async with connected(server) as session:
-            results = _results(await _search(session, query="market", k=1, alpha=0.0, filter={"n": [3, 5]}))
+            results = results_of(await call_search(session, query="market", k=1, alpha=0.0, filter={"n": [3, 5]}))
         [passage] = results.results
         expected = windows.invoke("market", k=1, alpha=0.0, filter={"n": [3, 5]})
         assert passage.text == expected[0].page_content
@@ -324,7 +308,7 @@ class TestBuild:
         ]
         server = build_mcp_server(HierarchicalIndex.from_summaries(index, summaries), log_level="WARNING")
         async with connected(server) as session:
-            results = _results(await _search(session, query="cat"))
+            results = results_of(await call_search(session, query="cat"))
             info = json.loads((await session.read_resource(INDEX_RESOURCE)).contents[0].text)  # type: ignore[union-attr]
         # Only the chunks of the selected summaries' pages, the cat chunk first.
         assert [h.id for h in results.results] == [chunks[0].id, chunks[3].id]
@@ -394,17 +378,19 @@ class TestMcpCommand:
             assert flag in text
 
     def test_missing_folder(self, tmp_path: Path) -> None:
-        _assert_one_line_error(*_run(["mcp", str(tmp_path / "ghost")]), "is not a folder")
+        assert_one_line_error(*run_cli(["mcp", str(tmp_path / "ghost")]), "is not a folder")
 
     def test_missing_folder_over_http(self, tmp_path: Path) -> None:
-        _assert_one_line_error(*_run(["mcp", str(tmp_path / "ghost"), "--transport", "streamable-http", "--port", "0"]))
+        assert_one_line_error(
+            *run_cli(["mcp", str(tmp_path / "ghost"), "--transport", "streamable-http", "--port", "0"])
+        )
 
     def test_index_that_cannot_be_reopened_by_name(self, saved: Path) -> None:
-        _assert_one_line_error(*_run(["mcp", str(saved)]), "cannot be recreated by name")
+        assert_one_line_error(*run_cli(["mcp", str(saved)]), "cannot be recreated by name")
 
     def test_k_above_max_k(self, saved: Path) -> None:
-        _assert_one_line_error(
-            *_run(["mcp", str(saved), "-k", "20", "--max-k", "10"]), "k (20) must be at most max_k (10)"
+        assert_one_line_error(
+            *run_cli(["mcp", str(saved), "-k", "20", "--max-k", "10"]), "k (20) must be at most max_k (10)"
         )
 
     def test_bad_transport(self, saved: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -418,33 +404,21 @@ class TestMcpCommand:
             taken.bind(("127.0.0.1", 0))
             taken.listen()
             port = taken.getsockname()[1]
-            status, out, err = _run(
+            status, out, err = run_cli(
                 ["mcp", str(tmp_path / "ghost"), "--transport", "streamable-http", "--port", str(port)]
             )
-        _assert_one_line_error(status, out, err, f"cannot listen on 127.0.0.1:{port}")
+        assert_one_line_error(status, out, err, f"cannot listen on 127.0.0.1:{port}")
 
     def test_without_the_mcp_extra(self, saved: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         for name in [name for name in sys.modules if name == "mcp" or name.startswith("mcp.")]:
             monkeypatch.setitem(sys.modules, name, None)  # as if the MCP SDK were not installed
         monkeypatch.delitem(sys.modules, "langchain_fusion.mcp")
         monkeypatch.delattr("langchain_fusion.mcp")
-        status, out, err = _run(["mcp", str(saved)])
-        _assert_one_line_error(status, out, err, "serving over MCP needs the 'mcp' extra (mcp", "langchain-fusion[mcp]")
+        status, out, err = run_cli(["mcp", str(saved)])
+        assert_one_line_error(status, out, err, "serving over MCP needs the 'mcp' extra (mcp", "langchain-fusion[mcp]")
 
 
 # --- real transports, in subprocesses -------------------------------------------------------------
-
-
-def _env() -> dict[str, str]:
-    """The environment of a server subprocess: this checkout's code, offline, no proxy for loopback."""
-    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY" and "proxy" not in k.lower()}
-    env.update(
-        PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-        HF_HUB_OFFLINE="1",
-        PYTHONUNBUFFERED="1",
-        NO_PROXY="127.0.0.1,localhost",
-    )
-    return env
 
 
 async def _stdio_session_calls(
@@ -461,7 +435,7 @@ async def _stdio_session_calls(
         if isinstance(message, Exception):
             problems.append(message)
 
-    params = StdioServerParameters(command=command[0], args=command[1:], env=_env(), cwd=str(REPO))
+    params = StdioServerParameters(command=command[0], args=command[1:], env=server_env(), cwd=str(REPO))
     with anyio.fail_after(180), errlog.open("w") as err:
         async with (
             stdio_client(params, errlog=err) as (read, write),
@@ -469,8 +443,8 @@ async def _stdio_session_calls(
         ):
             await session.initialize()
             tools = (await session.list_tools()).tools
-            bad = await _search(session, query="bolts", k=True)
-            good = await _search(session, query="torque for the busbar bolts", k=2)
+            bad = await call_search(session, query="bolts", k=True)
+            good = await call_search(session, query="torque for the busbar bolts", k=2)
     return tools, bad, good, problems
 
 
@@ -480,7 +454,7 @@ NOISY_SERVER = textwrap.dedent(
     from langchain_core.documents import Document
     from langchain_fusion import FusionIndex
     from langchain_fusion.mcp import build_mcp_server, run_mcp
-    from tests.conftest import HashingEmbeddings
+    from tests.helpers.embeddings import HashingEmbeddings
 
     class NoisyEmbeddings(HashingEmbeddings):
         # A library that prints while it works: from Python and at the file descriptor level.
@@ -496,6 +470,7 @@ NOISY_SERVER = textwrap.dedent(
 )
 
 
+@pytest.mark.subprocess
 async def test_stdio_keeps_stdout_for_the_protocol(tmp_path: Path) -> None:
     """The Python entry point over stdio: prints during a search go to stderr, never into the protocol."""
     docs = [
@@ -508,8 +483,8 @@ async def test_stdio_keeps_stdout_for_the_protocol(tmp_path: Path) -> None:
     tools, bad, good, problems = await _stdio_session_calls([sys.executable, "-c", NOISY_SERVER, corpus], errlog)
     assert problems == []
     assert [tool.name for tool in tools] == [SEARCH_TOOL]
-    assert bad.isError is True and "k must be a positive whole number" in _text(bad)
-    results = _results(good)
+    assert bad.isError is True and "k must be a positive whole number" in text_of(bad)
+    results = results_of(good)
     assert [h.text for h in results.results] == [docs[0].page_content, docs[2].page_content]
     log = errlog.read_text()
     assert "stray print" in log and "stray bytes" in log
@@ -517,6 +492,7 @@ async def test_stdio_keeps_stdout_for_the_protocol(tmp_path: Path) -> None:
 
 
 @pytest.mark.local_model
+@pytest.mark.subprocess
 async def test_mcp_command_over_stdio(handbook_index: Path, tmp_path: Path) -> None:
     """``langchain-fusion mcp INDEX`` started by the SDK's stdio client, as Claude Desktop or an IDE would."""
     entry = "import sys; from langchain_fusion.cli import main; sys.exit(main())"
@@ -526,8 +502,8 @@ async def test_mcp_command_over_stdio(handbook_index: Path, tmp_path: Path) -> N
     )
     assert problems == []
     assert [tool.name for tool in tools] == [SEARCH_TOOL]
-    assert bad.isError is True and "\n" not in _text(bad)
-    results = _results(good)
+    assert bad.isError is True and "\n" not in text_of(bad)
+    results = results_of(good)
     assert len(results.results) == 2
     assert all(h.source and h.source.endswith("maintenance-handbook.md") for h in results.results)
     assert "Torque" in results.results[0].text
@@ -552,15 +528,18 @@ def _lines_of(process: subprocess.Popen[str]) -> Iterator[queue.Queue[str]]:
             process.kill()
             process.wait(timeout=10)
         reader.join(timeout=60)  # the pipe closes when the process exits; a loaded machine may take a while to drain it
+        if process.stderr is not None:
+            process.stderr.close()  # our end of the pipe
 
 
 @pytest.mark.local_model
+@pytest.mark.subprocess
 async def test_mcp_command_over_streamable_http(handbook_index: Path, tmp_path: Path) -> None:
     """``langchain-fusion mcp INDEX --transport streamable-http --port 0``: the URL line, one call, Ctrl-C."""
     entry = "import sys; from langchain_fusion.cli import main; sys.exit(main())"
     command = [sys.executable, "-c", entry, "mcp", str(handbook_index), "--transport", "streamable-http", "--port", "0"]
     process = subprocess.Popen(
-        command, cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        command, cwd=tmp_path, env=server_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
     seen: list[str] = []
     with _lines_of(process) as lines:
@@ -579,12 +558,12 @@ async def test_mcp_command_over_streamable_http(handbook_index: Path, tmp_path: 
                 ClientSession(read, write, read_timeout_seconds=TIMEOUT) as session,
             ):
                 await session.initialize()
-                good = await _search(session, query="torque for the busbar bolts", k=1)
-                bad = await _search(session, query="torque", alpha="NaN")
+                good = await call_search(session, query="torque for the busbar bolts", k=1)
+                bad = await call_search(session, query="torque", alpha="NaN")
     while not lines.empty():
         seen.append(lines.get())
-    assert len(_results(good).results) == 1
-    assert bad.isError is True and "alpha must be a number between 0 and 1" in _text(bad)
+    assert len(results_of(good).results) == 1
+    assert bad.isError is True and "alpha must be a number between 0 and 1" in text_of(bad)
     assert process.returncode == 0, seen
     assert seen[-1] == "langchain-fusion: stopped\n"
     assert "Traceback" not in "".join(seen)

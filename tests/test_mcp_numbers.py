@@ -17,13 +17,13 @@ from typing import Any
 
 import httpx
 import pytest
-from langchain_core.documents import Document
 
 from langchain_fusion import FusionIndex
-from langchain_fusion import metadata as keys
 from langchain_fusion.mcp import MCP_PATH, build_mcp_server
-from tests.conftest import ANIMALS, HashingEmbeddings
-from tests.test_mcp import REPO, _env
+from tests.helpers.corpora import paged_animal_docs
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.mcp import server_env
+from tests.helpers.paths import REPO
 
 LITERALS = [("NaN", "NaN"), ("Infinity", "Infinity"), ("-Infinity", "-Infinity"), ("1e400", "Infinity")]
 """Each number as sent, and as the refusal names it (1e400 overflows to Infinity when read)."""
@@ -45,19 +45,12 @@ SERVER = textwrap.dedent(
     """
     from langchain_fusion import FusionIndex
     from langchain_fusion.mcp import build_mcp_server, run_mcp
-    from tests.test_mcp_numbers import _docs
-    from tests.conftest import HashingEmbeddings
+    from tests.helpers.corpora import paged_animal_docs
+    from tests.helpers.embeddings import HashingEmbeddings
 
-    run_mcp(build_mcp_server(FusionIndex.from_documents(_docs(), HashingEmbeddings()), log_level="WARNING"))
+    run_mcp(build_mcp_server(FusionIndex.from_documents(paged_animal_docs(), HashingEmbeddings()), log_level="WARNING"))
     """
 )
-
-
-def _docs() -> list[Document]:
-    return [
-        Document(page_content=text, metadata={keys.SOURCE: f"doc{i}.txt", keys.PAGE: i // 2 + 1})
-        for i, text in enumerate(ANIMALS)
-    ]
 
 
 def _call(request_id: int, arguments: str) -> str:
@@ -70,7 +63,7 @@ def _call(request_id: int, arguments: str) -> str:
 @asynccontextmanager
 async def _over_http() -> AsyncIterator[Exchange]:
     """The streamable HTTP transport in process: each request is one POST to /mcp (the server is stateless)."""
-    server = build_mcp_server(FusionIndex.from_documents(_docs(), HashingEmbeddings()), log_level="WARNING")
+    server = build_mcp_server(FusionIndex.from_documents(paged_animal_docs(), HashingEmbeddings()), log_level="WARNING")
     app = server.streamable_http_app()
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
@@ -92,7 +85,7 @@ async def _over_stdio() -> AsyncIterator[Exchange]:
     process = subprocess.Popen(
         [sys.executable, "-c", SERVER],
         cwd=REPO,
-        env=_env(),
+        env=server_env(),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -104,7 +97,8 @@ async def _over_stdio() -> AsyncIterator[Exchange]:
     async def exchange(request: str) -> dict[str, Any]:
         stdin.write(request.replace("\n", " ") + "\n")
         stdin.flush()
-        request_id = json.loads(request)["id"]  # Python reads NaN and Infinity too
+        # Python reads NaN and Infinity too; integers past its digit limit are read as 0 (they are not ids here).
+        request_id = json.loads(request, parse_int=lambda digits: int(digits) if len(digits) < 100 else 0)["id"]
         for line in stdout:  # skipping any notification the server sends
             message = dict(json.loads(line))
             if message.get("id") == request_id:
@@ -129,7 +123,9 @@ async def _over_stdio() -> AsyncIterator[Exchange]:
 TRANSPORTS = {"stdio": _over_stdio, "streamable-http": _over_http}
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize(
+    "transport", [pytest.param(name, marks=[pytest.mark.subprocess] if name == "stdio" else []) for name in TRANSPORTS]
+)
 async def test_non_finite_arguments_are_tool_errors(transport: str) -> None:
     """Each such number, at the top or nested in a filter, is a tool error naming where it was; nothing is searched."""
     async with TRANSPORTS[transport]() as exchange:
@@ -149,3 +145,30 @@ async def test_non_finite_arguments_are_tool_errors(transport: str) -> None:
     assert len(good["result"]["structuredContent"]["results"]) == 2
     assert listing["error"]["code"] == -32602
     assert "params['cursor'] must be a finite number; got NaN" in listing["error"]["message"]
+
+
+HUGE = "9" * 5000
+"""An integer of 5,000 digits: JSON allows it, Python reads at most 4,300 digits of an integer."""
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_numbers_with_too_many_digits_are_answered(transport: str) -> None:
+    """A tool argument is a tool error naming it; any other request an invalid-params error; the server goes on."""
+    async with TRANSPORTS[transport]() as exchange:
+        for request_id, (arguments, path) in enumerate(
+            [(f'"k": {HUGE}', "k"), (f'"filter": {{"page": [1, -{HUGE}]}}', "filter['page'][1]")], 1
+        ):
+            response = await exchange(_call(request_id, arguments))
+            assert response["id"] == request_id, response
+            result = response.get("result", {})
+            assert result.get("isError") is True, response
+            [block] = result["content"]
+            assert f"{path} must be a number of at most 4300 digits; got one of 5000 digits" in block["text"]
+            assert "\n" not in block["text"]
+        listing = await exchange(
+            f'{{"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {{"cursor": {HUGE}}}}}'
+        )
+        good = await exchange(_call(8, '"k": 2'))
+    assert listing["id"] == 7 and listing["error"]["code"] == -32602
+    assert "params['cursor'] must be a number of at most 4300 digits" in listing["error"]["message"]
+    assert len(good["result"]["structuredContent"]["results"]) == 2

@@ -20,9 +20,11 @@ from langchain_fusion import ContextWindowRetriever, FusionIndex, HierarchicalIn
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.mcp import INDEX_RESOURCE, build_mcp_server, describe_server, per_call_selection
-from tests.conftest import ANIMALS, BAD_SELECTION_OPTIONS, HashingEmbeddings
-from tests.test_cli import _assert_one_line_error, _run
-from tests.test_mcp import _results, _search, _text, connected
+from tests.helpers.cli import assert_one_line_error, run_cli
+from tests.helpers.corpora import ANIMALS
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.mcp import call_search, connected, results_of, text_of
+from tests.helpers.options import BAD_SELECTION_OPTIONS
 
 QUERIES = ("cat and dog", "stock market", "cats purr")
 ONE_AT_A_TIME = [
@@ -61,7 +63,7 @@ def _ids(docs: list[Document]) -> list[str | None]:
 
 
 def _served_ids(result: Any) -> list[str | None]:
-    return [hit.id for hit in _results(result).results]
+    return [hit.id for hit in results_of(result).results]
 
 
 def _changes_results(index: FusionIndex, options: dict[str, Any], query: str, k: int = 3) -> bool:
@@ -87,7 +89,7 @@ class TestServerDefaults:
         server = build_mcp_server(index, k=3, **options, log_level="WARNING")
         async with connected(server) as session:
             for query in QUERIES:
-                served = _served_ids(await _search(session, query=query))
+                served = _served_ids(await call_search(session, query=query))
                 assert served == _ids(index.as_retriever(k=3, **options).invoke(query)), query
             info = _resource(await session.read_resource(INDEX_RESOURCE))
         assert info["defaults"] == {"k": 3, "alpha": 0.5, "method": "weighted", "fetch_k": 100, **options}
@@ -99,16 +101,16 @@ class TestServerDefaults:
         server = build_mcp_server(index, k=3, **options, log_level="WARNING")
         async with connected(server) as session:
             for query in (*QUERIES, "zebra"):
-                served = await _search(session, query=query)
+                served = await call_search(session, query=query)
                 assert _served_ids(served) == _ids(index.as_retriever(k=3, **options).invoke(query)), query
-            nothing = await _search(session, query="zebra")
-        assert _results(nothing).results == [] and _text(nothing) == "No results for 'zebra'."
+            nothing = await call_search(session, query="zebra")
+        assert results_of(nothing).results == [] and text_of(nothing) == "No results for 'zebra'."
 
     async def test_a_call_overrides_a_default(self, index: FusionIndex) -> None:
         server = build_mcp_server(index, k=3, max_per_source=1, min_vector_score=0.5, log_level="WARNING")
         async with connected(server) as session:
-            default = _served_ids(await _search(session, query="cat and dog"))
-            wider = _served_ids(await _search(session, query="cat and dog", max_per_source=3, min_vector_score=-1))
+            default = _served_ids(await call_search(session, query="cat and dog"))
+            wider = _served_ids(await call_search(session, query="cat and dog", max_per_source=3, min_vector_score=-1))
         expected = index.as_retriever(k=3, max_per_source=1, min_vector_score=0.5)
         assert default == _ids(expected.invoke("cat and dog"))
         assert wider == _ids(expected.invoke("cat and dog", max_per_source=3, min_vector_score=-1.0))
@@ -150,13 +152,13 @@ class TestPerCall:
         assert any(_changes_results(index, options, q) for q in QUERIES)
         async with connected(plain) as session:
             for query in QUERIES:
-                served = _served_ids(await _search(session, query=query, **options))
+                served = _served_ids(await call_search(session, query=query, **options))
                 assert served == _ids(index.as_retriever(k=3).invoke(query, **options)), query
 
     async def test_with_the_other_options(self, plain: FastMCP, index: FusionIndex) -> None:
         arguments = {"k": 5, "alpha": 0.2, "filter": {keys.SOURCE: ["doc0.txt", "doc2.txt"]}, "max_per_source": 2}
         async with connected(plain) as session:
-            served = _results(await _search(session, query="cat and dog", **arguments, lambda_mult=0.4))
+            served = results_of(await call_search(session, query="cat and dog", **arguments, lambda_mult=0.4))
         expected = index.as_retriever(k=3).invoke("cat and dog", **arguments, lambda_mult=0.4)
         assert [h.id for h in served.results] == _ids(expected)
         assert len(served.results) == 4 and {h.source for h in served.results} == {"doc0.txt", "doc2.txt"}
@@ -180,12 +182,12 @@ class TestPerCall:
     )
     async def test_bad_values_are_tool_errors(self, plain: FastMCP, arguments: dict[str, Any], message: str) -> None:
         async with connected(plain) as session:
-            bad = await _search(session, query="cat", **arguments)
-            good = await _search(session, query="cat", k=1)
+            bad = await call_search(session, query="cat", **arguments)
+            good = await call_search(session, query="cat", k=1)
         assert bad.isError is True
-        text = _text(bad)
+        text = text_of(bad)
         assert "\n" not in text and message in text
-        assert len(_results(good).results) == 1  # the server keeps serving
+        assert len(results_of(good).results) == 1  # the server keeps serving
 
     async def test_listed_in_the_tool(self, plain: FastMCP) -> None:
         async with connected(plain) as session:
@@ -205,8 +207,8 @@ class TestPerCall:
         server = build_mcp_server(_hierarchical(index), log_level="WARNING")
         async with connected(server) as session:
             [tool] = (await session.list_tools()).tools
-            refused = await _search(session, query="cat", max_per_source=1)
-            served = await _search(session, query="cat")
+            refused = await call_search(session, query="cat", max_per_source=1)
+            served = await call_search(session, query="cat")
         assert set(tool.inputSchema["properties"]) == {
             "query",
             "k",
@@ -225,8 +227,8 @@ class TestPerCall:
             "query, k, alpha, method, filter, duplicates, near_duplicate_similarity, min_relevance, k_summaries, "
             "summary_weight"
         )
-        assert f"unknown argument(s) ['max_per_source']; the search tool takes {takes}" in _text(refused)
-        assert _results(served).results
+        assert f"unknown argument(s) ['max_per_source']; the search tool takes {takes}" in text_of(refused)
+        assert results_of(served).results
 
     async def test_through_a_wrapping_retriever(self, index: FusionIndex) -> None:
         windows = ContextWindowRetriever(retriever=index.as_retriever(k=3), index=index, n=0)
@@ -234,7 +236,7 @@ class TestPerCall:
         query = next(q for q in QUERIES if _changes_results(index, {"max_per_source": 1}, q))
         server = build_mcp_server(windows, log_level="WARNING")
         async with connected(server) as session:
-            served = _served_ids(await _search(session, query=query, max_per_source=1))
+            served = _served_ids(await call_search(session, query=query, max_per_source=1))
         assert served == _ids(windows.invoke(query, max_per_source=1))
         assert served != _ids(windows.invoke(query))
 
@@ -258,9 +260,9 @@ class TestPipeline:
             retriever=index.as_retriever(k=6), reranker=CrossEncoderReranker(model=str(tiny_cross_encoder))
         )
         async with connected(server) as session:
-            default = _results(await _search(session, query="cat"))
-            two = _served_ids(await _search(session, query="cat", k=2, alpha=0.3))
-            capped = _served_ids(await _search(session, query="cat and dog", max_per_source=1))
+            default = results_of(await call_search(session, query="cat"))
+            two = _served_ids(await call_search(session, query="cat", k=2, alpha=0.3))
+            capped = _served_ids(await call_search(session, query="cat and dog", max_per_source=1))
             [tool] = (await session.list_tools()).tools
         expected = reference.invoke("cat", top_n=4)
         assert [h.id for h in default.results] == _ids(expected)
@@ -280,7 +282,7 @@ class TestPipeline:
     async def test_llm_rerank_and_multi_query(self, index: FusionIndex) -> None:
         from langchain_fusion import LLMReranker, MultiQueryFusionRetriever, RerankRetriever
         from langchain_fusion.retrievers.multi_query import DEFAULT_K_PER_QUERY
-        from tests.fake_chat_models import RatingModel
+        from tests.helpers.fake_chat_models import RatingModel
 
         def rule(prompt: str) -> Any:
             if "search queries" in prompt:
@@ -290,8 +292,8 @@ class TestPipeline:
         model = RatingModel(rule=rule)
         server = build_mcp_server(index, llm=model, reranker="llm", multi_query=2, log_level="WARNING")
         async with connected(server) as session:
-            results = _results(await _search(session, query="cats", k=3))
-            capped = _results(await _search(session, query="cats", k=4, max_per_source=1))
+            results = results_of(await call_search(session, query="cats", k=3))
+            capped = results_of(await call_search(session, query="cats", k=4, max_per_source=1))
         hits = results.results
         assert len(hits) == 3
         assert hits[0].metadata[keys.RERANK_RATING] == 9 and "purr" in hits[0].text
@@ -314,7 +316,7 @@ class TestPipeline:
 
     async def test_multi_query_caps_the_fused_results(self, index: FusionIndex) -> None:
         from langchain_fusion import MultiQueryFusionRetriever
-        from tests.fake_chat_models import RatingModel
+        from tests.helpers.fake_chat_models import RatingModel
 
         # Each search capped at one chunk per source, the rewrites' best chunk of doc1 ("Photosynthesis...")
         # outranks the query's third one; the fused list must still hold one chunk per source.
@@ -322,9 +324,9 @@ class TestPipeline:
         by_default = build_mcp_server(index, llm=model, multi_query=3, k=3, max_per_source=1, log_level="WARNING")
         per_call = build_mcp_server(index, llm=model, multi_query=3, k=3, log_level="WARNING")
         async with connected(by_default) as session:
-            default = _results(await _search(session, query="cats"))
+            default = results_of(await call_search(session, query="cats"))
         async with connected(per_call) as session:
-            called = _results(await _search(session, query="cats", max_per_source=1))
+            called = results_of(await call_search(session, query="cats", max_per_source=1))
         expected = MultiQueryFusionRetriever.from_llm(index.as_retriever(max_per_source=1), model, n=3, k=3)
         for results in (default, called):
             assert [h.id for h in results.results] == _ids(expected.invoke("cats"))
@@ -334,7 +336,11 @@ class TestPipeline:
         ("options", "message"),
         [
             ({"reranker": "cohere"}, "rerank must be 'llm'"),
-            ({"reranker": "cross-encoder:./no-such-model"}, "does not exist"),
+            pytest.param(
+                {"reranker": "cross-encoder:./no-such-model"},
+                "does not exist",
+                marks=pytest.mark.slow,  # looking for a cross-encoder imports sentence-transformers (torch) first
+            ),
             ({"reranker": 42}, "rerank must be 'llm'"),
             ({"reranker": "cross-encoder:x", "rerank_candidates": 0}, "rerank_candidates"),
             ({"reranker": "llm", "rerank_candidates": True}, "rerank_candidates"),
@@ -344,7 +350,7 @@ class TestPipeline:
         ],
     )
     def test_invalid_options(self, index: FusionIndex, options: dict[str, Any], message: str) -> None:
-        from tests.fake_chat_models import RatingModel
+        from tests.helpers.fake_chat_models import RatingModel
 
         needs_llm = options.get("reranker") == "llm" or "multi_query" in options
         llm = RatingModel(rule=lambda _: 5) if needs_llm else None
@@ -357,7 +363,7 @@ class TestPipeline:
             build_mcp_server(index, **options)
 
     def test_chat_model_without_a_use(self, index: FusionIndex) -> None:
-        from tests.fake_chat_models import RatingModel
+        from tests.helpers.fake_chat_models import RatingModel
 
         with pytest.raises(InvalidParameterError, match=r"used here only to rerank \(reranker='llm'"):
             build_mcp_server(index, llm=RatingModel(rule=lambda _: 5))
@@ -387,7 +393,11 @@ class TestMcpCommand:
     @pytest.mark.parametrize(
         ("flags", "message"),
         [
-            (["--rerank", "cross-encoder:./no-such-model"], "cross-encoder folder './no-such-model' does not exist"),
+            pytest.param(
+                ["--rerank", "cross-encoder:./no-such-model"],
+                "cross-encoder folder './no-such-model' does not exist",
+                marks=pytest.mark.slow,  # looking for a cross-encoder imports sentence-transformers (torch) first
+            ),
             (["--multi-query", "2"], "multi_query needs a chat model"),
             (["--rerank"], "rerank 'llm' needs a chat model"),
             (["--lambda-mult", "0.3"], "--lambda-mult is the weight of maximal marginal relevance: add --mmr"),
@@ -397,7 +407,7 @@ class TestMcpCommand:
         self, saved: Path, no_openai_key: None, flags: list[str], message: str
     ) -> None:
         # The index was built with test embeddings the command cannot recreate by name: reaching it would fail.
-        _assert_one_line_error(*_run(["mcp", str(saved), *flags]), message)
+        assert_one_line_error(*run_cli(["mcp", str(saved), *flags]), message)
 
     def test_bad_flag_values(self, saved: Path, capsys: pytest.CaptureFixture[str]) -> None:
         from langchain_fusion.cli.app import main
@@ -432,7 +442,7 @@ class TestMcpCommand:
             "x:y",
         ]
         flags += ["--window", "1", "--k-summaries", "2"]
-        _assert_one_line_error(*_run(["mcp", str(saved), *flags, "--llm-timeout", "5"]), "stopped here")
+        assert_one_line_error(*run_cli(["mcp", str(saved), *flags, "--llm-timeout", "5"]), "stopped here")
         [spec] = received
         assert spec.index == str(saved)
         assert {name: getattr(spec.search, name) for name in SELECTION} == {

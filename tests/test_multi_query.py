@@ -17,13 +17,21 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 from pydantic import Field
 
-from langchain_fusion import FusionIndex, InvalidParameterError, MultiQueryFusionRetriever, RetryPolicy
+from langchain_fusion import (
+    ContextWindowRetriever,
+    FusionIndex,
+    FusionRetriever,
+    InvalidParameterError,
+    MultiQueryFusionRetriever,
+    RetryPolicy,
+)
 from langchain_fusion import metadata as keys
 from langchain_fusion._checks import MAX_REWRITES, check_rewrites
 from langchain_fusion.retrievers.multi_query import parse_rewrites
 from langchain_fusion.search.fusion import weighted_rrf
-from tests.conftest import ANIMALS, HashingEmbeddings
-from tests.fake_chat_models import RatingModel, RunRecorder
+from tests.helpers.corpora import ANIMALS
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.fake_chat_models import RatingModel, RunRecorder
 
 NO_RETRY = RetryPolicy(max_attempts=1)
 
@@ -132,6 +140,24 @@ class TestFusion:
             assert len(ranks) == 3 and any(r is not None for r in ranks)
             assert keys.FUSION_SCORE in doc.metadata  # the wrapped retriever's provenance stays
         assert "2 different search queries" in llm.calls[0]  # n reached the prompt
+
+    def test_given_rewrites_are_searched_without_the_model(self, animal_index: FusionIndex) -> None:
+        llm = writer("1. parrots imitate speech\n2. dogs bark at the postman")
+        retriever = MultiQueryFusionRetriever.from_llm(animal_index.as_retriever(), llm, n=2, k=5, k_per_query=6)
+        asked = retriever.invoke("cat on the mat")
+        again = retriever.invoke("cat on the mat", rewrites=asked[0].metadata[keys.MULTI_QUERY_REWRITES])
+        assert len(llm.calls) == 1 and again == asked
+        with pytest.raises(InvalidParameterError, match="rewrites must be a list of at most 10 non-empty queries"):
+            retriever.invoke("cat", rewrites=["ok", " "])
+
+    def test_a_deeper_search_for_windows_reuses_the_rewrites(self) -> None:
+        from tests.test_context_window import _zebra_index
+
+        index = _zebra_index()
+        llm = writer("zebra grass")
+        inner = MultiQueryFusionRetriever.from_llm(FusionRetriever(index=index, alpha=0.0), llm, n=1, k=3)
+        passages = ContextWindowRetriever(retriever=inner, n=1).invoke("zebra")
+        assert len(passages) == 3 and len(llm.calls) == 1  # searched deeper, one rewrite call
 
     def test_the_original_query_weighs_most(self) -> None:
         a, b = Document(id="a", page_content="a"), Document(id="b", page_content="b")
@@ -287,7 +313,7 @@ class TestFailures:
         assert [d.id for d in await retriever.ainvoke("cat")] == original_only(animal_index, "cat")
 
     def test_a_rate_limit_is_retried(self, animal_index: FusionIndex) -> None:
-        from tests.fake_chat_models import flaky
+        from tests.helpers.fake_chat_models import flaky
 
         llm = RatingModel(rule=flaky(lambda prompt: "dogs", failures=1), structured=False)
         retry = RetryPolicy(max_attempts=2, initial_delay=0.0)

@@ -20,7 +20,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
-from tests.shared_vectors import model_service
+from tests.helpers.shared_vectors import model_service
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
@@ -77,13 +77,13 @@ def model_address() -> Iterator[str]:
 def share_model_vectors(ipython_dir: Path, folder: Path, address: str) -> None:
     """A startup file for the kernel: the bundled model's vectors come from this run's shared cache.
 
-    Each text of the sample is embedded by the real model once per run (tests/shared_vectors.py), not
+    Each text of the sample is embedded by the real model once per run (tests/helpers/shared_vectors.py), not
     once per notebook, and by the worker's model (``address``), so the kernels do not load torch. The
     file leaves no name behind in the notebook's namespace.
     """
     startup = ipython_dir / "profile_default" / "startup"
     startup.mkdir(parents=True)
-    module = Path(__file__).with_name("shared_vectors.py")
+    module = Path(__file__).parent / "helpers" / "shared_vectors.py"
     (startup / "00-shared-model-vectors.py").write_text(
         "import importlib.util as _util\n"
         f"_spec = _util.spec_from_file_location('tests_shared_vectors', {str(module)!r})\n"
@@ -126,7 +126,12 @@ def test_notebook_runs_offline(
         startup_timeout=HANG_GUARD,
         resources={"metadata": {"path": str(NOTEBOOKS_DIR)}},  # cwd: the notebooks use ../data
     )
-    client.execute()  # raises CellExecutionError, with the cell and the traceback, if a cell fails
+    try:
+        client.execute()  # raises CellExecutionError, with the cell and the traceback, if a cell fails
+    finally:  # the client stops a kernel only if it made the kernel manager itself
+        if client.kc is not None:
+            client.kc.stop_channels()
+        manager.shutdown_kernel(now=True)
     errors = [
         output
         for cell in notebook.cells

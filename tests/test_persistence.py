@@ -18,10 +18,11 @@ import pytest
 from langchain_core.documents import Document
 
 import langchain_fusion
-from langchain_fusion import Analyzer, BM25Params, FusionIndex
+from langchain_fusion import Analyzer, BM25Params, FusionIndex, __version__
 from langchain_fusion._version import library_version
 from langchain_fusion.errors import EmbeddingsMismatchError, FusionError, IndexFormatError
-from langchain_fusion.stores.local.store import FORMAT_NAME, FORMAT_VERSION
+from langchain_fusion.stores.local.snapshot_folder import FORMAT_NAME, FORMAT_VERSION
+from tests.helpers.corpora import hierarchical_animals
 
 QUERIES = [
     "cat",
@@ -497,7 +498,7 @@ class TestLoadErrors:
     ) -> None:
         import threading
 
-        import langchain_fusion.stores.local.store as store_module
+        import langchain_fusion.stores.local.snapshot_folder as store_module
 
         path = saved / "bm25" / "vocabulary.json"  # altered too: the interrupt is still what the caller gets
         path.write_bytes(b"{" + path.read_bytes()[1:])
@@ -584,12 +585,38 @@ class TestManifestChecksum:
         path.write_text(json.dumps(dict(reversed(manifest.items())), indent=7), encoding="utf-8")
         assert len(FusionIndex.load(saved, embeddings)) == 8
 
-    def test_a_manifest_saved_before_checksums_loads(self, animal_index: FusionIndex, saved: Path, embeddings) -> None:
+    @pytest.mark.parametrize("version", ["0.1.0", "0.2.0"])
+    def test_a_manifest_saved_before_checksums_loads(
+        self, animal_index: FusionIndex, saved: Path, embeddings, version: str
+    ) -> None:
         path = saved / "manifest.json"
         manifest = json.loads(path.read_text(encoding="utf-8"))
         del manifest["body_sha256"]
+        manifest["library_version"] = version  # the releases before every save carried one
         path.write_text(json.dumps(manifest, indent=2), encoding="utf-8")
         _assert_same_results(FusionIndex.load(saved, embeddings), animal_index, exact=True)
+
+    @pytest.mark.parametrize("version", [None, "0.3.0", "0.4.0", "1.0.0rc1", "not a version", 3])
+    def test_a_deleted_checksum_is_refused(self, saved: Path, embeddings, version: Any) -> None:
+        # Deleting the line made a manifest read as an older save: an edited k1 loaded silently.
+        path = saved / "manifest.json"
+        text = path.read_text(encoding="utf-8")
+        manifest = json.loads(text)
+        assert manifest["library_version"] == __version__
+        del manifest["body_sha256"]
+        manifest["bm25"]["params"]["k1"] = 0.3
+        if version is None:
+            del manifest["library_version"]
+        else:
+            manifest["library_version"] = version
+        path.write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+        with pytest.raises(
+            IndexFormatError,
+            match=r"manifest\.json has no body_sha256, which every save since "
+            r"langchain-fusion 0\.3\.0 carries: .*restore the saved manifest, or rebuild",
+        ) as e:
+            FusionIndex.load(saved, embeddings)
+        assert "\n" not in str(e.value)
 
     @pytest.mark.parametrize("value", [None, 5, "0" * 64])
     def test_a_damaged_checksum_is_refused(self, saved: Path, embeddings, value: Any) -> None:
@@ -602,9 +629,12 @@ class TestManifestChecksum:
     def test_an_edited_hierarchical_manifest_is_refused(self, tmp_path: Path, embeddings) -> None:
         from langchain_fusion import HierarchicalIndex
 
-        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        folder = hierarchical_animals(embeddings).save(tmp_path / "hier")
         _edit_manifest(folder, r'"summaries": 2', '"summaries": 3')
         with pytest.raises(IndexFormatError, match=r"hier/manifest\.json was edited after it was saved"):
+            HierarchicalIndex.load(folder, embeddings)
+        _edit_manifest(folder, r',\s*"body_sha256": "[0-9a-f]+"', "")
+        with pytest.raises(IndexFormatError, match=r"hier/manifest\.json has no body_sha256, which every save since"):
             HierarchicalIndex.load(folder, embeddings)
 
     @pytest.mark.parametrize(
@@ -623,6 +653,7 @@ class TestManifestChecksum:
         def without_checksum(manifest: dict[str, Any]) -> None:
             change(manifest)
             manifest.pop("body_sha256", None)
+            manifest["library_version"] = "0.2.0"  # as saved before checksums
 
         _rewrite_manifest(saved, without_checksum)
         with pytest.raises(IndexFormatError, match=rf"incomplete or invalid \(.*{message}") as caught:
@@ -672,7 +703,7 @@ class TestAtomicSave:
             changed.save(folder)
         monkeypatch.undo()
 
-        assert sorted(p.name for p in parent.iterdir()) == [".idx.lock", "idx"]  # only the save lock beside the index
+        assert sorted(p.name for p in parent.iterdir()) == ["idx"]  # nothing beside the index, not even a lock
         assert _snapshot(folder) == before
         old = FusionIndex.load(folder, embeddings)
         assert list(old.documents) == list(animal_index.documents)
@@ -686,7 +717,7 @@ class TestAtomicSave:
         _fail_writing_bm25(monkeypatch)
         with pytest.raises(RuntimeError, match="disk full"):
             animal_index.save(parent / "idx")
-        assert [p.name for p in parent.iterdir()] == [".idx.lock"]  # no index, no staging folder
+        assert [p.name for p in parent.iterdir()] == []  # no index, no staging folder, no lock
 
     def test_unserialisable_metadata_is_refused_when_added(self, tmp_path: Path, embeddings) -> None:
         index = FusionIndex.from_documents([Document(id="d0", page_content="dog")], embeddings)
@@ -707,7 +738,7 @@ class TestAtomicSave:
         folder = animal_index.save(tmp_path / "idx")
         smaller = FusionIndex.from_documents(animal_index.documents[:3], embeddings)
         assert smaller.save(folder) == folder
-        assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.lock", "idx"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
         assert [d.id for d in FusionIndex.load(folder, embeddings).documents] == [
             d.id for d in animal_index.documents[:3]
         ]
@@ -717,7 +748,7 @@ class TestAtomicSave:
         folder.mkdir()
         animal_index.save(folder)
         assert len(FusionIndex.load(folder, embeddings)) == 8
-        assert sorted(p.name for p in tmp_path.iterdir()) == [".idx.lock", "idx"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
 
     def test_refuses_to_overwrite_a_folder_that_is_not_an_index(
         self, animal_index: FusionIndex, tmp_path: Path
@@ -856,36 +887,6 @@ class TestTextFields:
             FusionIndex.load(saved, embeddings)
 
 
-def _hierarchical(embeddings) -> Any:
-    from langchain_fusion import HierarchicalIndex
-
-    chunks = FusionIndex.from_documents(
-        [
-            Document(id=f"c{i}", page_content=text, metadata={"source": "a.pdf", "page": 1 + i // 4, "chunk_index": i})
-            for i, text in enumerate(
-                [
-                    "The cat sat on the warm mat.",
-                    "Dogs bark at the postman.",
-                    "A cat and a dog are friends.",
-                    "Cats purr when content.",
-                    "Quantum physics describes waves.",
-                    "The stock market fell sharply.",
-                    "Parrots imitate human speech.",
-                    "Photosynthesis turns sunlight into energy.",
-                ]
-            )
-        ],
-        embeddings,
-    )
-    summaries = [
-        Document(id="s1", page_content="cats and dogs", metadata={"source": "a.pdf", "page": 1,
-                 "summary_chunk_ids": ["c0", "c1", "c2", "c3"], "summary_fallback": False}),
-        Document(id="s2", page_content="science, money and birds", metadata={"source": "a.pdf", "page": 2,
-                 "summary_chunk_ids": ["c4", "c5", "c6", "c7"], "summary_fallback": False}),
-    ]  # fmt: skip
-    return HierarchicalIndex.from_summaries(chunks, summaries)
-
-
 def _hierarchical_results(index: Any, query: str) -> list[tuple[str | None, dict[str, Any]]]:
     return [(d.id, d.metadata) for d in index.as_retriever(k=8, k_summaries=2).invoke(query)]
 
@@ -894,7 +895,7 @@ class TestHierarchicalPersistence:
     def test_round_trip(self, tmp_path: Path, embeddings) -> None:
         from langchain_fusion import HierarchicalIndex
 
-        original = _hierarchical(embeddings)
+        original = hierarchical_animals(embeddings)
         folder = original.save(tmp_path / "hier")
         assert folder == (tmp_path / "hier").absolute()
         assert sorted(p.name for p in folder.iterdir()) == ["chunks", "manifest.json", "summaries"]
@@ -916,7 +917,7 @@ class TestHierarchicalPersistence:
             assert _hierarchical_results(loaded, query) == _hierarchical_results(original, query)
 
     def test_manifest(self, tmp_path: Path, embeddings) -> None:
-        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        folder = hierarchical_animals(embeddings).save(tmp_path / "hier")
         manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
         assert manifest["format"] == "langchain-fusion-hierarchical-index"
         assert manifest["format_version"] == 2
@@ -932,7 +933,7 @@ class TestHierarchicalPersistence:
         # Saved alone (e.g. calibrated through --index H/chunks) a part would break the folder's checksums.
         from langchain_fusion import HierarchicalIndex
 
-        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        folder = hierarchical_animals(embeddings).save(tmp_path / "hier")
         before = (folder / part / "manifest.json").read_bytes()
         index = FusionIndex.load(folder / part, embeddings)
         with pytest.raises(FusionError, match=r"is part of the index with page summaries at .*hier: saved alone"):
@@ -945,7 +946,7 @@ class TestHierarchicalPersistence:
         from langchain_fusion import HierarchicalIndex
         from langchain_fusion.index.hierarchical import is_hierarchical
 
-        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        folder = hierarchical_animals(embeddings).save(tmp_path / "hier")
         plain = FusionIndex.from_documents(EXTRA_DOCS, embeddings).save(tmp_path / "plain")
         assert (is_hierarchical(folder), is_hierarchical(plain)) == (True, False)
         with pytest.raises(IndexFormatError):
@@ -961,14 +962,14 @@ class TestHierarchicalPersistence:
     def test_loading_a_hierarchical_folder_as_a_plain_index_names_the_right_loader(
         self, tmp_path: Path, embeddings
     ) -> None:
-        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        folder = hierarchical_animals(embeddings).save(tmp_path / "hier")
         with pytest.raises(IndexFormatError, match=r"is a hierarchical index .*HierarchicalIndex\.load"):
             FusionIndex.load(folder, embeddings)
 
     def test_altered_part_manifest(self, tmp_path: Path, embeddings) -> None:
         from langchain_fusion import HierarchicalIndex
 
-        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        folder = hierarchical_animals(embeddings).save(tmp_path / "hier")
         _rewrite_manifest(folder / "summaries", lambda m: m["counts"].update(documents=3))
         with pytest.raises(IndexFormatError, match=r"summaries/manifest\.json does not match its checksum"):
             HierarchicalIndex.load(folder, embeddings)
@@ -976,7 +977,7 @@ class TestHierarchicalPersistence:
     def test_altered_part_file(self, tmp_path: Path, embeddings) -> None:
         from langchain_fusion import HierarchicalIndex
 
-        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        folder = hierarchical_animals(embeddings).save(tmp_path / "hier")
         path = folder / "chunks" / "documents" / "texts.txt"
         path.write_bytes(path.read_bytes().replace(b"warm mat", b"Warm mat"))
         with pytest.raises(IndexFormatError, match=r"chunks/documents/texts\.txt does not match its checksum"):
@@ -995,7 +996,7 @@ class TestHierarchicalPersistence:
     def test_bad_manifest(self, tmp_path: Path, embeddings, change: Any, message: str) -> None:
         from langchain_fusion import HierarchicalIndex
 
-        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        folder = hierarchical_animals(embeddings).save(tmp_path / "hier")
         _rewrite_manifest(folder, change)
         with pytest.raises(IndexFormatError, match=message):
             HierarchicalIndex.load(folder, embeddings)
@@ -1005,7 +1006,7 @@ class TestHierarchicalPersistence:
 
         from langchain_fusion import HierarchicalIndex
 
-        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        folder = hierarchical_animals(embeddings).save(tmp_path / "hier")
         shutil.rmtree(folder / "summaries")
         with pytest.raises(IndexFormatError, match=r"summaries/manifest\.json is missing"):
             HierarchicalIndex.load(folder, embeddings)
@@ -1013,7 +1014,7 @@ class TestHierarchicalPersistence:
     def test_other_embeddings_are_refused(self, tmp_path: Path, embeddings) -> None:
         from langchain_fusion import HierarchicalIndex
 
-        folder = _hierarchical(embeddings).save(tmp_path / "hier")
+        folder = hierarchical_animals(embeddings).save(tmp_path / "hier")
         with pytest.raises(EmbeddingsMismatchError):
             HierarchicalIndex.load(folder, type(embeddings)(model="other"))
 
@@ -1021,7 +1022,7 @@ class TestHierarchicalPersistence:
         from langchain_fusion import HierarchicalIndex
 
         parent = tmp_path / "parent"
-        original = _hierarchical(embeddings)
+        original = hierarchical_animals(embeddings)
         folder = original.save(parent / "hier")
         before = _snapshot(folder)
 
@@ -1031,7 +1032,7 @@ class TestHierarchicalPersistence:
         with pytest.raises(RuntimeError, match="disk full"):
             original.save(parent / "new")
         monkeypatch.undo()
-        assert sorted(p.name for p in parent.iterdir()) == [".hier.lock", ".new.lock", "hier"]
+        assert sorted(p.name for p in parent.iterdir()) == ["hier"]
         assert _snapshot(folder) == before
         assert len(HierarchicalIndex.load(folder, embeddings).summaries) == 2
 
@@ -1039,7 +1040,7 @@ class TestHierarchicalPersistence:
         from langchain_fusion import HierarchicalIndex
 
         plain = FusionIndex.from_documents(EXTRA_DOCS, embeddings).save(tmp_path / "idx")
-        _hierarchical(embeddings).save(plain)
+        hierarchical_animals(embeddings).save(plain)
         assert len(HierarchicalIndex.load(plain, embeddings).chunks) == 8
         FusionIndex.from_documents(EXTRA_DOCS, embeddings).save(plain)  # and back
         assert len(FusionIndex.load(plain, embeddings)) == 3
@@ -1047,7 +1048,7 @@ class TestHierarchicalPersistence:
         notes.mkdir()
         (notes / "keep.txt").write_text("precious", encoding="utf-8")
         with pytest.raises(FusionError, match="refusing to overwrite"):
-            _hierarchical(embeddings).save(notes)
+            hierarchical_animals(embeddings).save(notes)
         assert [p.name for p in notes.iterdir()] == ["keep.txt"]
 
 

@@ -40,8 +40,10 @@ from langchain_fusion.search.options import (
     FusionOptions,
     request_annotation,
 )
-from tests.conftest import ANIMALS, LOOPBACK_URL, HashingEmbeddings
-from tests.fake_chat_models import RatingModel
+from tests.helpers.corpora import ANIMALS
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.fake_chat_models import RatingModel
+from tests.helpers.paths import LOOPBACK_URL
 
 EDGES: dict[str, tuple[list[Any], list[Any]]] = {
     # option: (values the check accepts, values it refuses)
@@ -50,6 +52,7 @@ EDGES: dict[str, tuple[list[Any], list[Any]]] = {
     "fetch_k": ([1, None], [0, 2.5]),
     "method": (list(FUSION_METHODS), ["max", 1]),
     "filter": ([None, {"source": "a.txt"}, {"page": [1, 2], "x": None}], [{"a": {"b": 1}}, [1], "a"]),
+    "tenant": ([None, "acme", "tenant 7"], ["", "  ", True, 1.5, ["acme"]]),
     "min_vector_score": ([-1.0, 0, 1.0, None], [-1.01, 1.01, float("inf")]),
     "min_bm25_score": ([0, 3.5, None], [-0.1, float("nan")]),
     "lambda_mult": ([0, 1, None], [-0.1, 1.1]),
@@ -105,6 +108,7 @@ class TestOptionSchema:
             assert FusionRetriever.model_fields[name].default == field.default
         expected = (
             *FusionOptions.model_fields,
+            "tenant",
             "filter",
             *DuplicateOptions.model_fields,
             *HierarchyOptions.model_fields,
@@ -378,12 +382,12 @@ class TestServedRequests:
     async def test_mcp_narrows_the_same_way(self, index: FusionIndex) -> None:
         pytest.importorskip("mcp")
         from langchain_fusion.mcp import INDEX_RESOURCE, build_mcp_server
-        from tests.test_mcp import _results, _search, connected
+        from tests.helpers.mcp import call_search, connected, results_of
 
         server = build_mcp_server(index, filter={"source": {"doc0.txt", "doc1.txt"}}, log_level="WARNING")
         async with connected(server) as session:
-            wide = _results(await _search(session, query="cat", filter={"source": "doc2.txt"}))
-            narrow = _results(await _search(session, query="cat", filter={"source": "doc1.txt"}, k=8))
+            wide = results_of(await call_search(session, query="cat", filter={"source": "doc2.txt"}))
+            narrow = results_of(await call_search(session, query="cat", filter={"source": "doc1.txt"}, k=8))
             info = json.loads((await session.read_resource(INDEX_RESOURCE)).contents[0].text)  # type: ignore[union-attr]
         assert wide.results == []
         assert {hit.source for hit in narrow.results} == {"doc1.txt"}
@@ -424,6 +428,7 @@ def test_rerank_k_is_the_number_of_candidates(index: FusionIndex, tmp_path: Path
             assert len(json.loads(out)) == count, flags
 
 
+@pytest.mark.subprocess
 def test_the_spec_is_import_light() -> None:
     import subprocess
     import sys

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import numpy as np
@@ -19,27 +18,8 @@ from langchain_fusion.search.relevance import (
     expected_calibration_error,
     fit_relevance,
 )
-from tests.conftest import HashingEmbeddings
-
-TOPICS = ["battery flood", "inverter rating", "solar panel", "wind turbine", "grid outage", "diesel backup"]
-FILLER = ["alpha", "beta", "gamma", "delta", "site", "team", "north", "south"]
-
-
-def report_corpus() -> tuple[list[str], list[str]]:
-    rng = random.Random(0)
-    texts, ids = [], []
-    for t, topic in enumerate(TOPICS):
-        for j in range(20):
-            texts.append(f"{topic} report {j} " + " ".join(rng.choice(FILLER) for _ in range(20)))
-            ids.append(f"{t}-{j}")
-    return texts, ids
-
-
-def report_dataset(step: int = 2) -> EvalDataset:
-    """Each query names one report (its topic and number): that report is the one relevant result."""
-    queries = {f"q{t}-{j}": f"{topic} report {j}" for t, topic in enumerate(TOPICS) for j in range(0, 20, step)}
-    qrels = {f"q{t}-{j}": {f"{t}-{j}": 1} for t, topic in enumerate(TOPICS) for j in range(0, 20, step)}
-    return EvalDataset(name="reports", queries=queries, qrels=qrels)
+from tests.helpers.corpora import report_corpus, report_dataset
+from tests.helpers.embeddings import HashingEmbeddings
 
 
 @pytest.fixture
@@ -256,7 +236,7 @@ class TestServed:
         from fastapi.testclient import TestClient
 
         from langchain_fusion.server import create_app
-        from tests.conftest import LOOPBACK_URL
+        from tests.helpers.paths import LOOPBACK_URL
 
         client = TestClient(create_app(index, k=5), base_url=LOOPBACK_URL)
         body = {"input": "wind turbine report 9", "config": {"configurable": {"min_relevance": min_relevance}}}

@@ -32,8 +32,8 @@ from langchain_fusion import (
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import ProviderError
 from langchain_fusion.retrievers.rerank_answers import RatingError, RelevanceRating, parse_ranking, parse_rating
-from tests.conftest import HashingEmbeddings
-from tests.fake_chat_models import HANG_GUARD, Gate, RatingModel, RunRecorder, keyword_rule
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.fake_chat_models import HANG_GUARD, Gate, RatingModel, RunRecorder, keyword_rule
 
 
 def candidates(*words: str, scores: list[float] | None = None) -> list[Document]:
@@ -181,6 +181,19 @@ class TestLLMReranker:
             LLMReranker(llm=RatingModel(rule=lambda d: error), top_n=None).rerank(docs, "q")
         assert "\n" not in str(caught.value)
         assert caplog.records == []  # no warning per candidate
+
+    @pytest.mark.parametrize("error", [ValueError("down"), ConnectionError("connection refused")])
+    def test_a_rerank_that_must_rate_fails_when_none_is_rated(self, error: Exception) -> None:
+        docs = candidates("alpha", "beta", "gamma")
+        reranker = LLMReranker(llm=RatingModel(rule=lambda d: error), top_n=2, require_a_rating=True)
+        with pytest.raises(
+            ProviderError, match=r"^rerank failed: no candidate could be rated: candidates 1, 2, 3 \("
+        ) as e:
+            reranker.rerank(docs, "q")
+        assert "\n" not in str(e.value)
+        partly = LLMReranker(llm=RatingModel(rule=keyword_rule({"beta": 7}, default=error)), require_a_rating=True)
+        ratings = [d.metadata[keys.RERANK_RATING] for d in partly.rerank(docs, "q")]
+        assert ratings == [None, 7, None]  # one rating is a rerank: the others keep their fusion places
 
     def test_all_failures_keep_the_fusion_order(self) -> None:
         docs = candidates("alpha", "beta", "gamma")
@@ -375,6 +388,12 @@ class TestLLMListwiseReranker:
         assert words_of(result) == ["alpha", "beta"]
         assert "no ranking (RuntimeError: boom)" in caplog.text
 
+    def test_a_rerank_that_must_rank_fails_without_a_ranking(self) -> None:
+        model = RatingModel(rule=lambda prompt: ConnectionError("connection refused"))
+        reranker = LLMListwiseReranker(llm=model, top_n=2, require_a_rating=True)
+        with pytest.raises(ProviderError, match=r"^rerank failed: no ranking: ConnectionError: connection refused$"):
+            reranker.rerank(candidates("alpha", "beta", "gamma"), "q")
+
     def test_a_refused_key_fails_the_rerank(self) -> None:
         model = RatingModel(rule=lambda prompt: HttpError(403))
         with pytest.raises(ProviderError, match=r"^rerank failed: HttpError: HTTP 403$"):
@@ -505,7 +524,7 @@ class TestRetries:
         return RetryPolicy(sleep=lambda seconds: None, asleep=_no_wait, seed=1, **options)
 
     def test_a_rate_limit_is_retried(self) -> None:
-        from tests.fake_chat_models import flaky
+        from tests.helpers.fake_chat_models import flaky
 
         model = RatingModel(rule=flaky(keyword_rule({"alpha": 2, "beta": 9}), failures=1))
         result = LLMReranker(llm=model, top_n=None, retry=self.policy()).rerank(candidates("alpha", "beta"), "q")
@@ -513,7 +532,7 @@ class TestRetries:
         assert [d.metadata[keys.RERANK_RATING] for d in result] == [9, 2]
 
     async def test_a_rate_limit_is_retried_async(self) -> None:
-        from tests.fake_chat_models import flaky
+        from tests.helpers.fake_chat_models import flaky
 
         model = RatingModel(rule=flaky(keyword_rule({"alpha": 2, "beta": 9}), failures=1))
         reranker = LLMReranker(llm=model, top_n=None, retry=self.policy())
@@ -521,7 +540,7 @@ class TestRetries:
         assert [d.metadata[keys.RERANK_RATING] for d in result] == [9, 2]
 
     def test_after_the_last_try_the_fusion_order_stays(self, caplog: pytest.LogCaptureFixture) -> None:
-        from tests.fake_chat_models import flaky
+        from tests.helpers.fake_chat_models import flaky
 
         model = RatingModel(rule=flaky(keyword_rule({"alpha": 2, "beta": 9}), failures=5))
         reranker = LLMReranker(llm=model, top_n=None, retry=self.policy(max_attempts=3))

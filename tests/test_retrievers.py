@@ -11,7 +11,7 @@ from langchain_core.runnables import ConfigurableField, RunnableLambda
 from langchain_fusion import BM25Retriever, FusionIndex, FusionRetriever, VectorRetriever
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import FusionError, InvalidParameterError
-from tests.conftest import HashingEmbeddings
+from tests.helpers.embeddings import HashingEmbeddings
 
 RETRIEVERS = [VectorRetriever, BM25Retriever, FusionRetriever]
 
@@ -211,3 +211,29 @@ class TestInChains:
         result = chain.invoke("cat", config={"callbacks": [Recorder()]})
         assert len(result) == 2
         assert events == ["start:cat", "end:2"]
+
+
+class TestLangChainHabits:
+    """What LangChain users do with retrievers works, or says clearly why not."""
+
+    def test_a_retriever_pickles_and_deep_copies(self) -> None:
+        import pickle
+
+        index = FusionIndex.from_documents(
+            [Document(id=f"d{i}", page_content=f"w{i} w{i + 1} shared", metadata={"n": i}) for i in range(30)],
+            HashingEmbeddings(),
+        )
+        retriever = index.as_retriever(k=4, alpha=0.3)
+        expected = [(d.id, d.metadata[keys.FUSION_SCORE]) for d in retriever.invoke("w3 w4 shared")]
+        for again in (pickle.loads(pickle.dumps(retriever)), copy.deepcopy(retriever)):
+            assert [(d.id, d.metadata[keys.FUSION_SCORE]) for d in again.invoke("w3 w4 shared")] == expected
+            again.index.add_documents([Document(id="new", page_content="w3 w4 shared w3")])  # each copy is its own
+            assert again.invoke("w3 w4 shared")[0].id == "new"
+        assert [d.id for d in retriever.invoke("w3 w4 shared")] == [i for i, _ in expected]
+
+    def test_search_kwargs_and_keywords_that_disagree_are_refused(self) -> None:
+        index = FusionIndex.from_documents([Document(page_content="w1 w2")], HashingEmbeddings())
+        with pytest.raises(InvalidParameterError, match=r"k is given twice.*k=3 and search_kwargs=\{'k': 2\}"):
+            index.as_retriever(k=3, search_kwargs={"k": 2})
+        assert index.as_retriever(k=3, search_kwargs={"k": 3, "alpha": 0.2}).k == 3  # the same value twice is fine
+        assert index.as_retriever(search_kwargs={"k": 2}, alpha=0.4).alpha == 0.4

@@ -19,8 +19,9 @@ from langchain_fusion import metadata as keys
 from langchain_fusion.cli.app import main
 from langchain_fusion.evaluation import SIDES, EvalDataset, Report, evaluate_sides, load_labelled
 from langchain_fusion.ingest.loading import load_files
-from tests.conftest import DATA, REPO, SAMPLE_QUERIES, CliRun
-from tests.shared_vectors import each_text_embedded_once
+from tests.helpers.cli import CliRun
+from tests.helpers.paths import DATA, REPO, SAMPLE_QUERIES
+from tests.helpers.shared_vectors import each_text_embedded_once
 
 KINDS = ("keyword", "paraphrase", "mixed")
 METRICS = ("ndcg@10", "recall@10", "mrr@10")

@@ -11,7 +11,7 @@ from langchain_fusion.evaluation import EvalDataset, sweep_alpha
 from langchain_fusion.models.embeddings import CachedEmbeddings, LocalEmbeddings
 from langchain_fusion.models.scripts import declared_scripts, reads
 from langchain_fusion.search.fusion import fuse_pool
-from tests.conftest import EnglishOnlyEmbeddings, HashingEmbeddings
+from tests.helpers.embeddings import EnglishOnlyEmbeddings, HashingEmbeddings
 from tests.store_contract import CJK, corpus
 
 LATIN = frozenset({"Latin"})
@@ -51,6 +51,17 @@ class TestFusePool:
             order = pool.order(20)
             assert np.all(np.diff(pool.bm25_normalized[order]) <= 0), method
 
+    @pytest.mark.parametrize("method", ["weighted", "zscore", "rrf"])
+    @pytest.mark.parametrize("alpha", [0.0, 0.3, 0.5, 0.9])
+    def test_a_side_with_no_weight_does_not_halve_the_scale(self, method: str, alpha: float) -> None:
+        # The BM25 side has all the weight: the fused score is its normalised score, on the full scale.
+        rng = np.random.default_rng(5)
+        vector, bm25 = rng.random(40), np.where(rng.random(40) < 0.3, 0.0, rng.random(40) * 5)
+        pool = fuse_pool(vector, bm25, alpha, method, vector_evidence=False)  # type: ignore[arg-type]
+        bm25_only = fuse_pool(vector, bm25, 0.0, method)  # type: ignore[arg-type]
+        assert pool.fused.tolist() == pool.bm25_normalized.tolist() == bm25_only.fused.tolist()
+        assert pool.order(40).tolist() == bm25_only.order(40).tolist()
+
     def test_vector_only_keeps_its_ranking(self) -> None:
         rng = np.random.default_rng(4)
         vector, bm25 = rng.random(30), rng.random(30)
@@ -77,6 +88,9 @@ class TestRetrievers:
         assert len(bm25) == 8
         assert [d.id for d in fused] == [d.id for d in bm25]
         assert {d.metadata["vector_score_normalized"] for d in fused} == {0.0}
+        # A side with no weight does not halve the scale: the best BM25 hit is a perfect fused score.
+        assert fused[0].metadata["fusion_score"] == 1.0
+        assert [d.metadata["fusion_score"] for d in fused] == [d.metadata["bm25_score_normalized"] for d in fused]
         # Vector only is still the vector ranking.
         assert [d.id for d in FusionRetriever(index=cjk_index, k=8, alpha=1.0).invoke(query)] == [
             d.id for d in VectorRetriever(index=cjk_index, k=8).invoke(query)

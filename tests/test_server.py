@@ -44,8 +44,10 @@ from langchain_fusion.server import (
     url_of,
 )
 from langchain_fusion.stores.local.store import LocalStore
-from tests.conftest import ANIMALS, LOOPBACK_URL, HashingEmbeddings
-from tests.test_cli import _assert_one_line_error, _run
+from tests.helpers.cli import assert_one_line_error, run_cli
+from tests.helpers.corpora import ANIMALS
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.paths import LOOPBACK_URL
 
 ANSWER = "Cats purr when they are content [1]."
 ERROR_PREFIX = "langchain-fusion: error: "
@@ -628,6 +630,18 @@ class TestProviderFailures:
         assert "Traceback" not in caplog.text
         assert "POST /rag/stream: the chat model failed: PermissionError: Incorrect API key provided" in caplog.text
 
+    def test_a_rerank_that_rated_nothing_answers_502(self, index: FusionIndex) -> None:
+        from tests.helpers.fake_chat_models import RatingModel
+
+        model = RatingModel(rule=lambda text: ConnectionError("connection refused"))
+        app = create_app(index, llm=model, reranker="llm", rerank_candidates=4)
+        with TestClient(app, raise_server_exceptions=False, base_url=LOOPBACK_URL) as client:
+            response = client.post("/retriever/invoke", json={"input": "cat"})
+        assert response.status_code == 502
+        assert response.json()["detail"].startswith(
+            "rerank failed: no candidate could be rated: candidates 1, 2, 3, 4 ("
+        )
+
     @pytest.mark.parametrize("timeout", [0, -1.0, True, "5"])
     def test_a_bad_llm_timeout_is_refused(self, index: FusionIndex, timeout: Any) -> None:
         with pytest.raises(InvalidParameterError, match="timeout"):
@@ -754,8 +768,23 @@ class TestPipeline:
                 "window": None,
             }
 
+    def test_windows_fill_the_requested_k(self) -> None:
+        # The best hits are adjacent chunks of one source: their windows merge, and the search goes deeper.
+        docs, start = [], 0
+        for i in range(12):
+            text = f"part {i} " + ("zebra " * 3 if i in (4, 5, 6) else "zebra " if i in (0, 10) else "") + "grass."
+            meta = {keys.SOURCE: "a.txt", keys.CHUNK_INDEX: i, keys.START_INDEX: start}
+            docs.append(Document(id=f"a-{i}", page_content=text, metadata=meta))
+            start += len(text) + 1
+        app = create_app(FusionIndex.from_documents(docs, HashingEmbeddings()), llm=fake_llm(), window=1, alpha=0.0)
+        with TestClient(app, base_url=LOOPBACK_URL) as client:
+            body = {"input": "zebra", "config": {"configurable": {"k": 3}}}
+            passages = _as_docs(client.post("/retriever/invoke", json=body).json()["output"])
+        assert [d.id for d in passages] == ["a-4", "a-0", "a-10"]
+        assert passages[0].metadata[keys.WINDOW_HITS] == [4, 5, 6]
+
     def test_llm_rerank_and_multi_query(self, index: FusionIndex) -> None:
-        from tests.fake_chat_models import RatingModel
+        from tests.helpers.fake_chat_models import RatingModel
 
         def rule(prompt: str) -> Any:
             if "search queries" in prompt:
@@ -798,7 +827,11 @@ class TestPipeline:
         ("options", "message"),
         [
             ({"reranker": "cohere"}, "rerank must be 'llm'"),
-            ({"reranker": "cross-encoder:./no-such-model"}, "does not exist"),
+            pytest.param(
+                {"reranker": "cross-encoder:./no-such-model"},
+                "does not exist",
+                marks=pytest.mark.slow,  # looking for a cross-encoder imports sentence-transformers (torch) first
+            ),
             ({"reranker": 42}, "rerank must be 'llm'"),
             ({"reranker": "llm", "rerank_candidates": 0}, "rerank_candidates"),
             ({"reranker": "llm", "rerank_candidates": True}, "rerank_candidates"),
@@ -816,11 +849,12 @@ class TestPipeline:
         with pytest.raises(InvalidParameterError, match=r"needs a chat model.*OPENAI_API_KEY"):
             create_app(index, **options)
 
+    @pytest.mark.slow  # looking for a cross-encoder imports sentence-transformers (torch) first
     def test_serve_command_errors(self, saved: Path, no_openai_key: None) -> None:
-        status, out, err = _run(["serve", str(saved), "--port", "0", "--rerank", "cross-encoder:./no-such-model"])
-        _assert_one_line_error(status, out, err, "cross-encoder folder './no-such-model' does not exist")
-        status, out, err = _run(["serve", str(saved), "--port", "0", "--multi-query", "2"])
-        _assert_one_line_error(status, out, err, "multi_query needs a chat model")
+        status, out, err = run_cli(["serve", str(saved), "--port", "0", "--rerank", "cross-encoder:./no-such-model"])
+        assert_one_line_error(status, out, err, "cross-encoder folder './no-such-model' does not exist")
+        status, out, err = run_cli(["serve", str(saved), "--port", "0", "--multi-query", "2"])
+        assert_one_line_error(status, out, err, "multi_query needs a chat model")
 
 
 class TestHierarchicalFolder:
@@ -1005,7 +1039,7 @@ class TestServeCommand:
         assert config.timeout_graceful_shutdown == server.SHUTDOWN_GRACE_SECONDS == 10
 
     def test_missing_folder(self, tmp_path: Path) -> None:
-        _assert_one_line_error(*_run(["serve", str(tmp_path / "ghost"), "--port", "0"]), "is not a folder")
+        assert_one_line_error(*run_cli(["serve", str(tmp_path / "ghost"), "--port", "0"]), "is not a folder")
 
     def test_bad_port(self, capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit) as exit_info:
@@ -1014,8 +1048,8 @@ class TestServeCommand:
         assert "expected a TCP port from 0 to 65535" in capsys.readouterr().err
 
     def test_k_above_max_k(self, saved: Path) -> None:
-        _assert_one_line_error(
-            *_run(["serve", str(saved), "-k", "20", "--max-k", "10"]), "k (20) must be at most max_k (10)"
+        assert_one_line_error(
+            *run_cli(["serve", str(saved), "-k", "20", "--max-k", "10"]), "k (20) must be at most max_k (10)"
         )
 
     def test_port_in_use_fails_before_loading(self, tmp_path: Path) -> None:
@@ -1023,23 +1057,23 @@ class TestServeCommand:
             taken.bind(("127.0.0.1", 0))
             taken.listen()
             port = taken.getsockname()[1]
-            status, out, err = _run(["serve", str(tmp_path / "ghost"), "--port", str(port)])
-        _assert_one_line_error(status, out, err, f"cannot listen on 127.0.0.1:{port}")
+            status, out, err = run_cli(["serve", str(tmp_path / "ghost"), "--port", str(port)])
+        assert_one_line_error(status, out, err, f"cannot listen on 127.0.0.1:{port}")
 
     def test_explicit_chat_model_that_cannot_be_built(self, saved: Path, no_openai_key: None) -> None:
-        status, out, err = _run(["serve", str(saved), "--port", "0", "--llm", "openai:gpt-4.1"])
-        _assert_one_line_error(status, out, err, "OPENAI_API_KEY is not set")
+        status, out, err = run_cli(["serve", str(saved), "--port", "0", "--llm", "openai:gpt-4.1"])
+        assert_one_line_error(status, out, err, "OPENAI_API_KEY is not set")
 
     def test_index_that_cannot_be_reopened_by_name(self, saved: Path) -> None:
         # The hashing embeddings of the tests cannot be recreated from the manifest.
-        _assert_one_line_error(*_run(["serve", str(saved), "--port", "0"]), "cannot be recreated by name")
+        assert_one_line_error(*run_cli(["serve", str(saved), "--port", "0"]), "cannot be recreated by name")
 
     def test_without_the_server_extra(self, saved: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(sys.modules, "langserve", None)  # as if LangServe were not installed
         monkeypatch.delitem(sys.modules, "langchain_fusion.server")
         monkeypatch.delattr("langchain_fusion.server")
-        status, out, err = _run(["serve", str(saved)])
-        _assert_one_line_error(
+        status, out, err = run_cli(["serve", str(saved)])
+        assert_one_line_error(
             status, out, err, "needs the 'server' extra (langserve is missing)", "langchain-fusion[server]"
         )
 
@@ -1060,6 +1094,7 @@ class TestServeCommand:
 
 
 @pytest.mark.local_model
+@pytest.mark.subprocess
 @pytest.mark.usefixtures("loopback_only")
 def test_serve_command_round_trip(handbook_index: Path, tmp_path: Path) -> None:
     """``langchain-fusion serve`` in a subprocess on a free port: start-up lines, /health, a query, Ctrl-C."""
@@ -1107,6 +1142,8 @@ def test_serve_command_round_trip(handbook_index: Path, tmp_path: Path) -> None:
             process.kill()
             process.wait(timeout=10)
         reader.join(timeout=60)  # the pipe closes when the process exits; a loaded machine may take a while to drain it
+        if process.stderr is not None:
+            process.stderr.close()  # our end of the pipe
     while not lines.empty():
         seen.append(lines.get())
     assert process.returncode == 0, seen

@@ -16,7 +16,10 @@ from langchain_fusion import FusionIndex, HierarchicalIndex
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.server import create_app
-from tests.conftest import ANIMALS, BAD_SELECTION_OPTIONS, LOOPBACK_URL, HashingEmbeddings
+from tests.helpers.corpora import ANIMALS
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.options import BAD_SELECTION_OPTIONS
+from tests.helpers.paths import LOOPBACK_URL
 
 OPTIONS = {"min_vector_score": 0.2, "min_bm25_score": 1.0, "lambda_mult": 0.6, "max_per_source": 1}
 
@@ -68,7 +71,7 @@ def test_unset_options_are_not_in_the_defaults(index: FusionIndex) -> None:
 
 def test_multi_query_caps_the_fused_results(index: FusionIndex) -> None:
     from langchain_fusion import MultiQueryFusionRetriever
-    from tests.fake_chat_models import RatingModel
+    from tests.helpers.fake_chat_models import RatingModel
 
     rewrites = "photosynthesis\nsunlight energy\nchemical energy from sunlight"  # doc1's other chunk, thrice
     model = RatingModel(rule=lambda prompt: rewrites, structured=False)

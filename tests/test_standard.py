@@ -10,7 +10,8 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
 from langchain_fusion import BM25Retriever, FusionIndex, FusionRetriever, VectorRetriever, VectorStoreFusionRetriever
-from tests.conftest import ANIMALS, HashingEmbeddings
+from tests.helpers.corpora import ANIMALS
+from tests.helpers.embeddings import HashingEmbeddings
 
 
 @lru_cache(maxsize=1)

@@ -24,7 +24,7 @@ from langchain_fusion import (
 )
 from langchain_fusion import metadata as keys
 from langchain_fusion.stores.base import FusionStore
-from tests.conftest import FAKE_ID, HashingEmbeddings
+from tests.helpers.embeddings import FAKE_ID, HashingEmbeddings
 from tests.store_contract import CJK, Reference, StoreContract, corpus, results
 
 pytest.importorskip("pymilvus")
@@ -570,8 +570,53 @@ class TestMilvusOperations:
         assert len(FusionIndex(HashingEmbeddings(), store=MilvusStore(milvus_uri, name))) == 10
 
 
+class TestCollectionCreation:
+    """New collections are created, indexed and loaded without pymilvus's half-second polls, or not at all."""
+
+    def test_a_new_collection_is_indexed_and_loaded_at_once(self, milvus_uri: str) -> None:
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        store = MilvusStore(milvus_uri, f"c{uuid.uuid4().hex[:12]}")
+        calls: list[str] = []
+        real = store.client
+
+        class Recorded:
+            def __getattr__(self, method: str) -> Any:
+                calls.append(method)
+                return getattr(real, method)
+
+        store.client = Recorded()
+        FusionIndex.from_documents(corpus(3, 5), HashingEmbeddings(), store=store)
+        assert calls.index("create_collection") < calls.index("create_index") < calls.index("load_collection")
+        assert store.call("describe_index", collection_name=store.collection_name, index_name="vector")["state"] == (
+            "Finished"
+        )
+
+    @pytest.mark.parametrize("failing", ["create_index", "load_collection", "failed index"])
+    def test_a_collection_whose_indexes_or_load_fail_is_dropped(self, failing: str) -> None:
+        from langchain_fusion.stores.milvus.schema import create_loaded_collection
+
+        calls: list[str] = []
+
+        def call(method: str, **kwargs: Any) -> Any:
+            calls.append(method)
+            if method == failing:
+                raise FusionError(f"{method} failed")
+            if method == "describe_index":
+                return {
+                    "state": "Failed" if failing == "failed index" else "Finished",
+                    "index_state_fail_reason": "no disk",
+                }
+            return None
+
+        index = [type("Param", (), {"index_name": "", "field_name": "vector"})()]
+        with pytest.raises(FusionError, match=r"failed|no disk"):
+            create_loaded_collection(call, "docs", object(), index, timeout=5)
+        assert calls[0] == "create_collection" and calls[-1] == "drop_collection"
+
+
 class TestMilvusReconnects:
-    """A dropped channel is reconnected once; a call is repeated only when repeating it is harmless."""
+    """A dropped channel is reconnected (waiting for a slow restart); a call is repeated only when that is harmless."""
 
     @pytest.fixture
     def lite(self, tmp_path: Path) -> str:
@@ -594,6 +639,145 @@ class TestMilvusReconnects:
         assert any("dropped" in r.getMessage() and "reconnecting" in r.getMessage() for r in caplog.records)
         index.add_texts(["w1 w2 w3 again"], ids=["new"])  # writes go on over the new connection
         assert len(index) == 21
+
+    def test_a_restarted_server_slow_to_come_up_is_waited_for(
+        self, lite: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        # As on a loaded machine: the new server process opens its socket seconds after it is started.
+        from milvus_lite import server as lite_server
+        from milvus_lite.server_manager import server_manager_instance
+
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        index = FusionIndex.from_documents(corpus(9, 20), HashingEmbeddings(), store=MilvusStore(lite, "docs"))
+        expected = [d.id for d in index.as_retriever(k=3).invoke("w1 w2")]
+        server_manager_instance.release_server(lite)
+        real = lite_server.Server.args
+        slow = ["sh", "-c", 'sleep 2; exec "$0" "$@"']
+        monkeypatch.setattr(lite_server.Server, "args", property(lambda server: [*slow, *map(str, real.fget(server))]))
+        with caplog.at_level("INFO", logger="langchain_fusion.stores.milvus"):
+            assert [d.id for d in index.as_retriever(k=3).invoke("w1 w2")] == expected
+        assert any("reconnected" in r.getMessage() for r in caplog.records)
+
+    def test_a_side_searched_meanwhile_on_the_old_client_is_repeated(
+        self, lite: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # What failed `make test` under load: the two sides search at once; one sees the drop and reconnects,
+        # closing the old client, while the other's call on it ends "should create connection first".
+        from pymilvus.exceptions import MilvusException
+
+        from langchain_fusion.stores.milvus import MilvusStore
+        from langchain_fusion.stores.milvus.connection import MilvusConnection
+
+        store = MilvusStore(lite, "docs")
+        index = FusionIndex.from_documents(corpus(9, 20), HashingEmbeddings(), store=store)
+        expected = [d.id for d in index.as_retriever(k=3).invoke("w1 w2")]
+        real_new, old = MilvusConnection._new_client, store.client
+        both_searching, reconnecting = threading.Barrier(2, timeout=120), threading.Event()
+        arrived: list[str] = []
+        order = threading.Lock()
+
+        def reconnect(connection: MilvusConnection, timeout: float) -> Any:
+            reconnecting.set()
+            return real_new(connection, timeout)
+
+        class OldClient:
+            def __getattr__(self, method: str) -> Any:
+                if method != "search":
+                    return getattr(old, method)
+
+                def search(**kwargs: Any) -> Any:
+                    both_searching.wait()  # each side holds this client now
+                    with order:
+                        first = not arrived
+                        arrived.append("search")
+                    if first:
+                        raise MilvusException(code=2, message="Fail connecting to server on unix:/gone.sock")
+                    assert reconnecting.wait(120)
+                    raise MilvusException(message="should create connection first")  # closed by the reconnect
+
+                return search
+
+            def close(self) -> None:
+                pass
+
+        monkeypatch.setattr(MilvusConnection, "_new_client", reconnect)
+        store.client = OldClient()
+        assert [d.id for d in index.as_retriever(k=3).invoke("w1 w2")] == expected
+        assert arrived == ["search", "search"] and not isinstance(store.client, OldClient)
+
+    def test_reconnects_back_off_until_the_calls_timeout(self, lite: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        from pymilvus.exceptions import MilvusException
+
+        from langchain_fusion.stores.milvus import MilvusStore
+        from langchain_fusion.stores.milvus.connection import MilvusConnection
+
+        store = MilvusStore(lite, "docs")
+        index = FusionIndex.from_documents(corpus(9, 12), HashingEmbeddings(), store=store)
+        expected = [d.id for d in index.as_retriever(k=3).invoke("w1 w2")]
+        real_new, real_client, attempts, pauses = MilvusConnection._new_client, store.client, [], []
+        refusals = iter(range(3))  # the server refuses three connections, then answers
+
+        def comes_up_late(connection: MilvusConnection, timeout: float) -> Any:
+            attempts.append(timeout)
+            if next(refusals, None) is not None:
+                raise MilvusException(code=2, message="Fail connecting to server on unix:/gone.sock")
+            return real_new(connection, timeout)
+
+        class Drops:
+            def __getattr__(self, method: str) -> Any:
+                if method == "search":
+                    raise MilvusException(code=2, message="Fail connecting to server on unix:/gone.sock")
+                return getattr(real_client, method)
+
+            def close(self) -> None:
+                pass
+
+        monkeypatch.setattr(MilvusConnection, "_new_client", comes_up_late)
+        monkeypatch.setattr("langchain_fusion.stores.milvus.connection.sleep", pauses.append)
+        store.client = Drops()
+        assert [d.id for d in index.as_retriever(k=3).invoke("w1 w2")] == expected
+        assert len(attempts) == 4 and len(pauses) == 3
+        assert pauses == sorted(pauses) and pauses[0] < pauses[-1]  # backing off
+        assert all(0 < t <= store.connect_timeout for t in attempts)
+
+    def test_a_server_that_stays_away_fails_the_call_and_the_next_call_reconnects(
+        self, lite: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from pymilvus.exceptions import MilvusException
+
+        from langchain_fusion.stores.milvus import MilvusStore
+        from langchain_fusion.stores.milvus.connection import MilvusConnection
+
+        store = MilvusStore(lite, "docs", timeout=30)
+        index = FusionIndex.from_documents(corpus(9, 12), HashingEmbeddings(), store=store)
+        expected = [d.id for d in index.as_retriever(k=3).invoke("w1 w2")]
+        real_new, real_client = MilvusConnection._new_client, store.client
+        clock = [0.0]  # a clock that moves only when the reconnect pauses: no wall-clock time in the test
+        monkeypatch.setattr("langchain_fusion.stores.milvus.connection.monotonic", lambda: clock[0])
+        monkeypatch.setattr(
+            "langchain_fusion.stores.milvus.connection.sleep", lambda s: clock.__setitem__(0, clock[0] + s)
+        )
+
+        def away(connection: MilvusConnection, timeout: float) -> Any:
+            raise MilvusException(code=2, message="Fail connecting to server on unix:/gone.sock")
+
+        class Drops:
+            def __getattr__(self, method: str) -> Any:
+                if method == "search":
+                    raise MilvusException(code=2, message="Fail connecting to server on unix:/gone.sock")
+                return getattr(real_client, method)
+
+            def close(self) -> None:
+                pass
+
+        monkeypatch.setattr(MilvusConnection, "_new_client", away)
+        store.client = Drops()
+        with pytest.raises(FusionError, match=r"cannot reach it again within the 30 s timeout") as failed:
+            index.as_retriever(k=3).invoke("w1 w2")
+        assert "\n" not in str(failed.value) and clock[0] >= 30
+        monkeypatch.setattr(MilvusConnection, "_new_client", real_new)  # the server is back
+        assert [d.id for d in index.as_retriever(k=3).invoke("w1 w2")] == expected
 
     def test_a_call_that_is_not_repeatable_is_not_repeated_and_says_so(self, lite: str) -> None:
         from pymilvus.exceptions import MilvusException
@@ -634,6 +818,74 @@ class TestMilvusReconnects:
             hurried.as_retriever(k=3).invoke("w1 w2")
         with pytest.raises(InvalidParameterError, match="timeout must be a positive number of seconds"):
             MilvusStore(milvus_uri, name, timeout=0)
+
+
+QUIET_RUN = """
+import sys
+sys.path.insert(0, {repo!r})
+from langchain_fusion import FusionIndex
+from langchain_fusion.stores.milvus import MilvusStore
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.store_contract import corpus
+index = FusionIndex.from_documents(corpus(9, 20), HashingEmbeddings(), store=MilvusStore({uri!r}, "docs"))
+print([d.id for d in index.as_retriever(k=3).invoke("w1 w2")])
+"""
+
+
+class TestMilvusLiteIsQuiet:
+    """A successful Milvus Lite run prints nothing on stderr, so that errors look like errors."""
+
+    @pytest.fixture
+    def lite(self, tmp_path: Path) -> str:
+        if os.environ.get("MILVUS_URI"):
+            pytest.skip("about Milvus Lite")
+        return str(tmp_path / "quiet.db")
+
+    def test_no_warning_lines_on_a_successful_run(self, lite: str, tmp_path: Path) -> None:
+        import subprocess
+        import sys
+
+        from tests.helpers.paths import REPO
+
+        script = tmp_path / "run.py"
+        script.write_text(QUIET_RUN.format(repo=str(REPO), uri=lite), encoding="utf-8")
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=REPO, timeout=240)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("[") and done.stderr == ""
+
+    def test_an_idle_lite_connection_sends_no_keepalive_pings(self, lite: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        # Milvus Lite's gRPC server allows a ping every 5 minutes without data; pymilvus pings every 10 s,
+        # so an idle run was answered with GOAWAY too_many_pings (an error line on stderr).
+        import grpc
+
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        channels: list[dict[str, Any]] = []
+        real = grpc.insecure_channel
+
+        def recorded(target: str, options: Any = None, *args: Any, **kwargs: Any) -> Any:
+            channels.append(dict(options or []))
+            return real(target, options, *args, **kwargs)
+
+        monkeypatch.setattr(grpc, "insecure_channel", recorded)
+        MilvusStore(lite, "docs").close()
+        assert channels
+        for options in channels:
+            assert options["grpc.keepalive_permit_without_calls"] is False
+            assert options["grpc.keepalive_time_ms"] >= 5 * 60 * 1000
+
+
+class TestMilvusPickle:
+    def test_a_milvus_store_cannot_be_pickled_and_says_what_to_do(self, milvus_uri: str) -> None:
+        import copy
+        import pickle
+
+        from langchain_fusion.stores.milvus import MilvusStore
+
+        index = FusionIndex(HashingEmbeddings(), store=MilvusStore(milvus_uri, f"p{uuid.uuid4().hex[:12]}"))
+        for attempt in (pickle.dumps, copy.deepcopy):
+            with pytest.raises(FusionError, match=r"holds a connection.*open it again .* MilvusStore\("):
+                attempt(index.as_retriever())
 
 
 class TestMilvusFilters:

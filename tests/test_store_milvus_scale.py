@@ -27,7 +27,7 @@ from langchain_fusion.index.sync import SYNC_INFO_KEY, sync_files
 from langchain_fusion.ingest.loading import load_files, source_name, split_documents
 from langchain_fusion.stores.base import Where
 from langchain_fusion.stores.locations import parse_location
-from tests.conftest import HashingEmbeddings, fake_cli_embeddings
+from tests.helpers.embeddings import HashingEmbeddings, fake_cli_embeddings
 
 pytest.importorskip("pymilvus")
 if not os.environ.get("MILVUS_URI"):

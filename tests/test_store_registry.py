@@ -32,8 +32,9 @@ from langchain_fusion.stores.registry import (
     register_engine,
     unregister_engine,
 )
-from tests.conftest import DATA, LOOPBACK_URL, HashingEmbeddings
-from tests.test_cli import _assert_one_line_error, _run
+from tests.helpers.cli import assert_one_line_error, run_cli
+from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.paths import DATA, LOOPBACK_URL
 
 
 class MemoryEngine(StoreEngine):
@@ -77,7 +78,7 @@ def engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[MemoryEngine]:
 
 
 def _index(location: str) -> dict[str, Any]:
-    status, out, err = _run(["index", str(DATA), "--out", location, "--json", "--quiet"])
+    status, out, err = run_cli(["index", str(DATA), "--out", location, "--json", "--quiet"])
     assert status == 0, err
     return json.loads(out)
 
@@ -110,26 +111,26 @@ class TestEveryFace:
         _index("memory://docs")
         index = open_index("memory://docs")
         expected = index.as_retriever(k=3).invoke("flood batteries")
-        status, out, err = _run(["query", "memory://docs", "flood batteries", "-k", "3", "--json"])
+        status, out, err = run_cli(["query", "memory://docs", "flood batteries", "-k", "3", "--json"])
         assert status == 0, err
         assert [r["id"] for r in json.loads(out)] == [d.id for d in expected]
         model = FakeListChatModel(responses=["From the report [1]."])
         monkeypatch.setattr("langchain_fusion.models.chat.resolve_chat_model", lambda spec: model)
-        status, out, err = _run(["ask", "memory://docs", "flood batteries", "--json"])
+        status, out, err = run_cli(["ask", "memory://docs", "flood batteries", "--json"])
         assert status == 0, err
         assert json.loads(out)["answer"] == "From the report [1]."
 
     def test_summaries_need_a_folder(self, engine: MemoryEngine) -> None:
-        _assert_one_line_error(
-            *_run(["index", str(DATA), "--out", "memory://docs", "--summaries"]), "kept in index folders only"
+        assert_one_line_error(
+            *run_cli(["index", str(DATA), "--out", "memory://docs", "--summaries"]), "kept in index folders only"
         )
         _index("memory://docs")
-        _assert_one_line_error(*_run(["query", "memory://docs", "x", "--hierarchical"]), "index folders")
+        assert_one_line_error(*run_cli(["query", "memory://docs", "x", "--hierarchical"]), "index folders")
 
     def test_eval(self, engine: MemoryEngine) -> None:
         _index("memory://docs")
         labels = DATA / "queries.json"
-        status, out, err = _run(["eval", "--index", "memory://docs", "--labels", str(labels), "--json", "-q"])
+        status, out, err = run_cli(["eval", "--index", "memory://docs", "--labels", str(labels), "--json", "-q"])
         assert status == 0, err
         assert {row["method"] for row in json.loads(out)["retrievers"]} >= {"vector", "bm25", "fusion (defaults)"}
 
@@ -157,4 +158,4 @@ class TestEveryFace:
         assert describe_server(build_mcp_server("memory://docs"))["documents"] == len(open_index("memory://docs"))
 
     def test_missing_store(self, engine: MemoryEngine, tmp_path: Path) -> None:
-        _assert_one_line_error(*_run(["query", "memory://nothing", "x"]), "nothing saved there yet")
+        assert_one_line_error(*run_cli(["query", "memory://nothing", "x"]), "nothing saved there yet")

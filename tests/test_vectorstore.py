@@ -12,7 +12,8 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from langchain_fusion import FusionError, FusionIndex, FusionRetriever, VectorStoreFusionRetriever
 from langchain_fusion import metadata as keys
 from langchain_fusion.stores.local.store import LocalStore
-from tests.conftest import ANIMALS, HashingEmbeddings
+from tests.helpers.corpora import ANIMALS
+from tests.helpers.embeddings import HashingEmbeddings
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)

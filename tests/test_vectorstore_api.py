@@ -13,7 +13,7 @@ from langchain_tests.integration_tests import VectorStoreIntegrationTests
 
 from langchain_fusion import FusionIndex, FusionRetriever, InvalidParameterError
 from langchain_fusion import metadata as keys
-from tests.conftest import HashingEmbeddings
+from tests.helpers.embeddings import HashingEmbeddings
 
 
 class TestStandardVectorStore(VectorStoreIntegrationTests):

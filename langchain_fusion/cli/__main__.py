@@ -2,6 +2,6 @@
 
 import sys
 
-from langchain_fusion.cli.app import main
+from langchain_fusion.cli import main
 
 sys.exit(main())

@@ -1,7 +1,10 @@
 """The ``langchain-fusion`` command: build an index from files, query it, ask questions of it, serve it.
 
 User mistakes (a missing folder, a bad option, a missing API key) end with one line on
-stderr and exit status 2; a traceback means a bug. Each command lives in its own module
+stderr and exit status 2; a traceback means a bug. Ctrl-C ends a command with one line and status
+130, and SIGTERM (``kill``, ``docker stop``) as Ctrl-C does (``index`` saves the files done so far),
+with status 143; output into a pipe whose reader has gone (``query --json | head``) ends quietly
+with status 141, as a process killed by SIGPIPE. Each command lives in its own module
 (:mod:`~langchain_fusion.cli.indexing`, :mod:`~langchain_fusion.cli.search`,
 :mod:`~langchain_fusion.cli.evaluate`, :mod:`~langchain_fusion.cli.serving`); their flags are
 derived from the option schemas (:mod:`~langchain_fusion.cli.arguments`).
@@ -12,8 +15,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
+import signal
 import sys
+import threading
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -47,8 +54,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_INTERRUPTED = 130
+"""Exit status after Ctrl-C (128 + SIGINT), as shells report it."""
+EXIT_TERMINATED = 128 + 15
+"""Exit status after SIGTERM (128 + SIGTERM): the command stopped as after Ctrl-C."""
+EXIT_BROKEN_PIPE = 128 + 13
+"""Exit status when the reader of the output has gone (128 + SIGPIPE), as ``cat file | head`` ends ``cat``."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line; returns the exit status (see the module docstring)."""
+    termination = _Termination()
+    try:
+        with termination.as_interrupt(), _printable_output():
+            status = _run(argv)
+            sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's exit
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        print("langchain-fusion: interrupted", file=sys.stderr)
+        status = EXIT_INTERRUPTED
+    return EXIT_TERMINATED if termination.received and status == EXIT_INTERRUPTED else status
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    """Parse ``argv`` and run its command; a user error is one line and :data:`EXIT_USER_ERROR`."""
     parser = build_parser()
     args = parser.parse_args(argv)
     from langchain_fusion.cli.evaluate import run_eval
@@ -66,15 +97,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         "mcp": run_mcp_command,
     }[args.command]
     try:
-        with _printable_output():
-            return handler(with_store_options(args))
+        return handler(with_store_options(args))
     except (UserError, FusionError, ValidationError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"langchain-fusion: error: {redact(in_flags(message))}", file=sys.stderr)
         return EXIT_USER_ERROR
-    except KeyboardInterrupt:
-        print("langchain-fusion: interrupted", file=sys.stderr)
-        return 130
+
+
+class _Termination:
+    """SIGTERM handled as Ctrl-C while a command runs: a KeyboardInterrupt in the main thread, remembered."""
+
+    def __init__(self) -> None:
+        self.received = False
+
+    @contextlib.contextmanager
+    def as_interrupt(self) -> Iterator[None]:
+        """While open (in the main thread), SIGTERM raises KeyboardInterrupt; the previous handler comes back after."""
+        if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGTERM"):
+            yield
+            return
+
+        def interrupt(signum: int, frame: Any) -> None:
+            self.received = True
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGTERM, interrupt)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _discard_stdout() -> None:
+    """Point stdout at the null device: what is still buffered for a closed pipe is dropped at exit, silently."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 @contextlib.contextmanager

@@ -149,6 +149,7 @@ _DEST = "option:"
 _WRITTEN: Mapping[str, tuple[Callable[[str], Any], str]] = {
     "fetch_k": (_whole_corpus_or_int, "a positive integer or 'all'"),
     "filter": (_json_object, 'a JSON object such as \'{"source": "report.pdf"}\''),
+    "tenant": (str, "a tenant's name"),
 }
 """How options whose type says too little are written on the command line."""
 
@@ -292,6 +293,10 @@ def add_limit_flags(sub: argparse.ArgumentParser, names: tuple[str, ...]) -> Non
         if name == "allowed_hosts":  # names, comma-separated: the field splits them
             text = " ".join((field.description or "").split())
             sub.add_argument(flag_of(name), type=str, default="", metavar="HOSTS", help=f"{text} (default: none)")
+            continue
+        if name == "tenant_header":
+            text = " ".join((field.description or "").split()).replace("None: ", "Default: none; ")
+            sub.add_argument(flag_of(name), type=str, default=None, metavar="NAME", help=text)
             continue
         text = f"{' '.join((field.description or '').split())} (default: %(default)s)"
         kind: Callable[[str], Any] = port if name == "port" else str if name == "host" else positive_int

@@ -99,6 +99,13 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--index", metavar="INDEX", help=f"with --labels: {index_help()}")
     source.add_argument("--labels", metavar="FILE", help="labelled queries (JSON or CSV; see the README)")
     source.add_argument("--beir", metavar="FOLDER", help="a BEIR folder: corpus.jsonl, queries.jsonl, qrels/")
+    add_option_flag(
+        parser,
+        "tenant",
+        help_text="with --index: evaluate this tenant of a tenant-keyed index, as the index of its documents alone "
+        "(the labels are resolved against its documents; --calibrate fits the index's one relevance model on its "
+        "results)",
+    )
     parser.add_argument("--split", default="test", help="BEIR qrels split to use (default: %(default)s)")
     parser.add_argument("--no-title", action="store_true", help="BEIR: index the body text without the title")
     parser.add_argument(

@@ -46,6 +46,13 @@ class EvalResults:
     """The baseline report's file (--baseline), or None."""
     calibrated: Any = None
     """Whose relevance is calibrated: the index, or for a hierarchical folder the hierarchical index."""
+    tenant: str | None = None
+    """The tenant evaluated on a tenant-keyed index (--tenant), or None."""
+
+    @property
+    def chunks(self) -> int:
+        """The chunks searched: the tenant's on a tenant-keyed index."""
+        return len(self.index.view(self.tenant)) if self.tenant is not None else len(self.index)
 
     @property
     def searched(self) -> str:
@@ -76,6 +83,18 @@ class EvalResults:
             "baseline": self._baseline_payload(),
         }
 
+    def _ends_differ(self, plan: EvalPlan, metric: str) -> bool:
+        """Whether a sweep cell at alpha 1 (0) differs from the vector (bm25) row: copies are collapsed in one only."""
+        names = {r.name for r in self.baselines.results}
+        for side, alpha in (("vector", 1.0), ("bm25", 0.0)):
+            if side not in names or alpha not in plan.alphas:
+                continue
+            side_value = self.baselines.result(side).means[metric]
+            for method in plan.methods:
+                if abs(self.sweep.result(f"{method}@{alpha:g}").means[metric] - side_value) > 1e-9:
+                    return True
+        return False
+
     def _baseline_payload(self) -> dict[str, Any] | None:
         if self.baseline is None:
             return None
@@ -91,12 +110,19 @@ class EvalResults:
     def text(self, plan: EvalPlan) -> str:
         """The results as tables and lines for people."""
         dataset, main_metric = self.dataset, plan.metrics[0]
-        lines = [f"{dataset.name}: {len(dataset.queries)} queries, {len(self.index)} chunks\n"]
+        of_tenant = f" of tenant {self.tenant!r}" if self.tenant is not None else ""
+        lines = [f"{dataset.name}: {len(dataset.queries)} queries, {self.chunks} chunks{of_tenant}\n"]
         lines.append(self.baselines.to_markdown())
         if self.baselines.by_kind(dataset.kinds):
             lines += [f"\nby kind of query ({main_metric}):\n", self.baselines.kind_table(dataset.kinds, main_metric)]
         lines.append(f"\nalpha sweep ({main_metric}, fetch_k={plan.fetch_k}):\n")
         lines.append(_sweep_grid(self.sweep, plan.methods, plan.alphas, main_metric))
+        if self._ends_differ(plan, main_metric):
+            lines.append(
+                f"note: the sweep searches as fusion (defaults) does, returning the copies of one text once "
+                f"(duplicates={SEARCH_DEFAULTS.duplicates}); the vector and bm25 rows return every copy, so alpha 1 "
+                "and 0 differ from them here"
+            )
         best = ", ".join(f"{m} {b['alpha']:g} ({b[main_metric]:.4f})" for m, b in self.best.items())
         lines.append(f"\nbest alpha: {best}")
         for comparison in self.comparisons:

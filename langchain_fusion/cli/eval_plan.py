@@ -40,6 +40,8 @@ class EvalPlan:
     """Queries the corpus does not answer, by id (--no-answer)."""
     baseline: Any = None
     """The report compared with (--baseline; an EvalReport), or None."""
+    tenant: str | None = None
+    """The tenant evaluated on a tenant-keyed index (--tenant), or None."""
 
 
 def plan_eval(args: argparse.Namespace) -> EvalPlan:
@@ -65,6 +67,9 @@ def plan_eval(args: argparse.Namespace) -> EvalPlan:
     lambdas = value_grid(args.mmr, "--mmr") if args.mmr else []
     for value in lambdas:
         DiversityOptions(lambda_mult=value)  # checks the weight
+    tenant = given_options(args).get("tenant")
+    if tenant is not None and args.beir:
+        raise UserError("--tenant evaluates one tenant of a tenant-keyed index: give --index INDEX --labels FILE")
     if args.fail_if_worse and not args.baseline:
         raise UserError("--fail-if-worse compares with a saved report: add --baseline REPORT")
     if args.calibrate and not (args.index and args.labels):
@@ -86,6 +91,7 @@ def plan_eval(args: argparse.Namespace) -> EvalPlan:
         relevance_floors=relevance_floors,
         no_answer=load_queries(args.no_answer) if args.no_answer else {},
         baseline=EvalReport.load(args.baseline) if args.baseline else None,
+        tenant=tenant,
     )
 
 

@@ -26,7 +26,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from langchain_fusion.evaluation.reports import check_same_queries
 
     plan = plan_eval(args)
-    index, dataset, calibrated = _load(args)
+    index, dataset, calibrated = _load(args, plan.tenant)
     if plan.baseline is not None:  # before any work
         check_same_queries(dataset.queries, dataset.name, plan.baseline)
     if args.reliability_plot and calibrated.relevance_model is None and not args.calibrate:
@@ -37,14 +37,31 @@ def run_eval(args: argparse.Namespace) -> int:
         _set_model(calibrated, calibration.model_dump(mode="json"))
     progress = not (args.quiet or args.json)
     fetch_k, metrics = plan.fetch_k, plan.metrics
+    tenant = plan.tenant
     baselines = evaluate_sides(
-        index, dataset, metrics, fetch_k=fetch_k, progress=progress, batch_size=args.batch_size, wrapped=plan.rows
+        index,
+        dataset,
+        metrics,
+        fetch_k=fetch_k,
+        progress=progress,
+        batch_size=args.batch_size,
+        wrapped=plan.rows,
+        tenant=tenant,
     )
-    sweep = sweep_alpha(index, dataset, plan.alphas, plan.methods, metrics, fetch_k=fetch_k, progress=progress)
+    sweep = sweep_alpha(
+        index, dataset, plan.alphas, plan.methods, metrics, fetch_k=fetch_k, progress=progress, tenant=tenant
+    )
     floors = None
     if plan.vector_floors or plan.bm25_floors:
         floors = sweep_floors(
-            index, dataset, plan.vector_floors, plan.bm25_floors, metrics, fetch_k=fetch_k, progress=progress
+            index,
+            dataset,
+            plan.vector_floors,
+            plan.bm25_floors,
+            metrics,
+            fetch_k=fetch_k,
+            progress=progress,
+            tenant=tenant,
         )
     main_metric = metrics[0]
     fused, sides = SIDES[2], SIDES[:2]
@@ -63,10 +80,11 @@ def run_eval(args: argparse.Namespace) -> int:
     relevance = None
     if plan.relevance_floors:
         relevance = sweep_relevance(
-            calibrated, dataset, plan.relevance_floors, metrics, progress=progress, fetch_k=fetch_k
+            calibrated, dataset, plan.relevance_floors, metrics, progress=progress, fetch_k=fetch_k, tenant=tenant
         )
     report = EvalResults(dataset, index, baselines, sweep, floors, comparisons, best, plot_path, calibration, relevance)
     report.calibrated = calibrated  # the index, or the hierarchical index of a hierarchical folder
+    report.tenant = tenant
     _check_and_compare(args, plan, report, progress)
     if args.json:
         print(json.dumps(report.payload(), indent=2))
@@ -78,6 +96,11 @@ def run_eval(args: argparse.Namespace) -> int:
         print(f"langchain-fusion: significantly worse than {args.baseline}: {listed}", file=sys.stderr)
         return EXIT_WORSE
     return 0
+
+
+def searched_documents(index: Any, tenant: str | None) -> list[Any]:
+    """The documents an evaluation searches: ``tenant``'s on a tenant-keyed index (checked there), else all."""
+    return list(index.view(tenant).iter_documents()) if tenant is not None else list(index.documents)
 
 
 def _set_model(calibrated: Any, model: dict[str, Any]) -> None:
@@ -97,12 +120,14 @@ def _check_and_compare(args: argparse.Namespace, plan: EvalPlan, report: EvalRes
 
     calibrated = report.calibrated
     if calibrated.relevance_model is not None:
-        report.checked = evaluate_calibration(calibrated, report.dataset, progress=progress, fetch_k=plan.fetch_k)
+        report.checked = evaluate_calibration(
+            calibrated, report.dataset, progress=progress, fetch_k=plan.fetch_k, tenant=plan.tenant
+        )
         if args.reliability_plot:
             from langchain_fusion.evaluation.plots import plot_reliability
 
             report.reliability_plot = str(plot_reliability(report.checked, args.reliability_plot))
-    settings = {"fetch_k": plan.fetch_k, "chunks": len(report.index)}
+    settings = {"fetch_k": plan.fetch_k, "chunks": report.chunks}
     saved = EvalReport.from_report(report.baselines, calibration=report.checked, settings=settings)
     if args.report:
         report.report_path = str(saved.save(args.report))
@@ -111,11 +136,12 @@ def _check_and_compare(args: argparse.Namespace, plan: EvalPlan, report: EvalRes
         report.baseline_path = args.baseline
 
 
-def _load(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+def _load(args: argparse.Namespace, tenant: str | None) -> tuple[Any, Any, Any]:
     """The index evaluated (a hierarchical folder's chunk index), the labels, and whose relevance is calibrated.
 
     The last is the index itself, or for a hierarchical folder the hierarchical index: its relevance model is
-    fitted on hierarchical results (``--calibrate``) and checked on them.
+    fitted on hierarchical results (``--calibrate``) and checked on them. With ``tenant`` the labels are
+    resolved against that tenant's documents.
     """
     from langchain_fusion.evaluation.datasets import load_beir, load_labelled
     from langchain_fusion.index.fusion_index import FusionIndex
@@ -136,7 +162,11 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any, Any]:
         raise UserError("give a saved index and its labelled queries (--index DIR --labels FILE), or --beir FOLDER")
     opened = open_index(args.index)
     index = opened.chunks if isinstance(opened, HierarchicalIndex) else opened
-    return index, load_labelled(args.labels, index.documents), opened
+    if tenant is None and index.tenant_key is not None:
+        raise UserError(
+            f"{args.index} is tenant-keyed ({len(index.tenants())} tenants): evaluate one tenant with --tenant T"
+        )
+    return index, load_labelled(args.labels, searched_documents(index, tenant)), opened
 
 
 def _calibrate(args: argparse.Namespace, plan: EvalPlan) -> Any:
@@ -154,12 +184,12 @@ def _calibrate(args: argparse.Namespace, plan: EvalPlan) -> Any:
     with engine.updating(args.index):  # another run's update is not lost, nor is this model
         if folder is not None:
             hierarchical = HierarchicalIndex.load(folder)
-            model = hierarchical.calibrate(
-                load_labelled(args.labels, hierarchical.chunks.documents), fetch_k=plan.fetch_k
-            )
+            labels = load_labelled(args.labels, searched_documents(hierarchical.chunks, plan.tenant))
+            model = hierarchical.calibrate(labels, fetch_k=plan.fetch_k, tenant=plan.tenant)
             hierarchical.save(folder, info=hierarchical.chunks.saved_info)
             return model
         index = open_for_update(args.index)
-        model = index.calibrate(load_labelled(args.labels, index.documents), fetch_k=plan.fetch_k)
+        labels = load_labelled(args.labels, searched_documents(index, plan.tenant))
+        model = index.calibrate(labels, fetch_k=plan.fetch_k, tenant=plan.tenant)
         engine.save(args.index, index.store, index.info_to_save(index.saved_info))
     return model

@@ -36,6 +36,8 @@ _READ: Mapping[str, tuple[Callable[[str], Any], str]] = {
     "vector_search_params": (str, "PARAMS"),
     "llm": (str, "PROVIDER:MODEL"),
     "llm_cache": (str, "DIR"),
+    "tenant_key": (str, "NAME"),
+    "tenant": (str, "TENANT"),
 }
 """How a field's flag is read (each value is then checked by the spec) and its metavar."""
 

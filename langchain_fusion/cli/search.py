@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import textwrap
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +142,7 @@ def _print_table(docs: list[Any], args: argparse.Namespace) -> None:
         print(
             f"{rank:>4}{hier}  {_fmt(meta.get(keys.FUSION_SCORE)):>6}  {_fmt(meta.get(keys.VECTOR_SCORE)):>6}  "
             f"{_fmt(meta.get(keys.BM25_SCORE), 2):>6}{relevance}{rating}  "
-            f"{textwrap.shorten(source, 28, placeholder='...'):<28} "
+            f"{_pad(_clip(source, 28, '...'), 28)} "
             f"{_pages(meta):>4}  {_snippet(doc.page_content, 70)}"
         )
 
@@ -218,8 +218,46 @@ def _pages(meta: dict[str, Any]) -> str:
 
 
 def _snippet(text: str, width: int) -> str:
-    return textwrap.shorten(" ".join(text.split()), width=width, placeholder=" ...")
+    """The start of ``text`` on one line, at most ``width`` columns, in any script (see :func:`_clip`)."""
+    return _clip(" ".join(text.split()), width, " ...")
+
+
+def _clip(text: str, width: int, placeholder: str) -> str:
+    """``text`` cut to ``width`` terminal columns, ending in ``placeholder`` when cut.
+
+    Cut at a space when one falls in the last quarter (words stay whole), else between characters:
+    Chinese and Japanese have no spaces, and a row of them is not one unbreakable word.
+    """
+    if display_width(text) <= width:
+        return text
+    room, kept, used = width - display_width(placeholder), [], 0
+    for char in text:
+        used += _char_width(char)
+        if used > room:
+            break
+        kept.append(char)
+    cut = "".join(kept)
+    space = cut.rfind(" ")
+    if space >= 0 and display_width(cut[space:]) <= room // 4:
+        cut = cut[:space]
+    return cut.rstrip() + placeholder
+
+
+def _pad(text: str, width: int) -> str:
+    """``text`` followed by spaces up to ``width`` terminal columns (wide characters count twice)."""
+    return text + " " * max(width - display_width(text), 0)
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
+
+
+def display_width(text: str) -> int:
+    """Columns ``text`` takes in a terminal: East Asian wide and full-width characters two, combining marks none."""
+    return sum(_char_width(c) for c in text)
+
+
+def _char_width(char: str) -> int:
+    if unicodedata.combining(char) or unicodedata.category(char) in ("Mn", "Me", "Cf"):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1

@@ -29,7 +29,7 @@ from langchain_fusion.cli.arguments import (
 )
 from langchain_fusion.cli.errors import UserError
 from langchain_fusion.pipeline.spec import TRANSPORTS
-from langchain_fusion.search.options import FusionOptions, HierarchyOptions, SearchOptions
+from langchain_fusion.search.options import SERVER_ONLY_OPTIONS, HierarchyOptions, SearchOptions
 
 _NO_AUTH = "There is no authentication: keep the default host unless the network in front of it is trusted."
 
@@ -53,7 +53,9 @@ def add_serve_parser(commands: Any) -> None:
         "OPENAI_API_KEY), or any 'PROVIDER:MODEL' that LangChain's init_chat_model knows. Default: "
         f"openai:{OPENAI_DEFAULT_CHAT_MODEL} when OPENAI_API_KEY is set; otherwise only /retriever is served",
     )
-    add_limit_flags(serve, ("host", "port", "max_k", "max_query_chars", "max_batch_size", "allowed_hosts"))
+    add_limit_flags(
+        serve, ("host", "port", "max_k", "max_query_chars", "max_batch_size", "allowed_hosts", "tenant_header")
+    )
     serve.add_argument(
         "--log-level", choices=LOG_LEVELS, default="info", help="uvicorn's log level (default: %(default)s)"
     )
@@ -98,7 +100,7 @@ def add_mcp_parser(commands: Any) -> None:
 
 def _request_options() -> str:
     """The options a request may set on a fused index, as their names."""
-    return ", ".join(name for name in SearchOptions.model_fields if name not in FusionOptions.LOCAL_ONLY)
+    return ", ".join(name for name in SearchOptions.model_fields if name not in SERVER_ONLY_OPTIONS)
 
 
 def _add_pipeline_arguments(sub: argparse.ArgumentParser, llm_help: str) -> None:

@@ -34,6 +34,9 @@ SPELLINGS: tuple[tuple[str, str], ...] = (
     (r"\bcontextual=True\b", "--contextual"),
     (r"\bsummaries=True\b", "--summaries"),
     *((rf"\b{name}=\.\.\.", flag_of(name)) for name in IndexSpec.LLM_OPTIONS),
+    (r"\btenant=\.\.\.", "--tenant T"),
+    (r"\btenant_key=\.\.\.", "--tenant-key NAME"),
+    (r"\btenant_header=\.\.\.", "--tenant-header NAME"),
     (r"\ba new location\b", "a new --out"),
     (r"\bas the location\b", "as --out"),
 )

@@ -7,6 +7,7 @@ relevance judgements (qrels) mapping each query id to ``{document id: grade}``.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import warnings
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ from langchain_core.documents import Document
 
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import FusionError
+from langchain_fusion.evaluation.files import parse_json, read_text
 
 Qrels = dict[str, dict[str, int]]
 """Query id -> {document id: relevance grade (> 0 means relevant)}."""
@@ -139,16 +141,14 @@ def _is_relevant(record: dict[str, Any], doc: Document) -> bool:
     return False
 
 
-def _read_json(path: Path) -> Any:
-    """The JSON value in ``path``; a one-line FusionError for text that is not UTF-8 or not JSON."""
-    try:
-        return json.loads(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError:
-        raise FusionError(f"{path}: not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise FusionError(f"{path}: not valid JSON ({exc.msg})") from None
-    except RecursionError:
-        raise FusionError(f"{path}: not valid JSON (nested too deeply)") from None
+LABELS_EXPECTED = "a labelled set: a JSON list of {'query': ..., 'relevant': [...]} records, or a CSV file"
+"""What a labelled set is, as errors say it."""
+QUERIES_EXPECTED = "a query file: a JSON list of queries, or one query per line"
+"""What a query file is, as errors say it."""
+
+
+def _read_labels_text(path: Path) -> str:
+    return read_text(path, "labelled file", f"{path} is missing", LABELS_EXPECTED)
 
 
 def _csv_page(path: Path, value: str) -> int:
@@ -159,10 +159,11 @@ def _csv_page(path: Path, value: str) -> int:
 
 
 def _read_labelled_records(path: Path) -> list[dict[str, Any]]:
+    text = _read_labels_text(path)
     if path.suffix.lower() == ".csv":
         grouped: dict[str, dict[str, Any]] = {}
         try:
-            with path.open(encoding="utf-8", newline="") as handle:
+            with io.StringIO(text, newline="") as handle:
                 for row in csv.DictReader(handle):
                     if not row.get("query"):
                         raise FusionError(f"{path}: a CSV labelled set needs a non-empty 'query' column")
@@ -177,12 +178,10 @@ def _read_labelled_records(path: Path) -> list[dict[str, Any]]:
                             "page": _csv_page(path, row["page"]) if row.get("page") else None,
                         }
                     )
-        except UnicodeDecodeError:
-            raise FusionError(f"{path}: not UTF-8 text") from None
         except csv.Error as exc:
             raise FusionError(f"{path}: not a readable CSV file ({exc})") from None
         return list(grouped.values())
-    records = _read_json(path)
+    records = parse_json(text, path)
     if not isinstance(records, list):
         raise FusionError(f"{path}: expected a JSON list of {{'query': ..., 'relevant': [...]}} records")
     return records
@@ -230,8 +229,6 @@ def load_labelled(path: str | Path, documents: Sequence[Document]) -> EvalDatase
     ``kind``, one row per relevant place. Every chunk at a relevant place is relevant (grade 1).
     """
     path = Path(path)
-    if not path.is_file():
-        raise FusionError(f"{path} is missing")
     queries: dict[str, str] = {}
     qrels: Qrels = {}
     kinds: dict[str, str] = {}
@@ -282,16 +279,11 @@ def load_queries(path: str | Path) -> dict[str, str]:
     ``n2``... unless a record gives one.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FusionError(f"{path} is missing")
+    text = read_text(path, "query file", f"{path} is missing", QUERIES_EXPECTED)
     if path.suffix.lower() != ".json":
-        try:
-            text = path.read_bytes().decode("utf-8")
-        except UnicodeDecodeError:
-            raise FusionError(f"{path}: not UTF-8 text") from None
         lines = [line.strip() for line in text.splitlines()]
         return {f"n{i}": line for i, line in enumerate((x for x in lines if x and not x.startswith("#")), 1)}
-    records = _read_json(path)
+    records = parse_json(text, path)
     if not isinstance(records, list):
         raise FusionError(f"{path}: expected a JSON list of queries (strings, or {{'id': ..., 'query': ...}})")
     queries: dict[str, str] = {}

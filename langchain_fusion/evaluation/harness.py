@@ -278,17 +278,19 @@ def evaluate_sides(
     progress: bool = True,
     batch_size: int = DEFAULT_BATCH_SIZE,
     wrapped: Mapping[str, Callable[[BaseRetriever], BaseRetriever]] | None = None,
+    tenant: str | None = None,
 ) -> Report:
     """Vector only, BM25 only and fusion with its default settings on ``dataset``: what ``eval`` prints first.
 
     Rows are named as in :data:`SIDES`; the fused retriever is a ``FusionRetriever`` with its
     defaults except ``fetch_k``. ``wrapped`` adds a row per name that wraps that fused retriever
-    (e.g. in a rerank step). Other arguments as for :func:`evaluate_retrievers`.
+    (e.g. in a rerank step). On a tenant-keyed index every retriever searches ``tenant``. Other
+    arguments as for :func:`evaluate_retrievers`.
     """
-    fusion = FusionRetriever(index=index, fetch_k=fetch_k)
+    fusion = FusionRetriever(index=index, fetch_k=fetch_k, tenant=tenant)
     retrievers: dict[str, BaseRetriever] = {
-        SIDES[0]: VectorRetriever(index=index),
-        SIDES[1]: BM25Retriever(index=index),
+        SIDES[0]: VectorRetriever(index=index, tenant=tenant),
+        SIDES[1]: BM25Retriever(index=index, tenant=tenant),
         SIDES[2]: fusion,
         **{name: wrap(fusion) for name, wrap in (wrapped or {}).items()},
     }
@@ -367,13 +369,15 @@ def _sweep_runs(
     searches: Sequence[PoolOptions],
     desc: str,
     progress: bool,
+    tenant: str | None,
 ) -> list[dict[str, list[str]]]:
     """For each of ``searches`` (``fused_search`` options), query id -> the ids of its top ``k``.
 
-    The queries are embedded and scored once per batch; every search reuses those scores.
+    The queries are embedded and scored once per batch; every search reuses those scores. A
+    tenant-keyed index is searched in ``tenant``'s view (its own index's).
     """
     runs: list[dict[str, list[str]]] = [{} for _ in searches]
-    view = index.view()
+    view = index.search_view(tenant)
     step = queries_per_pass(len(view))  # bounds the score arrays held at once
     with tqdm(total=len(queries), desc=desc, disable=not progress, leave=False) as bar:
         for lo in range(0, len(queries), step):
@@ -392,8 +396,20 @@ def _sweep_runs(
 
 
 def _sweep_search(k: int, alpha: float, method: FusionMethod, fetch_k: int | None) -> PoolOptions:
-    """One checked search of a sweep: every copy of a text kept (a sweep compares fusion settings, not collapsing)."""
-    return PoolOptions.model_construct(k=k, alpha=alpha, method=method, fetch_k=fetch_k, duplicates="keep")
+    """One checked search of a sweep, as the fused retriever searches with these settings.
+
+    Copies of one text are returned once, as :data:`SEARCH_DEFAULTS` does (``duplicates``): a cell of
+    the sweep at the default settings is the ``fusion (defaults)`` row, on a corpus with copies too.
+    Its ``alpha`` 0 and 1 cells then differ from the single-side retrievers, which return every copy.
+    """
+    return PoolOptions.model_construct(
+        k=k,
+        alpha=alpha,
+        method=method,
+        fetch_k=fetch_k,
+        duplicates=SEARCH_DEFAULTS.duplicates,
+        near_duplicate_similarity=SEARCH_DEFAULTS.near_duplicate_similarity,
+    )
 
 
 def sweep_alpha(
@@ -405,18 +421,21 @@ def sweep_alpha(
     *,
     fetch_k: int | None = 100,
     progress: bool = True,
+    tenant: str | None = None,
 ) -> Report:
-    """Score every (method, alpha) pair on the dataset; one result row per pair.
+    """Score every (method, alpha) pair on the dataset (of ``tenant`` on a tenant-keyed index); one row per pair.
 
     Rows are named ``METHOD@ALPHA`` (``weighted@0.5``). ``alpha=1`` is vector-only and
-    ``alpha=0`` BM25-only for every method.
+    ``alpha=0`` BM25-only for every method. Each search is the fused retriever's with that method and
+    alpha: copies of one text are returned once (see :func:`_sweep_search`), so ``weighted@0.5`` scores
+    what ``FusionRetriever(index=index)`` returns.
     """
     alphas = [check_alpha(a) for a in alphas]
     checked = [check_method(m) for m in methods]
     depth = deepest_cutoff(metrics)
     settings = [(m, a) for m in checked for a in alphas]
     searches = [_sweep_search(depth, alpha, method, fetch_k) for method, alpha in settings]
-    found = _sweep_runs(index, list(dataset.queries.items()), searches, "alpha sweep", progress)
+    found = _sweep_runs(index, list(dataset.queries.items()), searches, "alpha sweep", progress, tenant)
     runs = dict(zip(settings, found, strict=True))
     results = [
         MethodResult(f"{method}@{alpha:g}", evaluate_run(runs[(method, alpha)], dataset.qrels, metrics))
@@ -447,6 +466,7 @@ def sweep_floors(
     method: FusionMethod = SEARCH_DEFAULTS.method,
     fetch_k: int | None = SEARCH_DEFAULTS.fetch_k,
     progress: bool = True,
+    tenant: str | None = None,
 ) -> Report:
     """Score relevance floors on the dataset: what they cost on answerable queries, what they buy on the others.
 
@@ -457,13 +477,14 @@ def sweep_floors(
     get any result) and, when the dataset has :attr:`~EvalDataset.no_answer` queries,
     :data:`NO_ANSWER_EMPTY` (the share of those that get nothing, which is what a floor is for).
     Choose the floor where ``no_answer_empty`` is high while the metrics and ``answered`` hold.
-    The queries are embedded and scored once; every setting reuses the scores.
+    The queries are embedded and scored once; every setting reuses the scores. A tenant-keyed
+    index is searched in ``tenant``.
     """
     settings = FloorOptions.grid(list(vector_floors), list(bm25_floors))  # each value checked
     base = _sweep_search(deepest_cutoff(metrics), check_alpha(alpha), check_method(method), check_fetch_k(fetch_k))
     everything = [*dataset.queries.items(), *dataset.no_answer.items()]
     searches = [base.model_copy(update=dict(setting)) for setting in settings]
-    runs = _sweep_runs(index, everything, searches, "floor sweep", progress)
+    runs = _sweep_runs(index, everything, searches, "floor sweep", progress, tenant)
     results = [_floor_row(s.label, run, dataset, metrics) for s, run in zip(settings, runs, strict=True)]
     return Report(dataset.name, list(metrics), results)
 

@@ -23,6 +23,7 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 from langchain_fusion._checks import CheckedModel, describe_validation, is_real_number
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.evaluation.calibration import CalibrationReport
+from langchain_fusion.evaluation.files import read_text
 from langchain_fusion.evaluation.harness import Report
 from langchain_fusion.evaluation.significance import DEFAULT_RESAMPLES, DEFAULT_SEED, paired_test
 
@@ -82,9 +83,11 @@ class EvalReport(CheckedModel):
         for name, scores in self.methods.items():
             if set(scores.per_query) != expected:
                 raise ValueError(f"row {name!r} does not have a value for every query of the report")
-            for values in scores.per_query.values():
+            for query, values in scores.per_query.items():
                 if set(values) != set(self.metrics) or not all(is_real_number(v) for v in values.values()):
                     raise ValueError(f"row {name!r} does not have a finite value of every metric for every query")
+                _check_metric_values(values, f"row {name!r}, query {query!r}")
+            _check_metric_values(scores.means, f"row {name!r}, its mean")
         return self
 
     @classmethod
@@ -126,16 +129,14 @@ class EvalReport(CheckedModel):
     def load(cls, path: str | Path) -> EvalReport:
         """Read a report written by :meth:`save`; one clear error if it is missing, not a report, or invalid."""
         path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise FusionError(f"{path}: no such report; write one with langchain-fusion eval --report FILE") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise FusionError(f"{path}: cannot read the report ({exc})") from None
+        missing = f"{path}: no such report; write one with langchain-fusion eval --report FILE"
+        text = read_text(path, "report", missing, "a report written by eval --report FILE")
         try:
             data = json.loads(text)
         except (json.JSONDecodeError, RecursionError):
             raise FusionError(f"{path}: not an evaluation report (not valid JSON)") from None
+        except ValueError:  # Python reads integers of at most 4,300 digits
+            raise FusionError(f"{path}: not valid JSON (a number of more than 4300 digits)") from None
         if not isinstance(data, dict) or data.get("format") != REPORT_FORMAT:
             raise FusionError(
                 f'{path}: not a langchain-fusion evaluation report (no "format": "{REPORT_FORMAT}"); write one '
@@ -145,6 +146,13 @@ class EvalReport(CheckedModel):
             return cls.model_validate_json(text)
         except ValidationError as exc:
             raise FusionError(f"{path}: not a valid evaluation report: {describe_validation('report', exc)}") from None
+
+
+def _check_metric_values(values: Mapping[str, float], where: str) -> None:
+    """A ValueError naming the first value outside [0, 1]: every metric (hit rate, recall, nDCG...) is a share."""
+    for metric, value in values.items():
+        if not (is_real_number(value) and 0.0 <= value <= 1.0):
+            raise ValueError(f"{where} has {metric} = {value!r:.40}; every metric is between 0 and 1")
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,15 @@ from typing import Any
 from langchain_core.documents import Document
 
 from langchain_fusion.errors import FusionError, InvalidParameterError
-from langchain_fusion.metadata import MAX_METADATA_DEPTH, content_id
+from langchain_fusion.metadata import MAX_ID_CHARS, MAX_METADATA_DEPTH, content_id
 
 
-def prepared_documents(documents: Iterable[Document], ids: Sequence[str] | None = None) -> list[Document]:
-    """Copies with ids (given, own, or content hashes); FusionError on ids repeated in the batch.
+def prepared_documents(
+    documents: Iterable[Document], ids: Sequence[str] | None = None, tenant_key: str | None = None
+) -> list[Document]:
+    """Copies with ids (given, own, or content hashes); FusionError on ids repeated in the batch or too long.
 
+    With ``tenant_key`` (a tenant-keyed index) ids are scoped by tenant: one id may appear once per tenant.
     The copies are shallow: their metadata is the caller's, which stores only read (and
     serialise) and never change.
     """
@@ -26,7 +29,7 @@ def prepared_documents(documents: Iterable[Document], ids: Sequence[str] | None 
             if not isinstance(doc_id, str) or not doc_id:
                 raise InvalidParameterError(f"ids must be non-empty strings; got {doc_id!r}")
             doc.id = doc_id
-    seen: dict[str, int] = {}
+    seen: dict[tuple[Any, str], int] = {}
     for position, doc in enumerate(new_docs):
         for where, value in (("id", doc.id), ("page_content", doc.page_content), ("metadata", doc.metadata)):
             try:
@@ -44,12 +47,18 @@ def prepared_documents(documents: Iterable[Document], ids: Sequence[str] | None 
                 )
         if doc.id is None:
             doc.id = content_id(doc)
-        if doc.id in seen:
+        if len(doc.id) > MAX_ID_CHARS:
+            raise InvalidParameterError(
+                f"document {position} of this batch: its id has {len(doc.id):,} characters; ids are at most "
+                f"{MAX_ID_CHARS} (Milvus's limit, kept on every store): give it a shorter id, e.g. a hash of this one"
+            )
+        scope = (repr(doc.metadata.get(tenant_key)) if tenant_key is not None else None, doc.id)
+        if scope in seen:
             raise FusionError(
                 f"duplicate document id {doc.id!r} (document {position} of this batch; also document "
-                f"{seen[doc.id]}). Ids must be unique: give documents distinct ids or drop the duplicates."
+                f"{seen[scope]}). Ids must be unique: give documents distinct ids or drop the duplicates."
             )
-        seen[doc.id] = position
+        seen[scope] = position
     return new_docs
 
 
@@ -86,6 +95,10 @@ def lone_surrogate(value: Any, depth: int = 0) -> str | None:
     return None
 
 
-def plain_copy(doc: Document) -> Document:
-    """A deep copy of ``doc`` without any score metadata added (what LangChain's vector-store searches return)."""
-    return Document(id=doc.id, page_content=doc.page_content, metadata=copy.deepcopy(doc.metadata))
+def plain_copy(doc: Document, without: str | None = None) -> Document:
+    """A deep copy of ``doc`` without any score metadata added (what LangChain's vector-store searches return).
+
+    ``without`` names a metadata key the copy leaves out (a tenant index's tenant key).
+    """
+    metadata = {key: value for key, value in doc.metadata.items() if key != without}
+    return Document(id=doc.id, page_content=doc.page_content, metadata=copy.deepcopy(metadata))

@@ -20,7 +20,7 @@ from langchain_fusion.errors import EmbeddingsMismatchError, FusionError, Invali
 from langchain_fusion.index.documents import prepared_documents
 from langchain_fusion.index.embedding import DEFAULT_EMBEDDING_BATCH_SIZE, IndexEmbedder, model_for_store
 from langchain_fusion.index.retrieval import FusedRetrieval
-from langchain_fusion.index.vector_searches import VectorSideSearches
+from langchain_fusion.index.vectorstore_api import VectorStoreAPI
 from langchain_fusion.ingest.loading import (
     DEFAULT_CHUNK_OVERLAP,
     DEFAULT_CHUNK_SIZE,
@@ -37,14 +37,15 @@ from langchain_fusion.stores.base import FloatMatrix, FusionStore, StoreView
 from langchain_fusion.stores.local.manifest import saved_index_reason
 from langchain_fusion.stores.local.store import LocalStore
 from langchain_fusion.stores.settings import BM25Params
+from langchain_fusion.stores.tenants import SEARCH_NEEDS_TENANT, TenantScoped, check_tenant, check_tenant_key, scoped
 
 if TYPE_CHECKING:
-    pass
+    from langchain_fusion.index.tenant_index import TenantIndex
 
 __all__ = ["DEFAULT_EMBEDDING_BATCH_SIZE", "FusionIndex", "file_chunks"]
 
 
-class FusionIndex(FusedRetrieval, VectorSideSearches):
+class FusionIndex(FusedRetrieval, VectorStoreAPI):
     """Chunks indexed for both dense (vector) and keyword (BM25) retrieval, in one store.
 
     Build one with :meth:`from_documents` or :meth:`from_files`, query it through
@@ -70,6 +71,7 @@ class FusionIndex(FusedRetrieval, VectorSideSearches):
         embedding_batch_size: int = DEFAULT_EMBEDDING_BATCH_SIZE,
         embed_fields: Sequence[TextField] | None = None,
         bm25_fields: Sequence[TextField] | None = None,
+        tenant_key: str | None = None,
     ) -> None:
         """Create an index, empty or over an existing store.
 
@@ -92,11 +94,14 @@ class FusionIndex(FusedRetrieval, VectorSideSearches):
                 (default) embeds the enrichment context, a blank line and the original text;
                 ``("content",)`` ignores the context.
             bm25_fields: what BM25 indexes for each document, in the same way.
+            tenant_key: make a new in-process store tenant-keyed: each document's tenant is
+                ``metadata[tenant_key]`` and every search names one (see
+                :mod:`~langchain_fusion.stores.tenants`); a store given keeps its own (this must match it).
 
         Whatever is indexed, retrievers return ``page_content`` (the original text) with the
         context in metadata. The field choices are kept by the store.
         """
-        self.store = _store(store, analyzer, bm25_params, vector_index, vector_search_params)
+        self.store = _store(store, analyzer, bm25_params, vector_index, vector_search_params, tenant_key)
         self._embedder = IndexEmbedder(
             embeddings if embeddings is not None else default_embeddings(), embedding_batch_size
         )
@@ -235,9 +240,36 @@ class FusionIndex(FusedRetrieval, VectorSideSearches):
         """
         return self._embedder.reads(query)
 
-    def view(self) -> StoreView:
-        """A consistent read view of the rows (what one query sees)."""
-        return self.store.view()
+    def view(self, tenant: str | None = None) -> StoreView:
+        """A consistent read view of the rows (what one query sees); of ``tenant``'s rows alone when given.
+
+        On a tenant-keyed index a view without a tenant lists every tenant's rows and refuses to search.
+        """
+        if tenant is None:
+            return self.store.view()
+        return scoped(self.store, tenant).tenant_view(tenant)
+
+    def search_view(self, tenant: str | None) -> StoreView:
+        """The view a search of ``tenant`` reads: a tenant-keyed index searches one tenant, another none."""
+        if tenant is None and self.tenant_key is not None:
+            raise FusionError(SEARCH_NEEDS_TENANT)
+        return self.view(tenant)
+
+    @property
+    def tenant_key(self) -> str | None:
+        """The metadata key that holds each document's tenant on a tenant-keyed index (None: one corpus)."""
+        return self.store.settings.tenant_key
+
+    def for_tenant(self, tenant: str) -> TenantIndex:
+        """One tenant of this tenant-keyed index as a ``VectorStore`` of its own (see :mod:`.tenant_index`)."""
+        from langchain_fusion.index.tenant_index import TenantIndex
+
+        return TenantIndex(self, tenant)
+
+    def tenants(self) -> list[str]:
+        """The tenants that hold documents, sorted (empty on an index that is not tenant-keyed)."""
+        store = self.store
+        return store.tenants() if isinstance(store, TenantScoped) and self.tenant_key is not None else []
 
     def __len__(self) -> int:
         return len(self.store.view())
@@ -283,26 +315,6 @@ class FusionIndex(FusedRetrieval, VectorSideSearches):
         check_no_extra("FusionIndex.add_documents", kwargs)
         return self._write(documents, ids, progress, batch_size)
 
-    def add_texts(
-        self,
-        texts: Iterable[str],
-        metadatas: list[dict[str, Any]] | None = None,
-        *,
-        ids: list[str] | None = None,
-        progress: ProgressCallback | None = None,
-        **kwargs: Any,
-    ) -> list[str]:
-        """Index plain texts with optional metadata and ids (upsert by id); returns the ids."""
-        batch_size = _batch_size(kwargs.pop("batch_size", None))
-        check_no_extra("FusionIndex.add_texts", kwargs)
-        texts = list(texts)
-        if metadatas is not None and len(metadatas) != len(texts):
-            raise InvalidParameterError(f"got {len(metadatas)} metadatas for {len(texts)} texts; give one per text")
-        documents = [
-            Document(page_content=t, metadata=dict(metadatas[i]) if metadatas else {}) for i, t in enumerate(texts)
-        ]
-        return self._write(documents, ids, progress, batch_size)
-
     def upsert_documents(self, documents: Iterable[Document], *, progress: ProgressCallback | None = None) -> list[str]:
         """The same as :meth:`add_documents` (kept for readability where replacement is the point)."""
         return self._write(documents, None, progress)
@@ -314,7 +326,7 @@ class FusionIndex(FusedRetrieval, VectorSideSearches):
         progress: ProgressCallback | None,
         batch_size: int | None = None,
     ) -> list[str]:
-        new_docs = prepared_documents(documents, ids)
+        new_docs = prepared_documents(documents, ids, self.tenant_key)
         if not new_docs:
             return []
         texts = [indexed_text(doc, self.embed_fields) for doc in new_docs]
@@ -322,39 +334,25 @@ class FusionIndex(FusedRetrieval, VectorSideSearches):
         self.store.upsert(new_docs, vectors, [indexed_text(doc, self.bm25_fields) for doc in new_docs])
         return [doc.id or "" for doc in new_docs]
 
-    def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool:
-        """Remove the documents with these ids from every side (LangChain's ``VectorStore.delete``).
-
-        Unknown ids are ignored; ``ids=None`` deletes every document. Returns True. Use
-        :meth:`remove` to be told about unknown ids and how many documents went.
-        """
-        check_no_extra("FusionIndex.delete", kwargs)
-        if isinstance(ids, str):
-            raise InvalidParameterError(f"delete takes a list of ids; got the string {ids!r}")
-        if ids is None:
-            self.store.clear()
-        else:
-            self.store.delete(list(ids))
-        return True
-
-    def remove(self, ids: Sequence[str]) -> int:
-        """Remove documents by id from every side; returns how many were removed.
+    def remove(self, ids: Sequence[str], *, tenant: str | None = None) -> int:
+        """Remove documents by id from every side (of ``tenant`` only, when given); returns how many were removed.
 
         Raises :class:`~langchain_fusion.errors.UnknownDocumentError` (and removes nothing) if
-        any id is unknown.
+        any id is unknown (to ``tenant``, when given).
         """
         if isinstance(ids, str):
             raise InvalidParameterError(f"remove takes a list of ids; got the string {ids!r}")
         ids = list(ids)
-        present = self.store.view().keys_of(ids)
+        tenant = check_tenant(tenant)
+        present = self.view(tenant).keys_of(ids)
         unknown = [i for i, key in zip(ids, present, strict=True) if key < 0]
         if unknown:
             shown = ", ".join(repr(i) for i in unknown[:5])
             more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
             raise UnknownDocumentError(f"no document with id {shown}{more} in the index; nothing was deleted")
-        return self.store.delete(ids)
+        return self.store.delete(ids) if tenant is None else scoped(self.store, tenant).delete_in(tenant, ids)
 
-    # --- embedding (LangChain's vector-store searches are VectorSideSearches') ----------------
+    # --- embedding ---------------------------------------------------------------------------
 
     def embed_query(self, query: str) -> FloatMatrix:
         """The query's normalised embedding as a 1 x dimension matrix."""
@@ -453,10 +451,24 @@ def _store(
     bm25_params: BM25Params | None,
     vector_index: str,
     vector_search_params: str | None,
+    tenant_key: str | None,
 ) -> FusionStore:
     """The store given (with no store settings beside it), or a new in-process one with those settings."""
+    tenant_key = check_tenant_key(tenant_key)
     if store is None:
-        return LocalStore(analyzer, bm25_params, vector_index=vector_index, vector_search_params=vector_search_params)
+        return LocalStore(
+            analyzer,
+            bm25_params,
+            vector_index=vector_index,
+            vector_search_params=vector_search_params,
+            tenant_key=tenant_key,
+        )
+    if tenant_key is not None and isinstance(store, FusionStore) and store.settings.tenant_key != tenant_key:
+        kept = store.settings.tenant_key
+        raise InvalidParameterError(
+            f"tenant_key={tenant_key!r}, but the store given is keyed by {kept!r}: a store keeps the tenant key it "
+            "was made with; drop tenant_key or give a store made with it"
+        )
     if analyzer is not None or bm25_params is not None or vector_index != "Flat" or vector_search_params:
         raise InvalidParameterError(
             "analyzer, bm25_params, vector_index and vector_search_params belong to the store: "

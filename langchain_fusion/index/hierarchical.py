@@ -35,11 +35,12 @@ from langchain_fusion._checks import check_k
 from langchain_fusion._version import library_version
 from langchain_fusion.errors import IndexFormatError, InvalidParameterError
 from langchain_fusion.index.fusion_index import FusionIndex
-from langchain_fusion.ingest.summaries import PageSummarizer
+from langchain_fusion.ingest.summaries import PageSummarizer, page_units
 from langchain_fusion.models.call_reports import LLMReport
 from langchain_fusion.progress import ProgressCallback
 from langchain_fusion.search.relevance import (
     RELEVANCE_INFO_KEY,
+    LabelledQueries,
     RelevanceModel,
     SavedModel,
     calibrate_search,
@@ -49,10 +50,9 @@ from langchain_fusion.stores.local import folder as fmt
 from langchain_fusion.stores.local import saving
 from langchain_fusion.stores.local.checksums import check_checksum, sha256_file
 from langchain_fusion.stores.local.manifest import check_format, now_iso, read_manifest, write_manifest
-from langchain_fusion.stores.local.store import LocalStore, write_snapshot
+from langchain_fusion.stores.local.store import LocalStore
 
 if TYPE_CHECKING:
-    from langchain_fusion.evaluation.datasets import EvalDataset
     from langchain_fusion.retrievers.hierarchical import HierarchicalRetriever
 
 HIERARCHICAL_FORMAT_NAME = fmt.HIERARCHICAL_FORMAT_NAME
@@ -109,6 +109,7 @@ class HierarchicalIndex:
             analyzer=chunks.analyzer,
             bm25_params=chunks.bm25_params,
             embedding_batch_size=chunks.embedding_batch_size,
+            tenant_key=chunks.tenant_key,  # each tenant's summaries are searched with its chunks alone
         )
         index.add_documents(summaries, progress=progress)
         return cls(chunks, index)
@@ -128,7 +129,7 @@ class HierarchicalIndex:
         ``summary_progress`` counts summarised pages, ``progress`` embedded summaries. The
         summarizer's report is kept in :attr:`summary_report`.
         """
-        documents, report = summarizer.summarize(chunks.documents, progress=summary_progress, callbacks=callbacks)
+        documents, report = summarize_pages(chunks, summarizer, progress=summary_progress, callbacks=callbacks)
         built = cls.from_summaries(chunks, documents, progress=progress)
         built.summary_report = report
         return built
@@ -143,7 +144,7 @@ class HierarchicalIndex:
         """
         return self._relevance.of(self.relevance_data)
 
-    def calibrate(self, dataset: EvalDataset, *, k: int = 10, **options: Any) -> RelevanceModel:
+    def calibrate(self, dataset: LabelledQueries, *, k: int = 10, **options: Any) -> RelevanceModel:
         """Fit the relevance model of hierarchical search; every result then carries ``metadata["relevance"]``.
 
         As :meth:`FusionIndex.calibrate <langchain_fusion.index.fusion_index.FusionIndex.calibrate>`,
@@ -176,24 +177,29 @@ class HierarchicalIndex:
         for name, store in stores.items():
             if not isinstance(store, LocalStore):
                 raise IndexFormatError(f"the {name} live on {type(store).__name__}; only in-process stores are saved")
-        snapshots = {name: store.snapshot for name, store in stores.items() if isinstance(store, LocalStore)}
         chunk_info = self.chunks.info_to_save(info)
+        writers = {
+            name: store.writer({"info": chunk_info} if name == CHUNKS_DIR else {})
+            for name, store in stores.items()
+            if isinstance(store, LocalStore)
+        }
+        counts = {CHUNKS_DIR: len(self.chunks), SUMMARIES_DIR: len(self.summaries)}
         relevance = {RELEVANCE_INFO_KEY: self.relevance_data} if self.relevance_model is not None else {}
 
         def write(staging: Path) -> None:
-            for name, snapshot in snapshots.items():
+            for name, part in writers.items():
                 (staging / name).mkdir()
-                write_snapshot(snapshot, staging / name, {"info": chunk_info} if name == CHUNKS_DIR else {})
+                part(staging / name)
             manifest = {
                 "format": HIERARCHICAL_FORMAT_NAME,
                 "format_version": HIERARCHICAL_FORMAT_VERSION,
                 "library_version": library_version(),
                 "created_at": now_iso(),
                 "embeddings": {"id": self.chunks.embeddings_id, "dimension": self.chunks.dimension},
-                "counts": {name: snapshot.live_count for name, snapshot in snapshots.items()},
+                "counts": counts,
                 "parts": {
                     name: {"folder": name, "manifest_sha256": sha256_file(staging / name / fmt.MANIFEST)}
-                    for name in snapshots
+                    for name in writers
                 },
                 **relevance,
             }
@@ -240,6 +246,38 @@ class HierarchicalIndex:
         from langchain_fusion.retrievers.hierarchical import HierarchicalRetriever
 
         return HierarchicalRetriever(index=self, **kwargs)
+
+
+def summarize_pages(
+    chunks: FusionIndex,
+    summarizer: PageSummarizer,
+    *,
+    progress: ProgressCallback | None = None,
+    callbacks: Callbacks = None,
+) -> tuple[list[Document], LLMReport]:
+    """The page and section summaries of ``chunks`` with their report; on a tenant-keyed index, each tenant's own.
+
+    A tenant's pages are summarised from its chunks alone (two tenants' files of one name stay
+    apart), and each summary carries its tenant in ``metadata[tenant_key]``.
+    """
+    key = chunks.tenant_key
+    if key is None:
+        return summarizer.summarize(chunks.documents, progress=progress, callbacks=callbacks)
+    documents: list[Document] = []
+    report: LLMReport | None = None
+    for tenant in chunks.tenants():
+        own = list(chunks.view(tenant).iter_documents())
+        summaries, part = summarizer.summarize(own, progress=progress, callbacks=callbacks)
+        documents += [s.model_copy(update={"metadata": {**s.metadata, key: tenant}}) for s in summaries]
+        report = part if report is None else report.merged(part)
+    return documents, report if report is not None else summarizer.summarize([])[1]
+
+
+def page_count(chunks: FusionIndex, section_chars: int) -> int:
+    """How many pages and sections :func:`summarize_pages` summarises (each tenant's own, on a tenant-keyed index)."""
+    if chunks.tenant_key is None:
+        return len(page_units(chunks.documents, section_chars))
+    return sum(len(page_units(list(chunks.view(t).iter_documents()), section_chars)) for t in chunks.tenants())
 
 
 def load_chunks(folder: Path, embeddings: Embeddings | None = None, *, check_dimension: bool = True) -> FusionIndex:

@@ -16,10 +16,15 @@ from langchain_core.vectorstores import VectorStore
 from langchain_fusion._checks import check_k
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.search.diversity import DEFAULT_MMR_WEIGHT
-from langchain_fusion.search.relevance import RELEVANCE_INFO_KEY, RelevanceModel, SavedModel, calibrate_search
+from langchain_fusion.search.relevance import (
+    RELEVANCE_INFO_KEY,
+    LabelledQueries,
+    RelevanceModel,
+    SavedModel,
+    calibrate_search,
+)
 
 if TYPE_CHECKING:
-    from langchain_fusion.evaluation.datasets import EvalDataset
     from langchain_fusion.index.fusion_index import FusionIndex
     from langchain_fusion.retrievers.fusion import FusionRetriever
     from langchain_fusion.search.explain import Explanation
@@ -42,7 +47,7 @@ class FusedRetrieval(VectorStore):
         """The calibrated relevance model (:meth:`calibrate`), saved with the index; None when not calibrated."""
         return self._relevance.of(self.saved_info.get(RELEVANCE_INFO_KEY))
 
-    def calibrate(self, dataset: EvalDataset, *, k: int = 10, **options: Any) -> RelevanceModel:
+    def calibrate(self, dataset: LabelledQueries, *, k: int = 10, **options: Any) -> RelevanceModel:
         """Fit the index's relevance model on labelled queries; every result then carries ``metadata["relevance"]``.
 
         ``dataset``: queries with relevance labels over this index's documents, e.g.
@@ -96,11 +101,19 @@ class FusedRetrieval(VectorStore):
         ``search_type`` is ``"fusion"`` (the default), ``"similarity"`` (the vector side alone:
         ``alpha=1``) or ``"mmr"`` (the fused candidates re-ranked by maximal marginal relevance,
         whose weight of relevance defaults to 0.5; MMR chooses among the best ``fetch_k`` fused
-        candidates). An unknown option or search type is an error that lists the valid ones.
+        candidates). An unknown option or search type is an error that lists the valid ones, and so is an
+        option given both ways with two different values (``as_retriever(k=3, search_kwargs={"k": 2})``).
         """
         from langchain_fusion.retrievers.fusion import FusionRetriever
 
-        options = {**(search_kwargs or {}), **kwargs}
+        given = search_kwargs or {}
+        for name in sorted(set(given) & set(kwargs)):
+            if given[name] != kwargs[name]:
+                raise InvalidParameterError(
+                    f"{name} is given twice with different values, {name}={kwargs[name]!r} and "
+                    f"search_kwargs={{{name!r}: {given[name]!r}}}: give it once"
+                )
+        options = {**given, **kwargs}
         valid = sorted(set(FusionRetriever.model_fields) - {"index", "callbacks", "verbose"})
         unknown = sorted(set(options) - set(valid))
         if unknown:

@@ -45,6 +45,7 @@ from langchain_fusion.progress import ProgressCallback
 from langchain_fusion.stores.base import IdsBySource
 from langchain_fusion.stores.local.checksums import sha256_file
 from langchain_fusion.stores.local.manifest import saved_index_reason
+from langchain_fusion.stores.tenants import scoped
 
 SYNC_INFO_KEY = "files"
 """The key of the file record in a saved index's ``info``."""
@@ -134,6 +135,7 @@ def sync_files(
     batch_size: int | None = None,
     max_file_chars: int = DEFAULT_MAX_FILE_CHARS,
     keep: Keep | None = None,
+    tenant: str | None = None,
 ) -> SyncReport:
     """Bring ``index`` in line with the files under ``paths``; ``record`` is updated in place.
 
@@ -153,6 +155,10 @@ def sync_files(
     a store that writes as it goes keeps the record beside the rows it has. A ``KeyboardInterrupt``
     stops the run after the last all-or-nothing update of files (see :data:`GROUP_CHUNKS`; while
     reading: before any change), with ``report.interrupted`` set.
+
+    ``tenant`` (a tenant-keyed index): the files are that tenant's; its chunks get
+    ``metadata[tenant_key] = tenant``, and only its chunks are compared, replaced and removed
+    (``record`` is then that tenant's record).
     """
     chunking = {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap}
     if max_chunk_tokens is not None:
@@ -160,7 +166,7 @@ def sync_files(
     bound = chunk_bound(index.embeddings, max_chunk_tokens)
     if bound is not None:  # recorded only when there is one, so records of models that declare nothing still match
         chunking["max_tokens"] = bound[0]
-    run = _Sync(index, record, chunking, transform, on_skip, progress, batch_size)
+    run = _Sync(index, record, chunking, transform, on_skip, progress, batch_size, tenant)
     run.count_tokens = bound[1] if bound is not None else None
     run.keep = keep
     if keep is not None and record.get("chunking") is None:
@@ -220,8 +226,9 @@ class _Sync:
         on_skip: Callable[[SkippedFile], None] | None,
         progress: ProgressCallback | None,
         batch_size: int | None,
+        tenant: str | None,
     ) -> None:
-        self.index, self.report = index, SyncReport()
+        self.index, self.report, self.tenant = index, SyncReport(), tenant
         self.chunking = chunking
         self.count_tokens: Callable[[Sequence[str]], list[int]] | None = None
         """The model's token counter, when chunks are bounded in its tokens."""
@@ -230,7 +237,7 @@ class _Sync:
         self.rechunk = record.get("chunking") not in (None, chunking)
         record["chunking"] = chunking
         self.files: dict[str, Any] = record.setdefault("by_path", {})
-        self.indexed = _chunk_ids_by_source(index)
+        self.indexed = _chunk_ids_by_source(index, tenant)
         self.max_file_chars = DEFAULT_MAX_FILE_CHARS
         """Files yielding more characters are skipped."""
         self.keep: Keep | None = None
@@ -276,7 +283,7 @@ class _Sync:
             chunks = file.chunks
             if self.transform is not None and chunks:
                 chunks = self.transform(chunks, file.pages)
-            chunks_of.append(chunks)
+            chunks_of.append(self._tenants(chunks))
         every = [chunk for chunks in chunks_of for chunk in chunks]
         if every:
             self.index.add_documents(every, progress=self.progress, batch_size=self.batch_size)
@@ -286,16 +293,29 @@ class _Sync:
             self.report.pages += sum(1 for doc in file.pages if keys.PAGE in doc.metadata)
             stale = sorted(self.indexed.get(source, set()) - {chunk.id or "" for chunk in chunks})
             if stale:
-                self.report.chunks_removed += self.index.store.delete(stale)
+                self.report.chunks_removed += self._delete(stale)
             self.files[source] = {"sha256": file.sha256, "chunks": len(chunks)}
             if self.keep is not None:
                 self.keep(("by_path", source), self.files[source])
             (self.report.files_updated if source in self.indexed else self.report.files_added).append(source)
             self.indexed[source] = {chunk.id or "" for chunk in chunks}
 
+    def _tenants(self, chunks: list[Document]) -> list[Document]:
+        """The chunks with the run's tenant in ``metadata[tenant_key]`` (a tenant-keyed index), else as they are."""
+        key = self.index.tenant_key
+        if self.tenant is None or key is None:
+            return chunks
+        return [chunk.model_copy(update={"metadata": {**chunk.metadata, key: self.tenant}}) for chunk in chunks]
+
+    def _delete(self, ids: list[str]) -> int:
+        """Delete these chunks (the tenant's, on a tenant-keyed index); how many went."""
+        if self.tenant is None:
+            return self.index.store.delete(ids)
+        return scoped(self.index.store, self.tenant).delete_in(self.tenant, ids)
+
     def remove(self, source: str) -> None:
         """Delete the chunks of a file that is gone."""
-        self.report.chunks_removed += self.index.store.delete(sorted(self.indexed.pop(source)))
+        self.report.chunks_removed += self._delete(sorted(self.indexed.pop(source)))
         self.files.pop(source, None)
         if self.keep is not None:
             self.keep(("by_path", source), None)
@@ -331,8 +351,8 @@ def _load_quietly(path: Path, max_chars: int) -> LoadResult:
         return load_files([path], max_chars=max_chars)
 
 
-def _chunk_ids_by_source(index: FusionIndex) -> dict[str, set[str]]:
-    view = index.view()
+def _chunk_ids_by_source(index: FusionIndex, tenant: str | None) -> dict[str, set[str]]:
+    view = index.view(tenant)
     if isinstance(view, IdsBySource):  # a remote store reads ids and sources only
         return view.ids_by_source()
     table: dict[str, set[str]] = {}

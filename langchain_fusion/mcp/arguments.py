@@ -12,7 +12,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.pipeline import ServeLimits
 from langchain_fusion.retrievers.base import innermost_search
-from langchain_fusion.search.options import OPTION_CHECKS, SELECTION_OPTIONS, FusionOptions, SearchOptions
+from langchain_fusion.search.options import OPTION_CHECKS, SELECTION_OPTIONS, SERVER_ONLY_OPTIONS, SearchOptions
 
 _DEFAULTS = ServeLimits()
 DEFAULT_MAX_K: int = _DEFAULTS.max_k
@@ -21,7 +21,7 @@ DEFAULT_MAX_QUERY_CHARS: int = _DEFAULTS.max_query_chars
 """Longest query accepted by default, in characters."""
 SEARCH_ARGUMENTS: tuple[str, ...] = (
     "query",
-    *(name for name in SearchOptions.model_fields if name not in FusionOptions.LOCAL_ONLY),
+    *(name for name in SearchOptions.model_fields if name not in SERVER_ONLY_OPTIONS),
 )
 """The arguments the search tool of a fused index takes (a hierarchical index's takes its own options)."""
 

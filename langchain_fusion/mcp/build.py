@@ -10,17 +10,19 @@ from typing import Any, Literal
 
 from langchain_core.retrievers import BaseRetriever
 from mcp.server.fastmcp import FastMCP
+from starlette.applications import Starlette
 
-from langchain_fusion._compat import filter_mcp_messages
+from langchain_fusion._compat import filter_mcp_messages, mcp_lowlevel_server
+from langchain_fusion._version import library_version
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import HierarchicalIndex
 from langchain_fusion.mcp.arguments import check_search_arguments
-from langchain_fusion.mcp.numbers import FiniteNumbersOnly
+from langchain_fusion.mcp.numbers import FiniteNumbersOnly, ReadableNumbersOnly
 from langchain_fusion.mcp.tool import SEARCH_TOOL, add_search_tool
 from langchain_fusion.pipeline import Pipeline, PipelineSpec, ServeLimits, build
 from langchain_fusion.pipeline.spec import serving_spec
-from langchain_fusion.search.options import FusionOptions
+from langchain_fusion.search.options import SERVER_ONLY_OPTIONS
 from langchain_fusion.threads import one_blas_thread
 
 _DEFAULTS = ServeLimits()
@@ -60,6 +62,14 @@ class _CheckedArgumentsServer(FastMCP):
         self.accepted = tuple(accepted)
         self.info = info
         filter_mcp_messages(self, FiniteNumbersOnly)  # NaN and Infinity as sent, before the SDK reads them as null
+        # FastMCP takes no version: without one, initialize reports the SDK's own as the server's.
+        mcp_lowlevel_server(self).version = library_version()
+
+    def streamable_http_app(self) -> Starlette:
+        """FastMCP's HTTP app, behind :class:`~langchain_fusion.mcp.numbers.ReadableNumbersOnly`."""
+        app = super().streamable_http_app()
+        app.add_middleware(ReadableNumbersOnly)
+        return app
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         """Run a tool; a refused search argument is raised, and the SDK answers it with a tool error."""
@@ -127,7 +137,10 @@ def server_for(
     concurrent calls, each on a worker thread, are the server's parallelism.
     """
     one_blas_thread()
-    accepted = ("query", *(n for n in pipeline.per_call_options() if n not in FusionOptions.LOCAL_ONLY))
+    if limits.tenant_header is not None:
+        raise InvalidParameterError("an MCP server serves one tenant (tenant=..., mcp --tenant T), not a tenant header")
+    pipeline.check_tenancy(limits)
+    accepted = ("query", *(n for n in pipeline.per_call_options() if n not in SERVER_ONLY_OPTIONS))
     described = pipeline.describe()
     index_info = {name: value for name, value in described["index"].items() if name != "manifest"}
     info: dict[str, Any] = {"library_version": described["library_version"], **index_info}

@@ -87,6 +87,10 @@ class BundledEncoder:
         self._tokenizer = tokenizer
         self._requests = threading.local()
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> BundledEncoder:
+        """The encoder itself: a loaded model is read-only and shared by every instance in a process, copies too."""
+        return self
+
     @classmethod
     def load(cls) -> BundledEncoder:
         """Check the weights (licence, sha256), compile them for this CPU and return the encoder.

@@ -107,6 +107,11 @@ class LocalEmbeddings(CheckedModel, Embeddings):
     _truncated_pieces: int = PrivateAttr(default=0)
     _embedded: int = PrivateAttr(default=0)
 
+    def __getstate__(self) -> dict[Any, Any]:
+        """The model for ``pickle``: its settings, not its loaded weights (loaded again where it is used)."""
+        state = super().__getstate__()
+        return {**state, "__pydantic_private__": {**(state.get("__pydantic_private__") or {}), "_encoder": None}}
+
     @property
     def model_name(self) -> str:
         """The Hugging Face name of the bundled model."""

@@ -171,6 +171,23 @@ class Pipeline:
             options["filter"] = merge_filters(self.spec.search.filter, options["filter"])
         return options
 
+    def check_tenancy(self, limits: ServeLimits) -> None:
+        """How a server binds tenants: a tenant-keyed index needs a tenant or a tenant header; another needs none."""
+        tenant_key = self.chunks.tenant_key if self.chunks is not None else None
+        tenant, header = self.spec.search.tenant, limits.tenant_header
+        if tenant is not None and header is not None:
+            raise InvalidParameterError(
+                "give the server one tenant (tenant=...) or the header its proxy names each request's tenant in "
+                "(tenant_header=...), not both"
+            )
+        if tenant_key is None and header is not None:
+            raise InvalidParameterError("tenant_header applies to a tenant-keyed index; this one is not")
+        if tenant_key is not None and tenant is None and header is None:
+            raise InvalidParameterError(
+                f"the index is tenant-keyed (by {tenant_key!r}): serve one tenant (tenant=...) or bind each "
+                "request's tenant from its proxy's header (tenant_header=...)"
+            )
+
     def within(self, limits: ServeLimits) -> Pipeline:
         """The pipeline as a server with ``limits`` serves it: a hierarchical ``k_summaries`` at most ``max_k``.
 
@@ -190,7 +207,7 @@ class Pipeline:
 
         return {
             "library_version": library_version(),
-            "index": describe_served(self.served, self.hierarchical, self.location),
+            "index": describe_served(self.served, self.hierarchical, self.location, self.spec.search.tenant),
             "defaults": self.defaults(),
             "pipeline": self.steps.describe(),
             "chat_model": None if self.chat_model is None else chat_model_id(self.chat_model),
@@ -214,23 +231,33 @@ class Pipeline:
 
 
 def describe_served(
-    served: Served, hierarchical: bool | None = None, location: dict[str, Any] | None = None
+    served: Served,
+    hierarchical: bool | None = None,
+    location: dict[str, Any] | None = None,
+    tenant: str | None = None,
 ) -> dict[str, Any]:
     """What is served: kind, counts, embedding model and dimension, and the location's manifest (or description).
 
-    ``hierarchical`` None: hierarchical when ``served`` is a :class:`HierarchicalIndex`.
+    ``hierarchical`` None: hierarchical when ``served`` is a :class:`HierarchicalIndex`. On a
+    tenant-keyed index the counts are ``tenant``'s (None when each request names its own), and no
+    other tenant is named or counted.
     """
     hierarchical = isinstance(served, HierarchicalIndex) if hierarchical is None else hierarchical
     if isinstance(served, HierarchicalIndex):
-        chunks = served.chunks
-        counts: dict[str, Any] = {"documents": len(chunks), "summaries": len(served.summaries)}
+        chunks, parts = served.chunks, {"documents": served.chunks, "summaries": served.summaries}
     elif isinstance(served, FusionIndex):
-        chunks, counts = served, {"documents": len(served)}
+        chunks, parts = served, {"documents": served}
     else:
         return {"kind": "retriever", "retriever": type(served).__name__}
+    keyed = chunks.tenant_key is not None
+    counts: dict[str, Any] = {
+        name: (len(index.view(tenant)) if tenant is not None or not keyed else None) for name, index in parts.items()
+    }
+    tenancy = {"tenant_key": chunks.tenant_key, "tenant": tenant} if keyed else {}
     return {
         "kind": "hierarchical" if hierarchical else "index",
         **counts,
+        **tenancy,
         "embeddings": chunks.embeddings_id,
         "dimension": chunks.dimension,
         "manifest": _manifest(location),
@@ -258,6 +285,8 @@ def _manifest(location: dict[str, Any] | None) -> dict[str, Any] | None:
     if location is None:
         return None
     manifest: dict[str, Any] = location.get("manifest", location)
+    if "tenants" in manifest:  # a tenant-keyed folder lists its tenants: no served surface names them
+        manifest = {key: value for key, value in manifest.items() if key != "tenants"}
     return manifest
 
 

@@ -27,6 +27,7 @@ from langchain_fusion.ingest.loading import (
 from langchain_fusion.models.bounded_calls import DEFAULT_LLM_CONCURRENCY
 from langchain_fusion.pipeline.spec import DEFAULT_LLM_TIMEOUT, check_embeddings, check_llm
 from langchain_fusion.stores.analyzer import StemmerLanguage
+from langchain_fusion.stores.tenants import check_tenant, check_tenant_key
 
 
 def _location(value: Any) -> str:
@@ -138,6 +139,12 @@ class IndexSpec(CheckedModel):
     """Chat model calls at once for contextual enrichment and summaries."""
     llm_timeout: Annotated[float | None, BeforeValidator(_seconds)] = DEFAULT_LLM_TIMEOUT
     """Seconds to wait for each chat model answer before it counts as failed and is retried."""
+    tenant_key: Annotated[str | None, BeforeValidator(check_tenant_key)] = None
+    """Make a new index tenant-keyed by this metadata key: each tenant's documents are searched as an index of
+    their own (an existing index keeps its own key; this must match it)."""
+    tenant: Annotated[str | None, BeforeValidator(check_tenant)] = None
+    """On a tenant-keyed index: the tenant these files are (each chunk gets it under the tenant key); the run
+    touches that tenant's documents and file record only."""
     keep_missing: bool = False
     """Keep the chunks of files that were indexed from under the paths and no longer exist there (by default they
     are removed)."""
@@ -145,6 +152,8 @@ class IndexSpec(CheckedModel):
     @model_validator(mode="after")
     def _consistent(self) -> IndexSpec:
         check_chunking(self.chunk_size, self.chunk_overlap)
+        if self.tenant_key is not None and self.tenant is None:
+            raise InvalidParameterError("tenant_key makes the index tenant-keyed: name the tenant of these files too")
         if not self.uses_llm:
             given = [name for name in self.LLM_OPTIONS if name in self.model_fields_set]
             if given:

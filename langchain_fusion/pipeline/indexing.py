@@ -27,7 +27,13 @@ from langchain_fusion import metadata as keys
 from langchain_fusion import phases
 from langchain_fusion.errors import EmbeddingsMismatchError, FusionError, InvalidParameterError
 from langchain_fusion.index.fusion_index import FusionIndex
-from langchain_fusion.index.hierarchical import HierarchicalIndex, load_chunks, saved_relevance
+from langchain_fusion.index.hierarchical import (
+    HierarchicalIndex,
+    load_chunks,
+    page_count,
+    saved_relevance,
+    summarize_pages,
+)
 from langchain_fusion.index.opening import hierarchical_folder, keeps_summaries, open_for_update
 from langchain_fusion.index.sync import SYNC_INFO_KEY, Keep, SyncReport, sync_files
 from langchain_fusion.ingest.loading import SkippedFile, unsupported_note
@@ -235,6 +241,19 @@ def build_index(spec: IndexSpec, progress: IndexProgress | None = None) -> Index
         return report
 
 
+def _check_tenancy(spec: IndexSpec, index: FusionIndex) -> None:
+    """A run on a tenant-keyed index names the tenant its files are; a run on another index names none."""
+    key = index.tenant_key
+    if key is not None and spec.tenant is None:
+        raise InvalidParameterError(
+            f"{spec.location} is tenant-keyed (by {key!r}): name the tenant these files are (tenant=...)"
+        )
+    if key is None and spec.tenant is not None:
+        raise InvalidParameterError(
+            f"{spec.location} is not tenant-keyed: drop tenant=..., or index into a new location with tenant_key=..."
+        )
+
+
 def _chat_model(spec: IndexSpec) -> Any:
     """The chat model of enrichment and summaries (a missing key fails here, before any work), or None."""
     if not spec.uses_llm:
@@ -258,7 +277,7 @@ class _Target:
                 "drop summaries=True"
             )
         analyzer = Analyzer(language=spec.language) if spec.language else None
-        self.options = NewStoreOptions(spec.vector_index, spec.vector_search_params, analyzer)
+        self.options = NewStoreOptions(spec.vector_index, spec.vector_search_params, analyzer, spec.tenant_key)
         self.engine.check_target(spec.location, self.options)
         self.hierarchical = hierarchical_folder(spec.location)
         if self.hierarchical is not None and not spec.summaries:
@@ -295,12 +314,12 @@ class _Target:
             return str(hierarchical.save(Path(self.location).expanduser(), info=info))
         return self.engine.save(self.location, index.store, info)
 
-    def keeper(self, index: FusionIndex) -> Keep | None:
-        """Writes each entry of the file record as it changes, for an engine that keeps it so (None otherwise)."""
+    def keeper(self, index: FusionIndex, within: tuple[str, ...]) -> Keep | None:
+        """Writes each entry of the file record (at ``within`` in it) as it changes, for an engine that keeps it so."""
         write = self.engine.entry_writer(self.location, index.store) if self.hierarchical is None else None
         if write is None:
             return None
-        return lambda path, value: write((SYNC_INFO_KEY, *path), value)
+        return lambda path, value: write((SYNC_INFO_KEY, *within, *path), value)
 
 
 class _Run:
@@ -320,26 +339,30 @@ class _Run:
 
     def run(self, index: FusionIndex) -> IndexReport:
         spec, target = self.spec, self.target
+        _check_tenancy(spec, index)
         record = dict(index.saved_info.get(SYNC_INFO_KEY) or {})
-        synced = self._sync(index, record)
+        within: tuple[str, ...] = () if spec.tenant is None else ("by_tenant", spec.tenant)
+        own = record  # the record of this run's files: a tenant's own on a tenant-keyed index
+        for key in within:
+            own = own.setdefault(key, {})
+        synced = self._sync(index, own, within)
         if synced.interrupted:
             saved = target.hierarchical is None  # summaries are saved with every file they cover, or not at all
             location = target.save(index, record) if saved else spec.location
-            return IndexReport(
-                location, files=len(record.get("by_path", {})), sync=synced, interrupted=True, saved=saved
-            )
-        if len(index) == 0:
+            files = len(own.get("by_path", {}))
+            return IndexReport(location, files=files, sync=synced, interrupted=True, saved=saved)
+        if len(index.view(spec.tenant)) == 0:
             raise FusionError(f"no readable documents in {' '.join(spec.paths)} (PDF, .txt and .md files are indexed)")
         summaries = None
         if spec.summaries:
             hierarchical = self._summarize(index)
-            summaries = len(hierarchical.summaries)
+            summaries = len(hierarchical.summaries.view(spec.tenant))
             location = target.save(index, record, hierarchical)
         else:
             location = target.save(index, record)
-        return self._report(index, location, record, synced, summaries)
+        return self._report(index, location, own, synced, summaries)
 
-    def _sync(self, index: FusionIndex, record: dict[str, Any]) -> SyncReport:
+    def _sync(self, index: FusionIndex, record: dict[str, Any], within: tuple[str, ...]) -> SyncReport:
         """Bring the index in line with the files (progress, skips and enrichment reported as they happen)."""
         spec, progress = self.spec, self.progress
         embeddings = index.embeddings
@@ -384,7 +407,8 @@ class _Run:
                     progress=lambda n: bars["embed"].update(n),
                     batch_size=EMBEDDING_BATCH,
                     max_file_chars=spec.max_file_chars,
-                    keep=self.target.keeper(index),
+                    keep=self.target.keeper(index, within),
+                    tenant=spec.tenant,
                 )
         finally:
             for bar in bars.values():
@@ -409,13 +433,13 @@ class _Run:
 
     def _summarize(self, index: FusionIndex) -> HierarchicalIndex:
         """Page and section summaries of the index, embedded into a hierarchical index."""
-        from langchain_fusion.ingest.summaries import PageSummarizer, page_units
+        from langchain_fusion.ingest.summaries import PageSummarizer
 
         summarizer = PageSummarizer(**self.llm_options)
-        bar = self.progress.bar(len(page_units(index.documents, summarizer.section_chars)), "summarising pages", "page")
+        bar = self.progress.bar(page_count(index, summarizer.section_chars), "summarising pages", "page")
         try:
             with _quiet_logger("langchain_fusion.ingest.summaries"), phase("summaries"):
-                documents, report = summarizer.summarize(index.documents, progress=bar.update)
+                documents, report = summarize_pages(index, summarizer, progress=bar.update)
         finally:
             bar.close()
         for failure in report.failed:
@@ -430,7 +454,8 @@ class _Run:
     def _report(
         self, index: FusionIndex, location: str, record: dict[str, Any], synced: SyncReport, summaries: int | None
     ) -> IndexReport:
-        documents = index.documents
+        view = index.view(self.spec.tenant)  # a tenant's run reports that tenant's index
+        documents = list(view.iter_documents())
         pages = {(d.metadata.get(keys.SOURCE), d.metadata[keys.PAGE]) for d in documents if keys.PAGE in d.metadata}
         model = bundled_model_of(index.embeddings)
         truncated = model.truncated_texts if model is not None else (0, 0)
@@ -438,7 +463,7 @@ class _Run:
             location,
             files=len(record.get("by_path", {})),
             pages=len(pages),
-            chunks=len(index),
+            chunks=len(view),
             sync=synced,
             embeddings=index.embeddings_id,
             dimension=index.dimension,

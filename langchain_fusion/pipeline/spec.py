@@ -8,6 +8,7 @@ validates nothing a spec validates and restates none of its defaults.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import BeforeValidator, ConfigDict, Field, model_validator
@@ -98,6 +99,15 @@ def _host_names(value: Any) -> Any:
     )
 
 
+def _header_name(value: Any) -> str | None:
+    """An HTTP header name (token characters), lowercased; None for none."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", value):
+        raise InvalidParameterError(f"tenant_header must be an HTTP header name such as 'X-Tenant'; got {value!r}")
+    return value.lower()
+
+
 class ServeLimits(CheckedModel):
     """Where a server listens, and the bounds every request is checked against (4xx answers or tool errors beyond)."""
 
@@ -120,6 +130,11 @@ class ServeLimits(CheckedModel):
     """Host names a request to the LangServe server may name, comma-separated (* for any), besides localhost,
     127.0.0.1 and ::1 when it listens on a loopback address. Another Host is refused (421): a web page cannot
     reach a server on this machine through a DNS name it controls."""
+
+    tenant_header: Annotated[str | None, BeforeValidator(_header_name)] = None
+    """On a tenant-keyed index: the request header that names each request's tenant, set by the authenticating
+    proxy in front of the server (a request without it is refused with 401; a request can never name a tenant
+    itself). None: the server searches the tenant of its own options, if any."""
 
     REQUEST_BOUNDS: ClassVar[tuple[str, ...]] = ("max_query_chars", "max_k", "max_batch_size", "max_request_bytes")
     """The limits that bound a request (the others say where the server listens)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -50,16 +50,27 @@ def per_call_options(
     return options
 
 
+WRAPPED_ATTRIBUTES = ("retriever", "base_retriever")
+"""Where a wrapper keeps the retriever it wraps: ours (windows, rerank, multi-query) and LangChain's compression."""
+
+
+def wrapped_chain(retriever: Any, depth: int = 8) -> Iterator[Any]:
+    """``retriever``, the retriever it wraps, the one that wraps, and so on (at most ``depth`` levels)."""
+    for _ in range(depth):
+        yield retriever
+        inner = next((getattr(retriever, name) for name in WRAPPED_ATTRIBUTES if hasattr(retriever, name)), None)
+        if not isinstance(inner, BaseRetriever):
+            return
+        retriever = inner
+
+
 def innermost_search(retriever: BaseRetriever) -> SearchRetriever[Any] | None:
     """The search a wrapper (context windows, rerank, multi-query) passes its per-call options to, or None.
 
-    A wrapper passes the options it does not take itself to its ``retriever``, and so on down;
-    the innermost :class:`SearchRetriever` says which it takes. None for a retriever from elsewhere.
+    A wrapper passes the options it does not take itself to the retriever it wraps, and so on
+    down; the innermost :class:`SearchRetriever` says which it takes. None for a retriever from elsewhere.
     """
-    inner: Any = retriever
-    while not isinstance(inner, SearchRetriever) and isinstance(getattr(inner, "retriever", None), BaseRetriever):
-        inner = inner.retriever
-    return inner if isinstance(inner, SearchRetriever) else None
+    return next((inner for inner in wrapped_chain(retriever) if isinstance(inner, SearchRetriever)), None)
 
 
 @dataclass(frozen=True)
@@ -130,8 +141,8 @@ class SearchRetriever(CheckedModel, BaseRetriever, Generic[OptionsT]):
         """The index whose model embeds the query."""
 
     @abstractmethod
-    def _is_empty(self) -> bool:
-        """True when there is nothing to search."""
+    def _is_empty(self, options: OptionsT) -> bool:
+        """True when there is nothing to search (with these options: a tenant's documents, say)."""
 
     @abstractmethod
     def _search(
@@ -161,7 +172,7 @@ class SearchRetriever(CheckedModel, BaseRetriever, Generic[OptionsT]):
         prepared = self._prepared(query)  # scored on the batch's view: that view decides, not the index now
         if prepared is not None:
             return self._search(query, prepared.query_vector, options, prepared)
-        if self._is_empty():
+        if self._is_empty(options):
             return []
         query_vector = self._embedder().embed_query(query) if self._needs_vector(options) else None
         return self._search(query, query_vector, options)
@@ -175,7 +186,7 @@ class SearchRetriever(CheckedModel, BaseRetriever, Generic[OptionsT]):
         prepared = self._prepared(query)
         if prepared is not None:
             return await run_in_executor(None, self._search, query, prepared.query_vector, options, prepared)
-        if self._is_empty():
+        if self._is_empty(options):
             return []
         query_vector = await self._embedder().aembed_query(query) if self._needs_vector(options) else None
         # Scoring is NumPy/FAISS work: keep it off the event loop.
@@ -190,7 +201,7 @@ class SearchRetriever(CheckedModel, BaseRetriever, Generic[OptionsT]):
         except FusionError:
             return None  # each invoke reports the bad option itself
         texts = list(dict.fromkeys(q for q in inputs if isinstance(q, str) and q.strip()))
-        if not texts or self._is_empty():
+        if not texts or self._is_empty(options):
             return None
         return texts, options
 
@@ -224,8 +235,8 @@ class SearchRetriever(CheckedModel, BaseRetriever, Generic[OptionsT]):
         """Whether the invokes of a batch of ``prepared`` queries run one after another in the calling thread.
 
         True where what a prepared query has left is in-process work (ranking, fusion, documents)
-        that holds the GIL: a thread pool then only adds hand-offs (measured: 64 queries at 100k
-        chunks took 457 ms through LangChain's pool, 358 ms in turn). False, the default, keeps
+        that holds the GIL: a thread pool then only adds hand-offs (a batch runs faster in turn:
+        ``docs/benchmarks.md``). False, the default, keeps
         LangChain's pool, which overlaps waits that release the GIL: a store across the network, a
         graph search of each query.
         """

@@ -11,16 +11,16 @@ Their option fields are :mod:`langchain_fusion.search.options`' (a ``FusionRetri
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.documents import Document
 
 from langchain_fusion import metadata as keys
 from langchain_fusion.errors import InvalidParameterError, UnknownDocumentError
 from langchain_fusion.index.fusion_index import FusionIndex
-from langchain_fusion.retrievers.base import OptionsT, PreparedQuery, SearchRetriever
+from langchain_fusion.retrievers.base import PreparedQuery, SearchRetriever
 from langchain_fusion.search.explain import Explanation, SearchRecord, explain
-from langchain_fusion.search.options import FilterOption, FusionOptions, ResultsOption, SearchOptions
+from langchain_fusion.search.options import FilterOption, FusionOptions, ResultsOption, SearchOptions, TenantOption
 from langchain_fusion.search.pool import (
     QueryScorers,
     SearchTrace,
@@ -39,11 +39,15 @@ from langchain_fusion.stores.base import BatchScorer, ConcurrentSides, FloatMatr
 __all__ = ["BM25Retriever", "FusionRetriever", "SearchRetriever", "VectorRetriever"]
 
 
-class SideOptions(FilterOption, ResultsOption):
+class SideOptions(FilterOption, TenantOption, ResultsOption):
     """The options of a single-side search: how many results, and which documents it may return."""
 
 
-class _IndexRetriever(SearchRetriever[OptionsT]):
+IndexOptionsT = TypeVar("IndexOptionsT", bound=TenantOption)
+"""The options of a retriever over one index (they name the tenant searched on a tenant-keyed index)."""
+
+
+class _IndexRetriever(SearchRetriever[IndexOptionsT]):
     """What the retrievers over one FusionIndex share: the index, batches scored in one pass."""
 
     index: FusionIndex
@@ -52,11 +56,15 @@ class _IndexRetriever(SearchRetriever[OptionsT]):
     def _embedder(self) -> FusionIndex:
         return self.index
 
-    def _is_empty(self) -> bool:
-        return self.index.view().known_empty()
+    def _view(self, options: IndexOptionsT) -> StoreView:
+        """The view a search with ``options`` reads (the tenant's, on a tenant-keyed index; refused without one)."""
+        return self.index.search_view(options.tenant)
+
+    def _is_empty(self, options: IndexOptionsT) -> bool:
+        return self._view(options).known_empty()
 
     def _batch_step(self) -> int:
-        view = self.index.view()
+        view = self.index.view(self.tenant if isinstance(self, TenantOption) else None)
         # Only a view that scores a batch in one pass holds its score arrays (and a count may be a round trip).
         return queries_per_pass(len(view)) if isinstance(view, BatchScorer) else super()._batch_step()
 
@@ -68,8 +76,8 @@ class _IndexRetriever(SearchRetriever[OptionsT]):
             isinstance(view, ConcurrentSides) and view.sides_in_parallel(None)
         )
 
-    def _score_many(self, texts: list[str], vectors: FloatMatrix | None, options: OptionsT) -> list[PreparedQuery]:
-        view = self.index.view()
+    def _score_many(self, texts: list[str], vectors: FloatMatrix | None, options: IndexOptionsT) -> list[PreparedQuery]:
+        view = self._view(options)
         bm25 = bm25_scorers(view, texts)
         if vectors is None:
             return [PreparedQuery(None, view, bm25=side) for side in bm25]
@@ -99,7 +107,7 @@ class VectorRetriever(SideOptions, _IndexRetriever[SideOptions]):
 
     def _score_many(self, texts: list[str], vectors: FloatMatrix | None, options: SideOptions) -> list[PreparedQuery]:
         assert vectors is not None
-        view = self.index.view()
+        view = self._view(options)
         vector = vector_scorers(view, vectors)
         return [PreparedQuery(vectors[i : i + 1], view, vector=vector[i]) for i in range(len(texts))]
 
@@ -111,7 +119,7 @@ class VectorRetriever(SideOptions, _IndexRetriever[SideOptions]):
         prepared: PreparedQuery | None = None,
     ) -> list[Document]:
         assert query_vector is not None
-        view = prepared.view if prepared is not None and prepared.view is not None else self.index.view()
+        view = prepared.view if prepared is not None and prepared.view is not None else self._view(options)
         scorer = prepared.vector if prepared is not None else None
         hits = vector_search(view, query_vector, options.k, _where(options), scorer=scorer)
         return hits_to_documents(view, hits)
@@ -139,7 +147,7 @@ class BM25Retriever(SideOptions, _IndexRetriever[SideOptions]):
         options: SideOptions,
         prepared: PreparedQuery | None = None,
     ) -> list[Document]:
-        view = prepared.view if prepared is not None and prepared.view is not None else self.index.view()
+        view = prepared.view if prepared is not None and prepared.view is not None else self._view(options)
         scorer = prepared.bm25 if prepared is not None else None
         return hits_to_documents(view, bm25_search(view, query, options.k, _where(options), scorer=scorer))
 
@@ -171,7 +179,7 @@ class FusionRetriever(SearchOptions, _IndexRetriever[SearchOptions]):
         prepared: PreparedQuery | None = None,
     ) -> list[Document]:
         assert query_vector is not None
-        view = self.index.view()
+        view = self._view(options)
         if prepared is not None and prepared.view is not None and prepared.vector and prepared.bm25:
             view = prepared.view
             scorers = QueryScorers(prepared.vector, prepared.bm25, self.index.reads(query))
@@ -204,7 +212,7 @@ class FusionRetriever(SearchOptions, _IndexRetriever[SearchOptions]):
             raise InvalidParameterError(
                 f"explain needs a document id (a string) or a Document with one; got {doc_id!r}"
             )
-        view = self.index.view()
+        view = self._view(resolved)  # a tenant's: another tenant's id is as unknown as any
         key = int(view.keys_of([doc_id])[0])
         if key < 0:
             raise UnknownDocumentError(unknown_id_message(view, doc_id))

@@ -64,8 +64,12 @@ class HierarchicalRetriever(HierarchicalSearchOptions, SearchRetriever[Hierarchi
     def _embedder(self) -> FusionIndex:
         return self.index.chunks
 
-    def _is_empty(self) -> bool:
-        return len(self.index.chunks) == 0 or len(self.index.summaries) == 0
+    def _is_empty(self, options: HierarchicalSearchOptions) -> bool:
+        tenant = options.tenant
+        return (
+            self.index.chunks.search_view(tenant).known_empty()
+            or self.index.summaries.search_view(tenant).known_empty()
+        )
 
     def _search(
         self,
@@ -83,7 +87,8 @@ class HierarchicalRetriever(HierarchicalSearchOptions, SearchRetriever[Hierarchi
         """The hierarchical results before the ``min_relevance`` floor."""
         # A batch prepares the embeddings only: the two indexes are scored per query.
         assert query_vector is not None
-        chunks, summaries = self.index.chunks.view(), self.index.summaries.view()
+        tenant = options.tenant  # on a tenant-keyed index, both levels are that tenant's alone
+        chunks, summaries = self.index.chunks.search_view(tenant), self.index.summaries.search_view(tenant)
         spec = options.filter
         covering = None
         if spec is not None:

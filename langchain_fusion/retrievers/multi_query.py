@@ -39,11 +39,12 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
 from langchain_fusion import metadata as keys
-from langchain_fusion._checks import check_k, check_positive_int, check_rewrites, is_real_number
+from langchain_fusion._checks import MAX_REWRITES, check_k, check_positive_int, check_rewrites, is_real_number
 from langchain_fusion.errors import InvalidParameterError, describe_error
 from langchain_fusion.models.bounded_calls import CallBounds, ainvoke_bounded, invoke_bounded
 from langchain_fusion.models.prompts import Prompt, answer_text, check_prompt
 from langchain_fusion.models.retries import RetryPolicy
+from langchain_fusion.retrievers.base import wrapped_chain
 from langchain_fusion.retrievers.rerank import RERANK_RETRY
 from langchain_fusion.search.diversity import capped, check_max_per_source, source_groups
 from langchain_fusion.search.fusion import weighted_rrf
@@ -120,12 +121,10 @@ def parse_rewrites(answer: Any, question: str, n: int) -> list[str]:
 
 def _own_cap(retriever: BaseRetriever) -> int | None:
     """The cap per source of ``retriever``, or of the retriever it wraps (and so on); None if none has one."""
-    inner: Any = retriever
-    while "max_per_source" not in type(inner).model_fields:  # ours, or any retriever with such a field
-        inner = getattr(inner, "retriever", None)
-        if not isinstance(inner, BaseRetriever):
-            return None
-    return check_max_per_source(inner.max_per_source)
+    for inner in wrapped_chain(retriever):  # ours, or any retriever with such a field
+        if "max_per_source" in type(inner).model_fields:
+            return check_max_per_source(inner.max_per_source)
+    return None
 
 
 def _doc_key(doc: Document) -> Any:
@@ -215,11 +214,13 @@ class MultiQueryFusionRetriever(ResultsOption, BaseRetriever):
 
     # --- options ------------------------------------------------------------------------------
 
-    def _options(self, kwargs: dict[str, Any]) -> tuple[int, int, dict[str, Any]]:
+    def _options(self, kwargs: dict[str, Any]) -> tuple[int, int, list[str] | None, dict[str, Any]]:
+        """The call's ``k``, ``n``, given ``rewrites`` (None: ask the model) and the searches' options."""
         rest = dict(kwargs)
         k = check_k(rest.pop("k")) if "k" in rest else self.k
         n = check_rewrites(rest.pop("n")) if "n" in rest else self.n
-        return k, n, rest
+        rewrites = _check_given_rewrites(rest.pop("rewrites")) if "rewrites" in rest else None
+        return k, n, rewrites, rest
 
     def _cap(self, rest: dict[str, Any]) -> int | None:
         """The cap per source of the fused list: the call's (passed on too), else the searches'."""
@@ -279,9 +280,9 @@ class MultiQueryFusionRetriever(ResultsOption, BaseRetriever):
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        k, n, rest = self._options(kwargs)
+        k, n, given, rest = self._options(kwargs)
         cap = self._cap(rest)
-        rewrites = self.rewrite(query, n, run_manager.get_child())
+        rewrites = given if given is not None else self.rewrite(query, n, run_manager.get_child())
         queries = [query, *rewrites]
         depth = max(self.k_per_query, k)
         lists = self.retriever.batch(
@@ -292,9 +293,9 @@ class MultiQueryFusionRetriever(ResultsOption, BaseRetriever):
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        k, n, rest = self._options(kwargs)
+        k, n, given, rest = self._options(kwargs)
         cap = self._cap(rest)
-        rewrites = await self.arewrite(query, n, run_manager.get_child())
+        rewrites = given if given is not None else await self.arewrite(query, n, run_manager.get_child())
         queries = [query, *rewrites]
         depth = max(self.k_per_query, k)
         lists = await self.retriever.abatch(
@@ -347,3 +348,17 @@ class MultiQueryFusionRetriever(ResultsOption, BaseRetriever):
             doc.metadata[keys.MULTI_QUERY_RANKS] = [int(r) if r > 0 else None for r in ranks[:, j].tolist()]
             results.append(doc)
         return results
+
+
+def _check_given_rewrites(rewrites: Any) -> list[str]:
+    """Rewrites given per call (a search deeper into the same rewrites): at most ten non-empty strings."""
+    if (
+        not isinstance(rewrites, (list, tuple))
+        or len(rewrites) > MAX_REWRITES
+        or not all(isinstance(r, str) and r.strip() for r in rewrites)
+    ):
+        raise InvalidParameterError(
+            f"rewrites must be a list of at most {MAX_REWRITES} non-empty queries (searched instead of asking the "
+            f"chat model); got {rewrites!r}"
+        )
+    return list(rewrites)

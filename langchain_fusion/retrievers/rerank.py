@@ -48,12 +48,13 @@ from langchain_fusion.retrievers.rerank_base import BaseReranker, descending, fu
 logger = logging.getLogger(__name__)
 
 
-def _report_failures(answers: Sequence[Any]) -> None:
+def _report_failures(answers: Sequence[Any], require_a_rating: bool = False) -> None:
     """Raise a :class:`ProviderError` when the model refused the key; else one warning for the unrated candidates.
 
     A bad key fails every rating alike, so it fails the rerank once (the CLI's one error line, the
-    server's 502) instead of leaving every candidate unrated. Other failures leave those candidates
-    in their fusion positions, reported in one line that groups the candidates by error.
+    server's 502) instead of leaving every candidate unrated. So does any failure of every rating
+    when ``require_a_rating``. Other failures leave those candidates in their fusion positions,
+    reported in one line that groups the candidates by error.
     """
     failed = [(position, answer) for position, answer in enumerate(answers, 1) if isinstance(answer, BaseException)]
     for _, answer in failed:
@@ -64,6 +65,8 @@ def _report_failures(answers: Sequence[Any]) -> None:
     for position, answer in failed:
         by_error.setdefault(describe_error(answer), []).append(position)
     reasons = "; ".join(f"{_positions(positions)} ({error})" for error, positions in by_error.items())
+    if require_a_rating and len(failed) == len(answers):
+        raise ProviderError(f"rerank failed: no candidate could be rated: {reasons}")
     logger.warning(
         "rerank: no rating for %d of %d candidates, which keep their fusion positions: %s",
         len(failed),
@@ -111,6 +114,11 @@ class BaseLLMReranker(BaseReranker):
     retry: RetryPolicy = Field(default_factory=lambda: RERANK_RETRY)
     """Retries of rate limits, timeouts and other transient errors; lighter than indexing's, since a
     query waits. After the last try the candidate keeps its fusion order."""
+    require_a_rating: bool = False
+    """When no candidate could be rated at all (every call failed: no network, timeouts, no usable answer),
+    raise a :class:`~langchain_fusion.errors.ProviderError` instead of keeping the fusion order: the rerank
+    asked for did not happen. A pipeline's ``llm`` rerank step sets it, so the command line exits with an
+    error and the server answers 502; a refused key always fails the rerank."""
 
     _slots: threading.Semaphore = PrivateAttr()
 
@@ -164,7 +172,7 @@ class LLMReranker(BaseLLMReranker):
     (``rating_weight * (rating - 1) / 9 + (1 - rating_weight) * normalised fusion score``),
     ties broken by fusion score, then by input order. A candidate whose rating failed (error,
     timeout, no number in 1-10) keeps its input position, with ``rerank_rating`` None and a
-    logged warning.
+    logged warning; when none could be rated, ``require_a_rating`` makes that an error.
     """
 
     rating_weight: float = Field(default=1.0, ge=0.0, le=1.0)
@@ -218,7 +226,7 @@ class LLMReranker(BaseLLMReranker):
     def _order(self, documents: list[Document], answers: list[int | Exception], top_n: int | None) -> list[Document]:
         fusion = fusion_scores(documents)
         normalized = _normalized_fusion(fusion)
-        _report_failures(answers)
+        _report_failures(answers, self.require_a_rating)
         scores: list[float | None] = []
         for position, answer in enumerate(answers):
             if isinstance(answer, BaseException):
@@ -254,7 +262,7 @@ class LLMListwiseReranker(BaseLLMReranker):
     the model's context window. The returned ids are checked: ids that are not whole numbers,
     out of range or repeated are dropped with a warning; candidates the model left out follow
     the ranked ones in fusion order (``rerank_rank`` None). If the call fails altogether, the
-    fusion order is kept and a warning is logged.
+    fusion order is kept and a warning is logged (``require_a_rating``: an error instead).
     """
 
     prompt: Prompt = DEFAULT_RANKING_PROMPT
@@ -294,6 +302,8 @@ class LLMListwiseReranker(BaseLLMReranker):
         ids: list[int] = []
         if isinstance(answer, BaseException):
             _fail_if_key_refused(answer)
+            if self.require_a_rating:
+                raise ProviderError(f"rerank failed: no ranking: {describe_error(answer)}") from answer
             logger.warning("rerank: no ranking (%s); keeping the fusion order", describe_error(answer))
         else:
             try:

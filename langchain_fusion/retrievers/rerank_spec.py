@@ -68,6 +68,8 @@ def build_reranker(
 ) -> BaseReranker:
     """The rerank step ``spec`` names, keeping ``top_n``; ``llm`` and ``timeout`` are the chat model's, for ``llm``.
 
+    The ``llm`` step fails when it could rate no candidate (``require_a_rating``): a rerank that was asked
+    for and did not happen is an error on every face, not fusion results under a rerank header.
     A cross-encoder is not loaded here: call its ``load_model()`` to fail before the first query.
     """
     parsed = parse_rerank_spec(spec)
@@ -76,7 +78,7 @@ def build_reranker(
 
         if llm is None:
             raise InvalidParameterError("rerank 'llm' needs a chat model to rate the candidates")
-        return LLMReranker(llm=llm, top_n=top_n, timeout=timeout)
+        return LLMReranker(llm=llm, top_n=top_n, timeout=timeout, require_a_rating=True)
     from langchain_fusion.retrievers.cross_encoder import CrossEncoderReranker
 
     return CrossEncoderReranker(model=parsed.model, top_n=top_n)

@@ -12,14 +12,19 @@ three more keys: :data:`~langchain_fusion.metadata.WINDOW_SPAN`,
 :data:`~langchain_fusion.metadata.WINDOW_HITS` and :data:`~langchain_fusion.metadata.WINDOW_PAGES`.
 Passages come in the order of their best hit. Documents without ``source``, ``chunk_index``
 and ``start_index`` (or that are not in the index) pass through unchanged.
+
+Merging makes fewer passages than hits. :class:`ContextWindowRetriever` therefore fills to ``k``:
+it returns the passages of the fewest best hits that give ``k`` passages, searching deeper (twice as
+many hits each time, at most :data:`FILL_SEARCHES` searches) until it has them or the hits run out.
+The :class:`ContextWindow` step works on the documents it is given and cannot search for more.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
@@ -37,7 +42,10 @@ from langchain_fusion._checks import CheckedModel, is_int
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.ingest.loading import merge_chunks
+from langchain_fusion.retrievers.base import wrapped_chain
 from langchain_fusion.search.options import DEFAULT_WINDOW_MAX_CHARS
+from langchain_fusion.stores.base import StoreView
+from langchain_fusion.stores.tenants import check_tenant
 
 
 def _position(doc: Document) -> tuple[str, int, int] | None:
@@ -93,11 +101,81 @@ def expand_windows(
     input documents are not modified; every returned document is a new copy.
     """
     n, max_chars = _check_n(n), _check_max_chars(max_chars)
-    lookup = _NeighbourLookup(index)
+    return _expand(documents, _Lookups(index), n, max_chars)
+
+
+FILL_SEARCHES = 5
+"""Searches a :class:`ContextWindowRetriever` makes at most to fill ``k`` passages (each for twice the hits)."""
+
+Filling = Generator[dict[str, Any], Sequence[Document], list[Document]]
+"""The filling of ``k`` passages: yields the keywords of the search it wants (``k``...), is sent its hits,
+returns the passages."""
+
+
+def fill_windows(k: int, index: FusionIndex, *, n: int, max_chars: int | None) -> Filling:
+    """The passages of the fewest best hits that give ``k`` passages (see the module docstring).
+
+    A generator, so that the sync and async retrievers share it: it yields the keywords of the search
+    it wants (``k`` hits first, then twice as many as the last), is sent the search's hits, and returns
+    the passages once it has ``k`` of them, the hits run out, or :data:`FILL_SEARCHES` searches were
+    made. A deeper search is the same search: hits of multi-query fusion record their rewrites, which
+    it searches again rather than asking the chat model for new ones.
+    """
+    lookup = _Lookups(index)
+    wanted, passages, same = k, [], dict[str, Any]()
+    for search in range(FILL_SEARCHES):
+        hits = list((yield {"k": wanted, **same}))
+        # Each hit adds at most one passage, so the fewest hits that give k passages are at least
+        # ``used + (k - passages)``: try that many, and more while passages are missing.
+        used = min(k, len(hits))
+        while True:
+            passages = _expand(hits[:used], lookup, n, max_chars)
+            if len(passages) >= k or used >= len(hits):
+                break
+            used = min(used + k - len(passages), len(hits))
+        if len(passages) >= k or len(hits) < wanted or search == FILL_SEARCHES - 1:
+            return passages[:k]
+        wanted *= 2
+        rewrites = hits[0].metadata.get(keys.MULTI_QUERY_REWRITES) if hits else None
+        if isinstance(rewrites, list):
+            same = {"rewrites": rewrites}
+    return passages[:k]  # pragma: no cover - the loop always returns
+
+
+def _expand(documents: Sequence[Document], lookups: _Lookups, n: int, max_chars: int | None) -> list[Document]:
+    """:func:`expand_windows` with neighbour lookups that may be reused (for the same documents' index)."""
+    key = lookups.index.tenant_key
+    if key is None:
+        results = _expanded(list(enumerate(documents)), lookups.of(None), n, max_chars)
+    else:  # a hit's neighbours are its own tenant's chunks: a source name may be another tenant's too
+        by_tenant: dict[str | None, list[tuple[int, Document]]] = {}
+        for ranked in enumerate(documents):
+            by_tenant.setdefault(_tenant_of(ranked[1], key), []).append(ranked)
+        results = []
+        for tenant, ranked_docs in by_tenant.items():
+            if tenant is None:
+                results += [(rank, doc.model_copy(deep=True)) for rank, doc in ranked_docs]
+            else:
+                results += _expanded(ranked_docs, lookups.of(tenant), n, max_chars)
+    results.sort(key=lambda item: item[0])
+    return [doc for _, doc in results]
+
+
+def _tenant_of(document: Document, tenant_key: str) -> str | None:
+    try:
+        return check_tenant(document.metadata.get(tenant_key))
+    except InvalidParameterError:
+        return None
+
+
+def _expanded(
+    documents: list[tuple[int, Document]], lookup: _NeighbourLookup, n: int, max_chars: int | None
+) -> list[tuple[int, Document]]:
+    """(rank, passage) of the ranked hits, windows read through ``lookup`` (see :func:`expand_windows`)."""
     results: list[tuple[int, Document]] = []
     hits_by_source: dict[str, list[_Hit]] = {}
     seen: set[tuple[str, int]] = set()
-    for rank, doc in enumerate(documents):
+    for rank, doc in documents:
         position = _position(doc)
         if position is None or not lookup.holds(position[0], position[1], doc):
             results.append((rank, doc.model_copy(deep=True)))
@@ -111,15 +189,28 @@ def expand_windows(
     for source, hits in hits_by_source.items():
         for run in _passage_runs(hits, lookup, n, max_chars):
             results.append(_passage(run, hits, lookup, source))
-    results.sort(key=lambda item: item[0])
-    return [doc for _, doc in results]
+    return results
+
+
+class _Lookups:
+    """The neighbour lookup of each tenant's view (of the whole index if not tenant-keyed), made on first use."""
+
+    def __init__(self, index: FusionIndex) -> None:
+        self.index = index
+        self.by_tenant: dict[str | None, _NeighbourLookup] = {}
+
+    def of(self, tenant: str | None) -> _NeighbourLookup:
+        """The lookup of ``tenant``'s chunks (None: every chunk of an index that is not tenant-keyed)."""
+        if tenant not in self.by_tenant:
+            self.by_tenant[tenant] = _NeighbourLookup(self.index.view(tenant))
+        return self.by_tenant[tenant]
 
 
 class _NeighbourLookup:
-    """Chunks of the index by (source, chunk_index), cached for one call."""
+    """Chunks of one view by (source, chunk_index), cached for one call."""
 
-    def __init__(self, index: FusionIndex) -> None:
-        self.view = index.view()
+    def __init__(self, view: StoreView) -> None:
+        self.view = view
         self.cache: dict[tuple[str, int], Document | None] = {}
 
     def get(self, source: str, chunk_index: int) -> Document | None:
@@ -220,17 +311,10 @@ def _passage(run: list[int], hits: list[_Hit], lookup: _NeighbourLookup, source:
     return best.rank, Document(id=best.doc.id, page_content=merge_chunks(chunks), metadata=meta)
 
 
-def find_index(retriever: Any, depth: int = 5) -> FusionIndex | None:
+def find_index(retriever: Any) -> FusionIndex | None:
     """The FusionIndex behind a retriever: its ``index``, or that of the retriever it wraps."""
-    for _ in range(depth):
-        index = getattr(retriever, "index", None)
-        if isinstance(index, FusionIndex):
-            return index
-        inner = getattr(retriever, "retriever", None) or getattr(retriever, "base_retriever", None)
-        if inner is None:
-            return None
-        retriever = inner
-    return None
+    indexes = (getattr(inner, "index", None) for inner in wrapped_chain(retriever))
+    return next((index for index in indexes if isinstance(index, FusionIndex)), None)
 
 
 class ContextWindow(CheckedModel, BaseDocumentCompressor, RunnableSerializable[Sequence[Document], list[Document]]):
@@ -293,27 +377,56 @@ class ContextWindowRetriever(CheckedModel, BaseRetriever):
             )
         return self
 
-    def _split(self, kwargs: dict[str, Any]) -> tuple[int, int | None, dict[str, Any]]:
+    def _filling(self, kwargs: dict[str, Any]) -> tuple[Filling, dict[str, Any]]:
+        """How this call's passages are filled (to ``k`` when there is one), and the wrapped retriever's options."""
         rest = dict(kwargs)
         n = _check_n(rest.pop("n")) if "n" in rest else self.n
         max_chars = _check_max_chars(rest.pop("max_chars")) if "max_chars" in rest else self.max_chars
-        return n, max_chars, rest
-
-    def _expand(self, documents: Sequence[Document], n: int, max_chars: int | None) -> list[Document]:
+        k = rest.pop("k") if "k" in rest else getattr(self.retriever, "k", None)
         assert self.index is not None
-        return expand_windows(documents, self.index, n=n, max_chars=max_chars)
+        if not is_int(k) or k < 1:  # no k to fill (or a wrong one, which the wrapped retriever reports)
+            if k is not None:
+                rest["k"] = k
+            return _expanding(self.index, n, max_chars), rest
+        return fill_windows(k, self.index, n=n, max_chars=max_chars), rest
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        n, max_chars, rest = self._split(kwargs)
-        hits = self.retriever.invoke(query, config={"callbacks": run_manager.get_child()}, **rest)
-        return self._expand(hits, n, max_chars)
+        filling, rest = self._filling(kwargs)
+        config: RunnableConfig = {"callbacks": run_manager.get_child()}
+        wanted = next(filling)
+        while True:
+            hits = self.retriever.invoke(query, config=config, **rest, **wanted)
+            done, value = _step(filling, hits)
+            if done:
+                return cast(list[Document], value)
+            wanted = cast(dict[str, Any], value)
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        n, max_chars, rest = self._split(kwargs)
-        hits = await self.retriever.ainvoke(query, config={"callbacks": run_manager.get_child()}, **rest)
-        # The first lookup builds the (source, chunk_index) table: keep it off the event loop.
-        return await run_in_executor(None, self._expand, hits, n, max_chars)
+        filling, rest = self._filling(kwargs)
+        config: RunnableConfig = {"callbacks": run_manager.get_child()}
+        wanted = next(filling)
+        while True:
+            hits = await self.retriever.ainvoke(query, config=config, **rest, **wanted)
+            # The first lookup builds the (source, chunk_index) table: keep it off the event loop.
+            done, value = await run_in_executor(None, _step, filling, hits)
+            if done:
+                return cast(list[Document], value)
+            wanted = cast(dict[str, Any], value)
+
+
+def _expanding(index: FusionIndex, n: int, max_chars: int | None) -> Filling:
+    """One search as the wrapped retriever makes it (no ``k`` asked), its hits' passages."""
+    hits = yield {}
+    return expand_windows(hits, index, n=n, max_chars=max_chars)
+
+
+def _step(filling: Filling, hits: Sequence[Document]) -> tuple[bool, dict[str, Any] | list[Document]]:
+    """Send ``hits`` to ``filling``: (False, the keywords of the search it wants next) or (True, the passages)."""
+    try:
+        return False, filling.send(hits)
+    except StopIteration as done:
+        return True, done.value

@@ -54,7 +54,11 @@ RANK_SEARCH_START = 64
 
 @dataclass(frozen=True)
 class Explanation:
-    """Where one document ended up in one fused search, and why; ``str()`` is :attr:`message`."""
+    """Where one document ended up in one fused search, and why; ``str()`` is :attr:`message`.
+
+    ``repr()`` (what a notebook shows) is the verdict and the message on one line; every figure is a
+    field, and :meth:`to_dict` gives them all.
+    """
 
     query: str
     """The query searched for."""
@@ -95,6 +99,13 @@ class Explanation:
 
     def __str__(self) -> str:
         return self.message
+
+    def __repr__(self) -> str:
+        return f"<Explanation {self.verdict}: {self.message}>"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """What IPython and Jupyter show: :meth:`__repr__` (their own pretty printer would list every field)."""
+        printer.text(repr(self))
 
     def to_dict(self) -> dict[str, Any]:
         """The explanation as JSON-able data."""
@@ -259,7 +270,8 @@ def _in_pool(base: dict[str, Any], record: SearchRecord, position: int) -> Expla
     if read.size and trace.picks is not None:
         index = int(read[0])
         why = trace.picks.passed_over.get(index)
-        if why == PASSED_OVER_DUPLICATE:
+        if why == PASSED_OVER_DUPLICATE or _copy_of_a_pick(trace, index):
+            # Also a copy read after the k-th pick, which the selection never reached: its result lists it.
             return _duplicate(base, record, index)
         if why == PASSED_OVER_CAPPED:
             return _capped(base, record, index)
@@ -294,6 +306,14 @@ def _chosen_documents(record: SearchRecord) -> list[Document]:
     return record.view.documents(record.trace.pool[record.trace.chosen])
 
 
+def _copy_of_a_pick(trace: SearchTrace, index: int) -> bool:
+    """Whether the candidate read at ``index`` is a copy of a chosen one (what that result's ``also_in`` lists)."""
+    if trace.copies is None or trace.picks is None:
+        return False
+    group = trace.copies[index]
+    return any(trace.copies[pick] == group and pick != index for pick in trace.picks.positions.tolist())
+
+
 def _duplicate(base: dict[str, Any], record: SearchRecord, index: int) -> Explanation:
     trace = record.trace
     assert trace.copies is not None and trace.picks is not None
@@ -301,11 +321,13 @@ def _duplicate(base: dict[str, Any], record: SearchRecord, index: int) -> Explan
     kept = next(i for i, pick in enumerate(trace.picks.positions.tolist()) if trace.copies[pick] == group)
     kept_id = _chosen_documents(record)[kept].id
     returned = [d.id for d in record.returned]
-    place = f"returned at rank {returned.index(kept_id) + 1}" if kept_id in returned else "chosen"
-    message = (
-        f"{base['doc_id']} holds the same text as {kept_id}, {place} in its place; that result lists it in "
-        f"metadata['{keys.ALSO_IN}'] (duplicates={record.options.duplicates!r})"
-    )
+    same = "the same text as" if record.options.duplicates == "exact" else "the same or nearly the same text as"
+    if kept_id in returned:
+        place = f"returned at rank {returned.index(kept_id) + 1} in its place; that result lists it in metadata['"
+        place += f"{keys.ALSO_IN}']"
+    else:
+        place = f"chosen in its place, then left out below min_relevance={record.options.min_relevance}"
+    message = f"{base['doc_id']} holds {same} {kept_id}, {place} (duplicates={record.options.duplicates!r})"
     return _verdict(base, "duplicate", message, kept_copy=kept_id)
 
 

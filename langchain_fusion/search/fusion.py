@@ -166,13 +166,18 @@ def z_score(scores: NDArray[np.floating]) -> FloatArray:
 
 
 def ranks(scores: NDArray[np.floating], valid: NDArray[np.bool_] | None = None) -> NDArray[np.int64]:
-    """1-based ranks by descending score; ties keep input order. Invalid entries get 0."""
+    """1-based ranks by descending score; tied scores share the best of their ranks ("1224"). Invalid entries get 0.
+
+    A rank is one plus the number of (valid) scores above it, so it never depends on the order the
+    rows come in: an engine's tie order cannot change a rank, nor the RRF score made of it.
+    """
     values = np.asarray(scores, dtype=np.float64)
-    order = np.argsort(-values, kind="stable")
     result = np.zeros(values.size, dtype=np.int64)
-    if valid is not None:
-        order = order[valid[order]]
-    result[order] = np.arange(1, order.size + 1)
+    counted = np.arange(values.size) if valid is None else np.flatnonzero(valid)
+    if counted.size == 0:
+        return result
+    ordered = np.sort(-values[counted])  # ascending negatives: descending scores
+    result[counted] = 1 + np.searchsorted(ordered, -values[counted], side="left")
     return result
 
 
@@ -181,11 +186,11 @@ def rank_of(
 ) -> NDArray[np.int64]:
     """The ranks :func:`ranks` gives ``positions``, without sorting ``scores`` (a NaN score: rank 1, see below).
 
-    Only rows scoring at least the lowest of the asked positions can be above or tied with any of
-    them: one pass over ``scores`` finds those, and each position is counted among them alone (for
-    the few returned results of a whole corpus, a few hundred rows rather than every row). A few
-    such rows are compared with every position at once; many, one position at a time, with ties
-    counted in the rows before it only. Positions that are not ``valid`` get 0.
+    Only rows scoring above the lowest of the asked positions can be above any of them: one pass
+    over ``scores`` finds those, and each position is counted among them alone (for the few
+    returned results of a whole corpus, a few hundred rows rather than every row). A few such rows
+    are compared with every position at once; many, one position at a time. Positions that are
+    not ``valid`` get 0.
     """
     values = np.asarray(scores)
     positions = np.asarray(positions, dtype=np.int64)
@@ -195,7 +200,7 @@ def rank_of(
     asked_values = values[asked]
     known = asked_values[~np.isnan(asked_values)]  # NaN is above and tied with nothing (rank 1)
     if known.size:
-        near = values >= known.min()
+        near = values > known.min()
         if valid is not None:
             near &= valid
         rows = np.flatnonzero(near)
@@ -203,14 +208,10 @@ def rank_of(
         rows = np.zeros(0, dtype=np.int64)
     near_values = values[rows]
     if asked.size * rows.size <= _RANK_AT_ONCE:
-        value, position = asked_values[:, None], asked[:, None]
-        above = np.count_nonzero(near_values > value, axis=1)
-        tied_before = np.count_nonzero((near_values == value) & (rows < position), axis=1)
-        result[counted] = 1 + above + tied_before
+        result[counted] = 1 + np.count_nonzero(near_values > asked_values[:, None], axis=1)
         return result
-    before = np.searchsorted(rows, asked)  # rows ascend: the first ``before`` come earlier
-    for i, value, earlier in zip(counted.tolist(), asked_values.tolist(), before.tolist(), strict=True):
-        result[i] = 1 + np.count_nonzero(near_values > value) + np.count_nonzero(near_values[:earlier] == value)
+    for i, value in zip(counted.tolist(), asked_values.tolist(), strict=True):
+        result[i] = 1 + np.count_nonzero(near_values > value)
     return result
 
 
@@ -411,8 +412,9 @@ def fuse_pool(
 
     ``vector_evidence`` False (the embedding model cannot read the query, see
     :mod:`~langchain_fusion.models.scripts`) gives the vector side no part in the fused score: every
-    normalised vector score is 0, so the BM25 side ranks the pool; its raw scores still break ties
-    (with ``alpha`` 1, vector only, nothing changes).
+    normalised vector score is 0 and the BM25 side has all the weight, so the pool is fused as with
+    ``alpha`` 0 and each fused score is its normalised BM25 score, on the full scale (a side with no
+    weight does not halve it). With ``alpha`` 1, vector only, nothing changes.
 
     The raw scores are kept as given (float32 stays float32, no copy: they must not change while
     the pool is read) and fused in blocks of :data:`FUSE_BLOCK_ROWS`. For min-max and z-score,
@@ -424,7 +426,7 @@ def fuse_pool(
     vector, bm25 = _aligned(vector_scores, bm25_scores)
     v_scale, b_scale, vector_rank, bm25_rank = NORMALISERS[method](vector, bm25)
     if not vector_evidence and alpha < 1:  # vector only (alpha 1) keeps its own ranking
-        v_scale = AffineScale(vector, spread=0.0)
+        v_scale, alpha = AffineScale(vector, spread=0.0), 0.0
     fused = np.empty(vector.size, dtype=np.float64)
     for start in range(0, vector.size, FUSE_BLOCK_ROWS):
         block = slice(start, start + FUSE_BLOCK_ROWS)

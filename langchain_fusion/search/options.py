@@ -31,6 +31,7 @@ from langchain_fusion.search.floors import FloorOptions
 from langchain_fusion.search.fusion import FusionMethod, check_alpha, check_method
 from langchain_fusion.search.relevance import check_min_relevance
 from langchain_fusion.stores.filters import MetadataFilter, check_filter
+from langchain_fusion.stores.tenants import check_tenant
 
 FilterValue = Union[str, int, float, bool, None, list[Union[str, int, float, bool, None]]]
 """A filter condition sent over the wire: a metadata value to equal, or a list of values (any of them)."""
@@ -73,6 +74,15 @@ class ResultsOption(OptionGroup):
 
     k: Annotated[int, BeforeValidator(check_k), Field(ge=1)] = 4
     """How many results to return."""
+
+
+class TenantOption(OptionGroup):
+    """Whose documents a search reads, on a tenant-keyed index (see :mod:`~langchain_fusion.stores.tenants`)."""
+
+    tenant: Annotated[Annotated[str, Field(pattern=r"\S")] | None, BeforeValidator(check_tenant)] = None
+    """The tenant whose documents are searched, on a tenant-keyed index (required there; refused elsewhere): the
+    results are exactly those of an index of that tenant's documents alone. Set by the caller's own code, a
+    server's configuration or its proxy's header, never by a served request."""
 
 
 class FilterOption(OptionGroup):
@@ -119,7 +129,7 @@ class FusedSelectionOptions(DiversityOptions, FloorOptions):
     """
 
 
-class PoolOptions(FusedSelectionOptions, DuplicateOptions, FilterOption, FusionOptions):
+class PoolOptions(FusedSelectionOptions, DuplicateOptions, FilterOption, TenantOption, FusionOptions):
     """What the fused search over a candidate pool reads (:func:`~langchain_fusion.search.pool.fused_search`).
 
     The floor on calibrated relevance is applied to its results (it needs the documents).
@@ -142,12 +152,18 @@ class HierarchyOptions(OptionGroup):
     """Weight of the summary's score in a chunk's score, 0 to 1; the chunk's own fused score gets the rest."""
 
 
-class HierarchicalSearchOptions(HierarchyOptions, RelevanceOption, DuplicateOptions, FilterOption, FusionOptions):
+class HierarchicalSearchOptions(
+    HierarchyOptions, RelevanceOption, DuplicateOptions, FilterOption, TenantOption, FusionOptions
+):
     """Every option of a hierarchical search: the fusion of both levels, filter, duplicates, relevance, hierarchy."""
 
 
 SEARCH_DEFAULTS = SearchOptions()
 """The default search options (``SEARCH_DEFAULTS.k``...)."""
+
+SERVER_ONLY_OPTIONS: frozenset[str] = FusionOptions.LOCAL_ONLY | frozenset(TenantOption.model_fields)
+"""Options a served request may not set: the server decides them (``fetch_k`` bounds what a request costs; the
+tenant comes from trusted context: the server's configuration or its proxy's header)."""
 
 COUNT_OPTIONS = ("k", "k_summaries")
 """The options that count results (of a search, of its summary search): a server bounds them by its ``max_k``."""
@@ -206,7 +222,8 @@ def request_annotation(name: str, max_k: int | None = None, *, nullable: bool = 
     constraints = [item for item in field.metadata if not isinstance(item, (BeforeValidator, WithJsonSchema, Switch))]
     bounds: dict[str, Any] = {"le": max_k} if max_k is not None and name in COUNT_OPTIONS else {}
     description = describe_option(name, request=True)
-    return Annotated[(annotation, *constraints, Field(description=description, **bounds))]
+    metadata = (annotation, *constraints, Field(description=description, **bounds))  # Annotated[x, *y]: 3.11 syntax
+    return Annotated[metadata]
 
 
 def check_options(options: dict[str, Any], names: tuple[str, ...] | None = None) -> dict[str, Any]:

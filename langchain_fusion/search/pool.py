@@ -20,6 +20,7 @@ from langchain_core.documents import Document
 from numpy.typing import NDArray
 
 from langchain_fusion import metadata as keys
+from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.search.diversity import Picks, mmr_picks, pick_in_order, source_groups
 from langchain_fusion.search.duplicates import copies_entry, copies_of, duplicate_groups
 from langchain_fusion.search.fusion import FusedPool, fuse_pool
@@ -316,14 +317,41 @@ def _side_tops(
     if not (0 < alpha < 1 and isinstance(view, ConcurrentSides) and view.sides_in_parallel(where)):
         found: list[tuple[Keys, NDArray[np.float64]]] = []
         if alpha > 0:
-            found.append(scorers.vector.top(pool_size, where))
+            found.append(tied_top(scorers.vector, pool_size, where))
         if alpha < 1:
-            found.append(scorers.bm25.top(pool_size, where))
+            found.append(tied_top(scorers.bm25, pool_size, where))
         return found
     vector, bm25 = _side_by_side(
-        lambda: scorers.vector.top(pool_size, where), lambda: scorers.bm25.top(pool_size, where)
+        lambda: tied_top(scorers.vector, pool_size, where), lambda: tied_top(scorers.bm25, pool_size, where)
     )
     return [vector, bm25]
+
+
+def tied_top(scorer: SideScorer, k: int | None, where: Where | None) -> tuple[Keys, NDArray[np.float64]]:
+    """The side's best ``k`` rows and every further row tied with the ``k``-th: a pool no engine's tie order moves.
+
+    Rows tied at the edge of a side's top ``k`` would otherwise enter the pool in whatever order
+    the engine breaks ties in, and move its normalisation: with all of them, every store builds
+    the same pool. Reading one row more than ``k`` tells whether there is a tie to follow.
+    """
+    if k is None:
+        return scorer.top(None, where)
+    try:
+        keys, scores = scorer.top(k + 1, where)
+    except InvalidParameterError:  # k fills the engine's window for one search: no row past it can be read
+        return scorer.top(k, where)
+    while keys.size > k and scores[-1] == scores[k - 1]:  # the last row read still ties: read deeper
+        depth = 2 * keys.size
+        try:
+            keys, scores = scorer.top(depth, where)
+        except InvalidParameterError:  # beyond the engine's window for one search: keep what was read
+            break
+        if keys.size < depth:
+            break
+    if keys.size <= k:
+        return keys, scores
+    tied = int(np.count_nonzero(scores[k:] == scores[k - 1]))
+    return keys[: k + tied], scores[: k + tied]
 
 
 def _sorted_union(parts: list[Keys]) -> Keys:

@@ -18,8 +18,8 @@ JSON in its ``info`` (:data:`RELEVANCE_INFO_KEY`): never pickled.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from langchain_core.documents import Document
@@ -32,7 +32,6 @@ from langchain_fusion.errors import FusionError, IndexFormatError, InvalidParame
 if TYPE_CHECKING:
     from langchain_core.retrievers import BaseRetriever
 
-    from langchain_fusion.evaluation.datasets import EvalDataset
 
 RELEVANCE_INFO_KEY = "relevance_model"
 """Where a saved index keeps its relevance model (a key of its ``info``)."""
@@ -234,7 +233,26 @@ def fit_relevance(
     )
 
 
-def calibrate_search(search: BaseRetriever, dataset: EvalDataset, *, k: int) -> RelevanceModel:
+class LabelledQueries(Protocol):
+    """Queries with relevance labels, as a calibration reads them (an ``EvalDataset`` is one)."""
+
+    @property
+    def name(self) -> str:
+        """A short name for reports and errors."""
+        ...
+
+    @property
+    def queries(self) -> Mapping[str, str]:
+        """Query id -> query text."""
+        ...
+
+    @property
+    def qrels(self) -> Mapping[str, Mapping[str, int]]:
+        """Query id -> document id -> relevance grade (> 0: relevant)."""
+        ...
+
+
+def calibrate_search(search: BaseRetriever, dataset: LabelledQueries, *, k: int) -> RelevanceModel:
     """Fit a :class:`RelevanceModel` on what ``search`` (a retriever returning ``k`` results) returns for ``dataset``.
 
     Each labelled query's results are labelled relevant when ``dataset.qrels`` names their

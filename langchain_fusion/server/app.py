@@ -159,6 +159,7 @@ def app_for(pipeline: Pipeline, limits: ServeLimits, title: str = "langchain-fus
     concurrent requests, each on a worker thread, are the server's parallelism.
     """
     one_blas_thread()
+    pipeline.check_tenancy(limits)
     query = query_type(limits.max_query_chars)
     retriever = _configurable_retriever(pipeline, limits)
     guard = RequestGuard(limits, pipeline)
@@ -232,7 +233,7 @@ def served_summary(status: dict[str, Any]) -> str:
 
 
 SHUTDOWN_GRACE_SECONDS = 10
-"""How long a stopping server lets requests in flight finish (it waited for them without limit, 52-79 s seen)."""
+"""How long a stopping server lets requests in flight finish (without a limit it could wait for a minute)."""
 
 
 def serve(

@@ -12,6 +12,12 @@ from langchain_core.runnables import ConfigurableField, Runnable, RunnableConfig
 from langchain_core.runnables.config import get_config_list
 from langchain_core.runnables.configurable import RunnableConfigurableFields
 
+from langchain_fusion.search.options import TenantOption
+
+TENANT_CONFIG = "langchain_fusion_tenant"
+"""The configurable key of the tenant a request is bound to: set by the server from trusted context only (the
+request guard refuses it, as any field not offered, in what a client sends)."""
+
 
 class BatchByConfiguration(RunnableConfigurableFields[str, list[Document]]):
     """Configurable fields whose ``batch`` keeps the retriever's real batch.
@@ -27,12 +33,15 @@ class BatchByConfiguration(RunnableConfigurableFields[str, list[Document]]):
 
     def _prepare(self, config: RunnableConfig | None = None) -> tuple[Runnable[str, list[Document]], RunnableConfig]:
         bound, prepared = super()._prepare(config)
+        tenant = ((config or {}).get("configurable") or {}).get(TENANT_CONFIG)
+        if tenant is not None and isinstance(bound, TenantOption):  # the request's tenant, bound by the server
+            bound = bound.model_copy(update={"tenant": tenant})
         if self.wrap is not None and isinstance(bound, BaseRetriever):
             return self.wrap(bound), prepared
         return bound, prepared
 
     def _groups(self, configs: list[RunnableConfig]) -> list[list[int]]:
-        ids = {field.id for field in self.fields.values() if isinstance(field, ConfigurableField)}
+        ids = {field.id for field in self.fields.values() if isinstance(field, ConfigurableField)} | {TENANT_CONFIG}
         groups: dict[str, list[int]] = {}
         for position, config in enumerate(configs):
             chosen = {k: v for k, v in (config.get("configurable") or {}).items() if k in ids}

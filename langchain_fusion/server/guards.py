@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from fastapi import Request
+from fastapi import HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import StringConstraints, TypeAdapter, ValidationError
 
 from langchain_fusion.errors import InvalidParameterError
 from langchain_fusion.pipeline import Pipeline, ServeLimits
-from langchain_fusion.search.options import OPTION_CHECKS, FusionOptions, request_annotation
+from langchain_fusion.search.options import OPTION_CHECKS, SERVER_ONLY_OPTIONS, request_annotation
+from langchain_fusion.server.batching import TENANT_CONFIG
+from langchain_fusion.stores.tenants import check_tenant
 
 
 def query_type(max_chars: int) -> Any:
@@ -25,7 +27,7 @@ def query_type(max_chars: int) -> Any:
 
 def request_options(pipeline: Pipeline) -> tuple[str, ...]:
     """The search options a request may configure: those the served search takes per call, but ``fetch_k``."""
-    return tuple(name for name in pipeline.per_call_options() if name not in FusionOptions.LOCAL_ONLY)
+    return tuple(name for name in pipeline.per_call_options() if name not in SERVER_ONLY_OPTIONS)
 
 
 class RequestGuard:
@@ -75,7 +77,25 @@ class RequestGuard:
             ours = {name: value for name, value in configurable.items() if name in self.fields}
             others = {name: value for name, value in configurable.items() if name not in self.fields}
             config = {**config, "configurable": {**others, **self.pipeline.request_options(ours)}}
+        if self.limits.tenant_header is not None:
+            bound = {**(config.get("configurable") or {}), TENANT_CONFIG: self.tenant_of(request)}
+            config = {**config, "configurable": bound}
         return config
+
+    def tenant_of(self, request: Request) -> str:
+        """The tenant the proxy named in the tenant header; 401 when it named none."""
+        header = self.limits.tenant_header or ""
+        try:
+            tenant = check_tenant(request.headers.get(header, "").strip() or None)
+        except InvalidParameterError:
+            tenant = None
+        if tenant is None:
+            raise HTTPException(
+                status_code=401,
+                detail=f"this server answers for the tenant its proxy names in the {header!r} header; the request "
+                "has none",
+            )
+        return tenant
 
     async def check_batch(self, request: Request) -> None:
         """A route dependency: a ``/batch`` body holds at most ``max_batch_size`` valid queries (else 422).

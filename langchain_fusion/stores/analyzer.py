@@ -12,7 +12,8 @@ The default serves any language and any identifier without configuration:
 - identifiers are split at case, underscore, hyphen and letter/digit boundaries, and the whole
   identifier is kept as a token too, so ``getLogger``, ``get_logger``, ``get-logger`` and "get
   logger" meet, and an exact match stays the strongest;
-- words are lowercased; stopwords and Snowball stemming apply in their language (English by
+- words are case-folded (``str.casefold``: ``Straße`` and ``strasse`` meet); stopwords and Snowball
+  stemming apply in their language (English by
   default, :class:`Analyzer` ``language=`` for another) and only to words of that language's
   script, never to a bigram or a word of another script.
 
@@ -23,8 +24,10 @@ saved before these options existed is read back as it was built (:meth:`Analyzer
 from __future__ import annotations
 
 import itertools
+import operator
 import re
 import unicodedata
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any, ClassVar, Literal, get_args
 
@@ -116,6 +119,11 @@ _PART = regex.compile(
 )
 _JOINERS = regex.compile(r"[-_]+")
 _GRAPHEME = regex.compile(r"\X")
+# Runs whose every character is a letter of its own (no marks, no numerals, no case: Han, Kana, Hangul syllables):
+# each bigram of such a run is its only token, so the per-piece rules are skipped (see Analyzer._run_tokens).
+_PLAIN_BIGRAM_RUN = regex.compile(
+    r"[[\p{Han}\p{Hiragana}\p{Katakana}\uAC00-\uD7A3]--[\p{N}\p{M}\p{Lu}\p{Ll}\p{Lt}]]+", regex.V1
+)
 
 
 class Analyzer(BaseModel):
@@ -134,7 +142,12 @@ class Analyzer(BaseModel):
     """``words`` splits text into Unicode words; ``whitespace`` is ``str.split()`` (the tutorial's)."""
 
     lowercase: bool = True
-    """Lowercase (``str.lower``, Unicode-aware) each token."""
+    """Lowercase each token (Unicode-aware; see ``casefold``)."""
+
+    casefold: bool = True
+    """With ``lowercase``: fold case with ``str.casefold`` (``Straße`` and ``strasse`` meet, as do the two
+    Greek lower-case sigmas) rather than ``str.lower``. Indexes saved before this option keep ``str.lower`` (see
+    :data:`LEGACY`)."""
 
     stopwords: StopwordLanguage | None = "english"
     """Stopword list to drop, for words of that language's script; None keeps every token."""
@@ -160,8 +173,14 @@ class Analyzer(BaseModel):
     """Shorthand for ``stemmer`` and ``stopwords`` together (stopwords where the language has a list); it sets
     them and is not kept itself (always None once constructed)."""
 
-    LEGACY: ClassVar[dict[str, Any]] = {"scripts": "runs", "identifiers": False, "normalization": None}
-    """What an analyzer saved before these options existed was: read back as it was built."""
+    LEGACY: ClassVar[dict[str, Any]] = {
+        "scripts": "runs",
+        "identifiers": False,
+        "normalization": None,
+        "casefold": False,
+    }
+    """What an analyzer saved before each of these options existed did: a saved configuration without one of them
+    is read back with this value, so the index keeps analysing as it was built."""
 
     @model_validator(mode="before")
     @classmethod
@@ -173,6 +192,15 @@ class Analyzer(BaseModel):
             data.setdefault("stemmer", language)
             data.setdefault("stopwords", language if language in _STOPWORD_LISTS else None)
         return data
+
+    def __getstate__(self) -> dict[Any, Any]:
+        """The analyzer for ``pickle`` and ``copy.deepcopy``: its settings, without what it computes from them."""
+        state = super().__getstate__()
+        return {**state, "__dict__": {k: v for k, v in state["__dict__"].items() if k not in _DERIVED}}
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> Analyzer:
+        """The analyzer itself: it is immutable, and what it computes from its settings may be shared."""
+        return self
 
     @classmethod
     def whitespace(cls) -> Analyzer:
@@ -218,8 +246,12 @@ class Analyzer(BaseModel):
     def split_words(self, text: str) -> list[str]:
         """The raw words of ``text`` (lowercased if configured), before stopwords and stemming (legacy analysis)."""
         if self.lowercase:
-            text = text.lower()
+            text = self._lower(text)
         return text.split() if self.split == "whitespace" else _WORD.findall(text)
+
+    def _lower(self, text: str) -> str:
+        """``text`` case-folded (``casefold``) or lower-cased."""
+        return text.casefold() if self.casefold else text.lower()
 
     def normalize_word(self, word: str) -> str | None:
         """The token a raw word becomes, or None if it is dropped (stopword or too short)."""
@@ -263,7 +295,7 @@ class Analyzer(BaseModel):
         if not parts:
             parts = [piece]
         if self.lowercase:
-            parts = [p.lower() for p in parts]
+            parts = [self._lower(p) for p in parts]
         tokens = [t for t in map(self._language_word, parts) if t is not None]
         if len(parts) > 1:
             whole = "".join(parts)
@@ -272,8 +304,36 @@ class Analyzer(BaseModel):
         return tuple(tokens)
 
     def _run_tokens(self, run: str) -> tuple[str, ...]:
-        """The tokens of a run of text without whitespace (pieces never span whitespace)."""
-        return tuple(token for piece in self.pieces(run) for token in self.piece_tokens(piece))
+        """The tokens of a run of text without whitespace (pieces never span whitespace).
+
+        A run of Han, Kana or Hangul syllables alone (:data:`_PLAIN_BIGRAM_RUN`) has no case, parts,
+        marks or stems: each of its bigrams is its own only token, made here at once rather than one
+        piece at a time (an unbroken run of millions of characters took tens of seconds). The result is
+        the same, as a test checks against the per-piece rules.
+        """
+        if not self._plain_bigrams:
+            return tuple(token for piece in self.pieces(run) for token in self.piece_tokens(piece))
+        tokens: list[str] = []
+        for unspaced, word in _PIECE.findall(run):
+            if len(unspaced) > 1 and _PLAIN_BIGRAM_RUN.fullmatch(unspaced):
+                if self.min_token_length <= 2:
+                    tokens.extend(map(operator.add, unspaced, unspaced[1:]))
+                continue
+            for piece in self.pieces(unspaced or word):
+                tokens.extend(self.piece_tokens(piece))
+        return tuple(tokens)
+
+    @cached_property
+    def _plain_bigrams(self) -> bool:
+        """Whether plain runs may skip the per-piece rules: bigram analysis, and those rules not overridden."""
+        cls = type(self)
+        return (
+            self.split == "words"
+            and self.scripts == "bigrams"
+            and cls.piece_tokens is Analyzer.piece_tokens
+            and cls._language_word is Analyzer._language_word
+            and cls.pieces is Analyzer.pieces
+        )
 
     @cached_property
     def _memo(self) -> WordMemo:
@@ -298,6 +358,11 @@ class Analyzer(BaseModel):
         tokens: tuple[str, ...] = self._memo[unit]
         return tokens
 
+    @property
+    def unit_lookup(self) -> Callable[[str], tuple[str, ...]]:
+        """:meth:`unit_tokens` as the memo's own lookup, a call in C for a unit seen before (for loops over many)."""
+        return self._memo.__getitem__
+
     def has_custom_tokenize(self) -> bool:
         """True when a subclass overrides :meth:`tokenize` (then it is called for every text)."""
         return type(self).tokenize is not Analyzer.tokenize
@@ -310,6 +375,10 @@ class Analyzer(BaseModel):
         """
         memo = self._memo
         return [token for unit in self.units(text) for token in memo[unit]]
+
+
+_DERIVED = frozenset({"_stopword_set", "_stem_word", "_in_language", "_memo", "_plain_bigrams"})
+"""What an :class:`Analyzer` computes from its settings on first use (left out of its pickled state)."""
 
 
 class WordMemo(dict[str, Any]):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from langchain_fusion.errors import InvalidParameterError
+from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.base import FusionStore
 
@@ -43,12 +43,26 @@ class NewStoreOptions:
     analyzer: Analyzer | None = None
     """The BM25 analyzer, e.g. ``Analyzer(language="german")`` (None: the default); an existing store must have
     been built with it."""
+    tenant_key: str | None = None
+    """Make the store tenant-keyed by this metadata key (see :mod:`~langchain_fusion.stores.tenants`); an
+    existing store must have been made with it."""
 
     @property
     def given(self) -> list[str]:
         """The vector index options that are set, as the Python API and the command line name them."""
         names = [name for name in ("vector_index", "vector_search_params") if getattr(self, name) is not None]
         return [f"{name} (--{name.replace('_', '-')})" for name in names]
+
+
+def check_tenant_key_kept(location: str, store: FusionStore, options: NewStoreOptions) -> None:
+    """A FusionError when ``options`` ask for another tenant key than the existing ``store`` at ``location`` has."""
+    kept = store.settings.tenant_key
+    if options.tenant_key is not None and options.tenant_key != kept:
+        keyed = f"is keyed by {kept!r}" if kept is not None else "is not tenant-keyed"
+        raise FusionError(
+            f"{location} {keyed}, not by {options.tenant_key!r}: a store keeps the tenant key it was made with; "
+            "open it without tenant_key or choose a new location"
+        )
 
 
 @dataclass

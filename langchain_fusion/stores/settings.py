@@ -53,3 +53,6 @@ class StoreSettings(BaseModel):
     """What was embedded for each document (see :func:`~langchain_fusion.metadata.indexed_text`)."""
     bm25_fields: tuple[TextField, ...] = DEFAULT_TEXT_FIELDS
     """What BM25 indexed for each document."""
+    tenant_key: str | None = None
+    """The metadata key that holds each document's tenant in a tenant-keyed store (see
+    :mod:`~langchain_fusion.stores.tenants`); None: one corpus."""

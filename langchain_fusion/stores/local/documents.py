@@ -103,6 +103,13 @@ class DocumentBlock:
     _columns: dict[str, Column] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The block for ``pickle`` and ``copy.deepcopy``: its rows, without the columns read from them or the lock."""
+        return {name: value for name, value in self.__dict__.items() if name not in ("_columns", "_lock")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _columns={}, _lock=threading.Lock())
+
     @classmethod
     def from_documents(cls, documents: Sequence[Document]) -> DocumentBlock:
         """A block of ``documents`` (each must have an id); FusionError for metadata JSON cannot hold."""

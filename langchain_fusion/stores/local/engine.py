@@ -17,7 +17,13 @@ from langchain_fusion.stores.base import FusionStore
 from langchain_fusion.stores.local.folder import MANIFEST
 from langchain_fusion.stores.local.saving import check_save_target, update_lock
 from langchain_fusion.stores.local.store import LocalStore
-from langchain_fusion.stores.registry import LLM_CACHE_SUFFIX, NewStoreOptions, OpenedStore, StoreEngine
+from langchain_fusion.stores.registry import (
+    LLM_CACHE_SUFFIX,
+    NewStoreOptions,
+    OpenedStore,
+    StoreEngine,
+    check_tenant_key_kept,
+)
 
 
 class FolderEngine(StoreEngine):
@@ -51,6 +57,7 @@ class FolderEngine(StoreEngine):
                 options.analyzer,
                 vector_index=options.vector_index or "Flat",
                 vector_search_params=options.vector_search_params,
+                tenant_key=options.tenant_key,
             )
             return OpenedStore(store, created=True)
         opened = self.open(str(folder))
@@ -61,6 +68,7 @@ class FolderEngine(StoreEngine):
                 f"{folder} uses vector index {kept!r}, not {options.vector_index!r}: keep its own (open it without "
                 "vector_index) or choose a new location"
             )
+        check_tenant_key_kept(str(folder), opened.store, options)
         if options.analyzer is not None and options.analyzer != opened.store.settings.analyzer:
             raise FusionError(
                 f"{folder} was built with another analyzer ({opened.store.settings.analyzer!r}): keep its own (open "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Collection, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,6 +23,14 @@ from langchain_fusion.stores.local.saving import STAGING_MARK, recover
 
 CHECKSUM = "body_sha256"
 """The manifest field holding the sha256 of the manifest's other fields (see :func:`manifest_checksum`)."""
+
+CHECKSUM_SINCE = (0, 3)
+"""The first release (0.3.0) whose every save carries :data:`CHECKSUM`: a manifest written by it or later must have one.
+
+The checksum came within index format 3 (hierarchical format 2), during 0.2.0's development, so no format
+version marks it; the ``library_version`` every manifest records does. Without this, deleting the line made
+an edited manifest read as an older save.
+"""
 
 
 def now_iso() -> str:
@@ -95,7 +104,8 @@ def check_format(
     """``manifest`` if it is a dict of format ``name`` and ``version`` matching its checksum; else IndexFormatError.
 
     ``older`` lists the earlier versions the caller still reads. A manifest saved before manifests
-    had a checksum (no :data:`CHECKSUM` field) is read as it is.
+    had a checksum (no :data:`CHECKSUM` field, written by a release before :data:`CHECKSUM_SINCE`) is
+    read as it is; any other manifest without one is refused.
     """
     if not isinstance(manifest, dict) or manifest.get("format") != name:
         raise IndexFormatError(f"{folder / MANIFEST} is not a langchain-fusion {kind} manifest")
@@ -111,6 +121,13 @@ def check_format(
             f"{folder} uses {kind} format version {found!r}; this langchain-fusion ({library_version()}) "
             f"reads version {version}. Rebuild the index with this version."
         )
+    if CHECKSUM not in manifest and not _saved_before_checksums(manifest.get("library_version")):
+        since = ".".join(map(str, CHECKSUM_SINCE)) + ".0"
+        raise IndexFormatError(
+            f"{folder / MANIFEST} has no {CHECKSUM}, which every save since langchain-fusion {since} carries: it was "
+            "removed, and an edited setting would silently change the results: restore the saved manifest, or rebuild "
+            "the index (re-index its files)"
+        )
     if CHECKSUM in manifest and manifest[CHECKSUM] != manifest_checksum(manifest):
         raise IndexFormatError(
             f"{folder / MANIFEST} was edited after it was saved (its {CHECKSUM} does not match its contents), and "
@@ -118,3 +135,14 @@ def check_format(
             "(re-index its files)"
         )
     return manifest
+
+
+def _saved_before_checksums(version: Any) -> bool:
+    """Whether ``version`` (a manifest's ``library_version``) is a release before :data:`CHECKSUM_SINCE`.
+
+    Only a plain ``MAJOR.MINOR.PATCH`` below it is: a missing, edited or unreadable version proves nothing.
+    """
+    if not isinstance(version, str) or not re.fullmatch(r"\d{1,6}\.\d{1,6}\.\d{1,6}", version):
+        return False
+    major, minor, _ = (int(part) for part in version.split("."))
+    return (major, minor) < CHECKSUM_SINCE

@@ -172,7 +172,7 @@ def ann_min_rows(vector_index: str) -> int:
 
 def _padded(array: NDArray[np.int64], size: int) -> NDArray[np.int64]:
     if array.size >= size:
-        return array.copy()
+        return np.copy(array)
     return np.concatenate((array, np.zeros(size - array.size, dtype=array.dtype)))
 
 

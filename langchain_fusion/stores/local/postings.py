@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -153,9 +154,15 @@ def build_postings(token_ids: Sequence[IntArray], vocabulary_size: int) -> Posti
     """Postings of a block of rows given each row's token ids (repeats counted)."""
     lengths = np.fromiter((ids.size for ids in token_ids), dtype=np.int64, count=len(token_ids))
     ids = np.concatenate(token_ids) if token_ids else np.zeros(0, dtype=np.int64)
-    rows = np.repeat(np.arange(len(token_ids), dtype=np.int64), lengths)
+    return postings_of_ids(ids, lengths, vocabulary_size)
+
+
+def postings_of_ids(ids: IntArray, lengths: NDArray[np.integer[Any]], vocabulary_size: int) -> Postings:
+    """Postings of a block of rows given their token ids end to end and each row's length in tokens."""
+    row_count = len(lengths)
+    rows = np.repeat(np.arange(row_count, dtype=np.int64), lengths)
     # Sort (term, row) pairs, then run-length encode them: one posting per distinct pair.
-    keys = ids.astype(np.int64) * max(len(token_ids), 1) + rows
+    keys = ids.astype(np.int64) * max(row_count, 1) + rows
     del ids, rows
     keys.sort()
     if keys.size:
@@ -165,10 +172,10 @@ def build_postings(token_ids: Sequence[IntArray], vocabulary_size: int) -> Posti
     else:
         tf, pairs = np.zeros(0, np.int64), np.zeros(0, np.int64)
     del keys
-    terms = pairs // max(len(token_ids), 1)
+    terms = pairs // max(row_count, 1)
     indptr = np.zeros(vocabulary_size + 1, dtype=np.int64)
     np.cumsum(np.bincount(terms, minlength=vocabulary_size), out=indptr[1:])
-    local = (pairs % max(len(token_ids), 1)).astype(np.int32)
+    local = (pairs % max(row_count, 1)).astype(np.int32)
     return Postings(indptr=indptr, rows=local, tf=_narrow_tf(tf))
 
 
@@ -183,7 +190,7 @@ def postings_of_texts(
     blocks, lengths = [], []
     for lo in range(0, len(texts), TOKENIZE_BATCH):
         token_ids, block_lengths = text_token_ids(analyzer, texts[lo : lo + TOKENIZE_BATCH], vocabulary)
-        blocks.append((build_postings(token_ids, len(vocabulary)), lo))
+        blocks.append((postings_of_ids(token_ids, block_lengths, len(vocabulary)), lo))
         lengths.append(block_lengths)
         del token_ids
     if not blocks:
@@ -222,7 +229,9 @@ def merge_postings(
     total = int(indptr[-1])
     rows = np.empty(total, dtype=np.int32)
     wide = any(p.tf.dtype == np.int32 for p, _ in blocks)
-    tf: NDArray[np.uint16] | NDArray[np.int32] = np.empty(total, dtype=np.int32 if wide else np.uint16)  # type: ignore[assignment]
+    tf: NDArray[np.uint16] | NDArray[np.int32] = (
+        np.empty(total, dtype=np.int32) if wide else np.empty(total, dtype=np.uint16)
+    )
     cursor = indptr[:-1].copy()  # next free slot of each term in the output
     for postings, start in blocks:
         for lo in range(0, postings.size, _BLOCK):

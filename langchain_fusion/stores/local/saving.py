@@ -6,6 +6,10 @@ index at the path, never nothing. Where the OS has no atomic exchange, the old f
 renamed aside first, and the next load or save puts it back if a crash came in between. A lock
 file beside the folder (``.NAME.lock``) keeps two savers from interleaving, and each save
 removes what crashed saves left behind.
+
+A lock file lives only while someone holds or waits for the lock: the last holder removes it (so
+an index in a checkout leaves nothing beside it), and a waiter that then gets the lock of a removed
+file takes the lock again on the path's current file (:func:`_flocked`).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from langchain_fusion.errors import FusionError
 from langchain_fusion.stores.local.folder import HIERARCHICAL_FORMAT_NAME, MANIFEST, MAX_MANIFEST_BYTES
 
 LOCK_SUFFIX = ".lock"
-"""The lock that saves take (exclusive) and loads (shared): ``.NAME.lock`` beside the folder."""
+"""The lock that saves take (exclusive) and loads (shared): ``.NAME.lock`` beside the folder while held."""
 STAGING_MARK = ".saving-"
 """Marks the name of a save's staging folder, ``.NAME.saving-XXXXXXXX`` beside the target."""
 _RETIRED_MARK = ".old-"
@@ -123,19 +127,13 @@ def save_lock(folder: Path) -> Iterator[None]:
         if sys.platform == "win32":  # pragma: no cover - no flock; threads are still serialised
             yield
             return
-        import fcntl
-
-        lock_path = folder.parent / f".{folder.name}{LOCK_SUFFIX}"
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with _flocked(folder.parent / f".{folder.name}{LOCK_SUFFIX}", exclusive=True):
             yield
-        finally:
-            os.close(fd)  # closing releases the lock
 
 
 UPDATE_LOCK_SUFFIX = ".update.lock"
-"""The lock an update of a folder (load, change, save) holds for its whole run: ``.NAME.update.lock`` beside it."""
+"""The lock an update of a folder (load, change, save) holds for its whole run: ``.NAME.update.lock`` beside it
+while held."""
 
 
 @contextlib.contextmanager
@@ -148,20 +146,9 @@ def update_lock(folder: Path, on_wait: Callable[[], None] | None = None) -> Iter
     if sys.platform == "win32":  # pragma: no cover - no flock
         yield
         return
-    import fcntl
-
     folder.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder.parent / f".{folder.name}{UPDATE_LOCK_SUFFIX}", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if on_wait is not None:
-                on_wait()
-            fcntl.flock(fd, fcntl.LOCK_EX)
+    with _flocked(folder.parent / f".{folder.name}{UPDATE_LOCK_SUFFIX}", exclusive=True, on_wait=on_wait):
         yield
-    finally:
-        os.close(fd)  # closing releases the lock
 
 
 @contextlib.contextmanager
@@ -174,19 +161,63 @@ def load_lock(folder: Path) -> Iterator[None]:
     if sys.platform == "win32":  # pragma: no cover - no flock
         yield
         return
+    with contextlib.ExitStack() as stack:
+        with contextlib.suppress(OSError):
+            stack.enter_context(_flocked(folder.parent / f".{folder.name}{LOCK_SUFFIX}", exclusive=False))
+        yield
+
+
+@contextlib.contextmanager
+def _flocked(path: Path, *, exclusive: bool, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold ``flock`` on the file ``path`` (created if missing), and remove the file when no one else holds it.
+
+    The holder that finds no other holder when it is done (a non-blocking exclusive lock succeeds) removes the
+    file while still holding it. A waiter that was blocked on that file then holds the lock of a file no longer
+    at ``path``: it sees so (the inode differs, or nothing is there) and locks the path's current file instead,
+    so two holders never lock different files at once. ``on_wait`` is called once if the lock is busy.
+    OSErrors of opening or creating the file are raised.
+    """
     import fcntl
 
-    lock_path = folder.parent / f".{folder.name}{LOCK_SUFFIX}"
+    operation = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+    waited = False
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, operation | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if on_wait is not None and not waited:
+                    on_wait()
+                waited = True
+                fcntl.flock(fd, operation)
+            if _is_file_at(fd, path):
+                break
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # the holder before us removed this file: lock the one now at the path
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
         yield
     finally:
-        os.close(fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no one else holds or waits to share it
+        except OSError:
+            pass  # others hold it (or are about to): the last of them removes it
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        os.close(fd)  # closing releases the lock
+
+
+def _is_file_at(fd: int, path: Path) -> bool:
+    """True when the open file ``fd`` is the file at ``path`` now (not one removed or replaced since)."""
+    try:
+        at_path = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (at_path.st_dev, at_path.st_ino)
 
 
 def recover(folder: Path, *, locked: bool = False) -> None:

@@ -127,13 +127,10 @@ class LocalBM25Scorer(_LocalScorer):
     few rows are looked up in the postings; the score of every row is computed only when asked
     for (a whole-corpus search) or where a batch makes it cheaper than pruning: the batch's
     queries share their term weights, each common term weighed once and added as one vector.
-    BM25 top-100 per query, 100k zipf chunks: 1.61 ms pruned; every row 1.79 ms alone, 1.60
-    shared by 2 queries, 1.20 by 8, 0.66 by 64. 1M, 64 queries in passes of 16: topics 213
-    against 315 ms pruned, but zipf 848 against 671 ms: its common terms make every row's
-    score cost more than pruning once the score array outgrows the cache. (Measured before the
-    snapshot kept its common terms' weights for every query, :meth:`Snapshot.common_term_weights`:
-    every row alone now costs 0.5 ms at 100k zipf, and the pruning thresholds were not re-tuned.)
-    Every path gives the same float32 scores.
+    Sharing pays more the more queries share; on a corpus whose common terms are very common,
+    scoring every row costs more than pruning once the score array outgrows the cache (the
+    figures, per corpus shape and size: ``docs/benchmarks.md``). Every path gives the same
+    float32 scores.
     """
 
     def __init__(self, snapshot: Snapshot, query: str, shared: TermWeights | None = None) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from langchain_core.documents import Document
@@ -42,7 +42,7 @@ from langchain_fusion.stores.settings import StoreSettings
 
 PRUNED_TOP_MIN_POSTINGS = 1 << 16
 """A BM25 top-k is found by pruning when the query's terms hold this many postings (fewer: weighing them all
-is cheaper than pruning's fixed cost; measured at 100k rows of each benchmark corpus shape)."""
+is cheaper than pruning's fixed cost; chosen on each corpus shape of ``benchmarks/scale.py``)."""
 
 BATCH_EVERY_ROW_MAX_ROWS = 1 << 18
 """In a batch, a BM25 top-k scores every row (with the batch's shared term weights) up to this many rows, where
@@ -115,6 +115,10 @@ class Snapshot:
     _cache: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
     """Derived data computed on first use (safe: the snapshot never changes); a new snapshot starts empty."""
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The snapshot for ``pickle`` and ``copy.deepcopy``, without its derived data (computed again on use)."""
+        return {**self.__dict__, "_cache": {}}
+
     # --- shape -------------------------------------------------------------------------------
 
     @property
@@ -171,7 +175,8 @@ class Snapshot:
         cached = self._cache.get("relative_lengths")
         if cached is None:
             average = self.live_length / self.live_count if self.live_count else 1.0
-            cached = self._cache["relative_lengths"] = self.lengths.astype(np.float32) / np.float32(average or 1.0)
+            relative = self.lengths.astype(np.float32) / np.float32(average or 1.0)
+            cached = self._cache["relative_lengths"] = cast("NDArray[np.float32]", relative)  # numpy's 3.10 stubs: Any
         return cached
 
     def check_aligned(self) -> None:
@@ -316,8 +321,8 @@ class Snapshot:
 
         A term held by a third or more of a segment's rows is weighed once per snapshot, kept as
         one float32 array over the segment, and added as one vector by each query scoring every
-        row (at most :data:`~langchain_fusion.stores.local.term_weights.COMMON_WEIGHTS_BUDGET` bytes).
-        100k zipf chunks, every row's BM25 score: 2.54 -> 0.49 ms a query. A change to the
+        row (at most :data:`~langchain_fusion.stores.local.term_weights.COMMON_WEIGHTS_BUDGET` bytes),
+        several times cheaper than weighing them per query (``docs/benchmarks.md``). A change to the
         index makes a new snapshot, whose statistics (and weights) are new.
         """
         kept = self._cache.get("common_term_weights")

@@ -9,69 +9,30 @@ deletes or saves, and each sees the store entirely before or entirely after a mu
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from langchain_core.documents import Document
-from numpy.typing import NDArray
-from pydantic import ValidationError
 
-from langchain_fusion._checks import describe_validation
-from langchain_fusion._version import library_version
 from langchain_fusion.errors import FusionError, IndexFormatError, InvalidParameterError
-from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, check_text_fields, indexed_text
 from langchain_fusion.stores.analyzer import Analyzer
-from langchain_fusion.stores.base import FloatMatrix, FusionStore
+from langchain_fusion.stores.base import FloatMatrix, FusionStore, StoreView
 from langchain_fusion.stores.local import folder as fmt
-from langchain_fusion.stores.local import saving
-from langchain_fusion.stores.local.checksums import PendingChecksums, check_file_list, file_entries
-from langchain_fusion.stores.local.documents import DocumentBlock
-from langchain_fusion.stores.local.manifest import check_format, now_iso, read_manifest, write_manifest
-from langchain_fusion.stores.local.mapped import MappedFiles
-from langchain_fusion.stores.local.mutations import ann_min_rows, compacted, deleted, maintained, upserted
-from langchain_fusion.stores.local.postings import Postings
-from langchain_fusion.stores.local.snapshot import Segment, Snapshot, empty_snapshot
-from langchain_fusion.stores.local.tokens import tokenize
-from langchain_fusion.stores.local.vectors import AnnIndex, check_vector_index
+from langchain_fusion.stores.local import saving, snapshot_folder, tenant_folder
+from langchain_fusion.stores.local.manifest import read_manifest
+from langchain_fusion.stores.local.mutations import compacted, deleted, maintained, upserted
+from langchain_fusion.stores.local.snapshot import Snapshot, empty_snapshot
+from langchain_fusion.stores.local.vectors import check_vector_index
 from langchain_fusion.stores.local.view import LocalView
-from langchain_fusion.stores.settings import MAX_DIMENSION, BM25Params, StoreSettings
+from langchain_fusion.stores.settings import BM25Params, StoreSettings
+from langchain_fusion.stores.tenants import TenantSet, check_tenant_key
 
 logger = logging.getLogger(__name__)
-
-FORMAT_NAME = "langchain-fusion-index"
-FORMAT_VERSION = 3
-OLDER_VERSIONS = (2,)
-"""Format versions this library still reads (the next save writes :data:`FORMAT_VERSION`)."""
-DOCUMENTS_DIR = "documents"
-IDS = f"{DOCUMENTS_DIR}/ids.json"
-TEXTS = f"{DOCUMENTS_DIR}/texts.txt"
-TEXT_OFFSETS = f"{DOCUMENTS_DIR}/text_offsets.npy"
-METADATA = f"{DOCUMENTS_DIR}/metadata.jsonl"
-METADATA_OFFSETS = f"{DOCUMENTS_DIR}/metadata_offsets.npy"
-DOCUMENT_FILES = {IDS, TEXTS, TEXT_OFFSETS, METADATA, METADATA_OFFSETS}
-DOCUMENTS_V2 = "documents.jsonl"
-"""Format 2 kept every document as one JSON record in this file."""
-VECTORS = "vectors.npy"
-ANN = "vectors.ann"
-BM25_DIR = "bm25"
-VOCABULARY = f"{BM25_DIR}/vocabulary.json"
-BM25_ARRAYS = {
-    "indptr": (np.int64, 1),
-    "rows": (np.int32, 1),
-    "tf": ((np.uint16, np.int32), 1),
-    "lengths": (np.int32, 1),
-}
-BM25_FILES = {VOCABULARY} | {f"{BM25_DIR}/{name}.npy" for name in BM25_ARRAYS}
-REQUIRED_FILES = DOCUMENT_FILES | BM25_FILES
-"""Files every saved store has (``vectors.npy`` too once it holds rows)."""
-_FILES = REQUIRED_FILES | {VECTORS, ANN}
-_FILES_V2 = {DOCUMENTS_V2, VECTORS, ANN} | BM25_FILES
 
 
 class LocalStore(FusionStore):
@@ -82,6 +43,10 @@ class LocalStore(FusionStore):
     index on segments of at least a few thousand rows (their exact scores still come from the
     stored vectors). ``vector_search_params`` tunes it (``"efSearch=128"``, ``"nprobe=16"``,
     ``"efConstruction=200,efSearch=128"`` for a graph built wider).
+
+    With ``tenant_key``, the store is tenant-keyed (:mod:`~langchain_fusion.stores.tenants`): each
+    tenant's rows (``metadata[tenant_key]``) are a store of their own, searched through
+    :meth:`tenant_view`; :meth:`view` then lists every tenant's rows and refuses to search.
     """
 
     def __init__(
@@ -91,8 +56,9 @@ class LocalStore(FusionStore):
         *,
         vector_index: str = "Flat",
         vector_search_params: str | None = None,
+        tenant_key: str | None = None,
     ) -> None:
-        """Create an empty store."""
+        """Create an empty store (tenant-keyed with ``tenant_key``)."""
         if not isinstance(vector_index, str) or not vector_index.strip():
             raise InvalidParameterError(
                 f"vector_index must be a FAISS factory string such as 'Flat'; got {vector_index!r}"
@@ -107,13 +73,53 @@ class LocalStore(FusionStore):
         settings = StoreSettings(analyzer=analyzer or Analyzer(), bm25_params=bm25_params or BM25Params())
         self._write_lock = threading.Lock()
         self._snapshot = empty_snapshot(settings, vector_index, vector_search_params)
+        self._tenants = None if check_tenant_key(tenant_key) is None else self._tenant_set(str(tenant_key))
+
+    def _tenant_set(self, tenant_key: str) -> TenantSet:
+        """The tenants of a tenant-keyed store: each an in-process store with this store's settings."""
+        vector_index, params = self.vector_index, self.vector_search_params
+
+        def make(tenant: str) -> LocalStore:
+            return LocalStore(vector_index=vector_index, vector_search_params=params)
+
+        return TenantSet(tenant_key, make, self._snapshot.settings)
+
+    @property
+    def tenant_set(self) -> TenantSet | None:
+        """The tenants of a tenant-keyed store (None: one corpus)."""
+        return self._tenants
+
+    def tenants(self) -> list[str]:
+        """The tenants that hold rows, sorted (empty when not tenant-keyed)."""
+        return [] if self._tenants is None else self._tenants.tenants()
+
+    def tenant_view(self, tenant: str) -> StoreView:
+        """A view of ``tenant``'s rows alone (InvalidParameterError on a store that is not tenant-keyed)."""
+        return self._keyed(tenant).view(tenant)
+
+    def delete_in(self, tenant: str, ids: Sequence[str]) -> int:
+        """Remove ``tenant``'s rows with these ids; unknown ids are ignored. All or nothing."""
+        return self._keyed(tenant).delete(ids, tenant)
+
+    def _keyed(self, tenant: str) -> TenantSet:
+        if self._tenants is None:
+            raise InvalidParameterError(f"this index is not tenant-keyed: use it without a tenant; got {tenant!r}")
+        return self._tenants
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The store for ``pickle`` and ``copy.deepcopy``: its snapshot, without the lock (a copy gets its own)."""
+        return {"_snapshot": self._snapshot}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._write_lock = threading.Lock()
+        self._snapshot = state["_snapshot"]
 
     # --- the seam ------------------------------------------------------------------------------
 
     @property
     def settings(self) -> StoreSettings:
         """How the rows were (or will be) indexed."""
-        return self._snapshot.settings
+        return self._snapshot.settings if self._tenants is None else self._tenants.settings
 
     @property
     def vector_index(self) -> str:
@@ -127,6 +133,9 @@ class LocalStore(FusionStore):
 
     def configure(self, settings: StoreSettings) -> None:
         """Record the index's settings; only the embeddings id may be filled in once rows exist."""
+        if self._tenants is not None:
+            self._tenants.configure(settings)
+            return
         with self._write_lock:
             current = self._snapshot
             if (
@@ -138,13 +147,17 @@ class LocalStore(FusionStore):
                 current, settings.model_copy(update={"dimension": current.settings.dimension})
             )
 
-    def view(self) -> LocalView:
-        """The current snapshot, for reading."""
+    def view(self) -> StoreView:
+        """The current snapshot, for reading (tenant-keyed: every tenant's rows, for listing: :meth:`tenant_view`)."""
+        if self._tenants is not None:
+            return self._tenants.union_view()
         return LocalView(self.snapshot)
 
     @property
     def snapshot(self) -> Snapshot:
         """The current immutable snapshot; IndexFormatError if files it maps changed on disk since loading."""
+        if self._tenants is not None:
+            raise FusionError("a tenant-keyed store keeps a snapshot per tenant: read them through tenant_view")
         snapshot = self._snapshot
         if snapshot.mapped is not None:
             snapshot.mapped.check()
@@ -157,17 +170,46 @@ class LocalStore(FusionStore):
                 f"upsert needs one vector and one text per document; got {len(documents)} documents, "
                 f"{vectors.shape[0]} vectors, {len(bm25_texts)} texts"
             )
+        if self._tenants is not None:
+            self._tenants.upsert(documents, vectors, bm25_texts)
+            return
         with self._write_lock:
             self._snapshot = upserted(self.snapshot, documents, vectors, bm25_texts)
 
     def delete(self, ids: Sequence[str]) -> int:
-        """Remove the rows with these ids; unknown ids are ignored. All or nothing."""
+        """Remove the rows with these ids (every tenant's, when tenant-keyed), ignoring unknown ids; all or nothing."""
+        if self._tenants is not None:
+            return self._tenants.delete(ids)
         with self._write_lock:
             self._snapshot, removed = deleted(self.snapshot, ids)
         return removed
 
+    def staged_upsert(
+        self, documents: Sequence[Document], vectors: FloatMatrix, bm25_texts: Sequence[str]
+    ) -> Callable[[], None]:
+        """The upsert prepared on the current snapshot; the result publishes it (``stores.tenants.StagedWrites``)."""
+        base = self.snapshot
+        return partial(self._publish, base, upserted(base, documents, vectors, bm25_texts))
+
+    def staged_delete(self, ids: Sequence[str]) -> tuple[int, Callable[[], None]]:
+        """The delete prepared on the current snapshot: rows removed, and what publishes it."""
+        base = self.snapshot
+        new, removed = deleted(base, ids)
+        return removed, partial(self._publish, base, new)
+
+    def _publish(self, base: Snapshot, new: Snapshot) -> None:
+        with self._write_lock:
+            if self._snapshot is not base:
+                raise FusionError("the store changed while a write to it was prepared; write through one store")
+            self._snapshot = new
+
     def compact(self) -> None:
         """Rewrite the rows into one segment without tombstones (saves do this on their copy)."""
+        if self._tenants is not None:
+            for store in self._tenants.stores.values():
+                if isinstance(store, LocalStore):
+                    store.compact()
+            return
         with self._write_lock:
             self._snapshot = maintained(compacted(self.snapshot))
 
@@ -175,8 +217,23 @@ class LocalStore(FusionStore):
 
     def save(self, folder: Path, extra: dict[str, Any] | None = None) -> Path:
         """Save the current snapshot to ``folder`` atomically (see :mod:`~langchain_fusion.stores.local.saving`)."""
+        return saving.save_folder(folder, self.writer(extra or {}))
+
+    def writer(self, extra: dict[str, Any]) -> Callable[[Path], None]:
+        """What writes the current state into a folder (``extra`` in its manifest); the state is taken now."""
+        if self._tenants is not None:
+            snapshots = {
+                tenant: store.snapshot
+                for tenant, store in self._tenants.stores.items()
+                if isinstance(store, LocalStore) and store.snapshot.live_count
+            }
+            keyed = self._tenants
+            saved = tenant_folder.TenantFolder(
+                keyed.tenant_key, keyed.settings, self.vector_index, self.vector_search_params, snapshots
+            )
+            return tenant_folder.writer(saved, extra)
         snapshot = self.snapshot  # a consistent state, whatever writers do meanwhile
-        return saving.save_folder(folder, lambda staging: write_snapshot(snapshot, staging, extra or {}))
+        return lambda staging: snapshot_folder.write_snapshot(snapshot, staging, extra)
 
     @classmethod
     def load(
@@ -192,398 +249,42 @@ class LocalStore(FusionStore):
         saving.recover(folder)
         try:
             with saving.load_lock(folder) if lock else contextlib.nullcontext():
-                return cls._read(folder, analyzer)
+                return cls.read_unlocked(folder, analyzer)
         except OSError as exc:
             raise IndexFormatError(f"cannot read the index at {folder}: {exc.strerror or exc}") from None
 
     @classmethod
-    def _read(cls, folder: Path, analyzer: Analyzer | None) -> tuple[LocalStore, dict[str, Any]]:
+    def read_unlocked(cls, folder: Path, analyzer: Analyzer | None) -> tuple[LocalStore, dict[str, Any]]:
+        """:meth:`load` without the lock (the caller holds it, or that of an enclosing folder) or recovery."""
         manifest = read_manifest(folder)
+        if isinstance(manifest, dict) and manifest.get("format") == tenant_folder.FORMAT_NAME:
+            saved = tenant_folder.read(folder, manifest, analyzer)
+            store = cls(
+                vector_index=saved.vector_index,
+                vector_search_params=saved.vector_search_params,
+                tenant_key=saved.tenant_key,
+            )
+            assert store.tenant_set is not None
+            store.configure(saved.settings)
+            store.tenant_set.restore({tenant: cls.over(snapshot) for tenant, snapshot in saved.snapshots.items()})
+            return store, manifest
         if isinstance(manifest, dict) and manifest.get("format") == fmt.HIERARCHICAL_FORMAT_NAME:
             raise IndexFormatError(
                 f"{folder} is a hierarchical index (page summaries and chunks): load it with "
                 "HierarchicalIndex.load, or its chunks/ folder with FusionIndex.load"
             )
-        manifest = check_format(folder, manifest, FORMAT_NAME, FORMAT_VERSION, "index", OLDER_VERSIONS)
-        version = manifest["format_version"]
-        paths = check_file_list(folder, manifest, (_FILES if version == FORMAT_VERSION else _FILES_V2).__contains__)
-        required = REQUIRED_FILES if version == FORMAT_VERSION else BM25_FILES | {DOCUMENTS_V2}
-        missing = sorted(required - set(paths))
-        if missing:
-            raise IndexFormatError(f"{folder / fmt.MANIFEST} does not list {missing}; the index is damaged")
-        settings, vector_conf, counts = _parse_manifest(folder, manifest, analyzer)
-        # The files are hashed while they are read and checked (see PendingChecksums): an altered file is
-        # reported as such even when reading it failed first.
-        checksums = PendingChecksums(paths, manifest).start()
-        try:
-            snapshot = read_snapshot(folder, paths, settings, vector_conf, counts, verified=checksums.wait)
-        except Exception:
-            checksums.wait()
-            raise
-        except BaseException:  # Ctrl-C: stop now, not after hashing every file
-            checksums.cancel()
-            raise
-        checksums.wait()
+        snapshot, manifest = snapshot_folder.read_folder(folder, manifest, analyzer)
+        return cls.over(snapshot), manifest
+
+    @classmethod
+    def over(cls, snapshot: Snapshot) -> LocalStore:
+        """A store whose current state is ``snapshot`` (one read back from a folder)."""
         store = cls.__new__(cls)
         store._write_lock = threading.Lock()
         store._snapshot = snapshot
-        return store, manifest
+        store._tenants = None
+        return store
 
 
 def _replace_settings(snapshot: Snapshot, settings: StoreSettings) -> Snapshot:
     return replace(snapshot, settings=settings)
-
-
-def write_snapshot(snapshot: Snapshot, folder: Path, extra: dict[str, Any]) -> None:
-    """Write the live rows of ``snapshot`` into ``folder`` in the format above (refuses misaligned parts)."""
-    snapshot.check_aligned()
-    compact = compacted(snapshot)
-    segment = compact.segments[0] if compact.segments else None
-    write_documents(folder, segment.documents if segment is not None else DocumentBlock.empty())
-    dimension = compact.settings.dimension
-    if segment is not None:
-        fmt.save_array(folder / VECTORS, segment.vectors)
-        ann = segment.ann
-        if ann is None and compact.vector_index != "Flat" and segment.size >= ann_min_rows(compact.vector_index):
-            ann = AnnIndex.build(
-                np.ascontiguousarray(segment.vectors), compact.vector_index, compact.vector_search_params
-            )
-        if ann is not None:
-            ann.save(folder / ANN)
-        postings = segment.postings
-    else:
-        postings = Postings(
-            indptr=np.zeros(len(compact.vocabulary) + 1, np.int64),
-            rows=np.zeros(0, np.int32),
-            tf=np.zeros(0, np.uint16),
-        )
-    (folder / BM25_DIR).mkdir()
-    vocabulary = sorted(compact.vocabulary, key=compact.vocabulary.__getitem__)
-    (folder / VOCABULARY).write_text(json.dumps(vocabulary, ensure_ascii=False), encoding="utf-8")
-    arrays: dict[str, NDArray[Any]] = {
-        "indptr": postings.indptr,
-        "rows": postings.rows,
-        "tf": postings.tf,
-        "lengths": compact.lengths,
-    }
-    for name, array in arrays.items():
-        fmt.save_array(folder / BM25_DIR / f"{name}.npy", array)
-    settings = compact.settings
-    analyzer = settings.analyzer
-    manifest = {
-        "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
-        "library_version": library_version(),
-        "created_at": now_iso(),
-        "embeddings": {"id": settings.embeddings_id, "dimension": dimension},
-        "vector_index": {
-            "factory": compact.vector_index,
-            "search_params": compact.vector_search_params,
-            "metric": "inner_product",
-            "normalized": True,
-        },
-        "bm25": {
-            "analyzer": analyzer.model_dump(mode="json"),
-            "analyzer_class": f"{type(analyzer).__module__}.{type(analyzer).__qualname__}",
-            "params": settings.bm25_params.model_dump(mode="json"),
-        },
-        "text_fields": {"embed": list(settings.embed_fields), "bm25": list(settings.bm25_fields)},
-        "counts": {
-            "documents": compact.size,
-            "vectors": 0 if segment is None else segment.size,
-            "bm25_rows": int(compact.lengths.size),
-            "vocabulary": len(vocabulary),
-        },
-        **extra,
-        "files": file_entries(folder),
-    }
-    write_manifest(folder, manifest)
-
-
-def write_documents(folder: Path, block: DocumentBlock) -> None:
-    """The documents of one block, as the ``documents/`` files of format 3."""
-    (folder / DOCUMENTS_DIR).mkdir()
-    (folder / IDS).write_text(json.dumps(list(block.ids), ensure_ascii=False), encoding="utf-8")
-    fmt.save_bytes(folder / TEXTS, block.text_bytes)
-    fmt.save_array(folder / TEXT_OFFSETS, block.text_offsets)
-    fmt.save_bytes(folder / METADATA, block.metadata_bytes)
-    fmt.save_array(folder / METADATA_OFFSETS, block.metadata_offsets)
-
-
-def read_documents(folder: Path, paths: dict[str, Path], files: MappedFiles) -> DocumentBlock:
-    """The documents of a saved folder: format 3's files read or mapped (``files``), or format 2's records parsed."""
-    if DOCUMENTS_V2 in paths:
-        return DocumentBlock.from_documents(fmt.read_documents(paths[DOCUMENTS_V2]))
-    ids = _read_ids(paths[IDS])
-    parts: list[NDArray[Any]] = []
-    for data_name, offsets_name in ((TEXTS, TEXT_OFFSETS), (METADATA, METADATA_OFFSETS)):
-        data = files.data(paths[data_name])
-        offsets = files.array(paths[offsets_name], np.int64, 1)
-        if (
-            offsets.size != len(ids) + 1
-            or offsets[0] != 0
-            or offsets[-1] != data.size
-            or (offsets.size > 1 and bool(np.any(np.diff(offsets) < 0)))
-        ):
-            raise IndexFormatError(
-                f"{folder}: {offsets_name} does not describe {len(ids)} rows of {data_name}; rebuild the index"
-            )
-        parts += [data, offsets]
-    texts, text_offsets, metadata, metadata_offsets = parts
-    return DocumentBlock(tuple(ids), texts, text_offsets, metadata, metadata_offsets)
-
-
-def _read_ids(path: Path) -> list[str]:
-    try:
-        ids = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise IndexFormatError(f"{path} is not valid JSON ({type(exc).__name__}); rebuild the index") from None
-    if not isinstance(ids, list) or not set(map(type, ids)) <= {str} or "" in ids:
-        raise IndexFormatError(f"{path} is not a list of document ids; rebuild the index")
-    return ids
-
-
-def _parse_manifest(
-    folder: Path, manifest: dict[str, Any], analyzer: Analyzer | None
-) -> tuple[StoreSettings, dict[str, Any], dict[str, Any]]:
-    try:
-        embeddings = manifest["embeddings"]
-        vector_conf = manifest["vector_index"]
-        bm25 = manifest["bm25"]
-        counts = manifest["counts"]
-        if not isinstance(vector_conf, dict) or not isinstance(vector_conf.get("factory"), str):
-            raise TypeError("vector_index.factory must be a string")
-        if not isinstance(vector_conf.get("search_params"), (str, type(None))):
-            raise TypeError("vector_index.search_params must be a string or null")
-        if not isinstance(counts, dict) or not all(
-            isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63 for v in counts.values()
-        ):
-            raise TypeError("counts must be whole numbers from 0 to 2**63 - 1")
-        dimension = embeddings["dimension"]
-        if dimension is not None and (
-            not isinstance(dimension, int) or isinstance(dimension, bool) or not 1 <= dimension <= MAX_DIMENSION
-        ):
-            raise TypeError(f"embeddings.dimension must be a whole number from 1 to {MAX_DIMENSION}")
-        if not isinstance(embeddings["id"], (str, type(None))):
-            raise TypeError("embeddings.id must be a string")
-        fields = manifest.get("text_fields", {})
-        if not isinstance(fields, dict):
-            raise TypeError("text_fields must be an object")
-        saved_class = bm25.get("analyzer_class", f"{Analyzer.__module__}.{Analyzer.__qualname__}")
-        analyzer = _analyzer_for(folder, saved_class, bm25["analyzer"], analyzer)
-        settings = StoreSettings(
-            embeddings_id=embeddings["id"],
-            dimension=dimension,
-            analyzer=analyzer,
-            bm25_params=BM25Params.model_validate(bm25["params"]),
-            embed_fields=check_text_fields(fields.get("embed", DEFAULT_TEXT_FIELDS), "text_fields.embed"),
-            bm25_fields=check_text_fields(fields.get("bm25", DEFAULT_TEXT_FIELDS), "text_fields.bm25"),
-        )
-        check_vector_index(vector_conf["factory"], vector_conf.get("search_params"))
-    except (KeyError, TypeError, ValueError, AttributeError, ValidationError, FusionError) as exc:
-        if isinstance(exc, IndexFormatError):
-            raise
-        reason = (
-            describe_validation("manifest", exc) if isinstance(exc, ValidationError) else " ".join(str(exc).split())
-        )
-        raise IndexFormatError(
-            f"{folder / fmt.MANIFEST} is incomplete or invalid ({reason}); rebuild the index"
-        ) from None
-    return settings, vector_conf, counts
-
-
-def _analyzer_for(folder: Path, saved_class: Any, config: Any, given: Analyzer | None) -> Analyzer:
-    base = f"{Analyzer.__module__}.{Analyzer.__qualname__}"
-    config = Analyzer.from_saved(config)  # an index saved before an option existed keeps how it was built
-    if given is None:
-        if saved_class != base:
-            raise IndexFormatError(
-                f"{folder} was built with the custom analyzer {saved_class}; pass an instance of it to "
-                "load, e.g. FusionIndex.load(folder, analyzer=MyAnalyzer())"
-            )
-        return Analyzer.model_validate(config)
-    given_class = f"{type(given).__module__}.{type(given).__qualname__}"
-    if given_class != saved_class or given.model_dump(mode="json") != config:
-        raise IndexFormatError(
-            f"{folder} was built with analyzer {saved_class} {config}; the given analyzer is {given_class} "
-            f"{given.model_dump(mode='json')}. Load it with the analyzer that built it."
-        )
-    return given
-
-
-def read_snapshot(
-    folder: Path,
-    paths: dict[str, Path],
-    settings: StoreSettings,
-    vector_conf: dict[str, Any],
-    counts: dict[str, Any],
-    verified: Callable[[], None] = lambda: None,
-) -> Snapshot:
-    """The snapshot saved in ``folder``, checked for consistency.
-
-    ``verified`` returns once the files' checksums are verified (raising if one is not): the
-    FAISS graph is read only after it, as FAISS does not check what it parses. Small files are
-    read into memory, large ones mapped (see :mod:`~langchain_fusion.stores.local.mapped`).
-    """
-    files = MappedFiles(folder)
-    documents = read_documents(folder, paths, files)
-    factory, search_params = vector_conf["factory"], vector_conf.get("search_params")
-    vocabulary_list = _read_vocabulary(folder / VOCABULARY)
-    arrays = {}
-    for name, (dtype, ndim) in BM25_ARRAYS.items():
-        path = folder / BM25_DIR / f"{name}.npy"
-        fmt.require_file(path)
-        arrays[name] = files.array(path, dtype, ndim)
-    vectors = None
-    if VECTORS in paths:
-        vectors = files.array(paths[VECTORS], np.float32, 2)
-    actual = {
-        "documents": len(documents),
-        "vectors": 0 if vectors is None else int(vectors.shape[0]),
-        "bm25_rows": int(arrays["lengths"].size),
-        "vocabulary": len(vocabulary_list),
-    }
-    for name, value in actual.items():
-        if counts.get(name) != value:
-            raise IndexFormatError(
-                f"{folder}: {value} {name} found but the manifest says {counts.get(name)}; rebuild the index"
-            )
-    n, vocabulary_size = len(documents), len(vocabulary_list)
-    indptr, rows, tf, lengths = arrays["indptr"], arrays["rows"], arrays["tf"], arrays["lengths"]
-    problems = []
-    if vectors is not None and (settings.dimension is None or vectors.shape[1] != settings.dimension):
-        problems.append(f"vectors have {vectors.shape[1]} dimensions, the manifest says {settings.dimension}")
-    if n and vectors is None:
-        problems.append("documents without vectors")
-    elif vectors is not None and not _all_finite(vectors):
-        problems.append("vectors hold values that are not finite (NaN or infinity)")
-    if indptr.size != vocabulary_size + 1 or (indptr.size and (indptr[0] != 0 or np.any(np.diff(indptr) < 0))):
-        problems.append("BM25 term pointers do not match the vocabulary")
-    elif indptr[-1] != rows.size or rows.size != tf.size:
-        problems.append("BM25 postings are truncated")
-    elif rows.size and (int(rows.min()) < 0 or int(rows.max()) >= n or int(tf.min()) < 1):
-        problems.append("BM25 postings point outside the rows")
-    if lengths.size != n or (n and int(lengths.min()) < 0):
-        problems.append("BM25 row lengths do not match the documents")
-    if _repeats(documents.ids):
-        problems.append("document ids repeat")
-    if problems:
-        raise IndexFormatError(f"{folder}: the index files disagree ({'; '.join(problems)}); rebuild the index")
-    if rows.size and not _lengths_agree(rows, tf, lengths):
-        raise IndexFormatError(f"{folder}: BM25 row lengths disagree with the postings; rebuild the index")
-    postings = Postings(indptr=np.asarray(indptr), rows=rows, tf=tf)
-    mismatch = _postings_mismatch(documents, vocabulary_list, postings, lengths, settings)
-    if mismatch:
-        raise IndexFormatError(f"{folder}: the BM25 index does not match the documents ({mismatch}); rebuild the index")
-    snapshot = replace(empty_snapshot(settings, factory, search_params), mapped=files if len(files) else None)
-    if not n:
-        return replace(
-            snapshot,
-            vocabulary={t: i for i, t in enumerate(vocabulary_list)},
-            document_frequency=np.zeros(vocabulary_size, np.int64),
-        )
-    assert vectors is not None
-    ann = None
-    if ANN in paths:
-        verified()
-        try:
-            ann = AnnIndex.load(paths[ANN], vectors, factory, search_params)
-        except (RuntimeError, FusionError) as exc:
-            raise IndexFormatError(f"{folder}: cannot read {ANN} ({exc}); rebuild the index") from None
-        if len(ann) != n:
-            raise IndexFormatError(f"{folder}: {ANN} holds {len(ann)} vectors for {n} documents; rebuild the index")
-        shared = ann.shared_vectors
-        if shared is not None:  # the graph's storage holds the vectors now: drop the memory map
-            vectors = shared
-    segment = Segment(start=0, vectors=vectors, postings=postings, documents=documents, ann=ann)
-    loaded = replace(
-        snapshot,
-        vocabulary={t: i for i, t in enumerate(vocabulary_list)},
-        segments=(segment,),
-        lengths=np.asarray(lengths),
-        id_table=None,  # built from the ids when first needed: queries never need it
-        document_frequency=np.diff(np.asarray(indptr)).astype(np.int64),
-        live_length=int(np.asarray(lengths).sum()),
-    )
-    if ann is None and factory != "Flat" and n >= ann_min_rows(factory):
-        logger.info("building the %s index of %s (%d rows): it was not saved", factory, folder, n)
-    return maintained(loaded)
-
-
-def _repeats(ids: Sequence[str]) -> bool:
-    """Whether an id occurs twice: sorted string hashes first (fast), then the strings of any equal hashes."""
-    hashes = np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids))
-    hashes.sort()
-    if not bool(np.any(hashes[1:] == hashes[:-1])):
-        return False
-    return len(set(ids)) != len(ids)
-
-
-def _lengths_agree(rows: NDArray[np.int32], tf: NDArray[np.integer], lengths: NDArray[np.int32]) -> bool:
-    """Whether each row's length is the sum of its term frequencies (in blocks: no full-size temporary).
-
-    Blocks of 2**20 postings keep each block's temporaries in cache: about twice as fast as 2**22.
-    """
-    totals = np.zeros(lengths.size, dtype=np.float64)
-    block = 1 << 20
-    for lo in range(0, rows.size, block):
-        totals += np.bincount(rows[lo : lo + block], weights=tf[lo : lo + block], minlength=lengths.size)
-    return bool(np.array_equal(totals, lengths))
-
-
-def _all_finite(vectors: NDArray[np.float32], block: int = 65_536) -> bool:
-    """Whether every value is finite, checked a block of rows at a time (no full-size temporary)."""
-    return all(bool(np.isfinite(vectors[i : i + block]).all()) for i in range(0, vectors.shape[0], block))
-
-
-SPOT_CHECK_ROWS = 64
-"""Rows whose text is analysed again at load and compared with the saved BM25 postings."""
-
-
-def _postings_mismatch(
-    documents: DocumentBlock,
-    vocabulary: list[str],
-    postings: Postings,
-    lengths: NDArray[np.int32],
-    settings: StoreSettings,
-) -> str | None:
-    """What disagrees between a spread sample of rows' texts and the postings, or None.
-
-    The checksums only prove the files are the ones the manifest lists; this catches files that
-    are consistent with each other but not with the documents (a replaced or reordered
-    vocabulary, postings of another corpus, an analyzer that no longer gives a row's tokens), at
-    the cost of analysing a few dozen texts.
-    """
-    n = len(documents)
-    if not n:
-        return None
-    term_of = {t: i for i, t in enumerate(vocabulary)}
-    indptr, rows, tf = postings.indptr, postings.rows, postings.tf
-    for row in sorted({int(r) for r in np.linspace(0, n - 1, min(n, SPOT_CHECK_ROWS))}):
-        counts: dict[int, int] = {}
-        for token in tokenize(settings.analyzer, indexed_text(documents.document(row), settings.bm25_fields)):
-            term = term_of.get(token)
-            if term is None:
-                return f"row {row} has the token {token!r}, which the vocabulary lacks"
-            counts[term] = counts.get(term, 0) + 1
-        if sum(counts.values()) != int(lengths[row]):  # fewer tokens now: an analyzer edited to drop some
-            return f"row {row} has {sum(counts.values())} tokens, the BM25 index {int(lengths[row])}"
-        for term, count in counts.items():
-            start, end = int(indptr[term]), int(indptr[term + 1])
-            at = start + int(np.searchsorted(rows[start:end], row))  # a term's rows ascend
-            if at >= end or int(rows[at]) != row or int(tf[at]) != count:
-                return f"row {row}: the postings of {vocabulary[term]!r} do not list it {count} time(s)"
-    return None
-
-
-def _read_vocabulary(path: Path) -> list[str]:
-    fmt.require_file(path)
-    try:
-        vocabulary = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise IndexFormatError(f"{path} is not valid JSON ({type(exc).__name__}); rebuild the index") from None
-    if not isinstance(vocabulary, list) or not all(isinstance(t, str) for t in vocabulary):
-        raise IndexFormatError(f"{path} is not a list of tokens; rebuild the index")
-    if len(set(vocabulary)) != len(vocabulary):
-        raise IndexFormatError(f"{path} repeats tokens; rebuild the index")
-    return vocabulary

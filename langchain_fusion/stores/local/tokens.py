@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from itertools import chain
+from itertools import chain, count, filterfalse
 
 import numpy as np
 from numpy.typing import NDArray
@@ -26,25 +26,24 @@ def tokenize(analyzer: Analyzer, text: str) -> list[str]:
 
 def text_token_ids(
     analyzer: Analyzer, texts: Sequence[str], vocabulary: dict[str, int]
-) -> tuple[list[NDArray[np.int64]], NDArray[np.int32]]:
-    """Each text's token ids (new tokens are added to ``vocabulary``) and its length in tokens."""
-    out: list[NDArray[np.int64]] = []
+) -> tuple[NDArray[np.int64], NDArray[np.int32]]:
+    """The texts' token ids end to end and each text's length in tokens.
+
+    New tokens are added to ``vocabulary`` in order of first appearance (as one ``setdefault``
+    per token would). Each distinct unit (word, identifier, bigram) is analysed once per analyzer;
+    the loops over tokens run in C, so many small calls (a tenant's rows each) cost what one does.
+    """
     if analyzer.has_custom_tokenize():
-        for text in texts:
-            tokens = tokenize(analyzer, text)
-            out.append(np.fromiter((vocabulary.setdefault(t, len(vocabulary)) for t in tokens), dtype=np.int64))
+        per_text = [tokenize(analyzer, text) for text in texts]
     else:
-        # Each distinct unit (word, identifier, bigram) is analysed once per analyzer and looked up in C per call.
-        tokens_of = analyzer.unit_tokens
-
-        def unit_ids(unit: str) -> tuple[int, ...]:
-            return tuple(vocabulary.setdefault(token, len(vocabulary)) for token in tokens_of(unit))
-
-        memo = WordMemo(unit_ids)
-        for text in texts:
-            out.append(np.fromiter(chain.from_iterable(map(memo.__getitem__, analyzer.units(text))), dtype=np.int64))
-    lengths = np.fromiter((ids.size for ids in out), dtype=np.int32, count=len(out))
-    return out, lengths
+        lookup, units = analyzer.unit_lookup, analyzer.units
+        per_text = [list(chain.from_iterable(map(lookup, units(text)))) for text in texts]
+    tokens = list(chain.from_iterable(per_text))
+    new = dict.fromkeys(filterfalse(vocabulary.__contains__, tokens))
+    vocabulary.update(zip(new, count(len(vocabulary))))
+    ids = np.fromiter(map(vocabulary.__getitem__, tokens), dtype=np.int64, count=len(tokens))
+    lengths = np.fromiter(map(len, per_text), dtype=np.int32, count=len(per_text))
+    return ids, lengths
 
 
 def joined_tokens(analyzer: Analyzer, texts: Sequence[str]) -> list[str]:

@@ -93,8 +93,8 @@ def default_ef_search(rows: int, ef_construction: int = EF_CONSTRUCTION) -> int:
     """The efSearch an HNSW graph of ``rows`` rows, built at ``ef_construction``, searches with unless told otherwise.
 
     Chosen on the benchmark corpus (``benchmarks/scale.py``) with graphs built at
-    :data:`EF_CONSTRUCTION`, so that the fused top-10 agrees with the exact one at least 0.99
-    (1M rows: 0.991 at efSearch 128, 0.995 at 256), leaving room for harder data. A narrower
+    :data:`EF_CONSTRUCTION`, so that the fused top-10 agrees with the exact one at least 0.99 at
+    every size measured (``docs/benchmarks.md``), leaving room for harder data. A narrower
     graph needs a wider search: it gets the defaults graphs had when they were built at 40.
     """
     large = rows >= EF_SEARCH_LARGE_ROWS

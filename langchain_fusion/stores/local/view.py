@@ -55,7 +55,7 @@ class LocalView(StoreView):
 
         A graph search runs on one core while BM25 takes milliseconds on another. An exact scan
         already spreads over every core (see :func:`inner_products`): a second thread for BM25
-        only competes with it (measured at 100k rows: no gain for a query, 10-20% slower batches).
+        only competes with it (no gain for a query and slower batches: ``docs/benchmarks.md``).
         """
         return self._second_thread_pays(where) and self.snapshot.approximate
 
@@ -63,8 +63,8 @@ class LocalView(StoreView):
         """True for a large snapshot on a machine with a second core, exact or not.
 
         Scoring every row differs from a top-k of each side: BM25 over every row costs a fifth to a
-        half of the scan, which waits on memory, and the two overlap (1M zipf chunks: 167 -> 128 ms a
-        query; 100k: no change).
+        half of the scan, which waits on memory, and the two overlap (a gain at a million rows, none
+        at 100k: ``docs/benchmarks.md``).
         """
         return self._second_thread_pays(where)
 

@@ -224,6 +224,7 @@ class MilvusEngine(StoreEngine):
             analyzer=options.analyzer,
             vector_index=options.vector_index,
             vector_search_params=options.vector_search_params,
+            tenant_key=options.tenant_key,
         )
         return OpenedStore(store, store.read_info() if store.exists else {}, created=not store.exists)
 

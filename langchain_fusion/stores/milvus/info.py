@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_fusion.errors import FusionError
 from langchain_fusion.stores.milvus import reads
 from langchain_fusion.stores.milvus.expressions import literal
+from langchain_fusion.stores.milvus.schema import create_loaded_collection
 from langchain_fusion.stores.milvus.writes import BATCH
 
 if TYPE_CHECKING:
@@ -237,13 +238,7 @@ class InfoRecord:
         schema.add_field("unused", DataType.FLOAT_VECTOR, dim=2)  # Milvus needs a vector field
         index = self.store.client.prepare_index_params()
         index.add_index(field_name="unused", index_type="FLAT", metric_type="IP")
-        self.store.call(
-            "create_collection",
-            collection_name=self.name,
-            schema=schema,
-            index_params=index,
-            consistency_level="Strong",
-        )
+        create_loaded_collection(self.store.call, self.name, schema, index, self.store.timeout)
 
 
 def side_collections(collection_name: str) -> list[str]:

@@ -8,9 +8,11 @@ and built), ``library`` (the version that made it) and ``format`` (:data:`FORMAT
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +28,9 @@ FORMAT_VERSION = 1
 
 LITE_INDEXES = ("FLAT", "IVF_FLAT", "AUTOINDEX")
 """The dense index types Milvus Lite builds; another one falls back to ``FLAT`` there."""
+
+INDEX_POLL_SECONDS = 0.01
+"""How often :func:`create_loaded_collection` asks whether a new collection's indexes are built."""
 
 EF_CONSTRUCTION = 128
 """efConstruction of an HNSW index unless ``vector_search_params`` set it (the in-process store's default)."""
@@ -139,6 +144,8 @@ class CollectionRecord:
     """The langchain-fusion version that created the collection (None: before 0.3)."""
     format: int = FORMAT_VERSION
     """The collection's layout (:data:`FORMAT_VERSION` when this library made it)."""
+    tenant: str | None = None
+    """The tenant whose rows the collection holds, in a tenant-keyed store (None: one corpus)."""
 
     @property
     def requested(self) -> str:
@@ -153,6 +160,7 @@ class CollectionRecord:
                 "vector_index": dict(self.dense),
                 "library": self.library,
                 "format": self.format,
+                **({"tenant": self.tenant} if self.tenant is not None else {}),
             }
         )
 
@@ -189,7 +197,14 @@ class CollectionRecord:
                 "or index into a new collection"
             ) from None
         dense = recorded.get("vector_index")
-        return cls(stored, dense if isinstance(dense, dict) else {}, str(library) if library else None, layout)
+        tenant = recorded.get("tenant")
+        return cls(
+            stored,
+            dense if isinstance(dense, dict) else {},
+            str(library) if library else None,
+            layout,
+            tenant if isinstance(tenant, str) else None,
+        )
 
     def check(
         self,
@@ -275,3 +290,34 @@ def collection_layout(client: Any, record: CollectionRecord) -> tuple[Any, Any]:
         params={"bm25_k1": params.k1, "bm25_b": params.b},
     )
     return schema, index
+
+
+def create_loaded_collection(call: Callable[..., Any], name: str, schema: Any, index: Any, timeout: float) -> None:
+    """Create collection ``name`` with its indexes and load it, through ``call`` (a store's ``call``).
+
+    pymilvus's ``create_collection(index_params=...)`` waits for each index in half-second sleeps,
+    a second per collection though an empty collection's indexes are built at once; a tenant's
+    first write would pay it. Here the indexes are asked for without waiting and polled every
+    :data:`INDEX_POLL_SECONDS`. A collection whose indexes or load fail is dropped again, so no
+    collection without its indexes is left behind.
+    """
+    call("create_collection", collection_name=name, schema=schema, consistency_level="Strong")
+    try:
+        call("create_index", collection_name=name, index_params=index, sync=False)
+        deadline = time.monotonic() + timeout
+        for param in index:
+            index_name = param.index_name or param.field_name
+            while (state := call("describe_index", collection_name=name, index_name=index_name)) and (
+                state.get("state") != "Finished"
+            ):
+                if state.get("state") == "Failed" or time.monotonic() > deadline:
+                    raise FusionError(
+                        f"Milvus did not build the {index_name!r} index of the new collection {name!r} "
+                        f"({state.get('index_state_fail_reason') or f'not within {timeout:g} s'}); nothing was written"
+                    )
+                time.sleep(INDEX_POLL_SECONDS)
+        call("load_collection", collection_name=name)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            call("drop_collection", collection_name=name)
+        raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -12,7 +13,7 @@ from langchain_fusion._version import library_version
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.phases import phase
 from langchain_fusion.stores.analyzer import Analyzer
-from langchain_fusion.stores.base import FloatMatrix, FusionStore
+from langchain_fusion.stores.base import FloatMatrix, FusionStore, StoreView
 from langchain_fusion.stores.milvus import info, reads, writes
 from langchain_fusion.stores.milvus.connection import (
     CONNECT_TIMEOUT,
@@ -25,9 +26,14 @@ from langchain_fusion.stores.milvus.schema import (
     CollectionRecord,
     DenseIndex,
     collection_layout,
+    create_loaded_collection,
 )
 from langchain_fusion.stores.milvus.view import MilvusView
 from langchain_fusion.stores.settings import BM25Params, StoreSettings
+from langchain_fusion.stores.tenants import TenantSet, check_tenant_key
+
+TENANT_SEPARATOR = "__t"
+"""What joins a tenant-keyed store's name and a tenant's digest in the name of the tenant's collection."""
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +53,12 @@ class MilvusStore(FusionStore):
     for others, saying so in one warning). ``consistency`` is the Milvus consistency level of
     queries (see :data:`~langchain_fusion.stores.milvus.connection.CONSISTENCY_LEVELS`).
     :meth:`close` releases the connection.
+
+    With ``tenant_key`` the store is tenant-keyed (:mod:`~langchain_fusion.stores.tenants`): each
+    tenant's rows are a collection of their own, ``<collection_name>__t<digest of the tenant>``, so
+    Milvus's BM25 statistics are the tenant's; ``collection_name`` itself holds no rows. Reopening
+    ``collection_name`` finds its tenants' collections (and their key) by itself. ``share`` gives
+    another store whose connection this one uses (one client for many collections).
     """
 
     def __init__(
@@ -61,6 +73,8 @@ class MilvusStore(FusionStore):
         timeout: float = 60.0,
         connect_timeout: float = CONNECT_TIMEOUT,
         consistency: str = "Strong",
+        tenant_key: str | None = None,
+        share: MilvusStore | None = None,
         **connection: Any,
     ) -> None:
         """Connect, and read the collection's settings if it exists."""
@@ -70,13 +84,21 @@ class MilvusStore(FusionStore):
                 f"Milvus computes the lucene BM25 variant only; got method={bm25_params.method!r}"
             )
         self.collection_name = collection_name
-        self.connection = MilvusConnection(
-            uri, timeout=timeout, connect_timeout=connect_timeout, options=dict(connection)
-        )
         self.consistency = consistency_level(consistency)
         self.dense = DenseIndex.parse(vector_index, vector_search_params)
         self._requested = vector_index or "Flat"
-        exists = self.connection.connect(collection_name)
+        self.tenant: str | None = None
+        """The tenant whose collection this is, within a tenant-keyed store (None: a store of its own)."""
+        self._tenants: TenantSet | None = None
+        self.connection: MilvusConnection
+        if share is not None:
+            self.connection = share.connection
+            exists = bool(self.call("has_collection", collection_name=collection_name))
+        else:
+            self.connection = MilvusConnection(
+                uri, timeout=timeout, connect_timeout=connect_timeout, options=dict(connection)
+            )
+            exists = self.connection.connect(collection_name)
         self._settings = StoreSettings(analyzer=analyzer or Analyzer(), bm25_params=bm25_params or BM25Params())
         self._created = exists
         self.record: CollectionRecord | None = None
@@ -94,6 +116,75 @@ class MilvusStore(FusionStore):
         self._info = info.InfoRecord(self)
         if exists:
             self._reopen(analyzer, bm25_params, vector_index, vector_search_params)
+        if share is None:
+            tenant_key = check_tenant_key(tenant_key)
+            found = {} if exists else self._tenant_collections(vector_search_params)
+            if exists and tenant_key is not None:
+                raise FusionError(
+                    f"collection {collection_name!r} is not tenant-keyed: open it without tenant_key, or choose "
+                    "a new collection_name for a tenant-keyed store"
+                )
+            if found or tenant_key is not None:
+                self._start_tenants(tenant_key, found)
+
+    # --- tenants ---------------------------------------------------------------------------------
+
+    def tenant_collection(self, tenant: str) -> str:
+        """The collection of ``tenant``'s rows (a digest of the tenant: any string names a valid collection)."""
+        return f"{self.collection_name}{TENANT_SEPARATOR}{hashlib.sha256(tenant.encode()).hexdigest()[:20]}"
+
+    def _tenant_collections(self, vector_search_params: str | None) -> dict[str, MilvusStore]:
+        """The tenants' collections of a tenant-keyed store at this name, by tenant (none: not tenant-keyed)."""
+        prefix = f"{self.collection_name}{TENANT_SEPARATOR}"
+        names = [str(name) for name in self.call("list_collections") if str(name).startswith(prefix)]
+        found: dict[str, MilvusStore] = {}
+        for name in names:
+            if any(name.endswith(suffix) for suffix in (info.RECORD_SUFFIX, info.INFO_SUFFIX)):
+                continue
+            store = MilvusStore(self.uri, name, vector_search_params=vector_search_params, share=self)
+            if store.record is not None and store.record.tenant is not None:
+                store.tenant = store.record.tenant
+                found[store.record.tenant] = store
+        return found
+
+    def _start_tenants(self, tenant_key: str | None, found: dict[str, MilvusStore]) -> None:
+        recorded = {store.settings.tenant_key for store in found.values()}
+        if len(recorded) > 1 or (tenant_key is not None and recorded and recorded != {tenant_key}):
+            raise FusionError(
+                f"the tenants of {self.collection_name!r} are keyed by {sorted(map(str, recorded))}, not "
+                f"{tenant_key!r}: open it without tenant_key"
+            )
+        key = tenant_key or str(next(iter(recorded)))
+        settings = next(iter(found.values())).settings if found else self._settings
+
+        def make(tenant: str) -> MilvusStore:
+            store = MilvusStore(self.uri, self.tenant_collection(tenant), vector_index=self._requested, share=self)
+            store.tenant = tenant
+            return store
+
+        self._tenants = TenantSet(key, make, settings, found)
+
+    @property
+    def tenant_set(self) -> TenantSet | None:
+        """The tenants of a tenant-keyed store (None: one corpus)."""
+        return self._tenants
+
+    def tenant_view(self, tenant: str) -> StoreView:
+        """A view of ``tenant``'s rows alone (InvalidParameterError on a store that is not tenant-keyed)."""
+        return self._keyed(tenant).view(tenant)
+
+    def delete_in(self, tenant: str, ids: Sequence[str]) -> int:
+        """Remove ``tenant``'s rows with these ids; unknown ids are ignored."""
+        return self._keyed(tenant).delete(ids, tenant)
+
+    def tenants(self) -> list[str]:
+        """The tenants that hold rows, sorted (empty when not tenant-keyed)."""
+        return [] if self._tenants is None else self._tenants.tenants()
+
+    def _keyed(self, tenant: str) -> TenantSet:
+        if self._tenants is None:
+            raise InvalidParameterError(f"this index is not tenant-keyed: use it without a tenant; got {tenant!r}")
+        return self._tenants
 
     def _reopen(
         self,
@@ -110,6 +201,14 @@ class MilvusStore(FusionStore):
         self._requested = self.record.requested
         self.dense = DenseIndex.recorded(self.record.dense, vector_search_params)
         self._settings = self.record.settings
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Refused: ``pickle`` and ``copy.deepcopy`` cannot carry a connection to a server."""
+        raise FusionError(
+            f"the Milvus store of {self.collection_name!r} holds a connection to {self.uri!r} and cannot be pickled "
+            f"or deep-copied: open it again where it is needed, MilvusStore({self.uri!r}, {self.collection_name!r}) "
+            "(or its location, milvus://...)"
+        )
 
     # --- the connection --------------------------------------------------------------------------
 
@@ -147,7 +246,7 @@ class MilvusStore(FusionStore):
         return self.connection.call(method, self.collection_name, **kwargs)
 
     def close(self) -> None:
-        """Release the connection; later calls fail in one line (closing twice is harmless)."""
+        """Release the connection (shared with the store's tenants); later calls fail in one line."""
         self.connection.close()
 
     def check_reachable(self) -> None:
@@ -162,7 +261,7 @@ class MilvusStore(FusionStore):
     @property
     def settings(self) -> StoreSettings:
         """How the rows were (or will be) indexed."""
-        return self._settings
+        return self._settings if self._tenants is None else self._tenants.settings
 
     @property
     def vector_index(self) -> str:
@@ -171,6 +270,9 @@ class MilvusStore(FusionStore):
 
     def configure(self, settings: StoreSettings) -> None:
         """Record the settings; refused once the collection exists with other ones."""
+        if self._tenants is not None:
+            self._tenants.configure(settings)
+            return
         if self._created and settings.model_copy(update={"dimension": self._settings.dimension}) != self._settings:
             raise FusionError(f"collection {self.collection_name!r} holds rows indexed with other settings")
         if settings.bm25_params.method != "lucene":
@@ -179,25 +281,24 @@ class MilvusStore(FusionStore):
 
     def _create(self, dimension: int) -> None:
         settings = self._settings.model_copy(update={"dimension": dimension})
-        record = CollectionRecord(settings, {**self.dense.record(), "requested": self._requested}, library_version())
+        dense = {**self.dense.record(), "requested": self._requested}
+        record = CollectionRecord(settings, dense, library_version(), tenant=self.tenant)
         schema, index = collection_layout(self.client, record)
-        self.call(
-            "create_collection",
-            collection_name=self.collection_name,
-            schema=schema,
-            index_params=index,
-            consistency_level="Strong",
-        )
+        create_loaded_collection(self.call, self.collection_name, schema, index, self.timeout)
         self._settings, self._created, self.record = settings, True, record
 
     @property
     def exists(self) -> bool:
-        """Whether the collection exists (it is created by the first upsert)."""
+        """Whether the collection exists (it is created by the first upsert; tenant-keyed: a tenant's is)."""
+        if self._tenants is not None:
+            return any(isinstance(s, MilvusStore) and s.exists for s in self._tenants.stores.values())
         return bool(self._created)
 
     def drop(self) -> None:
-        """Delete the collection and its info record from the server (irreversible)."""
-        for name in (self.collection_name, *info.side_collections(self.collection_name)):
+        """Delete the collection (tenant-keyed: every tenant's) and its info record from the server (irreversible)."""
+        stores = [] if self._tenants is None else list(self._tenants.stores.values())
+        tenants = [s.collection_name for s in stores if isinstance(s, MilvusStore)]
+        for name in (self.collection_name, *tenants, *info.side_collections(self.collection_name)):
             if self.call("has_collection", collection_name=name):
                 self.call("drop_collection", collection_name=name)
         self._created, self.record, self._info = False, None, info.InfoRecord(self)
@@ -222,13 +323,18 @@ class MilvusStore(FusionStore):
 
     # --- the seam ------------------------------------------------------------------------------------
 
-    def view(self) -> MilvusView:
-        """A view: searches and reads by id at the store's consistency level (no snapshot across calls)."""
+    def view(self) -> StoreView:
+        """A view: searches and reads by id at the store's consistency level (tenant-keyed: listing only)."""
+        if self._tenants is not None:
+            return self._tenants.union_view()
         return MilvusView(self)
 
     def upsert(self, documents: Sequence[Document], vectors: FloatMatrix, bm25_texts: Sequence[str]) -> None:
-        """Upsert rows (never insert: Milvus keeps duplicate keys on insert)."""
+        """Upsert rows (never insert: Milvus keeps duplicate keys on insert); tenant-keyed: each tenant's, in turn."""
         if not documents:
+            return
+        if self._tenants is not None:
+            self._tenants.upsert(documents, vectors, bm25_texts)
             return
         writes.check_ids(documents, self.is_lite)
         dimension = int(vectors.shape[1])
@@ -242,13 +348,17 @@ class MilvusStore(FusionStore):
             writes.upsert(self, data)
 
     def delete(self, ids: Sequence[str]) -> int:
-        """Delete rows by id; returns how many existed."""
+        """Delete rows by id (tenant-keyed: of every tenant); returns how many existed."""
+        if self._tenants is not None:
+            return self._tenants.delete(ids)
         if not self._created or not ids:
             return 0
         return writes.delete(self, ids)
 
     def clear(self) -> int:
         """Delete every row with one delete by expression (the collection, its settings and record stay)."""
+        if self._tenants is not None:
+            return sum(store.clear() for store in self._tenants.stores.values())
         if not self._created:
             return 0
         return writes.clear(self)

@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.helpers.paths import REPO
 
 CJK_DATA = REPO.parent / "shared" / "data" / "cjk"
 """Where the development sets are (absent on a machine without ../shared)."""

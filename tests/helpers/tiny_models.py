@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.conftest import ANIMALS
+from tests.helpers.corpora import ANIMALS
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 EXTRA_WORDS = ["flood", "battery", "batteries", "inverter", "storm", "rain", "july", "kitten", "feline", "puppy"]
