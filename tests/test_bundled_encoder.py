@@ -153,10 +153,8 @@ def test_embedding_does_not_import_torch() -> None:
         "assert len(model.embed_documents(['one text', 'another text'])) == 2\n"
         "print(sorted(m for m in ('torch', 'transformers', 'sentence_transformers', 'sklearn') if m in sys.modules))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=True, timeout=120
-    )
-    assert done.stdout.strip() == "[]"
+    done = _python(script, timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (0, "[]"), done.stderr
 
 
 @pytest.mark.local_model
@@ -174,6 +172,11 @@ def test_encoders_freed_after_batches_and_the_process_exits_cleanly() -> None:
         "assert len(LocalEmbeddings().embed_documents(texts)) == 120\n"
         "print('done')\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=240)
+    done = _python(script, timeout=240)
     assert (done.returncode, done.stdout.strip()) == (0, "done"), done.stderr
     assert "terminate called" not in done.stderr
+
+
+def _python(script: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``script`` run by a fresh Python in the checkout (its output captured as text)."""
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=timeout)
