@@ -55,18 +55,17 @@ def index(tmp_path: Path) -> Path:
 
 def test_a_closed_pipe_ends_quietly(tmp_path: Path, index: Path) -> None:
     # query --json | head: the reader is gone before the output is written.
-    process = subprocess.Popen(
+    with subprocess.Popen(
         [*_child(tmp_path), "query", str(index), "w1 w2 w3", "-k", "100", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=_env(),
         cwd=REPO,
-    )
-    assert process.stdout is not None and process.stderr is not None
-    process.stdout.close()
-    with process.stderr:
+    ) as process:
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.close()
         err = process.stderr.read().decode()
-    assert process.wait(timeout=120) == 141, err  # as a process killed by SIGPIPE: 128 + 13
+        assert process.wait(timeout=120) == 141, err  # as a process killed by SIGPIPE: 128 + 13
     assert err == ""
 
 

@@ -151,7 +151,9 @@ HUGE = "9" * 5000
 """An integer of 5,000 digits: JSON allows it, Python reads at most 4,300 digits of an integer."""
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize(
+    "transport", [pytest.param(name, marks=[pytest.mark.subprocess] if name == "stdio" else []) for name in TRANSPORTS]
+)
 async def test_numbers_with_too_many_digits_are_answered(transport: str) -> None:
     """A tool argument is a tool error naming it; any other request an invalid-params error; the server goes on."""
     async with TRANSPORTS[transport]() as exchange:

@@ -231,6 +231,25 @@ class TestLangChainHabits:
             assert again.invoke("w3 w4 shared")[0].id == "new"
         assert [d.id for d in retriever.invoke("w3 w4 shared")] == [i for i, _ in expected]
 
+    def test_a_tenant_keyed_retriever_pickles_and_deep_copies(self) -> None:
+        import pickle
+
+        docs = [
+            Document(id=f"{t}{i}", page_content=f"w{i} w{i + 1} shared", metadata={"tenant": t})
+            for t in ("acme", "globex")
+            for i in range(20)
+        ]
+        index = FusionIndex.from_documents(docs, HashingEmbeddings(), tenant_key="tenant")
+        retriever = index.as_retriever(k=4, tenant="acme")
+        expected = [(d.id, d.metadata[keys.FUSION_SCORE]) for d in retriever.invoke("w3 w4 shared")]
+        assert expected and all(i.startswith("acme") for i, _ in expected)
+        for again in (pickle.loads(pickle.dumps(retriever)), copy.deepcopy(retriever)):
+            assert [(d.id, d.metadata[keys.FUSION_SCORE]) for d in again.invoke("w3 w4 shared")] == expected
+            again.index.add_documents([Document(id="new", page_content="w3 w4 shared w3", metadata={"tenant": "acme"})])
+            assert again.invoke("w3 w4 shared")[0].id == "new"  # a new tenant row in the copy alone
+            assert "new" not in {d.id for d in again.invoke("w3 w4 shared", tenant="globex")}
+        assert [d.id for d in retriever.invoke("w3 w4 shared")] == [i for i, _ in expected]
+
     def test_search_kwargs_and_keywords_that_disagree_are_refused(self) -> None:
         index = FusionIndex.from_documents([Document(page_content="w1 w2")], HashingEmbeddings())
         with pytest.raises(InvalidParameterError, match=r"k is given twice.*k=3 and search_kwargs=\{'k': 2\}"):

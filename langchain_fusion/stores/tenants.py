@@ -140,6 +140,14 @@ class TenantSet:
         self._stores: dict[str, FusionStore] = dict(stores or {})
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The set for ``pickle`` and ``copy.deepcopy``: everything but the lock (a copy gets its own)."""
+        return {name: value for name, value in self.__dict__.items() if name != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     @property
     def settings(self) -> StoreSettings:
         """The settings every tenant's store shares (with ``tenant_key``)."""

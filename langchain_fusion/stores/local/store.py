@@ -9,6 +9,7 @@ deletes or saves, and each sees the store entirely before or entirely after a mu
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -77,11 +78,7 @@ class LocalStore(FusionStore):
 
     def _tenant_set(self, tenant_key: str) -> TenantSet:
         """The tenants of a tenant-keyed store: each an in-process store with this store's settings."""
-        vector_index, params = self.vector_index, self.vector_search_params
-
-        def make(tenant: str) -> LocalStore:
-            return LocalStore(vector_index=vector_index, vector_search_params=params)
-
+        make = functools.partial(_tenant_store, self.vector_index, self.vector_search_params)
         return TenantSet(tenant_key, make, self._snapshot.settings)
 
     @property
@@ -107,12 +104,13 @@ class LocalStore(FusionStore):
         return self._tenants
 
     def __getstate__(self) -> dict[str, Any]:
-        """The store for ``pickle`` and ``copy.deepcopy``: its snapshot, without the lock (a copy gets its own)."""
-        return {"_snapshot": self._snapshot}
+        """The store for ``pickle`` and ``copy.deepcopy``: snapshot and tenants, not the lock (a copy gets its own)."""
+        return {"_snapshot": self._snapshot, "_tenants": self._tenants}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._write_lock = threading.Lock()
         self._snapshot = state["_snapshot"]
+        self._tenants = state.get("_tenants")
 
     # --- the seam ------------------------------------------------------------------------------
 
@@ -288,3 +286,8 @@ class LocalStore(FusionStore):
 
 def _replace_settings(snapshot: Snapshot, settings: StoreSettings) -> Snapshot:
     return replace(snapshot, settings=settings)
+
+
+def _tenant_store(vector_index: str, vector_search_params: str | None, tenant: str) -> LocalStore:
+    """An empty store for one tenant of a tenant-keyed store (a module function: the set pickles)."""
+    return LocalStore(vector_index=vector_index, vector_search_params=vector_search_params)
