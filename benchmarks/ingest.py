@@ -300,11 +300,12 @@ def cpu_name() -> str:
 
 def markdown(results: dict[str, Any], args: argparse.Namespace) -> str:
     out = ["## Ingestion speed (`benchmarks/ingest.py`)", ""]
-    load = os.getloadavg()
+    start, load = results["load_at_start"], os.getloadavg()
     out += [
         f"- command: `{' '.join(['python', 'benchmarks/ingest.py', *sys.argv[1:]])}`",
         f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; machine: {cpu_name()}, {os.cpu_count()} CPUs; "
-        f"load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (a machine shared with other work)",
+        f"load average (1, 5, 15 min) at the start {start[0]:.2f} {start[1]:.2f} {start[2]:.2f}, at the end "
+        f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (a machine shared with other work)",
         "- rounds interleaved in one process (order reversed every other round); medians; CPU = process + children",
         "",
     ]
@@ -371,7 +372,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    results: dict[str, Any] = {}
+    results: dict[str, Any] = {"load_at_start": os.getloadavg()}
     if not args.skip_scifact:
         results["scifact"] = scifact(args)
     if not args.skip_folder:
