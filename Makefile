@@ -20,7 +20,7 @@ FAST_TESTS = not local_model and not notebook and not milvus and not integration
 DEMO_INDEX ?= .demo-index
 DEMO_QUERY ?= Why did the batteries come through the flood without harm?
 
-.PHONY: demo test test-fast lint sample-calibration bench bench-scale bench-quality bench-quick bench-startup bench-updates bench-milvus bench-languages bench-unread bench-serve bench-tenants clean
+.PHONY: demo test test-fast lint sample-calibration bench bench-scale bench-quality bench-quick bench-startup bench-updates bench-milvus bench-languages bench-unread bench-serve bench-tenants bench-ingest clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -80,6 +80,10 @@ bench-serve: $(VENV)/.installed-dev
 
 bench-tenants: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/tenants.py
+
+# Ingestion speed: the bundled model and the index build against sentence-transformers and a by-hand LangChain build.
+bench-ingest: $(VENV)/.installed-dev
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/ingest.py > benchmarks/results-ingest.md
 
 bench-startup: $(VENV)/.installed-dev
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/cli_startup.py --runs 3

@@ -1,8 +1,8 @@
 """How long a one-shot ``langchain-fusion query`` takes, and where the time goes.
 
-Runs the command in fresh processes (as a user does), with the numpy query encoder (the
-default) and with queries embedded by sentence-transformers (how it was before), and prints the
-median wall time of each phase over ``--runs`` runs. Needs the ``local`` extra.
+Runs the command in fresh processes (as a user does), with the bundled model (its int8 weights on
+OpenVINO, no torch), and prints the median wall time of each phase over ``--runs`` runs. Needs the
+``local`` extra.
 
     python benchmarks/cli_startup.py [--index FOLDER] [--runs 5]
 
@@ -28,12 +28,6 @@ QUERY = "Why did the batteries come through the flood without harm?"
 PROBE = r"""
 import json, sys, time
 t0 = time.perf_counter()
-torch_path = sys.argv[2] == "torch"
-from langchain_fusion.models import numpy_encoder
-if torch_path:
-    def refuse(folder):
-        raise numpy_encoder.UnsupportedModelError("benchmark: the torch path")
-    numpy_encoder.NumpySentenceEncoder.from_folder = staticmethod(refuse)
 from langchain_fusion.index.opening import open_index
 from langchain_fusion.models.embeddings import resolve_embeddings
 t1 = time.perf_counter()
@@ -50,11 +44,6 @@ print(json.dumps({"imports": t1 - t0, "open index (+ model)": t2 - t1, "first qu
 # The whole command, as `langchain-fusion query INDEX QUERY -k 4` runs it.
 WHOLE = r"""
 import sys
-if sys.argv[2] == "torch":
-    from langchain_fusion.models import numpy_encoder
-    def refuse(folder):
-        raise numpy_encoder.UnsupportedModelError("benchmark: the torch path")
-    numpy_encoder.NumpySentenceEncoder.from_folder = staticmethod(refuse)
 from langchain_fusion.cli.app import main
 sys.exit(main(["query", sys.argv[1], sys.argv[3], "-k", "4"]))
 """
@@ -85,19 +74,13 @@ def main() -> None:
             index = Path(tmp) / "index"
             cli = [sys.executable, "-m", "langchain_fusion.cli"]
             subprocess.run([*cli, "index", str(REPO / "data"), "--out", str(index), "--quiet"], check=True)
-        rows = []
-        for path in ("torch", "numpy"):
-            phases = [json.loads(_seconds(PROBE, str(index), path, QUERY)[1]) for _ in range(args.runs)]
-            whole = [_seconds(WHOLE, str(index), path, QUERY)[0] for _ in range(args.runs)]
-            median = {key: statistics.median(p[key] for p in phases) for key in phases[0]}
-            rows.append((path, median, statistics.median(whole)))
-    keys = list(rows[0][1])
+        phases = [json.loads(_seconds(PROBE, str(index), "bundled", QUERY)[1]) for _ in range(args.runs)]
+        whole = statistics.median(_seconds(WHOLE, str(index), "bundled", QUERY)[0] for _ in range(args.runs))
+    median = {key: statistics.median(p[key] for p in phases) for key in phases[0]}
     print(f"median of {args.runs} fresh processes, seconds")
-    print("| query embedding | " + " | ".join(keys) + " | whole `langchain-fusion query` |")
-    print("|---|" + "---:|" * (len(keys) + 1))
-    for path, median, whole in rows:
-        label = "sentence-transformers (before)" if path == "torch" else "numpy encoder (now)"
-        print(f"| {label} | " + " | ".join(f"{median[k]:.2f}" for k in keys) + f" | {whole:.2f} |")
+    print("| query embedding | " + " | ".join(median) + " | whole `langchain-fusion query` |")
+    print("|---|" + "---:|" * (len(median) + 1))
+    print("| bundled model (OpenVINO, now) | " + " | ".join(f"{v:.2f}" for v in median.values()) + f" | {whole:.2f} |")
 
 
 if __name__ == "__main__":

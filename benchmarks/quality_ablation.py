@@ -110,9 +110,10 @@ class Experiment:
         if path.exists():
             saved = np.load(path)
             return saved["vectors"], saved["owner"]
-        model = self.local.load_model()
-        tokenizer = model.tokenizer
-        pieces = tokenizer(self.texts, add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
+        from langchain_fusion.models.wordpieces import bundled_tokenizer
+
+        tokenizer = bundled_tokenizer()
+        pieces = [e.ids for e in tokenizer.encode_batch(self.texts, add_special_tokens=False)]
         texts, owner = [], []
         for i, ids in enumerate(pieces):
             starts = list(range(0, max(len(ids) - WINDOW, 0) + 1, STRIDE))

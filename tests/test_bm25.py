@@ -245,7 +245,7 @@ class TestAnalyzer:
     def test_indexes_saved_before_case_folding_keep_lower_casing(self, tmp_path: Path) -> None:
         from langchain_fusion import FusionIndex
         from langchain_fusion.stores.local.manifest import CHECKSUM, manifest_checksum
-        from tests.conftest import HashingEmbeddings
+        from tests.helpers.embeddings import HashingEmbeddings
 
         saved = Analyzer.from_saved({**Analyzer().model_dump(mode="json"), "casefold": None})
         saved.pop("casefold")

@@ -27,7 +27,7 @@ from pypdf import PdfReader, PdfWriter
 from langchain_fusion import CrossEncoderReranker, FusionIndex, LocalEmbeddings
 from langchain_fusion import metadata as keys
 from langchain_fusion.cli.app import build_parser, main
-from langchain_fusion.ingest.loading import load_files, split_documents
+from langchain_fusion.ingest.loading import load_files, split_documents, split_into_chunks
 from tests.helpers.cli import (
     ANSWER,
     ERROR_PREFIX,
@@ -44,6 +44,21 @@ LOCAL_ID = "local:sentence-transformers/all-MiniLM-L6-v2"
 SAMPLE_FILES = sorted(p for p in DATA.rglob("*") if p.suffix in {".pdf", ".md"})
 SAMPLE_UNITS = 14 + 2 + len(SAMPLE_FILES) - 2  # PDF pages, the handbook's two sections, one for every other file
 SCORE_KEYS = ("fusion_score", "vector_score", "bm25_score", "vector_rank", "bm25_rank")
+
+
+_BAR = re.compile(r"(reading files|embedding chunks|enriching chunks|summarising pages|embedding summaries): ")
+"""How the index command's progress bars start (tqdm draws them on stderr, redrawn after a carriage return)."""
+
+TIME_LINE = re.compile(
+    r"time: [0-9.]+ s \(load [0-9.]+, split [0-9.]+(, embed [0-9.]+)?, bm25 [0-9.]+.*, save [0-9.]+\)"
+)
+"""The report's line of where the run's time went."""
+
+
+def _notes(stderr: str) -> list[str]:
+    """The lines the run wrote for people on stderr, without its progress bars."""
+    shown = [line.rsplit("\r", 1)[-1].strip() for line in stderr.splitlines()]
+    return [line for line in shown if line and not _BAR.match(line)]
 
 
 @pytest.fixture(autouse=True)
@@ -143,14 +158,18 @@ class TestIndexCommand:
         argv = ["index", str(folder), "--out", str(out_dir), "--embeddings", "local"]
         status, stdout, stderr = run_cli([*argv, "--vector-index", "HNSW32", "--vector-search-params", "efSearch=64"])
         assert status == 0, stderr
-        assert stdout.splitlines() == [
+        lines = stdout.splitlines()
+        assert lines[:3] == [
             f"indexed 2 files (2 PDF pages) into {chunks} chunks -> {out_dir}",
             f"this run: 2 files added, 0 updated, 0 removed, 0 unchanged; {chunks} chunks embedded, 0 removed",
             f"embeddings: {FAKE_ID} ({FAKE_DIMENSION} dimensions); vector index: HNSW32",
-            "skipped 1 file(s); see above",
         ]
-        assert stderr.startswith(f"skipped {folder / 'broken.pdf'}: not a readable PDF (")
-        assert "embedding chunks" in stderr  # the progress bar, on stderr
+        assert TIME_LINE.fullmatch(lines[3]), lines[3]
+        assert lines[4:] == ["skipped 1 file(s); see above"]
+        assert _notes(stderr)[0].startswith(f"skipped {folder / 'broken.pdf'}: not a readable PDF (")
+        # The progress bars, on stderr, with their totals: 3 files to read, then the chunks of the 2 readable ones.
+        assert "reading files: 100%|" in stderr and "| 3/3 [" in stderr
+        assert "embedding chunks: 100%|" in stderr and f"| {chunks}/{chunks} [" in stderr
         assert "Traceback" not in stderr
         manifest = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))
         assert manifest["vector_index"]["factory"] == "HNSW32"
@@ -194,7 +213,10 @@ class TestBundledModel:
         assert status == 0, stderr
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            chunks = len(split_documents(load_files([DATA]).documents))
+            pages = load_files([DATA]).documents
+        split = split_into_chunks(pages, max_tokens=254, count_tokens=LocalEmbeddings().count_tokens)
+        chunks = len(split.chunks)
+        assert chunks > len(split_documents(pages))  # chunks the model would truncate were split to fit it
         files = len(SAMPLE_FILES)
         lines = stdout.splitlines()
         assert lines[:3] == [
@@ -202,19 +224,19 @@ class TestBundledModel:
             f"this run: {files} files added, 0 updated, 0 removed, 0 unchanged; {chunks} chunks embedded, 0 removed",
             f"embeddings: {LOCAL_ID} (384 dimensions); vector index: Flat",
         ]
-        # The sample has chunks longer than the 254 word pieces the model reads: the summary says so,
-        # with a chunk size measured on them.
-        note = re.fullmatch(
-            rf"note: (\d+) of the {chunks} chunks embedded this run are longer than the 254 word pieces the local "
-            r"model reads; only their start is embedded \(BM25 indexes all of it\)\. To embed each chunk whole, "
-            r"index chunks of about (\d+) characters \(--chunk-size \2\) or chunks bounded in "
-            r"the model's word pieces \(--max-chunk-tokens 254\)",
-            lines[3],
+        # The sample has 1,000-character chunks longer than the 254 word pieces the model reads: by default they are
+        # split to fit, so none is truncated (no note says so), and the summary counts them.
+        assert split.bounded > 0
+        assert lines[3] == (
+            f"chunking: {split.bounded} chunks had more than the 254 tokens each chunk may have, and were split to fit"
         )
-        assert note and 0 < int(note.group(1)) < chunks, lines[3]
-        assert 600 <= int(note.group(2)) < 1000, lines[3]  # English prose: 4-5 characters per word piece
-        assert lines[4:] == []
-        assert "loading the bundled embedding model..." in stderr.splitlines()[0]
+        assert TIME_LINE.fullmatch(lines[4]), lines[4]
+        # Files of other types in the folder are not read, and the summary says which.
+        assert lines[5:] == [
+            "2 file(s) not indexed: their type is not read (.json; PDF, .txt and .md files are): "
+            f"{DATA / 'no-answer.json'}, {DATA / 'queries.json'} (the JSON report lists them all)"
+        ]
+        assert _notes(stderr)[0] == "loading the bundled embedding model..."
         assert "embedding chunks" in stderr  # the progress bar, on stderr
         assert "Traceback" not in stderr
 
@@ -395,7 +417,7 @@ class TestUserErrors:
         assert status == 2
         assert out == ""
         assert "Traceback" not in err
-        lines = err.splitlines()
+        lines = _notes(err)
         assert lines[0].startswith(f"skipped {folder / 'broken.pdf'}: not a readable PDF (")
         assert lines[1:] == [f"{ERROR_PREFIX}no readable documents in {folder} (PDF, .txt and .md files are indexed)"]
         assert not (tmp_path / "idx").exists()

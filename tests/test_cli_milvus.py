@@ -11,6 +11,7 @@ import pytest
 
 from langchain_fusion import FusionError, FusionIndex
 from langchain_fusion import metadata as keys
+from langchain_fusion.index import sync
 from langchain_fusion.index.opening import open_index
 from langchain_fusion.stores.locations import parse_location
 from tests.helpers.cli import run_cli_json
@@ -172,6 +173,7 @@ class TestCommandLine:
             return real(self, texts)
 
         monkeypatch.setattr(HashingEmbeddings, "embed_documents", dies_on_the_third_file)
+        monkeypatch.setattr(sync, "GROUP_CHUNKS", 1)  # each file indexed on its own
         with pytest.raises(Killed):
             run_cli_json("index", str(folder), "--out", location, "--json")
         monkeypatch.setattr(HashingEmbeddings, "embed_documents", real)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from langchain_fusion import FusionIndex
+from langchain_fusion.index.sync import GROUP_CHUNKS
 from tests.helpers.embeddings import HashingEmbeddings
 from tests.helpers.paths import REPO
 from tests.store_contract import corpus
@@ -89,7 +90,12 @@ def test_sigterm_during_index_saves_the_work_done(tmp_path: Path) -> None:
     # As Ctrl-C does: the files done so far are saved, and a rerun finishes.
     docs = tmp_path / "docs"
     docs.mkdir()
-    for name, text in {"a.txt": "gc-9 controller reboots. " * 40, "b.txt": "batteries stay dry. " * 40}.items():
+    # Each file longer than a group of chunks (GROUP_CHUNKS), so that each is one all-or-nothing update.
+    repeats = 40 * (GROUP_CHUNKS + 1)
+    for name, text in {
+        "a.txt": "gc-9 controller reboots. " * repeats,
+        "b.txt": "batteries stay dry. " * repeats,
+    }.items():
         (docs / name).write_text(text, encoding="utf-8")
     before = """
     from langchain_fusion import FusionIndex

@@ -19,6 +19,7 @@ import pytest
 from langchain_fusion import Analyzer, FusionIndex
 from langchain_fusion import metadata as keys
 from langchain_fusion.cli import main
+from langchain_fusion.index import sync
 from langchain_fusion.stores.local.engine import FolderEngine
 from tests.helpers.embeddings import HashingEmbeddings, fake_cli_embeddings
 
@@ -252,7 +253,8 @@ class TestIncrementalIndex:
 
 
 def _ctrl_c_at_the_second_file(patch: pytest.MonkeyPatch) -> None:
-    """Ctrl-C (KeyboardInterrupt) while the second file of the run is embedded."""
+    """Ctrl-C (KeyboardInterrupt) while the second file of the run is embedded (each file indexed on its own)."""
+    patch.setattr(sync, "GROUP_CHUNKS", 1)
     real_add = FusionIndex.add_documents
     calls = [0]
 

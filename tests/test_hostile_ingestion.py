@@ -100,9 +100,9 @@ class TestFolders:
             return real_scandir(path)
 
         monkeypatch.setattr(os, "scandir", scandir)
-        found, skipped = find_files([tmp_path])
-        assert [p.name for p in found] == ["a.txt"]
-        assert [(s.path, s.reason) for s in skipped] == [
+        listed = find_files([tmp_path])
+        assert [p.name for p in listed.files] == ["a.txt"]
+        assert [(s.path, s.reason) for s in listed.skipped] == [
             (str(tmp_path / "locked"), "folder cannot be read: Permission denied")
         ]
 
@@ -110,7 +110,7 @@ class TestFolders:
         for name in ("b/z.txt", "a/y.md", "c.txt", "a/b/x.txt"):
             (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / name).write_text("x", encoding="utf-8")
-        found, _ = find_files([tmp_path])
+        found = find_files([tmp_path]).files
         assert found == sorted(found)
         assert len(found) == 4
 

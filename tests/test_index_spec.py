@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 
 from langchain_fusion import FusionIndex, HierarchicalIndex
 from langchain_fusion.errors import FusionError, InvalidParameterError
+from langchain_fusion.index import sync
 from langchain_fusion.index.opening import open_index
 from langchain_fusion.pipeline.index_spec import IndexSpec
 from langchain_fusion.pipeline.indexing import IndexReport, build_index
@@ -38,6 +40,8 @@ class Recorder:
         self.statuses: list[str] = []
         self.problems: list[str] = []
         self.bars: list[tuple[str, int]] = []
+        self.made: list[tuple[str, int, str]] = []
+        """Each bar made: (description, total, unit)."""
 
     def status(self, message: str) -> None:
         self.statuses.append(message)
@@ -47,6 +51,7 @@ class Recorder:
 
     def bar(self, total: int, description: str, unit: str) -> Any:
         recorder = self
+        self.made.append((description, total, unit))
 
         class Bar:
             def update(self, n: int = 1) -> None:
@@ -59,6 +64,15 @@ class Recorder:
                 return None
 
         return Bar()
+
+
+class WindowedEmbeddings(HashingEmbeddings):
+    """The fake embeddings, declaring a window of 20 tokens (whitespace-separated words), as the bundled model does."""
+
+    max_word_pieces = 20
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        return [len(text.split()) for text in texts]
 
 
 def spec(docs: Path, out: Path, **options: Any) -> IndexSpec:
@@ -185,8 +199,123 @@ class TestBuildIndex:
             return real(self, *args, **kwargs)
 
         monkeypatch.setattr(FusionIndex, "add_documents", interrupt_second)
+        monkeypatch.setattr(sync, "GROUP_CHUNKS", 1)  # each file indexed on its own
         report = build_index(spec(docs, out))
         assert report.interrupted and report.saved and report.files == 1
         monkeypatch.setattr(FusionIndex, "add_documents", real)
         finished = build_index(spec(docs, out))
         assert len(finished.sync.files_added) == 2 and len(finished.sync.files_unchanged) == 1
+
+
+class TestChunksThatFit:
+    def test_a_model_that_declares_its_window_gets_chunks_within_it(self, docs: Path, tmp_path: Path) -> None:
+        model = WindowedEmbeddings()
+        report = build_index(spec(docs, tmp_path / "idx").model_copy(update={"embeddings": model}))
+        index = FusionIndex.load(tmp_path / "idx", model)
+        assert max(model.count_tokens([d.page_content for d in index.documents])) <= 20
+        assert report.chunk_tokens == 20 and report.sync.chunks_bounded > 0
+        assert report.to_dict()["chunks_bounded"] == report.sync.chunks_bounded
+        assert (
+            f"chunking: {report.sync.chunks_bounded} chunks had more than the 20 tokens each chunk may have, and were "
+            "split to fit"
+        ) in report.lines()
+
+    def test_a_bound_given_wins_over_the_window(self, docs: Path, tmp_path: Path) -> None:
+        model = WindowedEmbeddings()
+        report = build_index(spec(docs, tmp_path / "idx", max_chunk_tokens=8).model_copy(update={"embeddings": model}))
+        index = FusionIndex.load(tmp_path / "idx", model)
+        assert report.chunk_tokens == 8
+        assert max(model.count_tokens([d.page_content for d in index.documents])) <= 8
+
+    def test_a_model_that_declares_nothing_is_chunked_in_characters(self, docs: Path, tmp_path: Path) -> None:
+        report = build_index(spec(docs, tmp_path / "idx"))
+        assert report.chunk_tokens is None and report.sync.chunks_bounded == 0
+        assert not any(line.startswith("chunking:") for line in report.lines())
+
+    def test_an_index_chunked_before_is_chunked_again_to_fit(self, docs: Path, tmp_path: Path) -> None:
+        out, model = tmp_path / "idx", WindowedEmbeddings()
+        before = build_index(spec(docs, out, max_chunk_tokens=1000).model_copy(update={"embeddings": model}))
+        assert before.sync.chunks_bounded == 0
+        again = build_index(spec(docs, out).model_copy(update={"embeddings": model}))
+        assert len(again.sync.files_updated) == 3 and again.sync.chunks_bounded > 0
+
+
+class TestWhereTheRunIs:
+    def test_both_bars_have_a_total(self, docs: Path, tmp_path: Path) -> None:
+        progress = Recorder()
+        report = build_index(spec(docs, tmp_path / "idx", chunk_size=300, chunk_overlap=30), progress)
+        assert progress.made == [("reading files", 3, "file"), ("embedding chunks", report.chunks, "chunk")]
+        assert sum(n for bar, n in progress.bars if bar == "reading files") == 3
+        assert sum(n for bar, n in progress.bars if bar == "embedding chunks") == report.chunks
+
+    def test_a_run_with_nothing_to_do_draws_no_bar(self, docs: Path, tmp_path: Path) -> None:
+        build_index(spec(docs, tmp_path / "idx"))
+        progress = Recorder()
+        build_index(spec(docs, tmp_path / "idx"), progress)
+        assert progress.made == []
+
+    def test_phase_times_in_the_report(self, docs: Path, tmp_path: Path) -> None:
+        report = build_index(spec(docs, tmp_path / "idx"))
+        assert list(report.phases) == ["load", "split", "embed", "bm25", "vectors", "save"]
+        assert all(seconds >= 0 for seconds in report.phases.values())
+        assert sum(report.phases.values()) <= report.seconds + 0.01  # rounding to milliseconds
+        data = report.to_dict()
+        assert data["phases"] == report.phases and data["seconds"] == report.seconds
+        assert any(line.startswith(f"time: {report.seconds:.1f} s (load ") for line in report.lines())
+
+    def test_files_of_other_types_are_reported_not_left_out_silently(self, docs: Path, tmp_path: Path) -> None:
+        (docs / "photo.png").write_bytes(b"\x89PNG")
+        (docs / "sub").mkdir()
+        (docs / "sub" / "notes.docx").write_bytes(b"PK not really")
+        report = build_index(spec(docs, tmp_path / "idx"))
+        names = [str(docs / "photo.png"), str(docs / "sub" / "notes.docx")]
+        assert report.sync.unsupported == names and report.files == 3
+        data = report.to_dict()
+        assert data["files_unsupported"] == 2 and data["unsupported"] == names
+        assert report.lines()[-1] == (
+            f"2 file(s) not indexed: their type is not read (.docx, .png; PDF, .txt and .md files are): {names[0]}, "
+            f"{names[1]} (the JSON report lists them all)"
+        )
+
+    def test_ctrl_c_while_reading_saves_without_embedding(
+        self, docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        out = tmp_path / "idx"
+        build_index(spec(docs, out, chunk_size=300, chunk_overlap=30))
+        (docs / "d.txt").write_text("A new note about the KV-3300 inverter. " * 10, encoding="utf-8")
+        (docs / "e.txt").write_text("Another note, on the fans. " * 10, encoding="utf-8")
+        real = sync.split_into_chunks
+        calls = {"n": 0}
+
+        def interrupt_second(*args: Any, **kwargs: Any) -> Any:
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise KeyboardInterrupt
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(sync, "split_into_chunks", interrupt_second)
+        progress = Recorder()
+        report = build_index(spec(docs, out, chunk_size=300, chunk_overlap=30), progress)
+        assert report.interrupted and report.saved and report.files == 3  # the files indexed before, kept
+        assert [bar for bar, _, _ in progress.made] == ["reading files"]  # nothing was embedded
+        assert len(FusionIndex.load(out, HashingEmbeddings()).documents) > 0
+
+
+class TestSmallFilesTogether:
+    def test_the_chunks_of_small_files_are_embedded_in_one_call(
+        self, docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        calls: list[int] = []
+        real = HashingEmbeddings.embed_documents
+
+        def counted(self: HashingEmbeddings, texts: list[str]) -> list[list[float]]:
+            calls.append(len(texts))
+            return real(self, texts)
+
+        monkeypatch.setattr(HashingEmbeddings, "embed_documents", counted)
+        report = build_index(spec(docs, tmp_path / "idx", chunk_size=300, chunk_overlap=30))
+        assert calls == [report.chunks] and report.sync.files_added == sorted(report.sync.files_added)
+        monkeypatch.setattr(sync, "GROUP_CHUNKS", 1)
+        calls.clear()
+        build_index(spec(docs, tmp_path / "other", chunk_size=300, chunk_overlap=30))
+        assert len(calls) == 3  # one group, and so one call, per file

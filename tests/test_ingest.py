@@ -192,11 +192,17 @@ class TestLoadFiles:
         (tmp_path / "sub" / "c.txt").write_text("sea", encoding="utf-8")
         (tmp_path / "ignored.docx").write_bytes(b"PK\x03\x04 not really a docx")
         (tmp_path / "image.png").write_bytes(b"\x89PNG")
-        result = load_files([tmp_path])
+        with pytest.warns(SkippedFileWarning) as caught:
+            result = load_files([tmp_path])
         assert result.files == [str(tmp_path / "a.md"), str(tmp_path / "b.txt"), str(tmp_path / "sub" / "c.txt")]
         assert [d.page_content for d in result.documents] == ["ay", "bee", "sea"]
-        # Unsupported files inside a directory are ignored silently.
+        # Unsupported files inside a directory are not read, and never left out silently: listed and warned about.
         assert result.skipped == []
+        assert result.unsupported == [str(tmp_path / "ignored.docx"), str(tmp_path / "image.png")]
+        assert [str(w.message) for w in caught] == [
+            f"2 file(s) not indexed: their type is not read (.docx, .png; PDF, .txt and .md files are): "
+            f"{tmp_path / 'ignored.docx'}, {tmp_path / 'image.png'}"
+        ]
 
     def test_mixed_directory_skips_bad_files_and_loads_the_rest(self, tmp_path: Path) -> None:
         folder = tmp_path / "docs"

@@ -154,10 +154,11 @@ class TestSampleResults:
             "against vector search {wins}, {losses} and {ties}".format(**against["vector"]),
             f"({fusion - bm25:.3f} over BM25, {fusion - vector:.3f} over vector)",
             "{wins} wins against {losses} losses".format(**against["bm25"]),
-            f"best `alpha` for this sample at {best['weighted']['alpha']:g} (nDCG@10 {best['weighted']['ndcg@10']:.3f} "
-            f"weighted, {best['zscore']['ndcg@10']:.3f} `zscore`), above the default's {fusion:.3f}",
+            f"best `alpha` for this sample at {best['weighted']['alpha']:g} for `weighted` (nDCG@10 "
+            f"{best['weighted']['ndcg@10']:.3f}) and {best['zscore']['alpha']:g} for `zscore` (nDCG@10 "
+            f"{best['zscore']['ndcg@10']:.3f}), above the default's {fusion:.3f}",
         ]
-        assert best["weighted"]["alpha"] == best["zscore"]["alpha"]
+        assert min(best["weighted"]["ndcg@10"], best["zscore"]["ndcg@10"]) > fusion
         for quote in quotes:
             assert quote in text, f"README.md's Sample data section should say: {quote}"
 
@@ -183,4 +184,4 @@ class TestSampleResults:
             kind: max(part.results, key=lambda r: r.means["ndcg@10"]).name
             for kind, part in report.by_kind(dataset.kinds).items()
         }
-        assert best == {"keyword": "fusion (defaults)", "paraphrase": "vector", "mixed": "bm25"}
+        assert best == {"keyword": "fusion (defaults)", "paraphrase": "vector", "mixed": "fusion (defaults)"}

@@ -27,6 +27,7 @@ from langchain_fusion.models.embeddings import (
     embeddings_from_id,
     embeddings_id,
 )
+from langchain_fusion.phases import phase
 from langchain_fusion.progress import ProgressCallback
 from langchain_fusion.stores.base import FloatMatrix, FusionStore
 from langchain_fusion.stores.local.vectors import normalize_rows
@@ -74,7 +75,7 @@ class IndexEmbedder:
         step = batch_size or self.batch_size
         for start in range(0, len(texts), step):
             batch = texts[start : start + step]
-            with self.provider_call():
+            with self.provider_call(), phase("embed"):
                 vectors = self.embeddings.embed_documents(batch)
             if not isinstance(vectors, Sized):
                 raise FusionError(f"the embedding model returned {type(vectors).__name__}, not a list of vectors")

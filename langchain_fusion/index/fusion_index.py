@@ -29,7 +29,7 @@ from langchain_fusion.ingest.loading import (
     split_documents,
 )
 from langchain_fusion.metadata import DEFAULT_TEXT_FIELDS, TextField, check_text_fields, indexed_text
-from langchain_fusion.models.embeddings import chunk_token_counter, default_embeddings
+from langchain_fusion.models.embeddings import chunk_bound, default_embeddings
 from langchain_fusion.progress import ProgressCallback
 from langchain_fusion.search.relevance import RELEVANCE_INFO_KEY, SavedModel
 from langchain_fusion.stores.analyzer import Analyzer
@@ -148,9 +148,11 @@ class FusionIndex(FusedRetrieval, VectorStoreAPI):
     ) -> FusionIndex:
         """Load PDFs, text and markdown (files or directories), split them and index the chunks.
 
-        ``max_chunk_tokens`` also bounds each chunk in the bundled model's word pieces (at most
-        its :attr:`~langchain_fusion.models.embeddings.LocalEmbeddings.max_word_pieces`, 254, to
-        embed every chunk whole): see :func:`~langchain_fusion.ingest.loading.split_documents`.
+        Chunks are also bounded in the model's tokens: by default to the model's own window when it
+        declares one (the bundled model reads 254 word pieces: every chunk is embedded whole), or to
+        ``max_chunk_tokens`` of them; a model that declares nothing gets chunks of ``chunk_size``
+        characters (see :func:`~langchain_fusion.models.embeddings.chunk_bound` and
+        :func:`~langchain_fusion.ingest.loading.split_documents`).
 
         A file yielding more than ``max_file_chars`` characters is skipped (see
         :data:`~langchain_fusion.ingest.loading.DEFAULT_MAX_FILE_CHARS`).
@@ -160,14 +162,16 @@ class FusionIndex(FusedRetrieval, VectorStoreAPI):
         A path that does not exist, or paths that hold no readable document at all, are a
         :class:`FusionError` (before anything is embedded).
         """
-        embeddings = embeddings if embeddings is not None or max_chunk_tokens is None else default_embeddings()
-        counter = None if max_chunk_tokens is None or embeddings is None else chunk_token_counter(embeddings)
+        embeddings = embeddings if embeddings is not None else default_embeddings()
+        if max_chunk_tokens is not None:
+            check_positive_int(max_chunk_tokens, "max_chunk_tokens")
+        bound = chunk_bound(embeddings, max_chunk_tokens)
         chunks = file_chunks(
             paths,
             chunk_size=chunk_size,
             chunk_overlap=chunk_overlap,
-            max_chunk_tokens=max_chunk_tokens,
-            count_tokens=counter,
+            max_chunk_tokens=bound[0] if bound is not None else None,
+            count_tokens=bound[1] if bound is not None else None,
             max_file_chars=max_file_chars,
         )
         return cls.from_documents(chunks, embeddings, progress=progress, **kwargs)

@@ -37,9 +37,10 @@ from langchain_fusion.ingest.loading import (
     find_files,
     load_files,
     source_name,
-    split_documents,
+    split_into_chunks,
 )
-from langchain_fusion.models.embeddings import chunk_token_counter
+from langchain_fusion.models.embeddings import chunk_bound
+from langchain_fusion.phases import phase
 from langchain_fusion.progress import ProgressCallback
 from langchain_fusion.stores.base import IdsBySource
 from langchain_fusion.stores.local.checksums import sha256_file
@@ -48,6 +49,12 @@ from langchain_fusion.stores.tenants import scoped
 
 SYNC_INFO_KEY = "files"
 """The key of the file record in a saved index's ``info``."""
+
+GROUP_CHUNKS = 64
+"""About how many chunks of consecutive files are indexed together (all or nothing, in one embedding call of an
+``index`` run): small files then fill the model's batches. Ctrl-C loses the group being embedded, a second or two
+of work on two free cores."""
+
 
 Keep = Callable[[tuple[str, ...], Any], None]
 """Called with (where in the record, value) as soon as an entry changes: ``("by_path", source)`` with the
@@ -72,8 +79,12 @@ class SyncReport:
     """Files skipped without loading or embedding."""
     skipped: list[SkippedFile] = field(default_factory=list)
     """Files that could not be read (reported, not fatal)."""
+    unsupported: list[str] = field(default_factory=list)
+    """Files in the folders whose type is not read (PDF, .txt and .md files are), by path."""
     chunks_embedded: int = 0
     """Chunks embedded in this run."""
+    chunks_bounded: int = 0
+    """Chunks of ``chunk_size`` characters longer than the model reads, split again by its tokens in this run."""
     chunks_removed: int = 0
     """Chunks deleted in this run (stale chunks of changed files and chunks of removed files)."""
     pages: int = 0
@@ -89,7 +100,9 @@ class SyncReport:
             "files_removed": len(self.files_removed),
             "files_unchanged": len(self.files_unchanged),
             "files_skipped": len(self.skipped),
+            "files_unsupported": len(self.unsupported),
             "chunks_embedded": self.chunks_embedded,
+            "chunks_bounded": self.chunks_bounded,
             "chunks_removed": self.chunks_removed,
             "interrupted": self.interrupted,
         }
@@ -116,7 +129,8 @@ def sync_files(
     transform: Transform | None = None,
     on_file: Callable[[str], None] | None = None,
     on_skip: Callable[[SkippedFile], None] | None = None,
-    before_embedding: Callable[[], None] | None = None,
+    before_reading: Callable[[int], ProgressCallback | None] | None = None,
+    before_embedding: Callable[[int], None] | None = None,
     progress: ProgressCallback | None = None,
     batch_size: int | None = None,
     max_file_chars: int = DEFAULT_MAX_FILE_CHARS,
@@ -126,32 +140,45 @@ def sync_files(
     """Bring ``index`` in line with the files under ``paths``; ``record`` is updated in place.
 
     ``record`` is the file record saved with the index (``{}`` for a new one): file -> its
-    sha256, and the chunking that made the chunks (``max_chunk_tokens`` also bounds chunks in the
-    model's tokens, see :func:`~langchain_fusion.ingest.loading.split_documents`). ``on_file`` is
-    called after each file, ``on_skip`` for each unreadable file as it is found, ``before_embedding`` once before the
-    first chunk is embedded (to load a model only when there is work), ``progress`` with the
-    number of chunks just embedded. A file yielding more than ``max_file_chars`` characters is
+    sha256, and the chunking that made the chunks. Chunks are also bounded in the model's tokens:
+    ``max_chunk_tokens`` of them, or by default the model's own window when it declares one (see
+    :func:`~langchain_fusion.models.embeddings.chunk_bound` and
+    :func:`~langchain_fusion.ingest.loading.split_documents`).
+
+    The files to index are read and chunked first, then embedded file by file, so both steps
+    have a total: ``before_reading`` is called with the number of files to read (it may return a
+    callback, called with 1 as each is read), ``before_embedding`` once with the number of chunks
+    to embed, before the first is (to load a model only when there is work), ``progress`` with the
+    number of chunks just embedded, ``on_file`` after each file is indexed, ``on_skip`` for each
+    unreadable file as it is found. A file yielding more than ``max_file_chars`` characters is
     skipped (reported). ``keep`` is given each entry of the record as it changes (see :data:`Keep`):
     a store that writes as it goes keeps the record beside the rows it has. A ``KeyboardInterrupt``
-    stops the run after the current file's all-or-nothing update, with ``report.interrupted`` set.
+    stops the run after the last all-or-nothing update of files (see :data:`GROUP_CHUNKS`; while
+    reading: before any change), with ``report.interrupted`` set.
 
     ``tenant`` (a tenant-keyed index): the files are that tenant's; its chunks get
     ``metadata[tenant_key] = tenant``, and only its chunks are compared, replaced and removed
     (``record`` is then that tenant's record).
     """
     chunking = {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap}
-    if max_chunk_tokens is not None:  # recorded only when set, so older records still match the default
-        chunking["max_tokens"] = check_positive_int(max_chunk_tokens, "max_chunk_tokens")
-    run = _Sync(index, record, chunking, transform, on_skip, before_embedding, progress, batch_size, tenant)
+    if max_chunk_tokens is not None:
+        check_positive_int(max_chunk_tokens, "max_chunk_tokens")
+    bound = chunk_bound(index.embeddings, max_chunk_tokens)
+    if bound is not None:  # recorded only when there is one, so records of models that declare nothing still match
+        chunking["max_tokens"] = bound[0]
+    run = _Sync(index, record, chunking, transform, on_skip, progress, batch_size, tenant)
+    run.count_tokens = bound[1] if bound is not None else None
     run.keep = keep
     if keep is not None and record.get("chunking") is None:
         # A record that had none is new: its files are chunked this way (a changed chunking is kept at the
         # end only, so a run killed halfway redoes every file rather than skip those chunked the old way).
         keep(("chunking",), chunking)
     run.max_file_chars = check_positive_int(max_file_chars, "max_file_chars")
-    found, unreadable = find_files(paths, skip_folder=saved_index_reason)
-    for skipped in unreadable:
+    listed = find_files(paths, skip_folder=saved_index_reason)
+    found = listed.files
+    for skipped in listed.skipped:
         run.skip(skipped)
+    run.report.unsupported = listed.unsupported
     current: dict[str, str] = {}
     files: dict[str, Path] = {}  # source name -> the file (they differ for names that are not UTF-8)
     for path in found:
@@ -162,10 +189,22 @@ def sync_files(
             run.skip(SkippedFile(source, f"cannot be read: {exc.strerror or exc}"))
     todo = [source for source, sha in current.items() if not run.unchanged(source, sha)]
     try:
+        read_one = before_reading(len(todo)) if before_reading is not None and todo else None
+        ready: list[_File] = []
         for source in todo:
-            run.update(source, files[source], current[source])
+            file = run.read(source, files[source], current[source])
+            if file is not None:
+                ready.append(file)
+            if read_one is not None:
+                read_one(1)
+        total = sum(len(file.chunks) for file in ready)
+        if total and before_embedding is not None:
+            before_embedding(total)
+        for group in _groups(ready, GROUP_CHUNKS):
+            run.update(group)
             if on_file is not None:
-                on_file(source)
+                for file in group:
+                    on_file(file.source)
         if not keep_missing:
             for source in sorted(set(run.indexed) - set(current)):
                 if _under(source, paths):
@@ -185,21 +224,20 @@ class _Sync:
         chunking: dict[str, int],
         transform: Transform | None,
         on_skip: Callable[[SkippedFile], None] | None,
-        before_embedding: Callable[[], None] | None,
         progress: ProgressCallback | None,
         batch_size: int | None,
         tenant: str | None,
     ) -> None:
         self.index, self.report, self.tenant = index, SyncReport(), tenant
         self.chunking = chunking
-        self.count_tokens = chunk_token_counter(index.embeddings) if "max_tokens" in chunking else None
-        self.transform, self.on_skip, self.before_embedding = transform, on_skip, before_embedding
+        self.count_tokens: Callable[[Sequence[str]], list[int]] | None = None
+        """The model's token counter, when chunks are bounded in its tokens."""
+        self.transform, self.on_skip = transform, on_skip
         self.progress, self.batch_size = progress, batch_size
         self.rechunk = record.get("chunking") not in (None, chunking)
         record["chunking"] = chunking
         self.files: dict[str, Any] = record.setdefault("by_path", {})
         self.indexed = chunk_ids_by_source(index, tenant)
-        self.embedding_started = False
         self.max_file_chars = DEFAULT_MAX_FILE_CHARS
         """Files yielding more characters are skipped."""
         self.keep: Keep | None = None
@@ -216,42 +254,58 @@ class _Sync:
             self.report.files_unchanged.append(source)
         return same
 
-    def update(self, source: str, path: Path, sha: str) -> None:
-        """Index one new or changed file: its new chunks upserted, then its stale chunks deleted."""
-        loaded = _load_quietly(path, self.max_file_chars)
+    def read(self, source: str, path: Path, sha: str) -> _File | None:
+        """Load and chunk one new or changed file (None, and reported, if it cannot be read)."""
+        with phase("load"):
+            loaded = _load_quietly(path, self.max_file_chars)
         if loaded.skipped:
             for skipped in loaded.skipped:
                 self.skip(skipped)
-            return
-        chunks = split_documents(
-            loaded.documents,
-            chunk_size=self.chunking["chunk_size"],
-            chunk_overlap=self.chunking["chunk_overlap"],
-            max_tokens=self.chunking.get("max_tokens"),
-            count_tokens=self.count_tokens,
-        )
-        if chunks and not self.embedding_started:
-            self.embedding_started = True
-            if self.before_embedding is not None:
-                self.before_embedding()
-        if self.transform is not None and chunks:
-            chunks = self.transform(chunks, loaded.documents)
-        if self.tenant is not None and self.index.tenant_key is not None:
-            key, tenant = self.index.tenant_key, self.tenant
-            chunks = [chunk.model_copy(update={"metadata": {**chunk.metadata, key: tenant}}) for chunk in chunks]
-        self.report.pages += sum(1 for doc in loaded.documents if keys.PAGE in doc.metadata)
-        old = self.indexed.get(source, set())
-        if chunks:
-            self.index.add_documents(chunks, progress=self.progress, batch_size=self.batch_size)
-            self.report.chunks_embedded += len(chunks)
-        stale = sorted(old - {chunk.id or "" for chunk in chunks})
-        if stale:
-            self.report.chunks_removed += self._delete(stale)
-        self.files[source] = {"sha256": sha, "chunks": len(chunks)}
-        if self.keep is not None:
-            self.keep(("by_path", source), self.files[source])
-        (self.report.files_updated if source in self.indexed else self.report.files_added).append(source)
-        self.indexed[source] = {chunk.id or "" for chunk in chunks}
+            return None
+        with phase("split"):
+            split = split_into_chunks(
+                loaded.documents,
+                chunk_size=self.chunking["chunk_size"],
+                chunk_overlap=self.chunking["chunk_overlap"],
+                max_tokens=self.chunking.get("max_tokens"),
+                count_tokens=self.count_tokens,
+            )
+        self.report.chunks_bounded += split.bounded
+        return _File(source, sha, loaded.documents, split.chunks)
+
+    def update(self, group: list[_File]) -> None:
+        """Index files read, all or nothing: their new chunks upserted together, then their stale chunks deleted.
+
+        Embedding the chunks of several small files in one call lets the model batch them by length.
+        """
+        chunks_of: list[list[Document]] = []
+        for file in group:
+            chunks = file.chunks
+            if self.transform is not None and chunks:
+                chunks = self.transform(chunks, file.pages)
+            chunks_of.append(self._tenants(chunks))
+        every = [chunk for chunks in chunks_of for chunk in chunks]
+        if every:
+            self.index.add_documents(every, progress=self.progress, batch_size=self.batch_size)
+            self.report.chunks_embedded += len(every)
+        for file, chunks in zip(group, chunks_of, strict=True):
+            source = file.source
+            self.report.pages += sum(1 for doc in file.pages if keys.PAGE in doc.metadata)
+            stale = sorted(self.indexed.get(source, set()) - {chunk.id or "" for chunk in chunks})
+            if stale:
+                self.report.chunks_removed += self._delete(stale)
+            self.files[source] = {"sha256": file.sha256, "chunks": len(chunks)}
+            if self.keep is not None:
+                self.keep(("by_path", source), self.files[source])
+            (self.report.files_updated if source in self.indexed else self.report.files_added).append(source)
+            self.indexed[source] = {chunk.id or "" for chunk in chunks}
+
+    def _tenants(self, chunks: list[Document]) -> list[Document]:
+        """The chunks with the run's tenant in ``metadata[tenant_key]`` (a tenant-keyed index), else as they are."""
+        key = self.index.tenant_key
+        if self.tenant is None or key is None:
+            return chunks
+        return [chunk.model_copy(update={"metadata": {**chunk.metadata, key: self.tenant}}) for chunk in chunks]
 
     def _delete(self, ids: list[str]) -> int:
         """Delete these chunks (the tenant's, on a tenant-keyed index); how many went."""
@@ -266,6 +320,29 @@ class _Sync:
         if self.keep is not None:
             self.keep(("by_path", source), None)
         self.report.files_removed.append(source)
+
+
+def _groups(files: list[_File], chunks: int) -> list[list[_File]]:
+    """``files`` in order, in groups of about ``chunks`` chunks (a file with more is a group of its own)."""
+    groups: list[list[_File]] = []
+    size = 0
+    for file in files:
+        if not groups or size + len(file.chunks) > chunks:
+            groups.append([])
+            size = 0
+        groups[-1].append(file)
+        size += len(file.chunks)
+    return groups
+
+
+@dataclass
+class _File:
+    """One new or changed file, read and chunked, waiting to be indexed."""
+
+    source: str
+    sha256: str
+    pages: list[Document]
+    chunks: list[Document]
 
 
 def _load_quietly(path: Path, max_chars: int) -> LoadResult:

@@ -63,6 +63,20 @@ class LoadResult:
     """Paths of the files that were loaded."""
     skipped: list[SkippedFile] = field(default_factory=list)
     """Files that were found but could not be loaded."""
+    unsupported: list[str] = field(default_factory=list)
+    """Files found in the folders whose type is not read (see :data:`SUPPORTED_SUFFIXES`), by path."""
+
+
+@dataclass
+class FoundFiles:
+    """What :func:`find_files` found under the given paths."""
+
+    files: list[Path] = field(default_factory=list)
+    """The files to read (supported types), sorted per folder."""
+    skipped: list[SkippedFile] = field(default_factory=list)
+    """Paths that cannot be read: missing, a folder that cannot be listed or is skipped, an unsupported file named."""
+    unsupported: list[str] = field(default_factory=list)
+    """Files in the folders whose type is not read, by path (reported, never left out silently)."""
 
 
 DEFAULT_MAX_FILE_CHARS = 5_000_000
@@ -111,22 +125,20 @@ def clean_text(text: str) -> str:
     return text.strip()
 
 
-def find_files(
-    paths: Iterable[str | Path], skip_folder: Callable[[Path], str | None] | None = None
-) -> tuple[list[Path], list[SkippedFile]]:
+def find_files(paths: Iterable[str | Path], skip_folder: Callable[[Path], str | None] | None = None) -> FoundFiles:
     """Expand files and directories (recursively) into supported files, sorted per directory.
 
-    A path that does not exist is reported as skipped; unsupported files inside a directory
-    are ignored silently, but an unsupported file named explicitly is reported. ``skip_folder``
+    A path that does not exist is reported as skipped, and so is an unsupported file named
+    explicitly; unsupported files inside a directory are listed in ``unsupported``. ``skip_folder``
     returns why a folder is not to be searched (e.g. it holds a saved index), or None; a folder
     it names is reported as skipped and nothing under it is loaded.
     """
-    found: list[Path] = []
-    skipped: list[SkippedFile] = []
+    result = FoundFiles()
+    found, skipped = result.files, result.skipped
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found.extend(_walk(path, skipped, skip_folder))
+            found.extend(_walk(path, result, skip_folder))
         elif path.is_file():
             if path.suffix.lower() in SUPPORTED_SUFFIXES:
                 found.append(path)
@@ -135,11 +147,12 @@ def find_files(
                 skipped.append(SkippedFile(source_name(path), f"unsupported file type (supported: {supported})"))
         else:
             skipped.append(SkippedFile(source_name(path), "no such file or directory"))
-    return found, skipped
+    return result
 
 
-def _walk(root: Path, skipped: list[SkippedFile], skip_folder: Callable[[Path], str | None] | None) -> list[Path]:
-    """Supported files under ``root`` in sorted order; folders that cannot be listed (or are skipped) are reported."""
+def _walk(root: Path, result: FoundFiles, skip_folder: Callable[[Path], str | None] | None) -> list[Path]:
+    """Supported files under ``root`` in sorted order; the rest (other types, folders not read) noted in ``result``."""
+    skipped = result.skipped
 
     def unreadable(exc: OSError) -> None:
         where = exc.filename if exc.filename is not None else root
@@ -153,7 +166,12 @@ def _walk(root: Path, skipped: list[SkippedFile], skip_folder: Callable[[Path], 
             dirs[:] = []
             continue
         dirs.sort()
-        found.extend(Path(folder) / name for name in files if Path(name).suffix.lower() in SUPPORTED_SUFFIXES)
+        for name in sorted(files):
+            path = Path(folder) / name
+            if path.suffix.lower() in SUPPORTED_SUFFIXES:
+                found.append(path)
+            else:
+                result.unsupported.append(source_name(path))
     return sorted(p for p in found if p.is_file())
 
 
@@ -224,8 +242,9 @@ def load_files(
     for :func:`find_files`.
     """
     max_chars = check_positive_int(max_chars, "max_chars")
-    files, skipped = find_files(paths, skip_folder)
-    result = LoadResult(skipped=skipped)
+    found = find_files(paths, skip_folder)
+    files = found.files
+    result = LoadResult(skipped=found.skipped, unsupported=found.unsupported)
     pypdf_logger = logging.getLogger("pypdf")
     previous_level = pypdf_logger.level
     pypdf_logger.setLevel(logging.ERROR)  # its warnings on malformed files would duplicate our report
@@ -235,7 +254,19 @@ def load_files(
         pypdf_logger.setLevel(previous_level)
     for skip in result.skipped:
         warnings.warn(f"skipped {skip.path}: {skip.reason}", SkippedFileWarning, stacklevel=2)
+    if result.unsupported:
+        warnings.warn(unsupported_note(result.unsupported), SkippedFileWarning, stacklevel=2)
     return result
+
+
+def unsupported_note(paths: Sequence[str], shown: int = 5) -> str:
+    """One line for people on the files of types not read: how many, which types, the first few paths."""
+    suffixes = sorted({Path(path).suffix.lower() or "no extension" for path in paths})
+    names = ", ".join(paths[:shown]) + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
+    return (
+        f"{len(paths)} file(s) not indexed: their type is not read ({', '.join(suffixes)}; PDF, .txt and .md files "
+        f"are): {names}"
+    )
 
 
 def _load_each(files: list[Path], result: LoadResult, max_chars: int) -> None:
@@ -267,6 +298,16 @@ def check_chunking(chunk_size: int, chunk_overlap: int) -> None:
         )
 
 
+@dataclass
+class Chunks:
+    """What :func:`split_into_chunks` made."""
+
+    chunks: list[Document] = field(default_factory=list)
+    """The chunks, in order."""
+    bounded: int = 0
+    """Chunks of ``chunk_size`` characters that had more than ``max_tokens`` tokens and were split again by tokens."""
+
+
 def split_documents(
     documents: Sequence[Document],
     chunk_size: int = DEFAULT_CHUNK_SIZE,
@@ -285,7 +326,22 @@ def split_documents(
     ``count_tokens`` (e.g. ``LocalEmbeddings().count_tokens``): a chunk of ``chunk_size``
     characters with more tokens is split again by tokens (the overlap scaled alike), so text
     with more tokens per character (Chinese, Japanese, code) is embedded whole too.
+    :func:`split_into_chunks` also says how many chunks were split so.
     """
+    return split_into_chunks(
+        documents, chunk_size, chunk_overlap, max_tokens=max_tokens, count_tokens=count_tokens
+    ).chunks
+
+
+def split_into_chunks(
+    documents: Sequence[Document],
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
+    *,
+    max_tokens: int | None = None,
+    count_tokens: Callable[[Sequence[str]], list[int]] | None = None,
+) -> Chunks:
+    """:func:`split_documents`, with the count of chunks that ``max_tokens`` bounded (split again by tokens)."""
     check_chunking(chunk_size, chunk_overlap)
     if max_tokens is not None:
         check_positive_int(max_tokens, "max_tokens")
@@ -294,12 +350,14 @@ def split_documents(
     splitter = RecursiveCharacterTextSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap, add_start_index=True)
     next_index: dict[str, int] = {}
     issued: set[str] = set()
-    chunks: list[Document] = []
+    result = Chunks()
+    chunks = result.chunks
     for doc in documents:
         source = str(doc.metadata.get(keys.SOURCE, ""))
         pieces = splitter.create_documents([doc.page_content], [dict(doc.metadata)])
         if max_tokens is not None and count_tokens is not None:
-            pieces = _within_tokens(pieces, max_tokens, count_tokens, chunk_overlap * max_tokens // chunk_size)
+            pieces, bounded = _within_tokens(pieces, max_tokens, count_tokens, chunk_overlap * max_tokens // chunk_size)
+            result.bounded += bounded
         for chunk in pieces:
             position = next_index.get(source, 0)
             next_index[source] = position + 1
@@ -313,16 +371,17 @@ def split_documents(
                 chunk.id = chunk_id(source, chunk.metadata.get(keys.PAGE), repeat, base)
             issued.add(chunk.id)
             chunks.append(chunk)
-    return chunks
+    return result
 
 
 def _within_tokens(
     chunks: list[Document], max_tokens: int, count_tokens: Callable[[Sequence[str]], list[int]], overlap: int
-) -> list[Document]:
-    """``chunks`` with each one of more than ``max_tokens`` tokens split again by tokens (offsets kept)."""
+) -> tuple[list[Document], int]:
+    """``chunks`` with each one of more than ``max_tokens`` tokens split again by tokens (offsets kept); how many."""
     counts = count_tokens([chunk.page_content for chunk in chunks])
-    if all(count <= max_tokens for count in counts):
-        return chunks
+    longer = sum(count > max_tokens for count in counts)
+    if not longer:
+        return chunks, 0
     by_tokens = RecursiveCharacterTextSplitter(
         chunk_size=max_tokens,
         chunk_overlap=min(overlap, max_tokens - 1),
@@ -338,7 +397,7 @@ def _within_tokens(
         for part in by_tokens.create_documents([chunk.page_content], [dict(chunk.metadata)]):
             part.metadata[keys.START_INDEX] = start + part.metadata[keys.START_INDEX]
             out.append(part)
-    return out
+    return out, longer
 
 
 # --- merging chunks back into text: the inverse of split_documents -----------------------------

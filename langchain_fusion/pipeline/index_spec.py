@@ -105,8 +105,9 @@ class IndexSpec(CheckedModel):
     chunk_overlap: int = DEFAULT_CHUNK_OVERLAP
     """Characters shared by neighbouring chunks."""
     max_chunk_tokens: Annotated[int | None, _optional_positive("max_chunk_tokens", "word pieces per chunk")] = None
-    """Also bound each chunk to N word pieces of the bundled model (254 embeds every chunk whole; Chinese and
-    Japanese have about one per character). By default chunks are bounded by their size in characters only."""
+    """Also bound each chunk to N tokens of the embedding model. By default: the model's own window when it declares
+    one (the bundled model reads 254 word pieces, so every chunk is embedded whole; Chinese and Japanese have about
+    one per character); chunks for a model that declares nothing are bounded by their size in characters only."""
     max_file_chars: Annotated[int, _positive("max_file_chars", "characters one file may yield")] = (
         DEFAULT_MAX_FILE_CHARS
     )

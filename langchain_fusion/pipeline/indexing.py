@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from langchain_core.documents import Document
 
 from langchain_fusion import metadata as keys
+from langchain_fusion import phases
 from langchain_fusion.errors import EmbeddingsMismatchError, FusionError, InvalidParameterError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.index.hierarchical import (
@@ -38,19 +39,22 @@ from langchain_fusion.index.hierarchical import (
 )
 from langchain_fusion.index.opening import hierarchical_folder, keeps_summaries, open_for_update
 from langchain_fusion.index.sync import SYNC_INFO_KEY, Keep, SyncReport, sync_files
-from langchain_fusion.ingest.loading import SkippedFile
+from langchain_fusion.ingest.loading import SkippedFile, unsupported_note
 from langchain_fusion.models import embeddings as models
 from langchain_fusion.models.call_reports import LLMReport
 from langchain_fusion.models.embeddings import LocalEmbeddings, bundled_model_of
+from langchain_fusion.phases import phase
 from langchain_fusion.pipeline.index_spec import IndexSpec
+from langchain_fusion.progress import ProgressCallback
 from langchain_fusion.search.relevance import saved_model
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.registry import NewStoreOptions, StoreEngine, SummaryStores, engine_for
 
 logger = logging.getLogger(__name__)
 
-EMBEDDING_BATCH = 32
-"""Chunks embedded per call by an indexing run, so that its progress moves often."""
+EMBEDDING_BATCH = 64
+"""Chunks embedded per call by an indexing run, so that its progress moves every second or two (and Ctrl-C is
+answered as soon): the bundled model sorts each call's chunks by length into its batches."""
 
 
 class ProgressBar(Protocol):
@@ -136,6 +140,8 @@ class IndexReport:
     """(chunks longer than the bundled model reads, chunks it embedded) in this run; (0, 0) for other models."""
     model_reads: int = 0
     """Word pieces of a chunk the bundled model reads (0 for other models)."""
+    chunk_tokens: int | None = None
+    """The most tokens of the model a chunk may have (None: chunks are bounded in characters only)."""
     chunking_advice: str = ""
     """When chunks were truncated: the chunking that embeds them whole."""
     legacy_analyzer: bool = False
@@ -150,6 +156,11 @@ class IndexReport:
     """The run was stopped (Ctrl-C); :attr:`saved` says whether the files done so far were kept."""
     saved: bool = True
     """Whether this run's work was saved (an interrupted run into a folder with summaries keeps the previous index)."""
+    seconds: float = 0.0
+    """Wall time of the run, from opening the index to its save (waiting for another run's lock not counted)."""
+    phases: dict[str, float] = field(default_factory=dict)
+    """Where that time went, in seconds by phase (see :data:`~langchain_fusion.phases.PHASES`: load, split, embed,
+    bm25, vectors, save...); the rest (hashing files, opening the index) is not in any phase."""
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-able data (what ``index --json`` prints)."""
@@ -160,10 +171,14 @@ class IndexReport:
             "chunks": self.chunks,
             **self.sync.to_dict(),
             "skipped": [{"path": s.path, "reason": s.reason} for s in self.sync.skipped],
+            "unsupported": list(self.sync.unsupported),
             "embeddings": self.embeddings,
             "dimension": self.dimension,
             "vector_index": self.vector_index,
             "chunks_longer_than_the_model_reads": self.truncated[0],
+            "chunk_tokens": self.chunk_tokens,
+            "seconds": self.seconds,
+            "phases": dict(self.phases),
         }
         if self.llm_cache is not None:
             summary["summaries"] = self.summaries
@@ -179,6 +194,11 @@ class IndexReport:
             f"this run: {self.sync.summary()}",
             f"embeddings: {self.embeddings} ({self.dimension} dimensions); vector index: {self.vector_index}",
         ]
+        if self.sync.chunks_bounded:
+            lines.append(
+                f"chunking: {self.sync.chunks_bounded} chunks had more than the {self.chunk_tokens} tokens each chunk "
+                "may have, and were split to fit"
+            )
         longer, embedded = self.truncated
         if longer:
             lines.append(
@@ -194,8 +214,13 @@ class IndexReport:
         lines.extend(report.summary() for report in self.llm.values())
         if self.llm_cache is not None:
             lines.append(f"chat model answers cached in {self.llm_cache}")
+        if self.seconds:
+            spent = ", ".join(f"{name} {seconds:.1f}" for name, seconds in self.phases.items())
+            lines.append(f"time: {self.seconds:.1f} s" + (f" ({spent})" if spent else ""))
         if self.sync.skipped:
             lines.append(f"skipped {len(self.sync.skipped)} file(s); see above")
+        if self.sync.unsupported:
+            lines.append(unsupported_note(self.sync.unsupported) + " (the JSON report lists them all)")
         return lines
 
 
@@ -213,7 +238,10 @@ def build_index(spec: IndexSpec, progress: IndexProgress | None = None) -> Index
     embeddings = models.resolve_embeddings(spec.embeddings) if isinstance(spec.embeddings, str) else spec.embeddings
     waiting = f"waiting for another index run on {spec.location} to finish..."
     with target.engine.updating(spec.location, lambda: progress.status(waiting)):  # load -> update -> save
-        return _Run(spec, target, progress, chat_model).run(target.open(embeddings))
+        with phases.timing() as clock:
+            report = _Run(spec, target, progress, chat_model).run(target.open(embeddings))
+        report.seconds, report.phases = round(clock.elapsed(), 3), clock.ordered()
+        return report
 
 
 def _check_tenancy(spec: IndexSpec, index: FusionIndex) -> None:
@@ -288,6 +316,10 @@ class _Target:
 
     def save(self, index: FusionIndex, record: dict[str, Any], hierarchical: HierarchicalIndex | None = None) -> str:
         """Persist ``index`` (or ``hierarchical``, built on it) with the file record; returns where, for people."""
+        with phase("save"):
+            return self._save(index, record, hierarchical)
+
+    def _save(self, index: FusionIndex, record: dict[str, Any], hierarchical: HierarchicalIndex | None) -> str:
         if hierarchical is None and self.hierarchical is not None:
             raise AssertionError(f"{self.location} holds page summaries: saving its chunks alone would drop them")
         info = index.info_to_save({SYNC_INFO_KEY: record})  # a calibrated index keeps its relevance model
@@ -354,17 +386,25 @@ class _Run:
         """Bring the index in line with the files (progress, skips and enrichment reported as they happen)."""
         spec, progress = self.spec, self.progress
         embeddings = index.embeddings
-        bars: list[ProgressBar] = []
+        bars: dict[str, ProgressBar] = {}
 
-        def start_embedding() -> None:  # only when some file needs it: a rerun with nothing new loads no model
+        def start_reading(files: int) -> ProgressCallback:
+            bars["read"] = progress.bar(files, "reading files", "file")
+            return bars["read"].update
+
+        def start_embedding(
+            chunks: int,
+        ) -> None:  # only when some file needs it: a rerun with nothing new loads no model
+            if "read" in bars:
+                bars.pop("read").close()
             if isinstance(embeddings, LocalEmbeddings):
                 progress.status("loading the bundled embedding model...")
                 embeddings.load_model()
-            bars.append(progress.bar(0, "embedding chunks", "chunk"))
+            bars["embed"] = progress.bar(chunks, "embedding chunks", "chunk")
 
         def show_file(source: str) -> None:
-            if bars:
-                bars[0].set_postfix_str(Path(source).name, refresh=False)
+            if "embed" in bars:
+                bars["embed"].set_postfix_str(Path(source).name, refresh=False)
 
         def skipped(file: SkippedFile) -> None:
             progress.problem(f"skipped {file.path}: {file.reason}")
@@ -382,15 +422,16 @@ class _Run:
                     transform=self._enrich if spec.contextual else None,
                     on_file=show_file,
                     on_skip=skipped,
+                    before_reading=start_reading,
                     before_embedding=start_embedding,
-                    progress=lambda n: bars[0].update(n),
+                    progress=lambda n: bars["embed"].update(n),
                     batch_size=EMBEDDING_BATCH,
                     max_file_chars=spec.max_file_chars,
                     keep=self.target.keeper(index, within),
                     tenant=spec.tenant,
                 )
         finally:
-            for bar in bars:
+            for bar in bars.values():
                 bar.close()
 
     def _enrich(self, chunks: list[Document], pages: list[Document]) -> list[Document]:
@@ -400,7 +441,7 @@ class _Run:
         enricher = ContextualEnricher(**self.llm_options)
         bar = self.progress.bar(len(chunks), "enriching chunks", "chunk")
         try:
-            with _quiet_logger("langchain_fusion.ingest.enrichment"):
+            with _quiet_logger("langchain_fusion.ingest.enrichment"), phase("enrich"):
                 enriched, report = enricher.enrich(chunks, pages, progress=bar.update)
         finally:
             bar.close()
@@ -417,7 +458,7 @@ class _Run:
         summarizer = PageSummarizer(**self.llm_options)
         bar = self.progress.bar(page_count(index, summarizer.section_chars), "summarising pages", "page")
         try:
-            with _quiet_logger("langchain_fusion.ingest.summaries"):
+            with _quiet_logger("langchain_fusion.ingest.summaries"), phase("summaries"):
                 documents, report = summarize_pages(index, summarizer, progress=bar.update)
         finally:
             bar.close()
@@ -492,6 +533,7 @@ class _Run:
             vector_index=str(getattr(index.store, "vector_index", "-")),
             truncated=truncated,
             model_reads=model.max_word_pieces if model is not None else 0,
+            chunk_tokens=(record.get("chunking") or {}).get("max_tokens"),
             chunking_advice=model.chunking_advice() if model is not None and truncated[0] else "",
             legacy_analyzer=index.analyzer.is_legacy,
             summaries=summaries,

@@ -1,16 +1,16 @@
 """The bundled model's document vectors, computed once per test run and shared by all its processes.
 
 The README, the docs, the notebooks and the CLI's bundled-model test all embed the same sample files
-with the real model: about 20 s of CPU each time (importing torch, then the forward passes). Under
+with the real model: seconds of CPU each time (the forward passes). Under
 :func:`shared_model_vectors` (or :func:`install`, in a notebook's kernel) :meth:`LocalEmbeddings.encode`
 reads the vectors of texts already embedded in this run from a folder shared by every xdist worker
 and kernel, and runs the real model on the rest only, under a file lock, so that two processes never
 embed the same text. The vectors are the model's own: each distinct text is embedded by the real
 model once per run, whichever test needs it first. Everything around ``encode`` (truncation counts
-and warnings, chunking advice, the query encoder) runs as usual.
+and warnings, chunking advice, queries) runs as usual.
 
 A notebook's kernel does not load the model itself: :func:`model_service` runs it in the pytest
-worker (which loads torch once for all the notebooks it runs) and the kernel sends it the texts
+worker (which loads the model once for all the notebooks it runs) and the kernel sends it the texts
 that are not cached yet.
 
 This module is loaded by file path in the notebooks' kernels (see ``tests/test_notebooks.py``), so it
@@ -60,11 +60,11 @@ def run_folder(own_basetemp: Path) -> Path:
 
 
 def _real_vectors(texts: list[str]) -> np.ndarray:
-    """The bundled model's vectors of ``texts``, on torch, with the model this process loaded once."""
+    """The bundled model's vectors of ``texts``, with the model this process loaded once."""
     local = LocalEmbeddings()
     if "model" not in _loaded:
         _loaded["model"] = REAL_LOAD_MODEL(local)
-    local._model = _loaded["model"]
+    local._encoder = _loaded["model"]
     return np.asarray(REAL_ENCODE(local, texts), dtype=np.float32)
 
 
@@ -96,9 +96,9 @@ def deferred_load(self: LocalEmbeddings) -> Any:
     """:meth:`LocalEmbeddings.load_model` that loads nothing: the model loads when a text is not in the cache.
 
     The command line loads the model before its progress bar; with every vector cached, that would
-    import torch for nothing (about 9 s of CPU per process).
+    load it for nothing (about half a second of CPU per process).
     """
-    return self._model
+    return self._encoder
 
 
 def cached_encode(folder: Path, address: str | None = None) -> Any:
@@ -129,7 +129,7 @@ def shared_model_vectors(folder: Path) -> Iterator[None]:
 
 @contextlib.contextmanager
 def each_text_embedded_once(folder: Path) -> Iterator[None]:
-    """:func:`shared_model_vectors`, and in this process each query embedded once, with one query encoder.
+    """:func:`shared_model_vectors`, and in this process each query embedded once, with one loaded model.
 
     For tests that run many searches with the bundled model over the same questions (the docs'
     pages, the sample's measured tables): a query's vector is the model's, computed the first time.
@@ -137,13 +137,13 @@ def each_text_embedded_once(folder: Path) -> Iterator[None]:
     import pytest
 
     shared: dict[str, Any] = {}
-    queries_encoder = LocalEmbeddings._queries_encoder
+    bundled = LocalEmbeddings._bundled
     embed_queries = LocalEmbeddings.embed_queries
     queries: dict[str, list[float]] = {}
 
     def encoder_once(self: LocalEmbeddings) -> Any:
         if "encoder" not in shared:
-            shared["encoder"] = queries_encoder(self)
+            shared["encoder"] = bundled(self)
         return shared["encoder"]
 
     def embed_queries_once(self: LocalEmbeddings, texts: list[str]) -> list[list[float]]:
@@ -153,7 +153,7 @@ def each_text_embedded_once(folder: Path) -> Iterator[None]:
         return [list(queries[text]) for text in texts]
 
     with shared_model_vectors(folder), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(LocalEmbeddings, "_queries_encoder", encoder_once)
+        patch.setattr(LocalEmbeddings, "_bundled", encoder_once)
         patch.setattr(LocalEmbeddings, "embed_queries", embed_queries_once)
         yield
 

