@@ -23,7 +23,7 @@ from langchain_core.documents import Document
 from langchain_fusion import FusionIndex, HierarchicalIndex, IndexFormatError, IndexSpec, InvalidParameterError
 from langchain_fusion import metadata as keys
 from langchain_fusion.evaluation import load_labelled
-from langchain_fusion.index import summary_sync
+from langchain_fusion.index import summary_sync, sync
 from langchain_fusion.index.opening import open_index
 from langchain_fusion.ingest.summaries import PageSummarizer, page_units
 from langchain_fusion.pipeline.indexing import build_index
@@ -309,6 +309,7 @@ class TestCrashes:
 
         with monkeypatch.context() as patch:
             patch.setattr(FusionIndex, "add_documents", ctrl_c_on_the_second_file)
+            patch.setattr(sync, "GROUP_CHUNKS", 1)  # each file embedded and added on its own
             report = build_index(_spec(location, [docs], model, cache))
         assert report.interrupted and report.saved
         assert len(_opened(location).summaries) == 5  # still the record's hierarchical index
