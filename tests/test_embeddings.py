@@ -29,6 +29,7 @@ from langchain_fusion.models.embeddings import (
     declared_window,
     embeddings_from_id,
     embeddings_id,
+    vectors_id,
 )
 
 LOCAL_ID = "local:sentence-transformers/all-MiniLM-L6-v2"
@@ -92,6 +93,19 @@ class TestEmbeddingsId:
     def test_openai(self, model: str, no_network: None) -> None:
         embeddings = OpenAIEmbeddings(model=model, api_key="sk-test")
         assert embeddings_id(embeddings) == f"openai:{model}"
+
+    def test_a_cache_of_the_bundled_model_is_keyed_by_its_weights(self, tmp_path: Path) -> None:
+        import hashlib
+
+        from langchain_fusion.models.bundled_encoder import WEIGHTS_SHA256
+
+        # The id saved in index manifests stays the model's; a vector cache must not mix builds of its weights.
+        assert vectors_id(LocalEmbeddings()) == f"{LOCAL_ID}@int8:{WEIGHTS_SHA256[:16]}"
+        cached = CachedEmbeddings(LocalEmbeddings(), tmp_path)
+        assert embeddings_id(cached) == LOCAL_ID and vectors_id(cached) == vectors_id(LocalEmbeddings())
+        assert cached.folder.name == hashlib.sha256(vectors_id(LocalEmbeddings()).encode()).hexdigest()[:16]
+        assert cached.folder.name != hashlib.sha256(LOCAL_ID.encode()).hexdigest()[:16]  # the float32 build's
+        assert vectors_id(FakeEmbeddings(size=8)) == embeddings_id(FakeEmbeddings(size=8))
 
     def test_default_openai_model_constant(self) -> None:
         assert OPENAI_DEFAULT_MODEL == "text-embedding-3-small"

@@ -38,7 +38,7 @@ from langchain_fusion.errors import (
     MissingCredentialsError,
     MissingDependencyError,
 )
-from langchain_fusion.models.bundled_encoder import MAX_BATCH_TEXTS, BundledEncoder
+from langchain_fusion.models.bundled_encoder import MAX_BATCH_TEXTS, WEIGHTS_SHA256, BundledEncoder
 from langchain_fusion.models.wordpieces import MARKERS, MAX_SEQ_LENGTH, count_word_pieces
 
 logger = logging.getLogger(__name__)
@@ -424,6 +424,19 @@ def embeddings_id(embeddings: Embeddings) -> str:
     return f"{name}:{model}" if isinstance(model, str) and model else name
 
 
+def vectors_id(embeddings: Embeddings) -> str:
+    """The name of the vectors a model computes: :func:`embeddings_id`, and for the bundled model its weights.
+
+    The bundled model keeps its id across builds of its weights (its vectors agree within 0.001 of
+    cosine, so saved indexes stay usable), but a cache of document vectors must not mix two builds:
+    :class:`CachedEmbeddings` keys its folder by this.
+    """
+    model_id = embeddings_id(embeddings)
+    underlying = getattr(embeddings, "underlying_embeddings", None)
+    model = underlying if isinstance(underlying, Embeddings) else embeddings
+    return f"{model_id}@int8:{WEIGHTS_SHA256[:16]}" if isinstance(model, LocalEmbeddings) else model_id
+
+
 def embeddings_from_id(model_id: str) -> Embeddings:
     """Rebuild the embeddings named by :func:`embeddings_id`, for the ids that can be."""
     if model_id.startswith("local:"):
@@ -446,7 +459,7 @@ def _text_key(text: str) -> str:
 class CachedEmbeddings(Embeddings):
     """Wraps an ``Embeddings`` model; documents already embedded are read from ``cache_dir``.
 
-    The cache lives in ``cache_dir/<hash of the model id>/``. Queries are not cached (they
+    The cache lives in ``cache_dir/<hash of the vectors' id>/`` (:func:`vectors_id`). Queries are not cached (they
     are cheap and rarely repeat). The model id recorded in index manifests is the wrapped
     model's, via ``underlying_embeddings`` (the attribute LangChain's own cache uses too).
     """
@@ -454,7 +467,7 @@ class CachedEmbeddings(Embeddings):
     def __init__(self, underlying_embeddings: Embeddings, cache_dir: str | Path) -> None:
         """Cache ``underlying_embeddings``'s document vectors under ``cache_dir``."""
         self.underlying_embeddings = underlying_embeddings
-        model_id = embeddings_id(underlying_embeddings)
+        model_id = vectors_id(underlying_embeddings)
         self.folder = Path(cache_dir) / hashlib.sha256(model_id.encode()).hexdigest()[:16]
         self._vectors: dict[str, np.ndarray] = {}
         self.hits = 0
