@@ -115,7 +115,13 @@ class BundledEncoder:
         compiled = openvino.Core().compile_model(str(path), "CPU", config)
         if cores <= 2:
             one_blas_thread()  # the process's BLAS policy on a small machine (see threads.one_blas_thread)
-        return cls(compiled, tokenizer)
+        encoder = cls(compiled, tokenizer)
+        # One text on this thread first. OpenVINO's Python binding sets up process-wide state the first time a
+        # request's input tensor is written, under a C++ static guard and needing the GIL: two threads that
+        # write their first batches at once can deadlock (one holds the guard waiting for the GIL, the other
+        # holds the GIL waiting for the guard). After one write, the worker threads never meet it.
+        encoder.encode(["warm up"])
+        return encoder
 
     def encode(
         self, texts: Sequence[str], max_batch_tokens: int = MAX_BATCH_TOKENS, max_batch_texts: int = MAX_BATCH_TEXTS
