@@ -6,6 +6,7 @@ import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -16,6 +17,23 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0)) or 1
     except AttributeError:  # macOS and Windows have no sched_getaffinity
         return os.cpu_count() or 1
+
+
+class CopiesWithoutLock:
+    """A mixin for objects guarded by ``self._lock``: ``pickle`` and ``copy.deepcopy`` take everything but the lock.
+
+    A copy gets a new lock of its own (a lock can be neither pickled nor shared with a copy).
+    """
+
+    _lock: threading.Lock
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The object's state without its lock."""
+        return {name: value for name, value in self.__dict__.items() if name != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
 
 class LazyPool:

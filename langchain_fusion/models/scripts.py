@@ -41,6 +41,7 @@ import regex
 from langchain_fusion.errors import FusionError
 from langchain_fusion.models.embeddings import model_behind
 from langchain_fusion.models.probe_texts import PROBES, ProbeSet
+from langchain_fusion.threads import CopiesWithoutLock
 
 _LETTER = regex.compile(r"\p{L}")
 
@@ -164,7 +165,7 @@ def _separation(statements: np.ndarray, questions: np.ndarray) -> float:
     return float((np.diag(similarity).mean() - others.mean()) / spread)
 
 
-class ScriptReader:
+class ScriptReader(CopiesWithoutLock):
     """Which queries one model reads: its declaration, or probes of it, each script probed once when a query needs it.
 
     Thread-safe: queries arriving together wait for one probe.
@@ -176,14 +177,6 @@ class ScriptReader:
         self.declared = declared_scripts(embeddings)
         """The scripts the model declares it reads; None: none declared (it is probed when needed)."""
         self._separations: dict[str, float] = {}
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        """The reader for ``pickle`` and ``copy.deepcopy``: its model and probes so far, without the lock."""
-        return {key: value for key, value in self.__dict__.items() if key != "_lock"}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
         self._lock = threading.Lock()
 
     def separations(self, scripts: Iterable[str]) -> dict[str, float]:

@@ -28,6 +28,7 @@ from langchain_fusion._checks import is_whole_number
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.stores.base import FloatMatrix, FusionStore, IdsBySource, Keys, SideScorer, StoreView, Where
 from langchain_fusion.stores.settings import StoreSettings
+from langchain_fusion.threads import CopiesWithoutLock
 
 LOCAL_KEY_BITS = 40
 """Bits of a union view's key that hold the key within its tenant's view (the rest: the tenant's ordinal)."""
@@ -118,7 +119,7 @@ def scoped(store: FusionStore, tenant: str) -> TenantScoped:
     return store
 
 
-class TenantSet:
+class TenantSet(CopiesWithoutLock):
     """The tenants of a tenant-keyed store: one store each, made alike; see the module docstring.
 
     ``make`` makes an empty store with the shared settings (the engine's own kind: in process, or a
@@ -138,14 +139,6 @@ class TenantSet:
         self._make = make
         self._settings = settings.model_copy(update={"tenant_key": self.tenant_key})
         self._stores: dict[str, FusionStore] = dict(stores or {})
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        """The set for ``pickle`` and ``copy.deepcopy``: everything but the lock (a copy gets its own)."""
-        return {name: value for name, value in self.__dict__.items() if name != "_lock"}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
         self._lock = threading.Lock()
 
     @property
