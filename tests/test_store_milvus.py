@@ -769,18 +769,9 @@ class TestMilvusReconnects:
                 raise MilvusException(code=2, message="Fail connecting to server on unix:/gone.sock")
             return real_new(connection, timeout)
 
-        class Drops:
-            def __getattr__(self, method: str) -> Any:
-                if method == "search":
-                    raise MilvusException(code=2, message="Fail connecting to server on unix:/gone.sock")
-                return getattr(real_client, method)
-
-            def close(self) -> None:
-                pass
-
         monkeypatch.setattr(MilvusConnection, "_new_client", comes_up_late)
         monkeypatch.setattr("langchain_fusion.stores.milvus.connection.sleep", pauses.append)
-        store.client = Drops()
+        store.client = _DropsSearches(real_client)
         assert [d.id for d in index.as_retriever(k=3).invoke("w1 w2")] == expected
         assert len(attempts) == 4 and len(pauses) == 3
         assert pauses == sorted(pauses) and pauses[0] < pauses[-1]  # backing off
@@ -807,17 +798,8 @@ class TestMilvusReconnects:
         def away(connection: MilvusConnection, timeout: float) -> Any:
             raise MilvusException(code=2, message="Fail connecting to server on unix:/gone.sock")
 
-        class Drops:
-            def __getattr__(self, method: str) -> Any:
-                if method == "search":
-                    raise MilvusException(code=2, message="Fail connecting to server on unix:/gone.sock")
-                return getattr(real_client, method)
-
-            def close(self) -> None:
-                pass
-
         monkeypatch.setattr(MilvusConnection, "_new_client", away)
-        store.client = Drops()
+        store.client = _DropsSearches(real_client)
         with pytest.raises(FusionError, match=r"cannot reach it again within the 30 s timeout") as failed:
             index.as_retriever(k=3).invoke("w1 w2")
         assert "\n" not in str(failed.value) and clock[0] >= 30
@@ -1080,3 +1062,20 @@ def test_rows_built_by_column_equal_the_per_row_definition() -> None:
     assert rows[0]["bm25_text"] and "  " not in rows[0]["bm25_text"] and rows[2]["bm25_text"] == ""
     with pytest.raises(FusionError, match="'bad' has metadata that is not JSON-serialisable"):
         writes.columns([Document(id="bad", page_content="x", metadata={"s": {1}})], vectors[:1], ["x"], analyzer, True)
+
+
+class _DropsSearches:
+    """A Milvus client whose searches fail as a lost connection does; its other calls go to ``client``."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, method: str) -> Any:
+        from pymilvus.exceptions import MilvusException
+
+        if method == "search":
+            raise MilvusException(code=2, message="Fail connecting to server on unix:/gone.sock")
+        return getattr(self._client, method)
+
+    def close(self) -> None:
+        """Nothing to close: the wrapped client is the store's."""
