@@ -20,7 +20,7 @@ FAST_TESTS = not local_model and not notebook and not milvus and not integration
 DEMO_INDEX ?= .demo-index
 DEMO_QUERY ?= Why did the batteries come through the flood without harm?
 
-.PHONY: demo test test-fast lint sample-calibration bench bench-scale bench-quality bench-quick bench-startup bench-updates bench-milvus bench-languages bench-unread bench-serve bench-tenants bench-ingest clean
+.PHONY: demo test test-fast lint sample-calibration bench bench-scale bench-quality bench-quick bench-startup bench-updates bench-milvus bench-languages bench-unread bench-serve bench-tenants bench-ingest bench-int8 clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -84,6 +84,11 @@ bench-tenants: $(VENV)/.installed-dev
 # Ingestion speed: the bundled model and the index build against sentence-transformers and a by-hand LangChain build.
 bench-ingest: $(VENV)/.installed-dev
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/ingest.py > benchmarks/results-ingest.md
+
+# Static int8 builds of the bundled model against the shipped one (needs NNCF: the quantize extra).
+bench-int8: $(VENV)/.installed-dev
+	$(INSTALL) -e ".[quantize]"
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/int8_activations.py > benchmarks/results-int8.md
 
 bench-startup: $(VENV)/.installed-dev
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/cli_startup.py --runs 3
