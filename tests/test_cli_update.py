@@ -270,10 +270,11 @@ def _ctrl_c_at_the_second_file(patch: pytest.MonkeyPatch) -> None:
 def _save_first_run(docs: Path, out: Path) -> None:
     """What a first ``index docs --out out`` run saves, written while the test holds the update lock."""
     from langchain_fusion.index.sync import SYNC_INFO_KEY, sync_files
+    from langchain_fusion.index.sync_spec import SyncSpec
 
     index = FusionIndex(HashingEmbeddings())
     record: dict[str, Any] = {}
-    sync_files(index, [docs], record, chunk_size=1000, chunk_overlap=200)
+    sync_files(index, SyncSpec(paths=[docs], chunk_size=1000, chunk_overlap=200), record)
     index.save(out, info={SYNC_INFO_KEY: record})
 
 
