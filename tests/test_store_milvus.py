@@ -25,11 +25,10 @@ from langchain_fusion import (
 from langchain_fusion import metadata as keys
 from langchain_fusion.stores.base import FusionStore
 from tests.helpers.embeddings import FAKE_ID, HashingEmbeddings
+from tests.helpers.milvus import skip_without_milvus
 from tests.store_contract import CJK, Reference, StoreContract, corpus, results
 
-pytest.importorskip("pymilvus")
-if not os.environ.get("MILVUS_URI"):
-    pytest.importorskip("milvus_lite")
+skip_without_milvus()
 
 pytestmark = pytest.mark.milvus
 

@@ -29,10 +29,9 @@ from langchain_fusion.ingest.loading import load_files, source_name, split_docum
 from langchain_fusion.stores.base import Where
 from langchain_fusion.stores.locations import parse_location
 from tests.helpers.embeddings import HashingEmbeddings, fake_cli_embeddings
+from tests.helpers.milvus import skip_without_milvus
 
-pytest.importorskip("pymilvus")
-if not os.environ.get("MILVUS_URI"):
-    pytest.importorskip("milvus_lite")
+skip_without_milvus()
 
 pytestmark = pytest.mark.milvus
 
