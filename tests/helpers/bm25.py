@@ -45,6 +45,6 @@ def weights_for(
     kept = alive[rows]
     distinct = np.unique(rows[kept] * width + terms[kept])  # each (row, term) once: a row counts once per term
     frequency = np.bincount(distinct % width, minlength=width)
-    lengths = sizes.astype(np.float32)
+    lengths = np.array([d.size for d in docs], dtype=np.float32)
     average = float(lengths[alive].mean()) or 1.0
     return QueryWeights(params, query, frequency, int(alive.sum()), lengths / np.float32(average))
