@@ -16,9 +16,9 @@ import pytest
 from langchain_fusion import FusionError, FusionIndex, IndexFormatError
 from langchain_fusion.stores.local import saving
 from langchain_fusion.stores.local.manifest import CHECKSUM, manifest_checksum
+from langchain_fusion.testing import corpus
 from tests.helpers.embeddings import HashingEmbeddings
 from tests.helpers.paths import REPO
-from tests.store_contract import corpus
 
 SAVER = textwrap.dedent(
     """
@@ -26,7 +26,7 @@ SAVER = textwrap.dedent(
     sys.path.insert(0, {repo!r})
     from langchain_fusion import FusionIndex
     from tests.helpers.embeddings import HashingEmbeddings
-    from tests.store_contract import corpus
+    from langchain_fusion.testing import corpus
     for _ in sys.stdin:  # one saver per line: a forked child (no start-up to pay again) saving until killed
         child = os.fork()
         if child == 0:

@@ -14,9 +14,9 @@ from langchain_fusion import FusionIndex, InvalidParameterError, UnknownDocument
 from langchain_fusion import metadata as keys
 from langchain_fusion.search.explain import Explanation
 from langchain_fusion.search.relevance import RELEVANCE_INFO_KEY, FitQuality, RelevanceModel
+from langchain_fusion.testing import WORDS, corpus
 from tests.helpers.cli import assert_one_line_error, run_cli
 from tests.helpers.embeddings import HashingEmbeddings, fake_cli_embeddings
-from tests.store_contract import WORDS, corpus
 
 QUERIES = WORDS.queries[:4]
 
