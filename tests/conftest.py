@@ -92,6 +92,25 @@ def quick_milvus_polls() -> Iterator[None]:
         yield
 
 
+def _no_fsync(fd: int) -> None:
+    """``os.fsync`` in tests: the file (or folder) is written; only the wait for the disk is skipped."""
+
+
+@pytest.fixture(autouse=True, scope="session")
+def no_fsync() -> Iterator[None]:
+    """Saves skip the wait for the disk (``os.fsync``), as git's test suite does (``GIT_TEST_FSYNC=0``).
+
+    What an fsync buys shows only after a power cut, which no test makes: a killed process loses
+    nothing in the page cache. Every save still writes its staging folder, locks, swaps and cleans
+    up as it does for users. On this machine's disk the fast tier made about 9,000 fsyncs, 10 to 40 s
+    of waiting. That a save fsyncs each file and folder before the swap, and the folder holding it
+    after, is tested on its own (``TestDurability`` in tests/test_crash_safety.py).
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "fsync", _no_fsync)
+        yield
+
+
 class _OwnHome:
     """``subprocess`` for milvus_lite.server: each Milvus Lite server it starts gets a HOME of its own."""
 

@@ -7,6 +7,7 @@ policy is now set once: when the bundled model loads on a small machine, and whe
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +23,8 @@ from langchain_fusion.models.bundled_encoder import BundledEncoder
 from langchain_fusion.threads import one_blas_thread
 
 threadpoolctl = pytest.importorskip("threadpoolctl")
-pytest.importorskip("openvino")
+if importlib.util.find_spec("openvino") is None:  # found, not imported: the fast tier runs no test that loads it
+    pytest.skip("could not find openvino: the local extra is not installed", allow_module_level=True)
 QUERIES = [f"query {i}: why did the batteries at site {i} survive the flood?" for i in range(24)]
 
 

@@ -601,6 +601,24 @@ class TestHelp:
         expected_options = {f for f in self.FLAGS[command] if f.startswith("-")} | {"-h", "--help"}
         assert {s for a in sub._actions for s in a.option_strings} == expected_options
 
+    def test_a_run_builds_its_own_commands_flags_alone(self, capsys: pytest.CaptureFixture[str]) -> None:
+        def commands(parser: Any) -> list[str]:
+            return list(next(a for a in parser._actions if a.dest == "command").choices)
+
+        every = ["index", "query", "ask", "explain", "eval", "serve", "mcp"]
+        assert commands(build_parser()) == commands(build_parser("--help")) == every
+        assert commands(build_parser("explain")) == ["query", "ask", "explain"]
+        assert commands(build_parser("serve")) == ["serve"]
+        full = next(a for a in build_parser()._actions if a.dest == "command").choices["serve"]
+        alone = next(a for a in build_parser("serve")._actions if a.dest == "command").choices["serve"]
+        assert alone.format_help() == full.format_help()  # the same flags, help and store options
+        with pytest.raises(SystemExit):
+            main(["serach", "idx", "q"])
+        assert (
+            "invalid choice: 'serach' (choose from 'index', 'query', 'ask', 'explain', 'eval'"
+            in capsys.readouterr().err
+        )
+
 
 # --- context windows, rerank and ask --------------------------------------------------------
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,15 +13,13 @@ from langchain_fusion import metadata as keys
 from langchain_fusion.index import sync
 from langchain_fusion.index.opening import open_index
 from langchain_fusion.stores.locations import parse_location
+from langchain_fusion.testing import corpus
 from tests.helpers.cli import run_cli_json
 from tests.helpers.embeddings import HashingEmbeddings, fake_cli_embeddings
-from tests.helpers.milvus import fresh_location
+from tests.helpers.milvus import fresh_location, skip_without_milvus
 from tests.helpers.paths import LOOPBACK_URL
-from tests.store_contract import corpus
 
-pytest.importorskip("pymilvus")
-if not os.environ.get("MILVUS_URI"):
-    pytest.importorskip("milvus_lite")
+skip_without_milvus()
 
 pytestmark = pytest.mark.milvus
 

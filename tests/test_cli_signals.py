@@ -17,9 +17,9 @@ import pytest
 
 from langchain_fusion import FusionIndex
 from langchain_fusion.index.sync import GROUP_CHUNKS
+from langchain_fusion.testing import corpus
 from tests.helpers.embeddings import HashingEmbeddings
 from tests.helpers.paths import REPO
-from tests.store_contract import corpus
 
 pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and pipes"), pytest.mark.subprocess]
 

@@ -45,6 +45,24 @@ def _run(*argv: str) -> tuple[int, dict[str, Any] | None, str]:
 
 
 @pytest.fixture
+def waiting(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Set when an update of a folder finds another update holding it and starts to wait (the ``on_wait`` call)."""
+    event = threading.Event()
+    real = FolderEngine.updating
+
+    def updating(self: FolderEngine, location: str, on_wait: Any = None) -> Any:
+        def said() -> None:
+            event.set()
+            if on_wait is not None:
+                on_wait()
+
+        return real(self, location, said)
+
+    monkeypatch.setattr(FolderEngine, "updating", updating)
+    return event
+
+
+@pytest.fixture
 def docs(tmp_path: Path) -> Path:
     folder = tmp_path / "docs"
     folder.mkdir()
@@ -183,7 +201,9 @@ class TestIncrementalIndex:
             assert main(["index", str(docs), "--out", str(tmp_path / "new"), "-q"]) == 0
         assert "before 0.2" not in buffer.getvalue()
 
-    def test_two_runs_on_one_folder_keep_both_runs_files(self, docs: Path, tmp_path: Path) -> None:
+    def test_two_runs_on_one_folder_keep_both_runs_files(
+        self, docs: Path, tmp_path: Path, waiting: threading.Event
+    ) -> None:
         """The second run waits for the first's save, then updates what it saved (it used to save over it)."""
         other = tmp_path / "other"
         other.mkdir()
@@ -197,8 +217,7 @@ class TestIncrementalIndex:
         with FolderEngine().updating(str(out)):  # a first run, between its load and its save
             runner = threading.Thread(target=second_run)
             runner.start()
-            runner.join(timeout=1.0)
-            assert runner.is_alive()  # the second run waits; it has not loaded the index
+            assert waiting.wait(timeout=60) and runner.is_alive()  # the second run waits; it has not loaded the index
             _save_first_run(docs, out)
         runner.join(timeout=60)
         status, summary, err = outcome["result"]
@@ -207,13 +226,13 @@ class TestIncrementalIndex:
         assert set(_sources(out)) == {"a.txt", "b.md", "c.txt", "d.txt"}
         assert summary is not None and (summary["files_added"], summary["files"]) == (1, 4)
 
-    def test_a_waiting_run_says_so(self, docs: Path, tmp_path: Path) -> None:
+    def test_a_waiting_run_says_so(self, docs: Path, tmp_path: Path, waiting: threading.Event) -> None:
         out = tmp_path / "idx"
         outcome: dict[str, Any] = {}
         with FolderEngine().updating(str(out)):
             runner = threading.Thread(target=lambda: outcome.update(result=_run("index", str(docs), "--out", str(out))))
             runner.start()
-            runner.join(timeout=1.0)
+            assert waiting.wait(timeout=60)
         runner.join(timeout=60)
         status, _, err = outcome["result"]
         assert status == 0 and f"waiting for another index run on {out} to finish..." in err
@@ -270,10 +289,11 @@ def _ctrl_c_at_the_second_file(patch: pytest.MonkeyPatch) -> None:
 def _save_first_run(docs: Path, out: Path) -> None:
     """What a first ``index docs --out out`` run saves, written while the test holds the update lock."""
     from langchain_fusion.index.sync import SYNC_INFO_KEY, sync_files
+    from langchain_fusion.index.sync_spec import SyncSpec
 
     index = FusionIndex(HashingEmbeddings())
     record: dict[str, Any] = {}
-    sync_files(index, [docs], record, chunk_size=1000, chunk_overlap=200)
+    sync_files(index, SyncSpec(paths=[docs], chunk_size=1000, chunk_overlap=200), record)
     index.save(out, info={SYNC_INFO_KEY: record})
 
 

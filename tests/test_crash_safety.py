@@ -16,9 +16,9 @@ import pytest
 from langchain_fusion import FusionError, FusionIndex, IndexFormatError
 from langchain_fusion.stores.local import saving
 from langchain_fusion.stores.local.manifest import CHECKSUM, manifest_checksum
+from langchain_fusion.testing import corpus
 from tests.helpers.embeddings import HashingEmbeddings
 from tests.helpers.paths import REPO
-from tests.store_contract import corpus
 
 SAVER = textwrap.dedent(
     """
@@ -26,7 +26,7 @@ SAVER = textwrap.dedent(
     sys.path.insert(0, {repo!r})
     from langchain_fusion import FusionIndex
     from tests.helpers.embeddings import HashingEmbeddings
-    from tests.store_contract import corpus
+    from langchain_fusion.testing import corpus
     for _ in sys.stdin:  # one saver per line: a forked child (no start-up to pay again) saving until killed
         child = os.fork()
         if child == 0:
@@ -132,6 +132,33 @@ class TestKilledSaves:
         (tmp_path / ".other.saving-keep").mkdir()  # another index's staging is not ours
         FusionIndex.from_documents(corpus(8, 5), HashingEmbeddings()).save(target)
         assert sorted(p.name for p in tmp_path.iterdir()) == [".other.saving-keep", "idx"]
+
+
+class TestDurability:
+    """Before the swap, a save fsyncs every file and folder of the new index; after it, the folder holding it."""
+
+    def test_every_file_and_folder_is_synced_before_the_swap(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        target = tmp_path / "idx"
+        FusionIndex.from_documents(corpus(9, 20), HashingEmbeddings()).save(target)
+        synced: list[tuple[tuple[int, int], bool]] = []  # (file, whether the target held the previous index then)
+        previous = (target / "manifest.json").stat().st_ino
+
+        def fsync(fd: int) -> None:  # the suite skips the real call (conftest.no_fsync): record it instead
+            status = os.fstat(fd)
+            synced.append(((status.st_dev, status.st_ino), (target / "manifest.json").stat().st_ino == previous))
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        FusionIndex.from_documents(corpus(10, 30), HashingEmbeddings()).save(target)
+        saved = [target, *target.rglob("*")]
+        before_swap = {inode for inode, old in synced if old}
+        for path in saved:
+            status = path.stat()
+            assert (status.st_dev, status.st_ino) in before_swap, path
+        folder_of = tmp_path.stat()
+        assert synced[-1] == ((folder_of.st_dev, folder_of.st_ino), False)  # the swap itself, once it happened
+        assert _loads(target) == 30
 
 
 class TestConcurrentSavers:

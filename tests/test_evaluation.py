@@ -263,7 +263,7 @@ class TestHarness:
 
     def test_the_sweep_searches_as_fusion_defaults_do_on_a_corpus_with_copies(self) -> None:
         # The same passage under several files (man pages and pydoc, say): fusion (defaults) returns it once.
-        from tests.store_contract import corpus
+        from langchain_fusion.testing import corpus
 
         docs = corpus(7, 60)
         docs += [

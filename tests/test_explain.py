@@ -14,9 +14,9 @@ from langchain_fusion import FusionIndex, InvalidParameterError, UnknownDocument
 from langchain_fusion import metadata as keys
 from langchain_fusion.search.explain import Explanation
 from langchain_fusion.search.relevance import RELEVANCE_INFO_KEY, FitQuality, RelevanceModel
+from langchain_fusion.testing import WORDS, corpus
 from tests.helpers.cli import assert_one_line_error, run_cli
 from tests.helpers.embeddings import HashingEmbeddings, fake_cli_embeddings
-from tests.store_contract import WORDS, corpus
 
 QUERIES = WORDS.queries[:4]
 
@@ -73,9 +73,8 @@ def index() -> FusionIndex:
     return built
 
 
-def _checked(index: FusionIndex, query: str, options: dict[str, Any], explanation: Explanation) -> None:
-    """What each verdict claims holds in the search results."""
-    results = index.as_retriever(**options).invoke(query)
+def _checked(index: FusionIndex, results: list[Document], options: dict[str, Any], explanation: Explanation) -> None:
+    """What each verdict claims holds in ``results``, the search's for the explained query with ``options``."""
     ids = [d.id for d in results]
     doc_id = explanation.doc_id
     if explanation.verdict == "returned":
@@ -118,7 +117,8 @@ class TestAgreesWithTheSearch:
         all_ids = [d.id or "" for d in index.documents]
         verdicts = set()
         for query in QUERIES:
-            returned = [d.id for d in index.as_retriever(**options).invoke(query)]
+            results = index.as_retriever(**options).invoke(query)  # searched once: the search is deterministic
+            returned = [d.id for d in results]
             sample = set(returned) | set(rng.choice(all_ids, size=25, replace=False).tolist())
             for doc_id in sorted(sample):
                 explanation = index.explain(query, doc_id, **options)
@@ -128,8 +128,9 @@ class TestAgreesWithTheSearch:
                     assert (explanation.verdict != "returned" and explanation.rank is None) or (
                         explanation.verdict == "below_min_relevance"
                     )
-                _checked(index, query, options, explanation)
+                _checked(index, results, options, explanation)
                 verdicts.add(explanation.verdict)
+            assert [d.id for d in index.as_retriever(**options).invoke(query)] == returned  # explaining changed nothing
         assert "returned" in verdicts and len(verdicts) >= 2, verdicts
 
     def test_every_verdict_occurs_in_the_grid(self, index: FusionIndex) -> None:

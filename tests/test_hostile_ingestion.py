@@ -13,6 +13,7 @@ from langchain_core.documents import Document
 from langchain_fusion import FusionError, FusionIndex, InvalidParameterError, load_files
 from langchain_fusion import metadata as keys
 from langchain_fusion.index.sync import sync_files
+from langchain_fusion.index.sync_spec import SyncSpec
 from langchain_fusion.ingest.loading import clean_text, find_files, source_name, valid_unicode
 from tests.helpers.embeddings import HashingEmbeddings
 
@@ -45,11 +46,12 @@ class TestFileNames:
     def test_it_survives_save_load_and_incremental_sync(self, odd_folder: Path, tmp_path: Path) -> None:
         index = FusionIndex(HashingEmbeddings())
         record: dict[str, Any] = {}
-        first = sync_files(index, [odd_folder], record, chunk_size=200, chunk_overlap=0)
+        spec = SyncSpec(paths=[odd_folder], chunk_size=200, chunk_overlap=0)
+        first = sync_files(index, spec, record)
         assert len(first.files_added) == 2 and not first.skipped
         index.save(tmp_path / "idx", info={"files": record})
         again = FusionIndex.load(tmp_path / "idx", HashingEmbeddings())
-        second = sync_files(again, [odd_folder], dict(again.saved_info["files"]), chunk_size=200, chunk_overlap=0)
+        second = sync_files(again, spec, dict(again.saved_info["files"]))
         assert len(second.files_unchanged) == 2 and second.chunks_embedded == 0
         assert any("GC-9" in d.page_content for d in again.as_retriever(k=1).invoke("GC-9 controller"))
 
@@ -201,8 +203,8 @@ class TestSizeBound:
         (tmp_path / "big.txt").write_text("word " * 300, encoding="utf-8")
         with pytest.warns(UserWarning), pytest.raises(FusionError, match="more than 100 characters"):
             FusionIndex.from_files([tmp_path], HashingEmbeddings(), max_file_chars=100)
-        report = sync_files(FusionIndex(HashingEmbeddings()), [tmp_path], {}, chunk_size=200, chunk_overlap=0,
-                            max_file_chars=100)  # fmt: skip
+        spec = SyncSpec(paths=[tmp_path], chunk_size=200, chunk_overlap=0, max_file_chars=100)
+        report = sync_files(FusionIndex(HashingEmbeddings()), spec, {})
         assert [Path(s.path).name for s in report.skipped] == ["big.txt"]
 
     @pytest.mark.parametrize("bad", [0, -1, True, 2.5, "100"])

@@ -12,6 +12,8 @@ from langchain_fusion import FusionIndex, HierarchicalIndex
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.index import sync
 from langchain_fusion.index.opening import open_index
+from langchain_fusion.index.sync import SyncEvents
+from langchain_fusion.index.sync_spec import SyncSpec
 from langchain_fusion.pipeline.index_spec import IndexSpec
 from langchain_fusion.pipeline.indexing import IndexReport, build_index
 from tests.helpers.embeddings import HashingEmbeddings
@@ -319,3 +321,65 @@ class TestSmallFilesTogether:
         calls.clear()
         build_index(spec(docs, tmp_path / "other", chunk_size=300, chunk_overlap=30))
         assert len(calls) == 3  # one group, and so one call, per file
+
+
+class Told(SyncEvents):
+    """SyncEvents that keep what they were told (two chunks per embedding call)."""
+
+    batch_size = 2
+
+    def __init__(self) -> None:
+        self.told: list[tuple[str, Any]] = []
+
+    def reading(self, files: int) -> None:
+        self.told.append(("reading", files))
+
+    def read(self, source: str) -> None:
+        self.told.append(("read", Path(source).name))
+
+    def embedding(self, chunks: int) -> None:
+        self.told.append(("embedding", chunks))
+
+    def embedded(self, chunks: int) -> None:
+        self.told.append(("embedded", chunks))
+
+    def indexed(self, source: str) -> None:
+        self.told.append(("indexed", Path(source).name))
+
+    def recorded(self, where: tuple[str, ...], value: Any) -> None:
+        self.told.append(("recorded", where[0] if value is not None else "gone"))
+
+
+class TestSyncFiles:
+    """The file sync under build_index, for an index held in Python: a SyncSpec, a record and the run's events."""
+
+    def test_an_index_spec_is_a_sync_spec(self) -> None:
+        made = IndexSpec(location="idx", paths="notes", chunk_size=300, chunk_overlap=0, keep_missing=True)
+        assert isinstance(made, SyncSpec)
+        assert SyncSpec(**made.model_dump(include=set(SyncSpec.model_fields))) == SyncSpec(
+            paths="notes", chunk_size=300, chunk_overlap=0, keep_missing=True
+        )
+        with pytest.raises(InvalidParameterError, match="location: not an option of SyncSpec"):
+            SyncSpec(paths="notes", location="idx")
+        with pytest.raises(InvalidParameterError, match="0 <= chunk_overlap < chunk_size"):
+            SyncSpec(paths="notes", chunk_size=100, chunk_overlap=100)
+
+    def test_events_tell_what_happens_in_order(self, docs: Path) -> None:
+        index, record, events = FusionIndex(HashingEmbeddings()), {}, Told()
+        files = SyncSpec(paths=docs, chunk_size=300, chunk_overlap=0)
+        report = sync.sync_files(index, files, record, events=events)
+        kinds = [kind for kind, _ in events.told]
+        assert events.told[0] == ("recorded", "chunking") and events.told[1] == ("reading", 3)
+        assert sorted(name for kind, name in events.told if kind == "read") == sorted(NOTES)
+        assert ("embedding", report.chunks_embedded) in events.told
+        embedded = [n for kind, n in events.told if kind == "embedded"]
+        assert sum(embedded) == report.chunks_embedded == len(index) and max(embedded) == 2
+        assert kinds.index("embedding") < kinds.index("embedded") < kinds.index("indexed")
+        assert sorted(name for kind, name in events.told if kind == "indexed") == sorted(NOTES)
+        assert [name for kind, name in events.told if kind == "recorded"] == ["chunking"] + ["by_path"] * 3
+        (docs / "a.txt").unlink()
+        again = Told()
+        assert sync.sync_files(index, files, record, events=again).files_removed == [str(docs / "a.txt")]
+        assert again.told == [("recorded", "gone")] and set(record["by_path"]) == {
+            str(docs / n) for n in ("b.md", "c.txt")
+        }

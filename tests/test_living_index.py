@@ -18,8 +18,8 @@ from langchain_fusion import metadata as keys
 from langchain_fusion.stores.local import mutations as mutations_module
 from langchain_fusion.stores.local import postings as postings_module
 from langchain_fusion.stores.local.store import LocalStore
+from langchain_fusion.testing import WORDS, assert_same, corpus, results
 from tests.helpers.embeddings import HashingEmbeddings
-from tests.store_contract import WORDS, assert_same, corpus, results
 
 
 def state(index: FusionIndex) -> tuple[Any, ...]:

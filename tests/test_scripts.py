@@ -32,9 +32,9 @@ from langchain_fusion.models.scripts import (
     reads,
 )
 from langchain_fusion.search.fusion import fuse_pool
+from langchain_fusion.testing import CJK, corpus
 from tests.helpers.embeddings import CJK_SCRIPTS, EnglishOnlyEmbeddings, HashingEmbeddings, ScriptBlindEmbeddings
 from tests.helpers.shared_vectors import shared_model_vectors
-from tests.store_contract import CJK, corpus
 
 LATIN = frozenset({"Latin"})
 ENGLISH = ["the cat sat on the mat", "dogs chase cats in the yard", "a mat for the cat", "birds sing at dawn"]

@@ -11,7 +11,7 @@ from langchain_fusion.stores.base import FusionStore, StoreView
 from langchain_fusion.stores.local import mutations, postings
 from langchain_fusion.stores.local.store import LocalStore
 from langchain_fusion.stores.local.view import LocalView
-from tests.store_contract import CJK, StoreContract, corpus
+from langchain_fusion.testing import CJK, StoreContract, corpus
 
 
 class TestLocalStoreContract(StoreContract):

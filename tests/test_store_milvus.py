@@ -24,12 +24,11 @@ from langchain_fusion import (
 )
 from langchain_fusion import metadata as keys
 from langchain_fusion.stores.base import FusionStore
+from langchain_fusion.testing import CJK, Reference, StoreContract, corpus, results
 from tests.helpers.embeddings import FAKE_ID, HashingEmbeddings
-from tests.store_contract import CJK, Reference, StoreContract, corpus, results
+from tests.helpers.milvus import skip_without_milvus
 
-pytest.importorskip("pymilvus")
-if not os.environ.get("MILVUS_URI"):
-    pytest.importorskip("milvus_lite")
+skip_without_milvus()
 
 pytestmark = pytest.mark.milvus
 
@@ -853,7 +852,7 @@ sys.path.insert(0, {repo!r})
 from langchain_fusion import FusionIndex
 from langchain_fusion.stores.milvus import MilvusStore
 from tests.helpers.embeddings import HashingEmbeddings
-from tests.store_contract import corpus
+from langchain_fusion.testing import corpus
 index = FusionIndex.from_documents(corpus(9, 20), HashingEmbeddings(), store=MilvusStore({uri!r}, "docs"))
 print([d.id for d in index.as_retriever(k=3).invoke("w1 w2")])
 """

@@ -24,14 +24,14 @@ from langchain_fusion import FusionError, FusionIndex, InvalidParameterError
 from langchain_fusion import metadata as keys
 from langchain_fusion.cli import main
 from langchain_fusion.index.sync import SYNC_INFO_KEY, sync_files
+from langchain_fusion.index.sync_spec import SyncSpec
 from langchain_fusion.ingest.loading import load_files, source_name, split_documents
 from langchain_fusion.stores.base import Where
 from langchain_fusion.stores.locations import parse_location
 from tests.helpers.embeddings import HashingEmbeddings, fake_cli_embeddings
+from tests.helpers.milvus import skip_without_milvus
 
-pytest.importorskip("pymilvus")
-if not os.environ.get("MILVUS_URI"):
-    pytest.importorskip("milvus_lite")
+skip_without_milvus()
 
 pytestmark = pytest.mark.milvus
 
@@ -88,9 +88,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     location = _location(folder, "scale")
     store = parse_location(location).open()
     record: dict[str, Any] = {}
-    report = sync_files(
-        FusionIndex(HashingEmbeddings(), store=store), [docs], record, chunk_size=CHUNK_SIZE, chunk_overlap=0
-    )
+    spec = SyncSpec(paths=[docs], chunk_size=CHUNK_SIZE, chunk_overlap=0)
+    report = sync_files(FusionIndex(HashingEmbeddings(), store=store), spec, record)
     assert report.chunks_embedded == ROWS
     store.write_info({SYNC_INFO_KEY: record})
     return Built(location, docs)

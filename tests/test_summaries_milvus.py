@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,12 +30,10 @@ from langchain_fusion.stores.locations import parse_location
 from tests.helpers.cli import run_cli_json
 from tests.helpers.embeddings import HashingEmbeddings, fake_cli_embeddings
 from tests.helpers.fake_chat_models import RatingModel
-from tests.helpers.milvus import fresh_location
+from tests.helpers.milvus import fresh_location, skip_without_milvus
 from tests.helpers.paths import DATA, SAMPLE_QUERIES
 
-pytest.importorskip("pymilvus")
-if not os.environ.get("MILVUS_URI"):
-    pytest.importorskip("milvus_lite")
+skip_without_milvus()
 
 pytestmark = pytest.mark.milvus
 

@@ -20,11 +20,10 @@ from langchain_core.documents import Document
 from langchain_fusion import FusionError, FusionIndex
 from langchain_fusion import metadata as keys
 from tests.helpers.embeddings import HashingEmbeddings
+from tests.helpers.milvus import skip_without_milvus
 from tests.helpers.tenants import KEY, SCORE_KEYS, SETTINGS, corpus, queries, tenant_documents
 
-pytest.importorskip("pymilvus")
-if not os.environ.get("MILVUS_URI"):
-    pytest.importorskip("milvus_lite")
+skip_without_milvus()
 
 pytestmark = pytest.mark.milvus
 

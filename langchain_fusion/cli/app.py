@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import io
 import os
 import signal
@@ -30,13 +31,15 @@ from langchain_fusion.cli.wording import in_flags
 from langchain_fusion.errors import FusionError, redact
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``langchain-fusion`` command."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser of the ``langchain-fusion`` command.
+
+    Given the ``command`` about to run (``argv[0]``), only its flags are built (``query``, ``ask`` and
+    ``explain`` are built together): a run pays for one command's schema-generated flags, not for
+    every command's. Any other first argument (``--help``, ``--version``, a misspelt command) gets
+    every command, so that help and errors list them all.
+    """
     from langchain_fusion import __version__
-    from langchain_fusion.cli.eval_arguments import add_eval_parser
-    from langchain_fusion.cli.indexing import add_index_parser
-    from langchain_fusion.cli.search import add_search_parsers
-    from langchain_fusion.cli.serving import add_mcp_parser, add_serve_parser
 
     parser = argparse.ArgumentParser(
         prog="langchain-fusion",
@@ -44,14 +47,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    add_index_parser(commands)
-    add_search_parsers(commands)
-    add_eval_parser(commands)
-    add_serve_parser(commands)
-    add_mcp_parser(commands)
+    groups = _COMMAND_GROUPS.values() if command not in _COMMAND_GROUPS else [_COMMAND_GROUPS[command]]
+    for group in dict.fromkeys(groups):  # once each, in order
+        module, function = group.split(":")
+        getattr(importlib.import_module(f"langchain_fusion.cli.{module}"), function)(commands)
     for sub in commands.choices.values():
         add_store_flags(sub)
     return parser
+
+
+_COMMAND_GROUPS: dict[str, str] = {
+    "index": "indexing:add_index_parser",
+    "query": "search:add_search_parsers",
+    "ask": "search:add_search_parsers",
+    "explain": "search:add_search_parsers",
+    "eval": "eval_arguments:add_eval_parser",
+    "serve": "serving:add_serve_parser",
+    "mcp": "serving:add_mcp_parser",
+}
+"""Each command -> the function (module:name in :mod:`langchain_fusion.cli`) that registers it, in help order."""
 
 
 EXIT_INTERRUPTED = 130
@@ -80,8 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> int:
     """Parse ``argv`` and run its command; a user error is one line and :data:`EXIT_USER_ERROR`."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv[0] if argv else None).parse_args(argv)
     from langchain_fusion.cli.evaluate import run_eval
     from langchain_fusion.cli.indexing import run_index
     from langchain_fusion.cli.search import run_ask, run_explain, run_query

@@ -57,7 +57,9 @@ def add_index_parser(commands: Any) -> None:
         "the given paths have their chunks removed (--keep-missing keeps them). Ctrl-C saves the files done so far "
         "(a folder with page summaries keeps its previous index instead); run again to finish.",
     )
-    for name, field in IndexSpec.model_fields.items():
+    fields = IndexSpec.model_fields
+    for name in sorted(fields, key=lambda name: name != "location"):  # --out first, then the fields in order
+        field = fields[name]
         help_text = " ".join((field.description or "").split()).replace("%", "%%")
         if name == "paths":
             index.add_argument("paths", nargs="+", metavar="PATH", help=help_text)

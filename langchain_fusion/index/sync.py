@@ -12,7 +12,7 @@ holds (each file's sha256 and chunking, kept in the saved manifest's ``info``), 
 Work is done file by file and the record is updated after each file, so an interruption
 (Ctrl-C) leaves a consistent index whose record says exactly which files are done: save it,
 and a rerun resumes with the rest. A store that writes each change at once (Milvus) is also given
-each file's entry as soon as its chunks are written (``keep``), so even a killed run keeps what
+each file's entry as soon as its chunks are written (:meth:`SyncEvents.recorded`), so even a killed run keeps what
 it finished.
 """
 
@@ -27,10 +27,9 @@ from typing import Any
 from langchain_core.documents import Document
 
 from langchain_fusion import metadata as keys
-from langchain_fusion._checks import check_positive_int
 from langchain_fusion.index.fusion_index import FusionIndex
+from langchain_fusion.index.sync_spec import SyncSpec
 from langchain_fusion.ingest.loading import (
-    DEFAULT_MAX_FILE_CHARS,
     LoadResult,
     SkippedFile,
     SkippedFileWarning,
@@ -41,7 +40,6 @@ from langchain_fusion.ingest.loading import (
 )
 from langchain_fusion.models.embeddings import chunk_bound
 from langchain_fusion.phases import phase
-from langchain_fusion.progress import ProgressCallback
 from langchain_fusion.stores.base import IdsBySource
 from langchain_fusion.stores.local.checksums import sha256_file
 from langchain_fusion.stores.local.manifest import saved_index_reason
@@ -117,64 +115,79 @@ class SyncReport:
         )
 
 
+class SyncEvents:
+    """What a :func:`sync_files` run tells its caller as it goes. Every method here does nothing: subclass to listen.
+
+    The files to index are read and chunked first, then embedded, so both steps have a total.
+    """
+
+    batch_size: int | None = None
+    """Chunks embedded per call to the model (None: the index's own batch size); smaller calls report
+    :meth:`embedded` more often."""
+
+    def reading(self, files: int) -> None:
+        """``files`` new or changed files are about to be read and chunked (not called when there are none)."""
+
+    def read(self, source: str) -> None:
+        """One of them was read and chunked (or skipped: see :meth:`skipped`)."""
+
+    def embedding(self, chunks: int) -> None:
+        """``chunks`` chunks are about to be embedded (not called when there are none): load a model here."""
+
+    def embedded(self, chunks: int) -> None:
+        """``chunks`` more chunks were just embedded."""
+
+    def indexed(self, source: str) -> None:
+        """A file's chunks were written."""
+
+    def skipped(self, file: SkippedFile) -> None:
+        """A file that cannot be read (or yields too much text) was found; it is reported and left alone."""
+
+    def recorded(self, where: tuple[str, ...], value: Any) -> None:
+        """An entry of the file record changed (see :data:`Keep`).
+
+        A store that writes each change at once keeps the record beside the rows it has, so that even a killed
+        run keeps what it finished.
+        """
+
+
 def sync_files(
     index: FusionIndex,
-    paths: Sequence[str | Path],
+    spec: SyncSpec,
     record: dict[str, Any],
     *,
-    chunk_size: int,
-    chunk_overlap: int,
-    max_chunk_tokens: int | None = None,
-    keep_missing: bool = False,
     transform: Transform | None = None,
-    on_file: Callable[[str], None] | None = None,
-    on_skip: Callable[[SkippedFile], None] | None = None,
-    before_reading: Callable[[int], ProgressCallback | None] | None = None,
-    before_embedding: Callable[[int], None] | None = None,
-    progress: ProgressCallback | None = None,
-    batch_size: int | None = None,
-    max_file_chars: int = DEFAULT_MAX_FILE_CHARS,
-    keep: Keep | None = None,
-    tenant: str | None = None,
+    events: SyncEvents | None = None,
 ) -> SyncReport:
-    """Bring ``index`` in line with the files under ``paths``; ``record`` is updated in place.
+    """Bring ``index`` in line with the files of ``spec``; ``record`` is updated in place.
 
     ``record`` is the file record saved with the index (``{}`` for a new one): file -> its
     sha256, and the chunking that made the chunks. Chunks are also bounded in the model's tokens:
-    ``max_chunk_tokens`` of them, or by default the model's own window when it declares one (see
+    ``spec.max_chunk_tokens`` of them, or by default the model's own window when it declares one (see
     :func:`~langchain_fusion.models.embeddings.chunk_bound` and
-    :func:`~langchain_fusion.ingest.loading.split_documents`).
+    :func:`~langchain_fusion.ingest.loading.split_documents`). ``transform`` is given the chunks
+    of the files about to be embedded (see :data:`Transform`); ``events`` is told what happens as
+    it happens (see :class:`SyncEvents`). A file yielding more than ``spec.max_file_chars``
+    characters is skipped (reported). A ``KeyboardInterrupt`` stops the run after the last
+    all-or-nothing update of files (see :data:`GROUP_CHUNKS`; while reading: before any change),
+    with ``report.interrupted`` set.
 
-    The files to index are read and chunked first, then embedded file by file, so both steps
-    have a total: ``before_reading`` is called with the number of files to read (it may return a
-    callback, called with 1 as each is read), ``before_embedding`` once with the number of chunks
-    to embed, before the first is (to load a model only when there is work), ``progress`` with the
-    number of chunks just embedded, ``on_file`` after each file is indexed, ``on_skip`` for each
-    unreadable file as it is found. A file yielding more than ``max_file_chars`` characters is
-    skipped (reported). ``keep`` is given each entry of the record as it changes (see :data:`Keep`):
-    a store that writes as it goes keeps the record beside the rows it has. A ``KeyboardInterrupt``
-    stops the run after the last all-or-nothing update of files (see :data:`GROUP_CHUNKS`; while
-    reading: before any change), with ``report.interrupted`` set.
-
-    ``tenant`` (a tenant-keyed index): the files are that tenant's; its chunks get
+    ``spec.tenant`` (a tenant-keyed index): the files are that tenant's; its chunks get
     ``metadata[tenant_key] = tenant``, and only its chunks are compared, replaced and removed
     (``record`` is then that tenant's record).
     """
-    chunking = {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap}
-    if max_chunk_tokens is not None:
-        check_positive_int(max_chunk_tokens, "max_chunk_tokens")
-    bound = chunk_bound(index.embeddings, max_chunk_tokens)
+    events = events if events is not None else SyncEvents()
+    chunking = {"chunk_size": spec.chunk_size, "chunk_overlap": spec.chunk_overlap}
+    bound = chunk_bound(index.embeddings, spec.max_chunk_tokens)
     if bound is not None:  # recorded only when there is one, so records of models that declare nothing still match
         chunking["max_tokens"] = bound[0]
-    run = _Sync(index, record, chunking, transform, on_skip, progress, batch_size, tenant)
-    run.count_tokens = bound[1] if bound is not None else None
-    run.keep = keep
-    if keep is not None and record.get("chunking") is None:
+    if record.get("chunking") is None:
         # A record that had none is new: its files are chunked this way (a changed chunking is kept at the
         # end only, so a run killed halfway redoes every file rather than skip those chunked the old way).
-        keep(("chunking",), chunking)
-    run.max_file_chars = check_positive_int(max_file_chars, "max_file_chars")
-    listed = find_files(paths, skip_folder=saved_index_reason)
+        events.recorded(("chunking",), chunking)
+    run = _Sync(index, spec, record, chunking, transform, events)
+    run.count_tokens = bound[1] if bound is not None else None
+    listed = find_files(spec.paths, skip_folder=saved_index_reason)
     found = listed.files
     for skipped in listed.skipped:
         run.skip(skipped)
@@ -189,25 +202,24 @@ def sync_files(
             run.skip(SkippedFile(source, f"cannot be read: {exc.strerror or exc}"))
     todo = [source for source, sha in current.items() if not run.unchanged(source, sha)]
     try:
-        read_one = before_reading(len(todo)) if before_reading is not None and todo else None
+        if todo:
+            events.reading(len(todo))
         ready: list[_File] = []
         for source in todo:
             file = run.read(source, files[source], current[source])
             if file is not None:
                 ready.append(file)
-            if read_one is not None:
-                read_one(1)
+            events.read(source)
         total = sum(len(file.chunks) for file in ready)
-        if total and before_embedding is not None:
-            before_embedding(total)
+        if total:
+            events.embedding(total)
         for group in _groups(ready, GROUP_CHUNKS):
             run.update(group)
-            if on_file is not None:
-                for file in group:
-                    on_file(file.source)
-        if not keep_missing:
+            for file in group:
+                events.indexed(file.source)
+        if not spec.keep_missing:
             for source in sorted(set(run.indexed) - set(current)):
-                if _under(source, paths):
+                if _under(source, spec.paths):
                     run.remove(source)
     except KeyboardInterrupt:
         run.report.interrupted = True
@@ -220,33 +232,27 @@ class _Sync:
     def __init__(
         self,
         index: FusionIndex,
+        spec: SyncSpec,
         record: dict[str, Any],
         chunking: dict[str, int],
         transform: Transform | None,
-        on_skip: Callable[[SkippedFile], None] | None,
-        progress: ProgressCallback | None,
-        batch_size: int | None,
-        tenant: str | None,
+        events: SyncEvents,
     ) -> None:
-        self.index, self.report, self.tenant = index, SyncReport(), tenant
+        self.index, self.report, self.tenant = index, SyncReport(), spec.tenant
+        self.max_file_chars = spec.max_file_chars
+        """Files yielding more characters are skipped."""
         self.chunking = chunking
         self.count_tokens: Callable[[Sequence[str]], list[int]] | None = None
         """The model's token counter, when chunks are bounded in its tokens."""
-        self.transform, self.on_skip = transform, on_skip
-        self.progress, self.batch_size = progress, batch_size
+        self.transform, self.events = transform, events
         self.rechunk = record.get("chunking") not in (None, chunking)
         record["chunking"] = chunking
         self.files: dict[str, Any] = record.setdefault("by_path", {})
-        self.indexed = chunk_ids_by_source(index, tenant)
-        self.max_file_chars = DEFAULT_MAX_FILE_CHARS
-        """Files yielding more characters are skipped."""
-        self.keep: Keep | None = None
-        """Given each entry of the record as it changes."""
+        self.indexed = chunk_ids_by_source(index, spec.tenant)
 
     def skip(self, skipped: SkippedFile) -> None:
         self.report.skipped.append(skipped)
-        if self.on_skip is not None:
-            self.on_skip(skipped)
+        self.events.skipped(skipped)
 
     def unchanged(self, source: str, sha: str) -> bool:
         same = not self.rechunk and source in self.indexed and self.files.get(source, {}).get("sha256") == sha
@@ -286,7 +292,7 @@ class _Sync:
             chunks_of.append(self._tenants(chunks))
         every = [chunk for chunks in chunks_of for chunk in chunks]
         if every:
-            self.index.add_documents(every, progress=self.progress, batch_size=self.batch_size)
+            self.index.add_documents(every, progress=self.events.embedded, batch_size=self.events.batch_size)
             self.report.chunks_embedded += len(every)
         for file, chunks in zip(group, chunks_of, strict=True):
             source = file.source
@@ -295,8 +301,7 @@ class _Sync:
             if stale:
                 self.report.chunks_removed += self._delete(stale)
             self.files[source] = {"sha256": file.sha256, "chunks": len(chunks)}
-            if self.keep is not None:
-                self.keep(("by_path", source), self.files[source])
+            self.events.recorded(("by_path", source), self.files[source])
             (self.report.files_updated if source in self.indexed else self.report.files_added).append(source)
             self.indexed[source] = {chunk.id or "" for chunk in chunks}
 
@@ -317,8 +322,7 @@ class _Sync:
         """Delete the chunks of a file that is gone."""
         self.report.chunks_removed += self._delete(sorted(self.indexed.pop(source)))
         self.files.pop(source, None)
-        if self.keep is not None:
-            self.keep(("by_path", source), None)
+        self.events.recorded(("by_path", source), None)
         self.report.files_removed.append(source)
 
 

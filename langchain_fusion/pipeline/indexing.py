@@ -38,14 +38,13 @@ from langchain_fusion.index.hierarchical import (
     summarize_pages,
 )
 from langchain_fusion.index.opening import hierarchical_folder, keeps_summaries, open_for_update
-from langchain_fusion.index.sync import SYNC_INFO_KEY, Keep, SyncReport, sync_files
+from langchain_fusion.index.sync import SYNC_INFO_KEY, Keep, SyncEvents, SyncReport, sync_files
 from langchain_fusion.ingest.loading import SkippedFile, unsupported_note
 from langchain_fusion.models import embeddings as models
 from langchain_fusion.models.call_reports import LLMReport
 from langchain_fusion.models.embeddings import LocalEmbeddings, bundled_model_of
 from langchain_fusion.phases import phase
 from langchain_fusion.pipeline.index_spec import IndexSpec
-from langchain_fusion.progress import ProgressCallback
 from langchain_fusion.search.relevance import saved_model
 from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.registry import NewStoreOptions, StoreEngine, SummaryStores, engine_for
@@ -339,6 +338,49 @@ class _Target:
         return lambda path, value: write((SYNC_INFO_KEY, *within, *path), value)
 
 
+class _SyncBars(SyncEvents):
+    """A run's sync events on its :class:`IndexProgress`: a bar for reading, one for embedding, problems noted."""
+
+    batch_size = EMBEDDING_BATCH
+
+    def __init__(self, progress: IndexProgress, embeddings: Any, keep: Keep | None) -> None:
+        self.progress, self.embeddings, self.keep = progress, embeddings, keep
+        self.bars: dict[str, ProgressBar] = {}
+
+    def reading(self, files: int) -> None:
+        self.bars["read"] = self.progress.bar(files, "reading files", "file")
+
+    def read(self, source: str) -> None:
+        self.bars["read"].update(1)
+
+    def embedding(self, chunks: int) -> None:
+        if "read" in self.bars:
+            self.bars.pop("read").close()
+        if isinstance(self.embeddings, LocalEmbeddings):  # loaded only when some file needs it
+            self.progress.status("loading the bundled embedding model...")
+            self.embeddings.load_model()
+        self.bars["embed"] = self.progress.bar(chunks, "embedding chunks", "chunk")
+
+    def embedded(self, chunks: int) -> None:
+        self.bars["embed"].update(chunks)
+
+    def indexed(self, source: str) -> None:
+        if "embed" in self.bars:
+            self.bars["embed"].set_postfix_str(Path(source).name, refresh=False)
+
+    def skipped(self, file: SkippedFile) -> None:
+        self.progress.problem(f"skipped {file.path}: {file.reason}")
+
+    def recorded(self, where: tuple[str, ...], value: Any) -> None:
+        if self.keep is not None:
+            self.keep(where, value)
+
+    def close(self) -> None:
+        """Close the bars still open."""
+        for bar in self.bars.values():
+            bar.close()
+
+
 class _Run:
     """One run of :func:`build_index` on an opened index, under the update lock."""
 
@@ -384,55 +426,14 @@ class _Run:
 
     def _sync(self, index: FusionIndex, record: dict[str, Any], within: tuple[str, ...]) -> SyncReport:
         """Bring the index in line with the files (progress, skips and enrichment reported as they happen)."""
-        spec, progress = self.spec, self.progress
-        embeddings = index.embeddings
-        bars: dict[str, ProgressBar] = {}
-
-        def start_reading(files: int) -> ProgressCallback:
-            bars["read"] = progress.bar(files, "reading files", "file")
-            return bars["read"].update
-
-        def start_embedding(
-            chunks: int,
-        ) -> None:  # only when some file needs it: a rerun with nothing new loads no model
-            if "read" in bars:
-                bars.pop("read").close()
-            if isinstance(embeddings, LocalEmbeddings):
-                progress.status("loading the bundled embedding model...")
-                embeddings.load_model()
-            bars["embed"] = progress.bar(chunks, "embedding chunks", "chunk")
-
-        def show_file(source: str) -> None:
-            if "embed" in bars:
-                bars["embed"].set_postfix_str(Path(source).name, refresh=False)
-
-        def skipped(file: SkippedFile) -> None:
-            progress.problem(f"skipped {file.path}: {file.reason}")
-
+        events = _SyncBars(self.progress, index.embeddings, self.target.keeper(index, within))
         try:
             with _quiet_logger("langchain_fusion.models.embeddings"):  # the report says it once
                 return sync_files(
-                    index,
-                    spec.paths,
-                    record,
-                    chunk_size=spec.chunk_size,
-                    chunk_overlap=spec.chunk_overlap,
-                    max_chunk_tokens=spec.max_chunk_tokens,
-                    keep_missing=spec.keep_missing,
-                    transform=self._enrich if spec.contextual else None,
-                    on_file=show_file,
-                    on_skip=skipped,
-                    before_reading=start_reading,
-                    before_embedding=start_embedding,
-                    progress=lambda n: bars["embed"].update(n),
-                    batch_size=EMBEDDING_BATCH,
-                    max_file_chars=spec.max_file_chars,
-                    keep=self.target.keeper(index, within),
-                    tenant=spec.tenant,
+                    index, self.spec, record, transform=self._enrich if self.spec.contextual else None, events=events
                 )
         finally:
-            for bar in bars.values():
-                bar.close()
+            events.close()
 
     def _enrich(self, chunks: list[Document], pages: list[Document]) -> list[Document]:
         """Contextual enrichment of one file's chunks; failures are noted, the chunks indexed without context."""

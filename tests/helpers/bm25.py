@@ -38,10 +38,13 @@ def weights_for(
 ) -> QueryWeights:
     """Query weights under the statistics of the (live) rows."""
     alive = np.ones(len(docs), dtype=bool) if live is None else live
-    frequency = np.zeros(max(int(d.max()) for d in docs if d.size) + 1, dtype=np.int64)
-    for doc, keep in zip(docs, alive, strict=True):
-        if keep:
-            frequency[np.unique(doc)] += 1
+    sizes = np.array([d.size for d in docs], dtype=np.int64)
+    terms = np.concatenate(docs)
+    rows = np.repeat(np.arange(len(docs)), sizes)
+    width = int(terms.max()) + 1
+    kept = alive[rows]
+    distinct = np.unique(rows[kept] * width + terms[kept])  # each (row, term) once: a row counts once per term
+    frequency = np.bincount(distinct % width, minlength=width)
     lengths = np.array([d.size for d in docs], dtype=np.float32)
     average = float(lengths[alive].mean()) or 1.0
     return QueryWeights(params, query, frequency, int(alive.sum()), lengths / np.float32(average))

@@ -1,62 +1,35 @@
-"""Deterministic fake embeddings (no model, no network), and the CLI switched over to them."""
+"""Deterministic fake embeddings (no model, no network), and the CLI switched over to them.
+
+:class:`HashingEmbeddings` is the library's own (:mod:`langchain_fusion.testing`); the variants here declare
+scripts or carry no signal for some, as models do.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import hashlib
-import re
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import numpy as np
 import pytest
 import regex
-from langchain_core.embeddings import Embeddings
 
 from langchain_fusion.models import embeddings as embedding_models
 from langchain_fusion.models.probe_texts import PROBES
+from langchain_fusion.testing.embeddings import HashingEmbeddings, word_vector
 
-_WORD = re.compile(r"\w+")
+__all__ = [
+    "CJK_SCRIPTS",
+    "FAKE_DIMENSION",
+    "FAKE_ID",
+    "EnglishOnlyEmbeddings",
+    "HashingEmbeddings",
+    "ScriptBlindEmbeddings",
+    "fake_cli_embeddings",
+    "word_vector",
+]
+
 _LETTER = regex.compile(r"\p{L}")
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def word_vector(model: str, size: int, word: str) -> np.ndarray:
-    """The fixed random vector of ``word`` (seeded by a hash of the model and the word), read-only.
-
-    Kept: seeding a generator per word was a fifth of the CPU of the tests that embed many texts.
-    """
-    seed = int.from_bytes(hashlib.sha256(f"{model}:{word}".encode()).digest()[:8], "little")
-    vector = np.random.default_rng(seed).standard_normal(size)
-    vector.flags.writeable = False
-    return vector
-
-
-class HashingEmbeddings(Embeddings):
-    """Deterministic bag-of-words embeddings: each lowercased word adds a fixed random vector.
-
-    Texts that share words get similar vectors, so retrieval results are meaningful, and the
-    same text always gives the same vector (no model, no network).
-    """
-
-    def __init__(self, size: int = 64, model: str = "hashing-v1") -> None:
-        self.size = size
-        self.model = model
-
-    def _embed(self, text: str) -> list[float]:
-        vector = np.zeros(self.size)
-        for word in _WORD.findall(text.lower()):
-            vector += word_vector(self.model, self.size, word)
-        if not vector.any():
-            vector[0] = 1.0
-        return (vector / np.linalg.norm(vector)).tolist()
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return [self._embed(t) for t in texts]
-
-    def embed_query(self, text: str) -> list[float]:
-        return self._embed(text)
 
 
 class EnglishOnlyEmbeddings(HashingEmbeddings):

@@ -1,230 +1,43 @@
-"""The store contract: one reusable suite that every FusionStore must pass.
+"""The store contract: one reusable pytest suite that every :class:`~langchain_fusion.stores.base.FusionStore` passes.
 
-Subclass :class:`StoreContract` in a test module and implement ``make_store`` (a new, empty
-store with the given analyzer and BM25 parameters). The suite builds a ``FusionIndex`` over the
-store and checks, against a brute-force reference written here in plain Python and NumPy:
-fused results (every method, several alphas, ``fetch_k`` bounded and None), filters, upserts,
-deletes, score provenance, and that any sequence of adds and deletes gives the same results as
-a fresh build over the same documents.
+Subclass :class:`StoreContract` in a test module and implement :meth:`~StoreContract.make_store`
+(a new, empty store with the given analyzer and BM25 parameters); pytest collects the subclass's
+tests (name it ``Test...``). The suite builds a :class:`~langchain_fusion.FusionIndex` over the
+store and checks, against a brute-force reference (:class:`~langchain_fusion.testing.reference.Reference`):
+fused results (every method, several alphas, ``fetch_k`` bounded and None), relevance floors,
+diversity, duplicates, filters, upserts, deletes, score provenance, ``explain``, and that any
+sequence of adds and deletes gives the same results as a fresh build over the same documents.
+langchain-fusion's own stores (in process and Milvus) pass it in its test suite.
 """
 
 from __future__ import annotations
 
-import math
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pytest
 from langchain_core.documents import Document
 
-from langchain_fusion import Analyzer, BM25Params, FusionIndex, InvalidParameterError
 from langchain_fusion import metadata as keys
+from langchain_fusion.errors import InvalidParameterError
+from langchain_fusion.index.fusion_index import FusionIndex
+from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.base import FusionStore, Where
 from langchain_fusion.stores.local.store import LocalStore
-from tests.helpers.embeddings import HashingEmbeddings
+from langchain_fusion.stores.settings import BM25Params
+from langchain_fusion.testing.embeddings import HashingEmbeddings
+from langchain_fusion.testing.reference import WORDS, Language, Reference, assert_same, corpus, results
 
 ALPHAS = [0.0, 0.3, 0.5, 0.8, 1.0]
-
-
-@dataclass(frozen=True)
-class Language:
-    """The words documents are written in, how they are joined, and the queries asked of them."""
-
-    vocabulary: list[str]
-    """Words, most frequent first (drawn from a Zipf distribution)."""
-    queries: list[str]
-    """Queries the suite asks (one of them matches nothing)."""
-    separator: str = " "
-    """What joins words: a space, or nothing for scripts written without spaces."""
-
-
-WORDS = Language(
-    vocabulary=[f"w{i}" for i in range(50)],
-    queries=["w0 w3", "w7", "w1 w1 w12 w30", "w49 w48", "nothing known here", "w2 w5 w9 w11"],
-)
-"""Plain space-separated words: one token each."""
-
-CJK = Language(
-    vocabulary=[
-        "の",
-        "は",
-        "東京",
-        "日本",
-        "首都",
-        "が",
-        "を",
-        "电池",
-        "洪水",
-        "中",
-        "完好",
-        "无损",
-        "机架",
-        "安装",
-        "高处",
-        "検索",
-        "データ",
-        "서울",
-        "무사히",
-        "도착",
-        "getLogger",
-        "get_logger",
-        "KV-3300",
-        "KV3300",
-        "HTTPStatus",
-        "http_status",
-        "它们",
-        "因为",
-        "被",
-        "上",
-        "文書",
-        "全文",
-        "索引",
-        "形態素",
-        "ひらがな",
-        "カタカナ",
-        "漢字",
-        "简体",
-        "繁體",
-        "한국어",
-        "문장",
-        "v2",
-        "GC-9",
-        "富士山",
-        "大阪",
-        "北京",
-        "上海",
-        "深圳",
-        "인천",
-    ],
-    queries=["東京の首都", "电池", "get logger", "KV3300データ検索", "nothing known here", "서울 무사히"],
-    separator="",
-)
-"""Chinese, Japanese and Korean written without spaces, with identifiers in several styles among them:
-every token comes from the default analyzer's bigrams and identifier splits."""
-
-
-def corpus(seed: int, size: int, prefix: str = "d", language: Language = WORDS) -> list[Document]:
-    """Random documents over a Zipf vocabulary, with a bucket and a source for filters."""
-    rng = np.random.default_rng(seed)
-    weights = 1.0 / np.arange(1, len(language.vocabulary) + 1)
-    weights /= weights.sum()
-    docs = []
-    for i in range(size):
-        words = rng.choice(language.vocabulary, size=int(rng.integers(3, 30)), p=weights)
-        docs.append(
-            Document(
-                id=f"{prefix}{seed}-{i}",
-                page_content=language.separator.join(words),
-                metadata={"bucket": int(i % 3), "source": f"s{i % 5}.txt", "chunk_index": i // 5},
-            )
-        )
-    return docs
-
-
-class Reference:
-    """Brute-force fused search over a list of documents (the live rows in row order)."""
-
-    def __init__(self, docs: list[Document], embeddings: HashingEmbeddings, params: BM25Params) -> None:
-        self.docs = docs
-        self.analyzer = Analyzer()
-        self.params = params
-        self.tokens = [self.analyzer.tokenize(d.page_content) for d in docs]
-        vectors = np.array(embeddings.embed_documents([d.page_content for d in docs]), dtype=np.float64)
-        self.vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-        self.embeddings = embeddings
-
-    def bm25(self, query: str) -> np.ndarray:
-        n = len(self.tokens)
-        avg = sum(map(len, self.tokens)) / n
-        df = Counter(t for doc in self.tokens for t in set(doc))
-        k1, b = self.params.k1, self.params.b
-        scores = []
-        for doc in self.tokens:
-            tf = Counter(doc)
-            scores.append(
-                sum(
-                    math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5))
-                    * tf[t]
-                    / (tf[t] + k1 * (1 - b + b * len(doc) / avg))
-                    for t in self.analyzer.tokenize(query)
-                    if tf[t]
-                )
-            )
-        return np.array(scores)
-
-    def cosine(self, query: str) -> np.ndarray:
-        q = np.array(self.embeddings.embed_query(query))
-        return np.asarray(self.vectors @ (q / np.linalg.norm(q)))
-
-    def search(
-        self, query: str, *, k: int, alpha: float, method: str, allowed: np.ndarray | None = None
-    ) -> list[tuple[str, float]]:
-        """Whole-corpus fusion among allowed rows (the ``fetch_k=None`` semantics)."""
-        cosine, bm25 = self.cosine(query), self.bm25(query)
-        rows = np.arange(len(self.docs)) if allowed is None else np.flatnonzero(allowed)
-        if alpha == 0:
-            rows = rows[bm25[rows] > 0]
-        if rows.size == 0:
-            return []
-        v, s = cosine[rows], bm25[rows]
-        if method == "weighted":
-            vn, bn = _min_max(v), _min_max(s)
-        elif method == "zscore":
-            vn, bn = _z(v), _z(s)
-        else:
-            vr, br = _ranks(v), _ranks(s)
-            vn = 1.0 / (60 + vr)
-            bn = np.where(s > 0, 1.0 / (60 + br), 0.0)
-        fused = alpha * vn + (1 - alpha) * bn
-        heavier = v if alpha >= 0.5 else s
-        order = np.lexsort((rows, -heavier, -fused))[:k]
-        return [(self.docs[rows[i]].id or "", float(fused[i])) for i in order]
-
-
-def _min_max(x: np.ndarray) -> np.ndarray:
-    lo, hi = x.min(), x.max()
-    return (x - lo) / (hi - lo) if hi > lo else np.full_like(x, 1.0 if hi > 0 else 0.0)
-
-
-def _z(x: np.ndarray) -> np.ndarray:
-    sd = x.std()
-    return (x - x.mean()) / sd if sd > 0 else np.zeros_like(x)
-
-
-def _ranks(x: np.ndarray) -> np.ndarray:
-    """1 + the number of scores above (tied scores share a rank); BM25 ranks count matching rows only."""
-    valid = x > 0
-    above = np.array([np.count_nonzero(x > v) for v in x], dtype=np.float64)
-    above_matched = np.array([np.count_nonzero(x[valid] > v) for v in x], dtype=np.float64)
-    return 1 + (np.where(valid, above_matched, above) if (~valid).any() else above)
-
-
-def results(index: FusionIndex, query: str, **options: Any) -> list[tuple[str, float]]:
-    """(id, fused score) of a fused search."""
-    docs = index.as_retriever(**options).invoke(query)
-    return [(d.id or "", d.metadata[keys.FUSION_SCORE]) for d in docs]
-
-
-def assert_same(got: list[tuple[str, float]], expected: list[tuple[str, float]], tolerance: float = 1e-5) -> None:
-    """Same ids and fused scores, in order; documents with exactly equal scores may come in either order.
-
-    Ties (within float noise) are broken by row key, which is insertion order in process and first-sight order
-    on a remote store, so only their order may differ (the scores may not).
-    """
-    assert len(got) == len(expected)
-    np.testing.assert_allclose([s for _, s in got], [s for _, s in expected], atol=tolerance)
-    for position, ((got_id, score), (expected_id, _)) in enumerate(zip(got, expected, strict=True)):
-        if got_id != expected_id:
-            tied = [i for i, (_, other) in enumerate(expected) if abs(other - score) <= 1e-6]
-            assert tied and (position in tied or position == len(expected) - 1), (got, expected)
+"""The weights of the vector side the fused results are compared at."""
 
 
 class StoreContract:
-    """Every store passes these. Subclasses implement :meth:`make_store`."""
+    """Every store passes these. Subclasses implement :meth:`make_store` (and may set the class attributes below)."""
 
     params = BM25Params(k1=0.9, b=0.4)
+    """The BM25 parameters of the stores the suite makes."""
     whole_corpus: int | None = None
     """The fetch_k that scores every row (None in process; a store that refuses None sets a number > corpus)."""
 
@@ -232,13 +45,15 @@ class StoreContract:
     """What the documents and queries are written in (:data:`CJK` runs the suite on Chinese, Japanese and Korean)."""
 
     def make_store(self, analyzer: Analyzer, bm25_params: BM25Params) -> FusionStore:
-        raise NotImplementedError
+        """A new, empty store of the engine under test, analysing with ``analyzer`` and scoring with ``bm25_params``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement make_store")
 
     def corpus(self, seed: int, size: int, prefix: str = "d") -> list[Document]:
         """:func:`corpus` in the suite's :attr:`language`."""
         return corpus(seed, size, prefix, self.language)
 
     def new_index(self, docs: list[Document] | None = None) -> FusionIndex:
+        """A FusionIndex (fake embeddings) over a new store of :meth:`make_store`, holding ``docs``."""
         index = FusionIndex(HashingEmbeddings(), store=self.make_store(Analyzer(), self.params))
         if docs:
             index.add_documents(docs)
@@ -248,6 +63,7 @@ class StoreContract:
 
     @pytest.mark.parametrize("method", ["weighted", "zscore", "rrf"])
     def test_fused_results_equal_the_reference(self, method: str) -> None:
+        """Each fusion method, at every alpha, over the whole corpus and over a bounded pool holding every row."""
         docs = self.corpus(1, 90)
         index = self.new_index(docs)
         reference = Reference(docs, HashingEmbeddings(), self.params)
@@ -314,6 +130,7 @@ class StoreContract:
             ]
 
     def test_bounded_pool_scores_every_candidate_on_both_sides(self) -> None:
+        """A candidate found by one side carries its real score on the other side too, not 0."""
         docs = self.corpus(2, 120)
         index = self.new_index(docs)
         reference = Reference(docs, HashingEmbeddings(), self.params)
@@ -349,6 +166,7 @@ class StoreContract:
                     assert abs(score - expected[doc_id]) <= 1e-6, (query, fetch_k, doc_id)
 
     def test_provenance_on_every_result(self) -> None:
+        """Every result carries every score key, the fusion method and a fused score in [0, 1]."""
         index = self.new_index(self.corpus(3, 40))
         for doc in index.as_retriever(k=5).invoke("w1 w2"):
             for key in keys.SCORE_KEYS:
@@ -357,6 +175,7 @@ class StoreContract:
             assert 0.0 <= doc.metadata[keys.FUSION_SCORE] <= 1.0
 
     def test_results_are_copies(self) -> None:
+        """Changing a returned document changes nothing the next search returns."""
         index = self.new_index(self.corpus(4, 30))
         first = index.as_retriever(k=3).invoke("w1")
         first[0].metadata["changed"] = True
@@ -420,6 +239,7 @@ class StoreContract:
 
     @pytest.mark.parametrize("spec", [{"bucket": 1}, {"bucket": [0, 2]}, {"source": "s3.txt", "bucket": 0}])
     def test_filters_apply_before_ranking(self, spec: dict[str, Any]) -> None:
+        """A metadata filter selects the rows first: the best allowed rows, not the allowed among the best."""
         docs = self.corpus(5, 90)
         index = self.new_index(docs)
         reference = Reference(docs, HashingEmbeddings(), self.params)
@@ -460,25 +280,27 @@ class StoreContract:
             assert sorted(d.id or "" for d in found) == expected, value
 
     def test_a_filter_that_matches_nothing(self) -> None:
+        """No row matches: no results, no error."""
         index = self.new_index(self.corpus(6, 20))
         assert index.as_retriever(filter={"bucket": 99}).invoke("w1") == []
 
     # --- updates and deletes -------------------------------------------------------------------
 
     def test_any_sequence_of_adds_and_deletes_equals_a_fresh_build(self) -> None:
+        """Random adds and deletes, then every search equals that of an index built fresh from the live documents."""
         rng = np.random.default_rng(7)
         index = self.new_index(self.corpus(7, 60))
-        live = {d.id: d for d in self.corpus(7, 60)}
+        live = {d.id or "": d for d in self.corpus(7, 60)}
         for step in range(6):
             added = self.corpus(100 + step, int(rng.integers(1, 25)), prefix=f"a{step}-")
             index.add_documents(added)
-            live.update({d.id: d for d in added})
+            live.update({d.id or "": d for d in added})
             victims = list(rng.choice(sorted(live), size=int(rng.integers(1, 15)), replace=False))
             assert index.remove(victims) == len(victims)
             for victim in victims:
                 del live[victim]
         fresh = self.new_index(list(index.documents))
-        assert sorted(d.id for d in index.documents) == sorted(live)
+        assert sorted(d.id or "" for d in index.documents) == sorted(live)
         for query in self.language.queries:
             for alpha in (0.0, 0.5, 1.0):
                 for fetch_k in (100, self.whole_corpus):
@@ -488,6 +310,7 @@ class StoreContract:
                     )
 
     def test_upsert_replaces_a_document(self) -> None:
+        """An upsert replaces the text, metadata and both sides' rows of an id, as a fresh build would hold them."""
         docs = self.corpus(8, 30)
         index = self.new_index(docs)
         changed = Document(id=docs[4].id, page_content="zebra zebra w1", metadata={"bucket": 9})
@@ -506,6 +329,7 @@ class StoreContract:
             )
 
     def test_deleted_documents_are_gone_everywhere(self) -> None:
+        """Deleted ids are found by no lookup and no search, on either side, with any pool."""
         docs = self.corpus(9, 40)
         index = self.new_index(docs)
         victims = [d.id or "" for d in docs[::4]]
@@ -549,6 +373,7 @@ class StoreContract:
         assert len(index) == 5 and not index.get_by_ids(["fine"])  # all or nothing
 
     def test_delete_everything_then_add(self) -> None:
+        """A store emptied by deletes searches as an empty one, and takes new documents."""
         docs = self.corpus(10, 12)
         index = self.new_index(docs)
         index.delete([d.id or "" for d in docs])
@@ -557,12 +382,14 @@ class StoreContract:
         assert len(index) == 5 and index.as_retriever(k=2).invoke("w1")
 
     def test_delete_of_unknown_ids_removes_nothing(self) -> None:
+        """Unknown ids are ignored (LangChain's contract) and counted as not deleted."""
         docs = self.corpus(12, 10)
         index = self.new_index(docs)
         assert index.store.delete(["nope", "also-nope"]) == 0
         assert len(index) == 10
 
     def test_empty_store(self) -> None:
+        """A new store holds nothing and finds nothing."""
         index = self.new_index()
         assert len(index) == 0
         assert index.as_retriever().invoke("w1") == []
