@@ -383,6 +383,9 @@ class Analyzer(BaseModel):
         """
         if not self._plain_bigrams:
             return tuple(token for piece in self.pieces(run) for token in self.piece_tokens(piece, language))
+        if run.isascii() and run.isalpha() and run.islower():  # a plain word is its own plan: (run,)
+            token = self._language_word(run, language)
+            return () if token is None else (token,)
         plan = self._plans[run] if self._memos else self._run_plan(run)  # kept once a language is detected
         return _planned(plan, lambda word: self._language_word(word, language))
 
