@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import operator
 import re
+import sys
 import unicodedata
 from collections.abc import Callable, Sequence
 from functools import cached_property
@@ -197,11 +198,7 @@ class Analyzer(BaseModel):
 
     @cached_property
     def _stem_word(self) -> Any:
-        if self.stemmer is None:
-            return None
-        import Stemmer
-
-        return Stemmer.Stemmer(self.stemmer).stemWord
+        return None if self.stemmer is None else self._stem_in(self.stemmer)
 
     @cached_property
     def _configured_scripts(self) -> tuple[str, ...]:
@@ -228,7 +225,9 @@ class Analyzer(BaseModel):
         if stem is None:
             import Stemmer
 
-            stem = self._stemmers[language] = Stemmer.Stemmer(language).stemWord
+            # No cache of PyStemmer's own (size 0): the memos present each word to it once, and its cache then
+            # costs more than it saves (purges of its 10,000 words took most of the time of a word's analysis).
+            stem = self._stemmers[language] = Stemmer.Stemmer(language, 0).stemWord
         return stem
 
     def _stopwords_in(self, language: str) -> frozenset[str]:
@@ -311,10 +310,7 @@ class Analyzer(BaseModel):
 
     def _normalize_in(self, word: str, language: Language) -> str | None:
         """The token of a word of ``language``'s script (None: a stopword or too short)."""
-        _, stopwords, stem = self._rules(language)
-        if len(word) < self.min_token_length or word in stopwords:
-            return None
-        return stem(word) if stem is not None else word
+        return _normalized(word, self._rules(language), self.min_token_length)
 
     def _language_word(self, word: str, language: Language | None = None) -> str | None:
         """The token of a word (None: dropped).
@@ -385,7 +381,7 @@ class Analyzer(BaseModel):
             return tuple(token for piece in self.pieces(run) for token in self.piece_tokens(piece, language))
         if run.isascii() and run.isalpha() and run.islower():  # a plain word is its own plan: (run,)
             token = self._language_word(run, language)
-            return () if token is None else (token,)
+            return () if token is None else (sys.intern(token),)
         plan = self._plans[run] if self._memos else self._run_plan(run)  # kept once a language is detected
         return _planned(plan, lambda word: self._language_word(word, language))
 
@@ -441,12 +437,31 @@ class Analyzer(BaseModel):
         memo = self._memos.get(detected)
         if memo is None:
             if detected.sure:
-                memo = WordMemo(lambda unit: self._run_tokens(unit, detected.language))
+                memo = WordMemo(self._unit_analysis(detected.language))
             else:  # both analyses: the detected language's tokens, then those it lacks of the script's language's
                 sure = self._memo_for(detected._replace(sure=True))
                 memo = WordMemo(lambda unit: _both(sure[unit], self._memo[unit]))
             self._memos[detected] = memo
         return memo
+
+    def _unit_analysis(self, language: Language) -> Callable[[str], tuple[str, ...]]:
+        """:meth:`_run_tokens` in ``language``, made for many units.
+
+        A plain lower-case ASCII word of a Latin-script language (the most frequent unit, met once in each
+        language a corpus's texts are detected in) is analysed at once, without the plan.
+        """
+        overridden = type(self)._normalize_in is not Analyzer._normalize_in
+        if not self._plain_bigrams or overridden or "Latin" not in language.scripts:
+            return lambda unit: self._run_tokens(unit, language)
+        rules, min_length, run_tokens = self._rules(language), self.min_token_length, self._run_tokens
+
+        def analysed(unit: str) -> tuple[str, ...]:
+            if unit.isascii() and unit.isalpha() and unit.islower():  # written in Latin: its plan is (unit,)
+                token = _normalized(unit, rules, min_length)
+                return () if token is None else (sys.intern(token),)
+            return run_tokens(unit, language)
+
+        return analysed
 
     def units(self, text: str) -> list[str]:
         """The units of ``text`` that :meth:`unit_tokens` maps to tokens.
@@ -497,6 +512,13 @@ class _Rules(NamedTuple):
     """The stemmer's ``stemWord`` (None when the analyzer's ``stemmer`` is None)."""
 
 
+def _normalized(word: str, rules: _Rules, min_length: int) -> str | None:
+    """The token of a word written in the language of ``rules`` (None: a stopword or too short)."""
+    if len(word) < min_length or word in rules.stopwords:
+        return None
+    return rules.stem(word) if rules.stem is not None else word
+
+
 Plan = tuple[str | tuple[str], ...]
 """A run's tokens before its language is known: a word (str) becomes its token in the text's language (or is
 dropped); a 1-tuple is a token as it is (a bigram of a plain run, or a whole identifier)."""
@@ -508,7 +530,7 @@ def _planned(plan: Sequence[str | tuple[str]], word: Callable[[str], str | None]
     for entry in plan:
         token = word(entry) if entry.__class__ is str else entry[0]
         if token is not None:
-            tokens.append(token)
+            tokens.append(sys.intern(token))
     return tuple(tokens)
 
 
