@@ -356,14 +356,14 @@ class Analyzer(BaseModel):
         """
         return _planned(self._piece_plan(piece), lambda word: self._language_word(word, language))
 
-    def _piece_plan(self, piece: str) -> list[str | tuple[str]]:
+    def _piece_plan(self, piece: str) -> list[str | tuple[str, ...]]:
         """What :meth:`piece_tokens` makes of a piece whatever its language (see :data:`Plan`)."""
         parts = [p for segment in _JOINERS.split(piece) for p in _PART.findall(segment)] if self.identifiers else []
         if not parts:
             parts = [piece]
         if self.lowercase:
             parts = [self._lower(p) for p in parts]
-        plan: list[str | tuple[str]] = list(parts)
+        plan: list[str | tuple[str, ...]] = list(parts)
         if len(parts) > 1:
             whole = "".join(parts)
             if len(whole) >= self.min_token_length:
@@ -393,11 +393,11 @@ class Analyzer(BaseModel):
         piece at a time (an unbroken run of millions of characters took tens of seconds). The result is
         the same, as a test checks against the per-piece rules (no stemmer's language is written in them).
         """
-        plan: list[str | tuple[str]] = []
+        plan: list[str | tuple[str, ...]] = []
         for unspaced, word in _PIECE.findall(run):
             if len(unspaced) > 1 and _PLAIN_BIGRAM_RUN.fullmatch(unspaced):
                 if self.min_token_length <= 2:
-                    plan.extend(zip(map(operator.add, unspaced, unspaced[1:])))
+                    plan.append(tuple(map(operator.add, unspaced, unspaced[1:])))
                 continue
             for piece in self.pieces(unspaced or word):
                 plan.extend(self._piece_plan(piece))
@@ -519,18 +519,25 @@ def _normalized(word: str, rules: _Rules, min_length: int) -> str | None:
     return rules.stem(word) if rules.stem is not None else word
 
 
-Plan = tuple[str | tuple[str], ...]
+Plan = tuple[str | tuple[str, ...], ...]
 """A run's tokens before its language is known: a word (str) becomes its token in the text's language (or is
-dropped); a 1-tuple is a token as it is (a bigram of a plain run, or a whole identifier)."""
+dropped); a tuple holds tokens as they are (the bigrams of a plain run, or a whole identifier)."""
 
 
-def _planned(plan: Sequence[str | tuple[str]], word: Callable[[str], str | None]) -> tuple[str, ...]:
-    """The tokens of ``plan`` with ``word`` giving each word's token (None: dropped)."""
-    tokens = []
+def _planned(plan: Sequence[str | tuple[str, ...]], word: Callable[[str], str | None]) -> tuple[str, ...]:
+    """The tokens of ``plan`` with ``word`` giving each word's token (None: dropped).
+
+    A word's token is interned (one string for each token, whichever language's analysis made it: the
+    vocabulary's look-ups then compare identities); bigrams are not (too many, each in one run).
+    """
+    tokens: list[str] = []
     for entry in plan:
-        token = word(entry) if entry.__class__ is str else entry[0]
-        if token is not None:
-            tokens.append(sys.intern(token))
+        if isinstance(entry, str):
+            token = word(entry)
+            if token is not None:
+                tokens.append(sys.intern(token))
+        else:
+            tokens.extend(entry)
     return tuple(tokens)
 
 
