@@ -67,9 +67,9 @@ def worker() -> None:
         else:
             for text in texts:  # every word analysed once: a query's words are mostly known
                 analyzer.tokenize(text)
-            remembered = getattr(languages, "_detect_sample", None)
-            if request["mode"] == "query" and remembered is not None:
-                remembered.cache_clear()  # a new query: its language not yet detected
+            forget = getattr(languages, "forget_detections", None)  # the baseline may remember nothing
+            if request["mode"] == "query" and forget is not None:
+                forget()  # a new query: its language not yet detected
             times = []
             for text in texts:
                 started = time.process_time()

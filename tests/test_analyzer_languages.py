@@ -224,8 +224,8 @@ class TestFastPaths:
                 return model.predict(text, k=k)
 
         monkeypatch.setattr(languages, "_detector", Counting())
-        languages._detect_sample.cache_clear()
+        languages.forget_detections()
         text = "Wann zerstörte die Flut den Mittelbogen der alten Brücke?"
         assert detect(text) == detect(text) == Detected(Language("german", "german"), True)
         assert len(calls) == 1
-        languages._detect_sample.cache_clear()  # nothing detected by the counting model stays
+        languages.forget_detections()  # nothing detected by the counting model stays

@@ -278,6 +278,11 @@ def _detect_sample(sample: str) -> Detected | None:
     return Detected(language, total >= MIN_CONFIDENCE and sample.count(" ") + 1 >= MIN_WORDS)
 
 
+def forget_detections() -> None:
+    """Forget the remembered detections: each sample is detected anew (benchmarks time a new text this way)."""
+    _detect_sample.cache_clear()
+
+
 def natural_words(sample: str) -> list[str]:
     """The words of letters in ``sample`` (what :data:`_NATURAL` finds), the way that costs least.
 
