@@ -30,10 +30,8 @@ import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
-from io import BytesIO
 from pathlib import Path
 from typing import IO, Any
 
@@ -78,16 +76,6 @@ def worker() -> None:
             digest = hashlib.sha256("\x00".join(t for text in texts for t in analyzer.tokenize(text)).encode())
             answer = {"seconds": statistics.median(times), "tokens": 0, "digest": digest.hexdigest()[:12]}
         print(json.dumps(answer), flush=True)
-
-
-def export_baseline(revision: str, folder: Path) -> Path:
-    """The package as of ``revision``, extracted under ``folder`` (git archive; nothing is built)."""
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", revision, "langchain_fusion"], check=True, capture_output=True
-    ).stdout
-    with tarfile.open(fileobj=BytesIO(archive)) as tar:
-        tar.extractall(folder, filter="data")
-    return folder
 
 
 def corpora(folder: Path, zipf_rows: int, scifact_docs: int) -> dict[str, tuple[str, Path]]:
@@ -177,6 +165,9 @@ def main() -> None:
     if args._worker:
         worker()
         return
+    sys.path.insert(0, str(HERE))
+    from updates import export_baseline  # benchmarks/ is not a package: found by the path above
+
     from tests.helpers.benchmark_runs import run_header
 
     header = run_header("benchmarks/analysis_speed.py")
