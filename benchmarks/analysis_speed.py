@@ -8,7 +8,8 @@ Two worker processes, one importing this checkout's ``langchain_fusion`` and one
 Each measurement is one fresh analyzer (nothing analysed yet) turning a whole corpus into term ids
 (``text_token_ids``, what a BM25 build does), once with ``languages="configured"`` (no detection: the
 reference) and once with the default ``languages="detected"``; ``--rounds`` rounds, medians of CPU time
-(``time.process_time``, so time spent waiting for a busy core is left out).
+(``time.process_time``, so time spent waiting for a busy core is left out). ``--build-rows`` adds whole BM25
+builds (``BM25Corpus``: the term ids and the index made from them) of that many zipf rows.
 
 Corpora: ``scale.py``'s synthetic ``zipf`` rows (made-up words of a 50,000-term Zipf vocabulary, issue 46's
 regression), the first SciFact abstracts (English), JSQuAD (ja) and CMRC (zh) passages, and the 800 passages of
@@ -54,7 +55,17 @@ def worker() -> None:
         if texts is None:
             texts = corpora[request["corpus"]] = json.loads(Path(request["path"]).read_text(encoding="utf-8"))
         analyzer = Analyzer(languages=request["kind"])
-        if request["mode"] == "index":
+        if request["mode"] == "build":  # the whole BM25 side: term ids, then the index built from them
+            from langchain_fusion.stores.local.bm25 import BM25Corpus
+            from langchain_fusion.stores.settings import BM25Params
+
+            started = time.process_time()
+            bm25 = BM25Corpus(texts, analyzer, BM25Params())
+            seconds = time.process_time() - started
+            digest = hashlib.sha256("\x00".join(bm25.vocabulary).encode()).hexdigest()[:12]
+            answer = {"seconds": seconds, "tokens": len(bm25.vocabulary), "digest": digest}
+            del bm25
+        elif request["mode"] == "index":
             started = time.process_time()
             vocabulary: dict[str, int] = {}
             ids, lengths = text_token_ids(analyzer, texts, vocabulary)
@@ -78,7 +89,7 @@ def worker() -> None:
         print(json.dumps(answer), flush=True)
 
 
-def corpora(folder: Path, zipf_rows: int, scifact_docs: int) -> dict[str, tuple[str, Path]]:
+def corpora(folder: Path, zipf_rows: int, scifact_docs: int, build_rows: int) -> dict[str, tuple[str, Path]]:
     """Each corpus's texts written as JSON under ``folder``: name -> (mode, path)."""
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(REPO))
@@ -97,6 +108,12 @@ def corpora(folder: Path, zipf_rows: int, scifact_docs: int) -> dict[str, tuple[
     make_zipf_corpus(zipf, zipf_rows, 8, 0, 10)
     rows = (zipf / "texts.txt").read_text(encoding="utf-8").splitlines()
     texts[f"zipf (synthetic words), {zipf_rows:,} rows"] = ("index", rows)
+    if build_rows:
+        built = folder / "built"
+        built.mkdir()
+        make_zipf_corpus(built, build_rows, 8, 0, 10)
+        rows = (built / "texts.txt").read_text(encoding="utf-8").splitlines()
+        texts[f"zipf, {build_rows:,} rows: whole BM25 build (`BM25Corpus`)"] = ("build", rows)
     scifact = SHARED / "scifact"
     if scifact.is_dir():
         from langchain_fusion.evaluation import load_beir
@@ -158,6 +175,9 @@ def main() -> None:
     )
     parser.add_argument("--zipf-rows", type=int, default=40_000, help="rows of the zipf corpus (default 40,000)")
     parser.add_argument("--scifact-docs", type=int, default=2_000, help="SciFact abstracts (default 2,000)")
+    parser.add_argument(
+        "--build-rows", type=int, default=0, help="also time whole BM25 builds of this many zipf rows (default none)"
+    )
     parser.add_argument("--rounds", type=int, default=5, help="measurements of each kind (default 5)")
     parser.add_argument("--only", default="", help="measure only the corpora whose name contains this text")
     parser.add_argument("--_worker", action="store_true", help=argparse.SUPPRESS)
@@ -186,7 +206,8 @@ def main() -> None:
         current += " with uncommitted changes"
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        sets = {k: v for k, v in corpora(folder, args.zipf_rows, args.scifact_docs).items() if args.only in k}
+        made = corpora(folder, args.zipf_rows, args.scifact_docs, args.build_rows)
+        sets = {name: corpus for name, corpus in made.items() if args.only in name}
         workers = {"baseline": Worker(export_baseline(args.baseline, folder / "baseline")), "current": Worker(REPO)}
         results: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
         started = time.perf_counter()
@@ -214,10 +235,11 @@ def main() -> None:
         medians = {}
         for implementation in workers:
             runs = {kind: results[(name, implementation, kind)] for kind in KINDS}
-            times = {kind: [r["seconds"] * (1 if mode == "index" else 1e6) for r in runs[kind]] for kind in KINDS}
+            scale = 1e6 if mode in ("query", "again") else 1
+            times = {kind: [r["seconds"] * scale for r in runs[kind]] for kind in KINDS}
             medians[implementation] = statistics.median(times["detected"])
             ratio = statistics.median(d / c for d, c in zip(times["detected"], times["configured"], strict=True))
-            fmt = "{:.2f}" if mode == "index" else "{:.0f}"
+            fmt = "{:.0f}" if mode in ("query", "again") else "{:.2f}"
             cells += [fmt.format(statistics.median(times[kind])) for kind in KINDS] + [f"{ratio:.2f}x"]
         cells.append(f"{medians['current'] / medians['baseline']:.2f}x")
         same = [
