@@ -20,7 +20,7 @@ FAST_TESTS = not local_model and not notebook and not milvus and not integration
 DEMO_INDEX ?= .demo-index
 DEMO_QUERY ?= Why did the batteries come through the flood without harm?
 
-.PHONY: demo test test-fast lint sample-calibration bench bench-scale bench-quality bench-quick bench-startup bench-updates bench-milvus bench-languages bench-unread bench-serve bench-tenants bench-ingest bench-int8 clean
+.PHONY: demo test test-fast lint sample-calibration bench bench-scale bench-quality bench-quick bench-startup bench-updates bench-milvus bench-languages bench-analysis bench-unread bench-serve bench-tenants bench-ingest bench-int8 clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,9 @@ bench-milvus: $(VENV)/.installed-dev
 
 bench-languages: $(VENV)/.installed-dev
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/languages.py
+
+bench-analysis: $(VENV)/.installed-dev
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/analysis_speed.py
 
 bench-unread: $(VENV)/.installed-dev
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/unread_queries.py

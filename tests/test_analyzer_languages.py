@@ -7,7 +7,7 @@ English one (indexes saved before ``languages``) they do not.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -172,3 +172,60 @@ class TestConfiguration:
     def test_the_detector_is_the_bundled_model_loaded_once(self) -> None:
         assert languages.model_path().is_file()
         assert languages._model() is languages._model()
+
+
+class TestFastPaths:
+    """The shortcuts taken for speed give what the general rules give."""
+
+    class General(Analyzer):
+        """The per-piece rules for every unit: an override of ``piece_tokens`` turns the shortcuts off."""
+
+        def piece_tokens(self, piece: str, language: Language | None = None) -> tuple[str, ...]:
+            return super().piece_tokens(piece, language)
+
+    UNITS: ClassVar[list[str]] = [
+        "bridge", "bridges", "the", "und", "Brücken", "brücken", "kävelysillan", "getLogger", "HTTPStatus",
+        "get_logger", "KV-3300", "(bridges),", "x", "ab", "東京都", "Москвы", "γέφυρας", "الجسر", "ﬁne", "naïve",
+    ]  # fmt: skip
+
+    @pytest.mark.parametrize("seed", range(3))
+    def test_every_language_and_confidence_analyses_a_unit_as_the_per_piece_rules(self, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        letters = [*"abcdeéñßz", "TH", "-", "_", "'", ".", "1"]
+        units = self.UNITS + ["".join(rng.choice(letters, size=int(rng.integers(1, 9)))) for _ in range(60)]
+        stemmers = ["german", "finnish", "polish", "english", "russian", "greek", "arabic", "serbian", "turkish"]
+        for options in ({}, {"min_token_length": 3}, {"language": "german"}):
+            fast, general = Analyzer(**options), self.General(**options)
+            for stemmer in stemmers:
+                language = languages._own(stemmer)  # type: ignore[arg-type]
+                for sure in (True, False):
+                    detected = Detected(language, sure)
+                    for unit in units:
+                        expected = general.unit_tokens(unit, detected)
+                        assert fast.unit_tokens(unit, detected) == expected, (options, detected, unit)
+
+    def test_the_words_of_a_sample_are_those_the_regex_finds(self) -> None:
+        rng = np.random.default_rng(0)
+        alphabet = [chr(c) for c in range(128)] + list("aaabbbEEZ      '''---") + ["\u2019", "é", "東"]
+        words = ["Hello", "don't", "rock-n-roll", "HTTPStatus", "getLogger", "x1", "_a", "(yes)", "a--b", "U.S."]
+        samples = ["".join(rng.choice(alphabet, size=int(rng.integers(0, 30)))) for _ in range(3000)]
+        samples += [" ".join(rng.choice(words, size=int(rng.integers(0, 8)))) for _ in range(1000)]
+        samples += ["lower case words only", "Ünïcode text, straße", "tab\tand\x1cfile separators"]
+        for sample in samples:
+            assert languages.natural_words(sample) == languages._NATURAL.findall(sample), repr(sample)
+
+    def test_a_repeated_text_is_detected_once(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        calls = []
+        model = languages._model()
+
+        class Counting:
+            def predict(self, text: str, k: int) -> Any:
+                calls.append(text)
+                return model.predict(text, k=k)
+
+        monkeypatch.setattr(languages, "_detector", Counting())
+        languages.forget_detections()
+        text = "Wann zerstörte die Flut den Mittelbogen der alten Brücke?"
+        assert detect(text) == detect(text) == Detected(Language("german", "german"), True)
+        assert len(calls) == 1
+        languages.forget_detections()  # nothing detected by the counting model stays

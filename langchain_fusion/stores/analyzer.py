@@ -26,10 +26,11 @@ from __future__ import annotations
 import itertools
 import operator
 import re
+import sys
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cached_property
-from typing import Any, ClassVar, Literal, get_args
+from typing import Any, ClassVar, Literal, NamedTuple, get_args
 
 import regex
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -197,11 +198,7 @@ class Analyzer(BaseModel):
 
     @cached_property
     def _stem_word(self) -> Any:
-        if self.stemmer is None:
-            return None
-        import Stemmer
-
-        return Stemmer.Stemmer(self.stemmer).stemWord
+        return None if self.stemmer is None else self._stem_in(self.stemmer)
 
     @cached_property
     def _configured_scripts(self) -> tuple[str, ...]:
@@ -228,7 +225,9 @@ class Analyzer(BaseModel):
         if stem is None:
             import Stemmer
 
-            stem = self._stemmers[language] = Stemmer.Stemmer(language).stemWord
+            # No cache of PyStemmer's own (size 0): the memos present each word to it once, and its cache then
+            # costs more than it saves (purges of its 10,000 words took most of the time of a word's analysis).
+            stem = self._stemmers[language] = Stemmer.Stemmer(language, 0).stemWord
         return stem
 
     def _stopwords_in(self, language: str) -> frozenset[str]:
@@ -292,12 +291,26 @@ class Analyzer(BaseModel):
         stem = self._stem_word
         return stem(word) if stem is not None else word
 
+    def _rules(self, language: Language) -> _Rules:
+        """How ``language`` analyses a word here (made once per language)."""
+        rules = self._language_rules.get(language)
+        if rules is None:
+            stemmer, stopwords = self._effective(language)
+            rules = self._language_rules[language] = _Rules(
+                in_scripts(language.scripts),
+                self._stopwords_in(stopwords) if stopwords is not None else frozenset(),
+                self._stem_in(stemmer) if stemmer is not None else None,
+            )
+        return rules
+
+    @cached_property
+    def _language_rules(self) -> dict[Language, _Rules]:
+        """Per language, its :class:`_Rules` here."""
+        return {}
+
     def _normalize_in(self, word: str, language: Language) -> str | None:
         """The token of a word of ``language``'s script (None: a stopword or too short)."""
-        stemmer, stopwords = self._effective(language)
-        if len(word) < self.min_token_length or (stopwords is not None and word in self._stopwords_in(stopwords)):
-            return None
-        return self._stem_in(stemmer)(word) if stemmer is not None else word
+        return _normalized(word, self._rules(language), self.min_token_length)
 
     def _language_word(self, word: str, language: Language | None = None) -> str | None:
         """The token of a word (None: dropped).
@@ -306,13 +319,13 @@ class Analyzer(BaseModel):
         written in its script, else (``languages`` other than ``configured``) in its script's language;
         other words are only length-checked.
         """
-        if language is not None and in_scripts(language.scripts)(word) is not None:
+        if language is not None and self._rules(language).written_in(word) is not None:
             return self._normalize_in(word, language)
         if self._in_language(word) is not None:
             return self.normalize_word(word)
         if self.languages != "configured":
             by_script = SCRIPT_LANGUAGES.get(script_of(word) or "")
-            if by_script is not None and in_scripts(by_script.scripts)(word) is not None:
+            if by_script is not None and self._rules(by_script).written_in(word) is not None:
                 return self._normalize_in(word, by_script)
         return word if len(word) >= self.min_token_length else None
 
@@ -341,37 +354,59 @@ class Analyzer(BaseModel):
 
         Stopwords are dropped and words stemmed in the language of their script (``language``: the text's).
         """
+        return _planned(self._piece_plan(piece), lambda word: self._language_word(word, language))
+
+    def _piece_plan(self, piece: str) -> list[str | tuple[str, ...]]:
+        """What :meth:`piece_tokens` makes of a piece whatever its language (see :data:`Plan`)."""
         parts = [p for segment in _JOINERS.split(piece) for p in _PART.findall(segment)] if self.identifiers else []
         if not parts:
             parts = [piece]
         if self.lowercase:
             parts = [self._lower(p) for p in parts]
-        tokens = [t for t in (self._language_word(part, language) for part in parts) if t is not None]
+        plan: list[str | tuple[str, ...]] = list(parts)
         if len(parts) > 1:
             whole = "".join(parts)
             if len(whole) >= self.min_token_length:
-                tokens.append(whole)
-        return tuple(tokens)
+                plan.append((whole,))
+        return plan
 
     def _run_tokens(self, run: str, language: Language | None = None) -> tuple[str, ...]:
         """The tokens of a run of text without whitespace (pieces never span whitespace).
+
+        Its plan (:meth:`_run_plan`: the same in every language, so it is kept once a text's language is
+        detected) with each of its words analysed in ``language``. A subclass that overrides the per-piece
+        rules gets them applied piece by piece instead.
+        """
+        if not self._plain_bigrams:
+            return tuple(token for piece in self.pieces(run) for token in self.piece_tokens(piece, language))
+        if run.isascii() and run.isalpha() and run.islower():  # a plain word is its own plan: (run,)
+            token = self._language_word(run, language)
+            return () if token is None else (sys.intern(token),)
+        plan = self._plans[run] if self._memos else self._run_plan(run)  # kept once a language is detected
+        return _planned(plan, lambda word: self._language_word(word, language))
+
+    def _run_plan(self, run: str) -> Plan:
+        """The plan of a run's tokens: each piece's (:meth:`_piece_plan`), bigrams of plain runs made at once.
 
         A run of Han, Kana or Hangul syllables alone (:data:`_PLAIN_BIGRAM_RUN`) has no case, parts,
         marks or stems: each of its bigrams is its own only token, made here at once rather than one
         piece at a time (an unbroken run of millions of characters took tens of seconds). The result is
         the same, as a test checks against the per-piece rules (no stemmer's language is written in them).
         """
-        if not self._plain_bigrams:
-            return tuple(token for piece in self.pieces(run) for token in self.piece_tokens(piece, language))
-        tokens: list[str] = []
+        plan: list[str | tuple[str, ...]] = []
         for unspaced, word in _PIECE.findall(run):
             if len(unspaced) > 1 and _PLAIN_BIGRAM_RUN.fullmatch(unspaced):
                 if self.min_token_length <= 2:
-                    tokens.extend(map(operator.add, unspaced, unspaced[1:]))
+                    plan.append(tuple(map(operator.add, unspaced, unspaced[1:])))
                 continue
             for piece in self.pieces(unspaced or word):
-                tokens.extend(self.piece_tokens(piece, language))
-        return tuple(tokens)
+                plan.extend(self._piece_plan(piece))
+        return tuple(plan)
+
+    @cached_property
+    def _plans(self) -> WordMemo:
+        """Each run's plan (:meth:`_run_plan`), shared by every language its texts are detected in."""
+        return WordMemo(self._run_plan)
 
     @cached_property
     def _plain_bigrams(self) -> bool:
@@ -402,11 +437,31 @@ class Analyzer(BaseModel):
         memo = self._memos.get(detected)
         if memo is None:
             if detected.sure:
-                memo = WordMemo(lambda unit: self._run_tokens(unit, detected.language))
+                memo = WordMemo(self._unit_analysis(detected.language))
             else:  # both analyses: the detected language's tokens, then those it lacks of the script's language's
-                memo = WordMemo(lambda unit: _both(self._run_tokens(unit, detected.language), self._memo[unit]))
+                sure = self._memo_for(detected._replace(sure=True))
+                memo = WordMemo(lambda unit: _both(sure[unit], self._memo[unit]))
             self._memos[detected] = memo
         return memo
+
+    def _unit_analysis(self, language: Language) -> Callable[[str], tuple[str, ...]]:
+        """:meth:`_run_tokens` in ``language``, made for many units.
+
+        A plain lower-case ASCII word of a Latin-script language (the most frequent unit, met once in each
+        language a corpus's texts are detected in) is analysed at once, without the plan.
+        """
+        overridden = type(self)._normalize_in is not Analyzer._normalize_in
+        if not self._plain_bigrams or overridden or "Latin" not in language.scripts:
+            return lambda unit: self._run_tokens(unit, language)
+        rules, min_length, run_tokens = self._rules(language), self.min_token_length, self._run_tokens
+
+        def analysed(unit: str) -> tuple[str, ...]:
+            if unit.isascii() and unit.isalpha() and unit.islower():  # written in Latin: its plan is (unit,)
+                token = _normalized(unit, rules, min_length)
+                return () if token is None else (sys.intern(token),)
+            return run_tokens(unit, language)
+
+        return analysed
 
     def units(self, text: str) -> list[str]:
         """The units of ``text`` that :meth:`unit_tokens` maps to tokens.
@@ -446,6 +501,46 @@ class Analyzer(BaseModel):
         return [token for unit in self.units(text) for token in memo[unit]]
 
 
+class _Rules(NamedTuple):
+    """How one language analyses a word here."""
+
+    written_in: Callable[[str], Any]
+    """``fullmatch`` of a word written in the language's scripts (see :func:`in_scripts`)."""
+    stopwords: frozenset[str]
+    """The stopwords dropped (none when the analyzer's ``stopwords`` is None)."""
+    stem: Callable[[str], str] | None
+    """The stemmer's ``stemWord`` (None when the analyzer's ``stemmer`` is None)."""
+
+
+def _normalized(word: str, rules: _Rules, min_length: int) -> str | None:
+    """The token of a word written in the language of ``rules`` (None: a stopword or too short)."""
+    if len(word) < min_length or word in rules.stopwords:
+        return None
+    return rules.stem(word) if rules.stem is not None else word
+
+
+Plan = tuple[str | tuple[str, ...], ...]
+"""A run's tokens before its language is known: a word (str) becomes its token in the text's language (or is
+dropped); a tuple holds tokens as they are (the bigrams of a plain run, or a whole identifier)."""
+
+
+def _planned(plan: Sequence[str | tuple[str, ...]], word: Callable[[str], str | None]) -> tuple[str, ...]:
+    """The tokens of ``plan`` with ``word`` giving each word's token (None: dropped).
+
+    A word's token is interned (one string for each token, whichever language's analysis made it: the
+    vocabulary's look-ups then compare identities); bigrams are not (too many, each in one run).
+    """
+    tokens: list[str] = []
+    for entry in plan:
+        if isinstance(entry, str):
+            token = word(entry)
+            if token is not None:
+                tokens.append(sys.intern(token))
+        else:
+            tokens.extend(entry)
+    return tuple(tokens)
+
+
 def _both(first: tuple[str, ...], second: tuple[str, ...]) -> tuple[str, ...]:
     """``first``, then the tokens of ``second`` it does not have."""
     return first if first == second else first + tuple(token for token in second if token not in first)
@@ -462,6 +557,8 @@ _DERIVED = frozenset(
         "_redundant",
         "_memo",
         "_memos",
+        "_plans",
+        "_language_rules",
         "_plain_bigrams",
     }
 )
