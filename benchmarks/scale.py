@@ -78,7 +78,10 @@ ZIPF_VOCABULARY = 50_000
 ZIPF_CORPUS_EXPONENT = 1.07
 ZIPF_MIN_WORDS, ZIPF_MAX_WORDS = 60, 200
 ZIPF_QUERY_WORDS = 6
-CORPORA = ("topics", "zipf")
+# The "words" corpus shape (issue 46): the zipf law over shorter chunks whose frequent terms are English words.
+WORDS_MIN_WORDS, WORDS_MAX_WORDS = 60, 120
+WORDS_VOCABULARY_FILE = Path(__file__).resolve().parents[1] / "langchain_fusion/models/all-MiniLM-L6-v2-vocab.txt"
+CORPORA = ("topics", "zipf", "words")
 
 
 # --- the zipf corpus --------------------------------------------------------------------------
@@ -100,25 +103,81 @@ def zipf_vocabulary(rng: np.random.Generator, size: int) -> list[str]:
     return list(kept.values())
 
 
-def make_zipf_corpus(folder: Path, n: int, dim: int, seed: int, n_queries: int) -> None:
-    """Write the "zipf" corpus in :func:`latency.make_corpus`'s files.
+def english_vocabulary(rng: np.random.Generator, size: int) -> list[str]:
+    """``size`` distinct terms, English words first in the order of their frequency, then pseudo-words.
 
-    Every token is drawn from one Zipf law over :data:`ZIPF_VOCABULARY` terms, so the most
-    frequent terms are ordinary words (no stopword list removes them) whose postings span most
-    rows. Each term has a fixed random unit vector; a chunk's vector is the normalised sum of its
-    tokens' vectors, so every vector leans towards the frequent terms' directions and unrelated
-    chunks have clearly positive cosines, as sentence embeddings do. A query is
-    :data:`ZIPF_QUERY_WORDS` tokens of one chunk, embedded the same way.
+    The words are the whole words of the bundled model's WordPiece vocabulary (BERT's, in about the
+    order of their frequency in its training text), kept where the default analyzer makes one
+    token of them that is not a stopword and no earlier word's (``running`` after ``run``); the
+    rest of ``size`` are :func:`zipf_vocabulary`'s pseudo-words.
+    """
+    from langchain_fusion.stores.analyzer import Analyzer
+
+    analyzer = Analyzer()
+    kept: dict[str, str] = {}
+    for line in WORDS_VOCABULARY_FILE.read_text(encoding="utf-8").splitlines():
+        if len(line) >= 3 and line.isascii() and line.isalpha() and line.islower():
+            tokens = analyzer.tokenize(line)
+            if len(tokens) == 1 and tokens[0] not in kept:
+                kept[tokens[0]] = line
+                if len(kept) == size:
+                    return list(kept.values())
+    for word in zipf_vocabulary(rng, size):
+        tokens = analyzer.tokenize(word)
+        if len(tokens) == 1 and tokens[0] not in kept:
+            kept[tokens[0]] = word
+            if len(kept) == size:
+                break
+    return list(kept.values())
+
+
+def make_zipf_corpus(folder: Path, n: int, dim: int, seed: int, n_queries: int) -> None:
+    """Write the "zipf" corpus in :func:`latency.make_corpus`'s files: :func:`write_zipf_corpus` over pseudo-words."""
+    rng, qrng = np.random.default_rng([seed, n, dim, 30]), np.random.default_rng([seed, n, dim, 31])
+    vocab = zipf_vocabulary(rng, ZIPF_VOCABULARY)
+    write_zipf_corpus(folder, n, dim, (rng, qrng), vocab, (ZIPF_MIN_WORDS, ZIPF_MAX_WORDS), n_queries)
+
+
+def make_words_corpus(folder: Path, n: int, dim: int, seed: int, n_queries: int) -> None:
+    """Write the "words" corpus: :func:`write_zipf_corpus` over English words (then pseudo-words), 60-120 a chunk.
+
+    The same Zipf law as "zipf", but its frequent terms are ordinary English words (stemmed and
+    checked for stopwords by the default analyzer like any English text) and chunks are shorter,
+    so a term repeats less within a row and a query's six terms are often all of middling
+    frequency: the BM25 side's hard case (issue 46).
+    """
+    rng, qrng = np.random.default_rng([seed, n, dim, 46]), np.random.default_rng([seed, n, dim, 47])
+    vocab = english_vocabulary(rng, ZIPF_VOCABULARY)
+    write_zipf_corpus(folder, n, dim, (rng, qrng), vocab, (WORDS_MIN_WORDS, WORDS_MAX_WORDS), n_queries)
+
+
+def write_zipf_corpus(
+    folder: Path,
+    n: int,
+    dim: int,
+    rngs: tuple[np.random.Generator, np.random.Generator],
+    terms: Sequence[str],
+    lengths_range: tuple[int, int],
+    n_queries: int,
+) -> None:
+    """Write ``n`` chunks of one Zipf law over ``terms`` in :func:`latency.make_corpus`'s files.
+
+    Every token is drawn from one Zipf law over ``terms`` (``rngs``: the corpus's and the queries'
+    generators), a chunk's length uniform in ``lengths_range``, so the most frequent terms are
+    ordinary words (no stopword list removes them) whose postings span most rows. Each term has a
+    fixed random unit vector; a chunk's vector is the normalised sum of its tokens' vectors, so
+    every vector leans towards the frequent terms' directions and unrelated chunks have clearly
+    positive cosines, as sentence embeddings do. A query is :data:`ZIPF_QUERY_WORDS` tokens of one
+    chunk, embedded the same way.
     """
     from scipy import sparse
 
-    rng = np.random.default_rng([seed, n, dim, 30])
-    qrng = np.random.default_rng([seed, n, dim, 31])
-    vocab = np.array(zipf_vocabulary(rng, ZIPF_VOCABULARY), dtype=object)
+    rng, qrng = rngs
+    vocab = np.array(terms, dtype=object)
     zipf = 1.0 / np.arange(1, vocab.size + 1) ** ZIPF_CORPUS_EXPONENT
     zipf /= zipf.sum()
     term_vectors = _normalise(rng.standard_normal((vocab.size, dim), dtype=np.float32))
-    lengths = rng.integers(ZIPF_MIN_WORDS, ZIPF_MAX_WORDS + 1, n)
+    lengths = rng.integers(lengths_range[0], lengths_range[1] + 1, n)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     sources = qrng.choice(n, size=n_queries, replace=False)
     queries: list[str] = [""] * n_queries
@@ -150,7 +209,7 @@ def make_zipf_corpus(folder: Path, n: int, dim: int, seed: int, n_queries: int) 
     del vectors
 
 
-CORPUS_MAKERS = {"topics": make_corpus, "zipf": make_zipf_corpus}
+CORPUS_MAKERS = {"topics": make_corpus, "zipf": make_zipf_corpus, "words": make_words_corpus}
 
 
 # --- measuring helpers ------------------------------------------------------------------------
