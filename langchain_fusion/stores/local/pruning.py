@@ -34,7 +34,7 @@ from langchain_fusion.stores.local.postings import PRESENCE_MIN_SHARE, IntArray,
 from langchain_fusion.stores.local.reaching import REACHING_MAX_TERMS, likely_mark, reaching_rows
 from langchain_fusion.stores.ranking import top_rows
 
-SEED_MAX_SHARE = 0.125
+SEED_MAX_SHARE = 0.5
 """The first threshold reads the rarest terms' postings up to this share of the rows (more: the bitmaps set it)."""
 
 SEED_ROWS_PER_RESULT = 8

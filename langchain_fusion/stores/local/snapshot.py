@@ -120,6 +120,10 @@ class Snapshot:
         """The snapshot for ``pickle`` and ``copy.deepcopy``, without its derived data (computed again on use)."""
         return {**self.__dict__, "_cache": {}}
 
+    def cached(self) -> dict[Any, Any]:
+        """The data derived so far and kept with this snapshot (a copy of the mapping; see :mod:`footprint`)."""
+        return dict(self._cache)
+
     # --- shape -------------------------------------------------------------------------------
 
     @property
