@@ -39,6 +39,7 @@ def always_prune(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let pruning run on small corpora (it otherwise gives up when the rare terms' postings are many)."""
     monkeypatch.setattr(pruning_module, "SEED_MAX_SHARE", 100.0)
     monkeypatch.setattr(pruning_module, "BITMAPS_MAX_SHARE", 100.0)
+    monkeypatch.setattr(pruning_module, "EVERY_ROW_COST", 0)
 
 
 def small_blocks(monkeypatch: pytest.MonkeyPatch, shift: int) -> None:

@@ -151,6 +151,10 @@ class KeptPresence:
         """The kept presence of ``term``, if any."""
         return self._kept.get(term)
 
+    def has_room(self, bits: int) -> bool:
+        """Whether a bitmap of ``bits`` bytes would be kept (with its offsets)."""
+        return bits * 3 // 2 <= self._left
+
     def keep(self, term: int, presence: TermPresence) -> TermPresence:
         """Keep ``presence`` if the budget allows; the one kept for ``term`` (this one if none)."""
         charge = presence.bits.nbytes * 3 // 2

@@ -68,14 +68,14 @@ class BlockMaxima:
 
     def __init__(self, budget: int = BLOCK_MAX_BUDGET) -> None:
         """An empty store of at most ``budget`` bytes."""
-        self._kept: dict[tuple[float, float], tuple[float, dict[int, tuple[NDArray[np.uint8], int]]]] = {}
+        self._kept: dict[tuple[float, float], tuple[float, dict[int, tuple[NDArray[np.uint8], int, float]]]] = {}
         self._left = budget
         self._lock = threading.Lock()
 
     @property
     def nbytes(self) -> int:
         """Bytes of bounds kept."""
-        return sum(steps.nbytes for _, terms in self._kept.values() for steps, _ in terms.values())
+        return sum(kept[0].nbytes for _, terms in self._kept.values() for kept in terms.values())
 
     def bounds(
         self,
@@ -85,13 +85,14 @@ class BlockMaxima:
         average: float,
         weigh: tuple[NDArray[np.int32], NDArray[np.integer], NDArray[np.floating]],
         blocks: int,
-    ) -> tuple[NDArray[np.uint8], int, float]:
+    ) -> tuple[NDArray[np.uint8], int, float, float]:
         """Per block, a bound of ``term``'s length-normalised frequency under the live ``average`` length.
 
-        Returned as kept: ``(steps, largest, unit)``, the bound of block ``i`` being ``steps[i] * unit``
-        and ``largest`` the largest step. ``weigh``: the term's postings in the segment (local rows,
-        frequencies) and the relative lengths of the segment's rows under ``average``, read only when
-        the bounds are not kept yet.
+        Returned as kept: ``(steps, largest, fill, unit)``, the bound of block ``i`` being
+        ``steps[i] * unit``, ``largest`` the largest step and ``fill`` the mean step over the
+        largest (near 1: the bounds differ little between blocks). ``weigh``: the term's postings
+        in the segment (local rows, frequencies) and the relative lengths of the segment's rows
+        under ``average``, read only when the bounds are not kept yet.
         """
         entry = self._kept.get((k1, b))
         reference = average if entry is None else entry[0]  # the average every kept bound of (k1, b) is under
@@ -100,11 +101,14 @@ class BlockMaxima:
             rows, tf, relative = weigh
             scaled = relative[rows].astype(np.float64) * (average / reference)  # lengths over the reference average
             steps = np.ceil(block_maxima(rows, saturation(tf, scaled, k1, b), blocks) * _LEVELS).astype(np.uint8)
-            kept = steps, int(steps.max(initial=0))
+            largest = int(steps.max(initial=0))
+            kept = steps, largest, float(steps.mean()) / max(largest, 1) if steps.size else 0.0
             self._keep(term, (k1, b), reference, kept)
-        return kept[0], kept[1], max(1.0, average / reference) / _LEVELS
+        return kept[0], kept[1], kept[2], max(1.0, average / reference) / _LEVELS
 
-    def _keep(self, term: int, key: tuple[float, float], reference: float, kept: tuple[NDArray[np.uint8], int]) -> None:
+    def _keep(
+        self, term: int, key: tuple[float, float], reference: float, kept: tuple[NDArray[np.uint8], int, float]
+    ) -> None:
         if not self._lock.acquire(blocking=False):  # another thread keeping bounds: never wait
             return
         try:

@@ -89,12 +89,14 @@ class Postings:
         """``term``'s :class:`TermPresence`, built on first use if ``build``; None if too sparse (or not built).
 
         Built for a term holding at least 1/:data:`PRESENCE_MIN_SHARE` of the rows its postings
-        span, and kept while the block's budget lasts (:class:`KeptPresence`).
+        span, while the block's budget has room to keep it (:class:`KeptPresence`): a bitmap built
+        for one use costs a read of every posting of the term.
         """
         found = self.presence.get(term)
         if found is None and build and term < self.vocabulary_size:
             lo, hi = int(self.indptr[term]), int(self.indptr[term + 1])
-            if hi > lo and (hi - lo) * PRESENCE_MIN_SHARE > int(self.rows[hi - 1]):
+            span = int(self.rows[hi - 1]) if hi > lo else 0
+            if hi > lo and (hi - lo) * PRESENCE_MIN_SHARE > span and self.presence.has_room((span // 64 + 2) * 8):
                 found = self.presence.keep(term, TermPresence.of(self.rows[lo:hi]))
         return found
 

@@ -34,6 +34,10 @@ from langchain_fusion.stores.local.postings import PRESENCE_MIN_SHARE, IntArray,
 from langchain_fusion.stores.local.reaching import REACHING_MAX_TERMS, likely_mark, reaching_rows
 from langchain_fusion.stores.ranking import top_rows
 
+PRUNED_MAX_TERMS = 32
+"""Queries of more distinct terms score every row: pruning reads most of their postings (measured at 300k and 1M
+rows: 48 terms or more, pruning gave up on or lost to scoring every row for 18 of 20 queries)."""
+
 SEED_MAX_SHARE = 0.5
 """The first threshold reads the rarest terms' postings up to this share of the rows (more: the bitmaps set it)."""
 
@@ -48,13 +52,25 @@ BITMAPS_MIN_POSTINGS = 8
 postings per 64 rows."""
 
 BITMAPS_MAX_SHARE = 0.25
-"""A pruned top-k gives up (the caller scores every row) when the bitmaps leave more than this share of the rows."""
+"""The bitmaps give way to MaxScore when they leave more than this share of the rows."""
+
+EVERY_ROW_COST = 12
+"""A pruned top-k gives up (the caller scores every row) where MaxScore would cost more: reading, merging and looking
+up a posting cost about this many times what weighing one for every row does (measured at 1M rows, 6-48 terms:
+80-100 against 6-7 ns)..."""
+
+ROW_COST = 0.3
+"""...plus, for scoring every row, this many postings' worth per row (its array and the top-k over it)."""
 
 LIKELY_ROWS_PER_RESULT = 32
 """Rows per result the common terms are expected to lift highest, scored exactly to raise the threshold first."""
 
 BLOCKS_MIN_POSTINGS = 4
-"""MaxScore bounds the terms per block once it would read more than this many postings per block of rows."""
+"""MaxScore bounds the terms per block once it would read more than this many postings per block of rows..."""
+
+BLOCKS_MAX_FILL = 0.75
+"""...and the terms it would read have block bounds below this share of their largest on average (else bounds per
+block would skip next to nothing: a term spread evenly over the rows, as the synthetic corpora draw them)."""
 
 RAISE_MIN_CANDIDATES = 256
 """From this many candidates per result wanted, the threshold is raised by scoring the most promising exactly."""
@@ -91,6 +107,10 @@ class PrunedTop:
         """Per term and segment: the rows holding it and its weight in each, once weighed whole."""
         self._kept: list[dict[int, tuple[NDArray[np.uint8], float]]] = [{} for _ in terms]
         """Per term and segment: its kept block bounds, in steps, and the weight of a step."""
+        self._fill = np.minimum(self.postings / max(int(self._offsets[-1]), 1), 1.0)
+        """Per term, how evenly its block bounds spread (mean over largest; a rare term: its postings per block)."""
+        self._scored_terms: set[int] = set()
+        """The terms whose weights chose the rows scored exactly for the first threshold."""
         largest = np.zeros(len(terms), dtype=np.float64)
         for number, (_, repeats, term_idf) in enumerate(terms):
             for segment, (postings, first_row) in enumerate(blocks):
@@ -119,11 +139,12 @@ class PrunedTop:
             return float(weight.max())
         params, weights = self.weights.params, self.weights
         relative = weights.relative_length[first_row : first_row + blocks * block_max.BLOCK_ROWS]
-        steps, largest, unit = postings.block_maxima.bounds(
+        steps, largest, fill, unit = postings.block_maxima.bounds(
             term, params.k1, params.b, weights.average, (postings.rows[lo:hi], postings.tf[lo:hi], relative), blocks
         )
         unit *= term_idf * (params.k1 + 1 if params.method == "atire" else 1.0)
         self._kept[number][segment] = steps, unit
+        self._fill[number] = max(self._fill[number], fill)
         return largest * unit
 
     def block_bounds(self) -> NDArray[np.float64]:
@@ -151,36 +172,45 @@ class PrunedTop:
         words = (self.size + 63) // 64
         if theta is not None and self._essential_postings(theta)[0] > SCORED_SEED_MIN_POSTINGS * words:
             theta = self._scored_seed(k, theta)
-        if theta is not None:
-            read, common = self._essential_postings(theta)
-            if common < 2 or read <= BITMAPS_MIN_POSTINGS * words:
-                return self._scored(k, allowed, theta, *self._maxscore(theta))
-        elif not self._common:
-            return None
-        theta, reached = self._through_bitmaps(k, allowed, _LEAST if theta is None else theta)
-        if reached.size > self.size * BITMAPS_MAX_SHARE:
-            return None
-        read_matrix = np.ones(self.bounds.shape, dtype=bool)
-        read_matrix[self._common] = False  # the common terms are looked up, the others read whole
-        return self._scored(k, allowed, theta, read_matrix, self.bounds[self._common].sum(axis=0), reached)
+        read, common = self._essential_postings(_LEAST if theta is None else theta)
+        if common >= 2 and read > BITMAPS_MIN_POSTINGS * words and self._walkable(theta):
+            theta, reached = self._through_bitmaps(k, allowed, _LEAST if theta is None else theta)
+            if reached is not None:
+                read_matrix = np.ones(self.bounds.shape, dtype=bool)
+                read_matrix[self._common] = False  # the common terms are looked up, the others read whole
+                return self._scored(k, allowed, theta, read_matrix, self.bounds[self._common].sum(axis=0), reached)
+            read = self._essential_postings(theta)[0]
+        if theta is None or read * EVERY_ROW_COST > self.postings.sum() + self.size * ROW_COST:
+            return None  # MaxScore would cost more than scoring every row
+        return self._scored(k, allowed, theta, *self._maxscore(theta))
 
-    def _through_bitmaps(self, k: int, allowed: NDArray[np.bool_] | None, theta: float) -> tuple[float, IntArray]:
-        """``theta`` raised, and the rows the common terms could lift to it (see :mod:`reaching`).
+    def _everywhere(self) -> float:
+        """The bounds of the common terms past :data:`REACHING_MAX_TERMS`, which the walk counts as held everywhere."""
+        return float(self.bounds[self._common[REACHING_MAX_TERMS:], 0].sum())
+
+    def _walkable(self, theta: float | None) -> bool:
+        """Whether the common terms the walk leaves out weigh under half of ``theta`` (else about every row reaches)."""
+        return theta is None or self._everywhere() * 2 < theta
+
+    def _through_bitmaps(
+        self, k: int, allowed: NDArray[np.bool_] | None, theta: float
+    ) -> tuple[float, IntArray | None]:
+        """``theta`` raised, and the rows the common terms could lift to it (None: too many, see :mod:`reaching`).
 
         ``theta`` is first raised to the k-th best score of the rows the common terms lift to the
         mark :data:`LIKELY_ROWS_PER_RESULT` rows per result are expected to reach (an even sample
         when many more do); those rows are then the answer's unless the raised ``theta`` is below
-        the mark. The common terms past :data:`REACHING_MAX_TERMS` count as held by every row.
+        the mark. The common terms past :data:`REACHING_MAX_TERMS` count as held by every row;
+        more than :data:`BITMAPS_MAX_SHARE` of the rows reaching ``theta``: None.
         """
-        walked, assumed = self._common[:REACHING_MAX_TERMS], self._common[REACHING_MAX_TERMS:]
-        bounds, everywhere = self.bounds[walked, 0], float(self.bounds[assumed, 0].sum())
+        walked = self._common[:REACHING_MAX_TERMS]
+        bounds, everywhere = self.bounds[walked, 0], self._everywhere()
         terms = [self.weights.terms[n][0] for n in walked]
         shares = self.postings[walked] / max(self.size, 1)
         mark = likely_mark(bounds, shares, self.size, LIKELY_ROWS_PER_RESULT * k) + everywhere
         if mark > theta:
-            promising = reaching_rows(
-                self.blocks, self.size, terms, bounds.tolist(), mark * (1 - 2 * ROUNDING) - everywhere
-            )
+            need = mark * (1 - 2 * ROUNDING) - everywhere
+            promising = reaching_rows(self.blocks, self.size, terms, bounds.tolist(), need)
             scored = promising if allowed is None else promising[allowed[promising]]
             if scored.size > 4 * LIKELY_ROWS_PER_RESULT * k:  # far more than expected: an even sample of them
                 scored = scored[:: scored.size // (LIKELY_ROWS_PER_RESULT * k)]
@@ -189,9 +219,8 @@ class PrunedTop:
                 theta = max(theta, float(np.partition(scores, scores.size - k)[scores.size - k]))
             if theta >= mark:
                 return theta, promising
-        return theta, reaching_rows(
-            self.blocks, self.size, terms, bounds.tolist(), theta * (1 - 2 * ROUNDING) - everywhere
-        )
+        reached = reaching_rows(self.blocks, self.size, terms, bounds.tolist(), theta * (1 - 2 * ROUNDING) - everywhere)
+        return theta, reached if reached.size <= self.size * BITMAPS_MAX_SHARE else None
 
     def _maxscore(self, theta: float) -> tuple[NDArray[np.bool_], NDArray[np.float64]]:
         """Per term and block, whether MaxScore reads the term's postings there; per block, the others' bound.
@@ -202,7 +231,11 @@ class PrunedTop:
         """
         blocks = int(self._offsets[-1])
         if blocks > 1 and self._essential_postings(theta)[0] > BLOCKS_MIN_POSTINGS * blocks:
-            self.bounds = self.block_bounds()
+            prefix = np.cumsum(self.bounds[self._order, 0]) * (1 + ROUNDING)
+            essential = self._order[int(np.count_nonzero(prefix < theta)) :]
+            fill = float(np.average(self._fill[essential], weights=self.postings[essential] + 1))
+            if fill < BLOCKS_MAX_FILL:
+                self.bounds = self.block_bounds()
         read = np.ones(self.bounds.shape, dtype=bool)
         summed = np.zeros(self.bounds.shape[1], dtype=np.float64)
         rest = np.zeros(self.bounds.shape[1], dtype=np.float64)
@@ -237,7 +270,8 @@ class PrunedTop:
             candidates, partial, column = candidates[keep], partial[keep], column[keep]
         of_block = self.block_of(candidates) if rest.size > 1 else np.zeros(candidates.size, dtype=np.int64)
         unread = rest[of_block]  # bound of the terms not read for each candidate
-        theta = max(theta, self._raised(k, candidates, partial))
+        if not set(np.flatnonzero(read.any(axis=1)).tolist()) <= self._scored_terms:  # else the seed scored them
+            theta = max(theta, self._raised(k, candidates, partial))
         keep = (partial + unread) * (1 + ROUNDING) >= theta
         candidates, partial, column, of_block, unread = (
             candidates[keep],
@@ -340,12 +374,14 @@ class PrunedTop:
         rows = np.zeros(0, dtype=np.int64)
         partial = np.zeros(0, dtype=np.float64)
         chosen: list[NDArray[np.bool_] | None] = [np.zeros(0, dtype=bool)] * len(self.weights.terms)
+        self._seed_terms: list[int] = []
         postings = 0
         for number in self._order[::-1].tolist():  # the weightiest (rarest) terms first
             postings += int(self.postings[number])
             if postings > budget:
                 return None
             chosen[number] = None
+            self._seed_terms.append(number)
             rows, partial = self._candidates(chosen)
             if allowed is not None:
                 keep = allowed[rows]
@@ -364,6 +400,7 @@ class PrunedTop:
             return theta
         best = top_rows(partial, SEED_ROWS_PER_RESULT * k)
         scores = self.weights.row_scores(np.sort(rows[best]), self.blocks)
+        self._scored_terms = set(self._seed_terms)
         return max(theta, float(np.partition(scores, scores.size - k)[scores.size - k]))
 
     def _essential_postings(self, theta: float) -> tuple[int, int]:
@@ -431,11 +468,11 @@ def pruned_top(
     """The ``k`` best ``allowed`` rows scoring above 0 and their scores, or None where pruning cannot help.
 
     Exactly the rows, order (ties by row) and scores of a top-k over :meth:`QueryWeights.scores`.
-    None (the caller scores every row) for the variants that credit absent terms, or where the
-    candidates would be a large share of the rows.
+    None (the caller scores every row) for the variants that credit absent terms, for queries of
+    more than :data:`PRUNED_MAX_TERMS` terms, or where pruning would cost more than scoring every row.
     """
     if k <= 0 or not weights.terms:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
-    if weights.absent is not None:
+    if weights.absent is not None or len(weights.terms) > PRUNED_MAX_TERMS:
         return None
     return PrunedTop(weights, size, blocks).top(k, allowed)
