@@ -3,7 +3,9 @@ and the same top-k as scoring every row where blocks and bitmaps matter (thousan
 
 from __future__ import annotations
 
+import copy
 import itertools
+import pickle
 from collections import Counter
 
 import numpy as np
@@ -181,6 +183,24 @@ class TestWhereBlocksMatter:
                     rows = top_rows(scorer.all_scores(), k, view.snapshot.allowed(None), above=0.0)
                     np.testing.assert_array_equal(pruned[0], rows)
                     assert pruned[1].tobytes() == scorer.all_scores()[rows].astype(np.float64).tobytes()
+
+
+class TestCopies:
+    def test_a_copied_store_derives_its_own_bounds_and_bitmaps(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(snapshot, "PRUNED_TOP_MIN_POSTINGS", 0)
+        store = LocalStore()
+        texts = [f"alpha beta{i % 9} gamma{i % 31} delta{i % 5}" for i in range(2000)]
+        store.upsert([Document(page_content=t, id=f"d{i}") for i, t in enumerate(texts)], np.ones((2000, 2)), texts)
+        query = "beta3 gamma7 delta1 alpha"
+        before = store.view().bm25(query).top(30)
+        postings = store.view().snapshot.segments[0].postings
+        assert postings.block_maxima.nbytes or postings.presence.nbytes  # derived by the query
+        for copied in (copy.deepcopy(store), pickle.loads(pickle.dumps(store))):
+            kept = copied.view().snapshot.segments[0].postings
+            assert kept.block_maxima.nbytes == 0 and kept.presence.nbytes == 0
+            again = copied.view().bm25(query).top(30)
+            np.testing.assert_array_equal(again[0], before[0])
+            assert again[1].tobytes() == before[1].tobytes()
 
 
 class TestFootprint:

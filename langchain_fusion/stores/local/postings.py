@@ -65,6 +65,13 @@ class Postings:
     presence: KeptPresence = field(default_factory=KeptPresence, repr=False, compare=False)
     """The common terms' presence bitmaps, built on first use (see :mod:`bitmaps`)."""
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The postings for ``pickle`` and ``copy.deepcopy``, without the bitmaps and bounds derived from them."""
+        return {name: value for name, value in self.__dict__.items() if name not in ("block_maxima", "presence")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, block_maxima=BlockMaxima(), presence=KeptPresence())
+
     @property
     def vocabulary_size(self) -> int:
         """Number of term ids this block knows (later terms have no postings here)."""
