@@ -17,8 +17,8 @@ from langchain_fusion import BM25Retriever, FusionIndex, FusionRetriever, Vector
 from langchain_fusion.errors import ProviderError
 from langchain_fusion.retrievers import fusion as fusion_module
 from langchain_fusion.search import pool as pool_module
-from langchain_fusion.stores.local import bm25 as bm25_module
 from langchain_fusion.stores.local import mutations as mutations_module
+from langchain_fusion.stores.local import pruning as pruning_module
 from langchain_fusion.stores.local import snapshot as snapshot_module
 from langchain_fusion.stores.local import view as view_module
 from tests.helpers.embeddings import HashingEmbeddings
@@ -109,16 +109,15 @@ def summary(documents: list[Document]) -> Result:
 def prune_and_count(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Make every BM25 top-k of a query alone prune (small corpora otherwise score every row); count the prunings."""
     monkeypatch.setattr(snapshot_module, "PRUNED_TOP_MIN_POSTINGS", 0)
-    monkeypatch.setattr(bm25_module, "SEED_MAX_SHARE", 100.0)
-    monkeypatch.setattr(bm25_module, "ESSENTIAL_MAX_SHARE", 100.0)
+    monkeypatch.setattr(pruning_module, "SEED_MAX_SHARE", 100.0)
     pruned: list[int] = []
-    original = bm25_module.QueryWeights.top
+    original = snapshot_module.pruned_top
 
-    def counting_top(weights: bm25_module.QueryWeights, *args: Any) -> Any:
+    def counting_top(*args: Any) -> Any:
         pruned.append(1)
-        return original(weights, *args)
+        return original(*args)
 
-    monkeypatch.setattr(bm25_module.QueryWeights, "top", counting_top)
+    monkeypatch.setattr(snapshot_module, "pruned_top", counting_top)
     return pruned
 
 

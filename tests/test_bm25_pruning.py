@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,11 +12,13 @@ from langchain_core.documents import Document
 from numpy.typing import NDArray
 
 from langchain_fusion.stores.analyzer import Analyzer
-from langchain_fusion.stores.local import bm25 as bm25_module
+from langchain_fusion.stores.local import block_max
 from langchain_fusion.stores.local import postings as postings_module
+from langchain_fusion.stores.local import pruning as pruning_module
 from langchain_fusion.stores.local import snapshot as snapshot_module
 from langchain_fusion.stores.local.bm25 import QueryWeights
-from langchain_fusion.stores.local.postings import build_postings
+from langchain_fusion.stores.local.postings import Postings, build_postings
+from langchain_fusion.stores.local.pruning import pruned_top
 from langchain_fusion.stores.local.store import LocalStore
 from langchain_fusion.stores.ranking import top_rows
 from langchain_fusion.stores.settings import BM25Params
@@ -34,24 +37,43 @@ def exhaustive(
 @pytest.fixture(autouse=True)
 def always_prune(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let pruning run on small corpora (it otherwise gives up when the rare terms' postings are many)."""
-    monkeypatch.setattr(bm25_module, "SEED_MAX_SHARE", 100.0)
-    monkeypatch.setattr(bm25_module, "ESSENTIAL_MAX_SHARE", 100.0)
+    monkeypatch.setattr(pruning_module, "SEED_MAX_SHARE", 100.0)
+    monkeypatch.setattr(pruning_module, "BITMAPS_MAX_SHARE", 100.0)
+    monkeypatch.setattr(pruning_module, "EVERY_ROW_COST", 0)
+
+
+def small_blocks(monkeypatch: pytest.MonkeyPatch, shift: int) -> None:
+    """Blocks of ``2**shift`` rows (block-max bounds are kept per postings: these tests build their own)."""
+    monkeypatch.setattr(block_max, "BLOCK_SHIFT", shift)
+    monkeypatch.setattr(block_max, "BLOCK_ROWS", 1 << shift)
 
 
 class TestPrunedTopK:
     @pytest.mark.parametrize("method", ["lucene", "robertson", "atire"])
     @pytest.mark.parametrize("seed", range(8))
     @pytest.mark.parametrize(
-        ("dense_share", "bitmaps"),
-        [(0, False), (bm25_module.DENSE_PARTIAL_SHARE, False), (10**9, False), (bm25_module.DENSE_PARTIAL_SHARE, True)],
-        ids=["sorted", "", "dense", "bitmaps"],
+        ("shift", "blocks_from", "reaching_from", "bitmaps"),
+        [(7, None, None, False), (2, 0, 10**9, False), (4, 0, 10**9, False), (3, 0, 10**9, True), (2, 10**9, 0, True)],
+        ids=["", "blocks4", "blocks16", "lookups", "reaching"],
     )
     def test_equals_exhaustive_on_random_corpora(
-        self, method: str, seed: int, dense_share: int, bitmaps: bool, monkeypatch: pytest.MonkeyPatch
+        self,
+        method: str,
+        seed: int,
+        shift: int,
+        blocks_from: int | None,
+        reaching_from: int | None,
+        bitmaps: bool,
+        monkeypatch: pytest.MonkeyPatch,
     ) -> None:
-        # The candidates of the rare terms are gathered by sorting their postings or over every row, and the
-        # common terms' rows found by binary search or in bitmaps: every way exact.
-        monkeypatch.setattr(bm25_module, "DENSE_PARTIAL_SHARE", dense_share)
+        # Blocks of 128 rows (one or a few per segment here) and of 4 or 16 (many) whatever the postings to read,
+        # bounds over every row only, candidates from the common terms' bitmaps always or never, the common terms'
+        # rows looked up by binary search or in bitmaps: every way exact.
+        small_blocks(monkeypatch, shift)
+        if blocks_from is not None:
+            monkeypatch.setattr(pruning_module, "BLOCKS_MIN_POSTINGS", blocks_from)
+        if reaching_from is not None:
+            monkeypatch.setattr(pruning_module, "BITMAPS_MIN_POSTINGS", reaching_from)
         if bitmaps:  # every term that rows are looked up in has a bitmap, however few the rows
             monkeypatch.setattr(postings_module, "PRESENCE_MIN_LOOKUPS", 0)
             monkeypatch.setattr(postings_module, "PRESENCE_BUILD_MIN_LOOKUPS", 0)
@@ -68,7 +90,7 @@ class TestPrunedTopK:
             weights = weights_for(params, docs, query)
             allowed = rng.random(size) < 0.7 if rng.random() < 0.3 else None
             for k in (1, 3, 10, 40, size + 5):
-                got = weights.top(size, blocks, k, allowed)
+                got = pruned_top(weights, size, blocks, k, allowed)
                 assert got is not None
                 rows, scores = exhaustive(weights, blocks, size, k, allowed)
                 np.testing.assert_array_equal(got[0], rows)
@@ -81,7 +103,7 @@ class TestPrunedTopK:
         blocks = blocks_of(docs, 6, [7])
         weights = weights_for(BM25Params(), docs, Counter([0, 1, 4]))
         for k in range(1, len(docs) + 2):
-            got = weights.top(len(docs), blocks, k, None)
+            got = pruned_top(weights, len(docs), blocks, k, None)
             assert got is not None
             rows, scores = exhaustive(weights, blocks, len(docs), k, None)
             np.testing.assert_array_equal(got[0], rows)
@@ -101,23 +123,32 @@ class TestPrunedTopK:
             assert weights.row_scores(rows, blocks).tobytes() == every[rows].tobytes()
 
     @pytest.mark.parametrize("method", ["lucene", "robertson", "atire"])
-    def test_term_bounds_hold_every_weight(self, method: str) -> None:
+    @pytest.mark.parametrize("shift", [2, 4, 7])
+    def test_block_bounds_hold_every_weight(self, method: str, shift: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        # Kept bounds (common terms) and bounds weighed per query (rare ones), in blocks of 4, 16 and 128 rows.
+        small_blocks(monkeypatch, shift)
         rng = np.random.default_rng(3)
         docs = zipf_corpus(rng, 300, 80, duplicates=10)
         blocks = blocks_of(docs, 80, [120])
         weights = weights_for(BM25Params(method=method, b=0.9), docs, Counter(range(80)))
-        for term, _, term_idf in weights.terms:
-            largest = max(
-                float(w.max()) for p, start in blocks if (w := weights._term_weights(p, start, term, term_idf)[1]).size
-            )
-            assert largest <= weights.term_bound(blocks, term, term_idf) <= largest * 1.5
+        plan = pruning_module.PrunedTop(weights, len(docs), blocks)
+        for number, (term, _, term_idf) in enumerate(weights.terms):
+            bound = np.zeros(plan.block_bounds().shape[1])
+            for postings, start in blocks:
+                rows, found = weights.term_weights(postings, start, term, term_idf)
+                np.maximum.at(bound, plan.block_of(rows), found.astype(np.float64))
+            kept = plan.block_bounds()[number]
+            assert np.all(bound <= kept * (1 + pruning_module.ROUNDING))
+            assert np.all((bound > 0) == (kept > 0))  # 0 exactly where the term is absent
+            assert np.all(kept <= bound * 1.5 + 0.02 * term_idf)
+            assert plan.bounds[number, 0] == kept.max()  # over every row until per-block bounds pay
 
     @pytest.mark.parametrize("method", ["bm25l", "bm25+"])
     def test_variants_crediting_absent_terms_are_not_pruned(self, method: str) -> None:
         docs = [np.array([0, 1]), np.array([1, 2]), np.array([2, 3])]
         blocks = blocks_of(docs, 4, [])
         weights = weights_for(BM25Params(method=method), docs, Counter([1]))
-        assert weights.top(3, blocks, 1, None) is None
+        assert pruned_top(weights, 3, blocks, 1, None) is None
 
     def test_terms_without_postings_here_find_nothing(self) -> None:
         # Counted in the statistics (another segment held them) but absent from these blocks.
@@ -125,11 +156,8 @@ class TestPrunedTopK:
         blocks = blocks_of(docs, 3, [])
         frequency = np.array([1, 2, 2, 1, 1, 1])
         weights = QueryWeights(BM25Params(), Counter([4, 5]), frequency, 3, np.ones(3, dtype=np.float32))
-        for dense_share in (0, 10**9):
-            with pytest.MonkeyPatch.context() as patch:
-                patch.setattr(bm25_module, "DENSE_PARTIAL_SHARE", dense_share)
-                got = weights.top(3, blocks, 2, None)
-            assert got is not None and got[0].size == 0 and got[1].size == 0
+        got = pruned_top(weights, 3, blocks, 2, None)
+        assert got is not None and got[0].size == 0 and got[1].size == 0
 
     @pytest.mark.parametrize("seed", range(6))
     def test_a_bitmap_finds_what_the_binary_search_finds(self, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -165,10 +193,11 @@ class TestPrunedTopK:
             np.testing.assert_array_equal(a, b)
 
     def test_only_common_terms_get_a_bitmap(self) -> None:
-        docs = [np.array([0, 1]) if row % 40 == 0 else np.array([0]) for row in range(400)]
-        postings = build_postings(docs, 2)
+        docs = [[0, 1, 2] if row % 100 == 0 else [0, 2] if row % 50 == 0 else [0] for row in range(1000)]
+        postings = build_postings([np.array(doc) for doc in docs], 3)
         assert postings.term_presence(0) is not None  # in every row
-        assert postings.term_presence(1) is None  # in 1 of 40
+        assert postings.term_presence(2) is not None  # in 1 of 50
+        assert postings.term_presence(1) is None  # in 1 of 100
         assert postings.term_presence(5) is None  # not in the block
 
     def test_a_term_in_every_row_is_not_read_for_rows_without_the_rare_term(self) -> None:
@@ -177,18 +206,24 @@ class TestPrunedTopK:
         blocks = blocks_of(docs, 4, [])
         weights = weights_for(BM25Params(), docs, Counter([0, 1]))
         looked_up: list[int] = []
-        original = weights.row_scores
+        weighed: list[int] = []
+        original_at, original_weights = weights.weights_at, weights.term_weights
 
-        def counting(rows: NDArray[np.int64], blocks_: Blocks) -> NDArray[np.float32]:
+        def counting_at(rows: NDArray[np.int64], *args: Any) -> Any:
             looked_up.append(int(rows.size))
-            return original(rows, blocks_)
+            return original_at(rows, *args)
 
-        weights.row_scores = counting  # type: ignore[method-assign]
-        got = weights.top(1000, blocks, 2, None)
+        def counting_weights(postings: Postings, first_row: int, term: int, term_idf: float) -> Any:
+            weighed.append(term)
+            return original_weights(postings, first_row, term, term_idf)
+
+        weights.weights_at = counting_at  # type: ignore[method-assign]
+        weights.term_weights = counting_weights  # type: ignore[method-assign]
+        got = pruned_top(weights, 1000, blocks, 2, None)
+        assert max(looked_up) <= 4 and 0 not in weighed  # the common term: looked up in 4 rows at most, never read
         assert got is not None
         rows, _ = exhaustive(weights, blocks, 1000, 2, None)
         np.testing.assert_array_equal(got[0], rows)
-        assert max(looked_up) <= 4
 
 
 CJK_TEXTS = [
@@ -224,14 +259,14 @@ class TestThroughTheStore:
     def test_cjk_bigrams_equal_the_exhaustive_top_k(self, query: str, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(snapshot_module, "PRUNED_TOP_MIN_POSTINGS", 0)
         pruned_tops: list[int] = []
-        original = QueryWeights.top
+        original = snapshot_module.pruned_top
 
-        def recording(self: QueryWeights, *args: object, **kwargs: object) -> object:
-            found = original(self, *args, **kwargs)  # type: ignore[arg-type]
+        def recording(*args: object, **kwargs: object) -> object:
+            found = original(*args, **kwargs)  # type: ignore[arg-type]
             pruned_tops.append(-1 if found is None else int(found[0].size))
             return found
 
-        monkeypatch.setattr(QueryWeights, "top", recording)
+        monkeypatch.setattr(snapshot_module, "pruned_top", recording)
         store = self._store(CJK_TEXTS, repeat=20)
         assert Analyzer().tokenize("東京の天気")[:2] == ["東京", "京の"]  # bigram-ish tokens
         view = store.view()

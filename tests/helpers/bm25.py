@@ -47,4 +47,4 @@ def weights_for(
     frequency = np.bincount(distinct % width, minlength=width)
     lengths = np.array([d.size for d in docs], dtype=np.float32)
     average = float(lengths[alive].mean()) or 1.0
-    return QueryWeights(params, query, frequency, int(alive.sum()), lengths / np.float32(average))
+    return QueryWeights(params, query, frequency, int(alive.sum()), lengths / np.float32(average), average)

@@ -3,9 +3,10 @@
 The rows' term postings (:mod:`~langchain_fusion.stores.local.postings`) depend on no corpus
 statistic. A query weighs only its own terms with the current statistics of the live rows
 (document frequency, row count, average length), so the scores always equal those of a fresh
-build over the same rows. :class:`QueryWeights` scores every row, a few rows looked up in the
-postings, or the top k found by pruning (MaxScore); weights of common terms are shared between
-queries through :class:`~langchain_fusion.stores.local.term_weights.TermWeights`.
+build over the same rows. :class:`QueryWeights` scores every row or a few rows looked up in the
+postings (the top k found by pruning: :mod:`~langchain_fusion.stores.local.pruning`); weights of
+common terms are shared between queries through
+:class:`~langchain_fusion.stores.local.term_weights.TermWeights`.
 
 Scale: the formulas are bm25s's (Kamphuis et al., ECIR 2020). The default ``lucene`` variant is
 ``idf * tf / (tf + k1 * (1 - b + b * len / avg_len))`` with ``idf = log(1 + (N - df + 0.5) /
@@ -25,23 +26,7 @@ from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.local.postings import IntArray, Postings, matching_postings, postings_of_texts
 from langchain_fusion.stores.local.term_weights import BlockWeights, TermWeights
 from langchain_fusion.stores.local.tokens import query_term_counts
-from langchain_fusion.stores.ranking import top_rows
 from langchain_fusion.stores.settings import BM25Method, BM25Params
-
-SEED_MAX_SHARE = 0.125
-"""A pruned top-k gives up (scores every row) when its rarest terms' postings exceed this share of the rows."""
-
-ESSENTIAL_MAX_SHARE = 0.5
-"""...or when the postings of the terms that must be read in full exceed this share."""
-
-SEED_ROWS_PER_RESULT = 2
-"""Rows scored exactly per result wanted to set the first threshold (those the rarest terms weigh most)."""
-
-DENSE_PARTIAL_SHARE = 16
-"""Candidates are accumulated over an array of every row once there are more than 1/this many postings per row."""
-
-_ROUNDING = 1e-5
-"""Relative room left for float32 rounding when a sum of upper bounds is compared with a score."""
 
 DENSE_TERM_SHARE = 3
 """A term's weights are kept over every row of a block once 1/this of its rows hold it (:class:`BlockWeights`)."""
@@ -94,13 +79,16 @@ class QueryWeights:
         document_frequency: IntArray,
         live_rows: int,
         relative_length: NDArray[np.float32],
+        average: float = 1.0,
     ) -> None:
         """Weights for the query terms ``term_counts`` (term id -> repeats in the query).
 
-        ``relative_length`` is each row's length divided by the live average.
+        ``relative_length`` is each row's length divided by the live ``average``.
         """
         self.params = params
         self.relative_length = relative_length
+        self.average = average
+        """The live average length the relative lengths are over (block-max bounds scale with it)."""
         # bm25l and bm25+ credit every row for a query term it lacks: idf * tf_component(tf=0).
         self.absent = (
             float(tf_component(params, np.zeros(1, np.float32), np.ones(1, np.float32))[0])
@@ -158,11 +146,11 @@ class QueryWeights:
         """
         postings, first_row, block_rows, number = block
         if shared is None:
-            return BlockWeights(*self._term_weights(postings, first_row, term, term_idf))
+            return BlockWeights(*self.term_weights(postings, first_row, term, term_idf))
         kept = shared.get(term, number)
         if kept is not None:
             return kept
-        rows, weights = self._term_weights(postings, first_row, term, term_idf)
+        rows, weights = self.term_weights(postings, first_row, term, term_idf)
         if rows.size * DENSE_TERM_SHARE < block_rows:
             found = BlockWeights(rows, weights)
         elif not shared.has_room(block_rows * 4):
@@ -175,7 +163,7 @@ class QueryWeights:
         shared.keep(term, number, found)
         return found
 
-    def _term_weights(
+    def term_weights(
         self, postings: Postings, first_row: int, term: int, term_idf: float
     ) -> tuple[NDArray[np.int64], NDArray[np.float32]]:
         """Rows of one block holding ``term`` and the term's BM25 weight in each (repeats not applied)."""
@@ -183,9 +171,9 @@ class QueryWeights:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         lo, hi = int(postings.indptr[term]), int(postings.indptr[term + 1])
         rows = postings.rows[lo:hi].astype(np.int64) + first_row
-        return rows, self._weigh(postings.tf[lo:hi], rows, term_idf)
+        return rows, self.weigh(postings.tf[lo:hi], rows, term_idf)
 
-    def _weigh(self, tf: NDArray[np.integer], rows: NDArray[np.int64], term_idf: float) -> NDArray[np.float32]:
+    def weigh(self, tf: NDArray[np.integer], rows: NDArray[np.int64], term_idf: float) -> NDArray[np.float32]:
         """A term's BM25 weight in ``rows``, where it occurs ``tf`` times (the same float32 steps for any subset)."""
         weight = tf_component(self.params, tf.astype(np.float32), self.relative_length[rows])
         weight *= np.float32(term_idf)
@@ -193,24 +181,9 @@ class QueryWeights:
             weight -= np.float32(term_idf * self.absent)
         return weight
 
-    def term_bound(self, blocks: Sequence[tuple[Postings, int]], term: int, term_idf: float) -> float:
-        """An upper bound of the weight ``term`` has in any row of ``blocks`` (repeats not applied; 0 if absent).
-
-        The weight grows with the frequency and shrinks with the row's length, so the largest
-        frequency in the shortest row holding the term bounds it, in the same float32 steps.
-        """
-        best = 0.0
-        for postings, first_row in blocks:
-            extremes = postings.term_extremes(term, self.relative_length[first_row:])
-            if extremes is not None:
-                most, shortest = extremes
-                weight = self._weigh(np.array([most]), np.array([first_row + shortest]), term_idf)
-                best = max(best, float(weight[0]))
-        return best
-
     def postings_count(self, blocks: Sequence[tuple[Postings, int]]) -> int:
         """Postings of the query's terms in ``blocks``: what weighing every row costs."""
-        return sum(_postings_count(blocks, term) for term, _, _ in self.terms)
+        return sum(postings.term_count(term) for term, _, _ in self.terms for postings, _ in blocks)
 
     def row_scores(self, rows: IntArray, blocks: Sequence[tuple[Postings, int]]) -> NDArray[np.float32]:
         """The scores of ``rows`` (ascending, distinct): bit for bit what :meth:`scores` gives them.
@@ -221,12 +194,10 @@ class QueryWeights:
         found: list[list[tuple[IntArray, NDArray[np.float32]]]] = [[] for _ in self.terms]
         if rows.size:
             for number, (term, _, term_idf) in enumerate(self.terms):
-                found[number].extend(self._weights_at(rows, blocks, term, term_idf))
-        return self._summed(rows.size, found)
+                found[number].extend(self.weights_at(rows, blocks, term, term_idf))
+        return self.summed(rows.size, found)
 
-    def _summed(
-        self, size: int, found: Sequence[Sequence[tuple[IntArray, NDArray[np.float32]]]]
-    ) -> NDArray[np.float32]:
+    def summed(self, size: int, found: Sequence[Sequence[tuple[IntArray, NDArray[np.float32]]]]) -> NDArray[np.float32]:
         """The scores of ``size`` rows from where each query term was found in them and its weight there.
 
         ``found[i]``: ``(positions, weights)`` parts of term ``i`` of :attr:`terms`, each row at most
@@ -241,7 +212,7 @@ class QueryWeights:
             out += self.nonoccurrence
         return out
 
-    def _weights_at(
+    def weights_at(
         self, rows: IntArray, blocks: Sequence[tuple[Postings, int]], term: int, term_idf: float
     ) -> Iterator[tuple[IntArray, NDArray[np.float32]]]:
         """Per block: where in ``rows`` (ascending, distinct) the rows holding ``term`` are, and its weight in each."""
@@ -254,156 +225,7 @@ class QueryWeights:
             if hi > lo:
                 positions, matched = matching_postings(postings, term, (rows[lo:hi] - first_row).astype(np.int32))
                 if positions.size:
-                    yield lo + matched, self._weigh(postings.tf[positions], rows[lo:hi][matched], term_idf)
-
-    def top(
-        self,
-        size: int,
-        blocks: Sequence[tuple[Postings, int]],
-        k: int,
-        allowed: NDArray[np.bool_] | None,
-    ) -> tuple[IntArray, NDArray[np.float32]] | None:
-        """The ``k`` best ``allowed`` rows scoring above 0 and their scores, or None where pruning cannot help.
-
-        Exactly the rows, order (ties by row) and scores of a top-k over :meth:`scores`, found
-        without weighing every posting (MaxScore, Turtle and Flood 1995): rows found through the
-        rarest terms give a k-th score ``theta``; the commonest terms whose upper bounds
-        (:meth:`term_bound`) sum below ``theta`` cannot lift a row
-        that lacks every other term into the top k, so only rows holding another term are
-        candidates, and only candidates whose bound still reaches ``theta`` are scored exactly.
-        None (the caller scores every row) for the variants that credit absent terms, or when
-        the rare terms' postings are themselves a large share of the rows.
-        """
-        if k <= 0 or not self.terms:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
-        if self.absent is not None:
-            return None
-        counts = np.array([_postings_count(blocks, term) for term, _, _ in self.terms], dtype=np.int64)
-        bounds = np.array([repeats * self.term_bound(blocks, term, w) for term, repeats, w in self.terms])
-        order = np.argsort(bounds, kind="stable")  # ascending: the commonest terms first
-        theta = self._seed_threshold(size, blocks, k, allowed, order[::-1], max(int(size * SEED_MAX_SHARE), 4 * k))
-        if theta is None:
-            return None
-        # Terms order[:j] are non-essential: together they stay below theta (with room for float32 rounding).
-        prefix = np.concatenate(([0.0], np.cumsum(bounds[order])))
-        j = min(int(np.count_nonzero(prefix * (1 + _ROUNDING) < theta)) - 1, len(self.terms) - 1)
-        essential = order[j:]
-        if int(counts[essential].sum()) > size * ESSENTIAL_MAX_SHARE:
-            return None
-        candidates, partial, parts = self._essential_partial(
-            size, blocks, [self.terms[t] for t in essential.tolist()], per_term=True
-        )
-        # Each term's weights as found, by column (a candidate's place among the first ones): the exact
-        # scores are their float32 sum, with no second lookup of the terms.
-        found: list[list[tuple[IntArray, NDArray[np.float32]]]] = [[] for _ in self.terms]
-        for number, columns, weight in parts:
-            found[int(essential[number])].append((columns, weight))
-        first_count = candidates.size
-        column = np.arange(first_count)  # the column of each remaining candidate
-        if allowed is not None:
-            keep = allowed[candidates]
-            candidates, partial, column = candidates[keep], partial[keep], column[keep]
-        for position in range(j, -1, -1):  # the common terms, most weighty first: prune as bounds become weights
-            keep = (partial + prefix[position]) * (1 + _ROUNDING) >= theta
-            candidates, partial, column = candidates[keep], partial[keep], column[keep]
-            if position == 0 or not candidates.size:
-                break
-            number = int(order[position - 1])
-            term, repeats, term_idf = self.terms[number]
-            for at, weight in self._weights_at(candidates, blocks, term, term_idf):
-                partial[at] += weight.astype(np.float64) * repeats
-                found[number].append((column[at], weight))
-        scores = self._summed(first_count, found)[column]  # summed by column, then the remaining ones
-        best = top_rows(scores, k, above=0.0)
-        return candidates[best], scores[best]
-
-    def _seed_threshold(
-        self,
-        size: int,
-        blocks: Sequence[tuple[Postings, int]],
-        k: int,
-        allowed: NDArray[np.bool_] | None,
-        descending: IntArray,
-        budget: int,
-    ) -> float | None:
-        """A score at most the k-th best (None: the rarest terms hold over ``budget`` postings).
-
-        The k-th best exact score among the rows that the rarest terms weigh most: any k rows'
-        scores bound the k-th best from below, and these are likely near it. When fewer than
-        ``k`` rows qualify, the least positive float32: every row with a positive score is then
-        a candidate, which is still exact.
-        """
-        rows = np.zeros(0, dtype=np.int64)
-        partial = np.zeros(0, dtype=np.float64)
-        for count in range(1, descending.size + 1):
-            terms = [self.terms[t] for t in descending[:count].tolist()]
-            if sum(_postings_count(blocks, term) for term, _, _ in terms) > budget:
-                return None
-            rows, partial, _ = self._essential_partial(size, blocks, terms)
-            if allowed is not None:
-                keep = allowed[rows]
-                rows, partial = rows[keep], partial[keep]
-            if rows.size >= k:
-                break
-        rows = np.sort(rows[top_rows(partial, SEED_ROWS_PER_RESULT * k)])
-        scores = self.row_scores(rows, blocks)
-        positive = scores[scores > 0]
-        if positive.size < k:
-            return float(np.nextafter(np.float32(0), np.float32(1)))
-        return float(np.partition(positive, positive.size - k)[positive.size - k])
-
-    def _essential_partial(
-        self,
-        size: int,
-        blocks: Sequence[tuple[Postings, int]],
-        terms: Sequence[tuple[int, int, float]],
-        per_term: bool = False,
-    ) -> tuple[IntArray, NDArray[np.float64], list[tuple[int, IntArray, NDArray[np.float32]]]]:
-        """The rows holding any of ``terms`` (ascending) and the sum of those terms' weights in each.
-
-        With ``per_term``, also ``(i, positions, weights)`` for each block of each term ``terms[i]``:
-        where among those rows the term is and its weight there (repeats not applied); else [].
-        """
-        parts = [
-            (*self._term_weights(postings, first_row, term, term_idf), repeats, number)
-            for postings, first_row in blocks
-            for number, (term, repeats, term_idf) in enumerate(terms)
-        ]
-        rows = np.concatenate([part[0] for part in parts]) if parts else np.zeros(0, dtype=np.int64)
-        if rows.size == 0:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64), []
-        weights = np.concatenate([part[1].astype(np.float64) * part[2] for part in parts])
-        position = np.zeros(0, dtype=np.int64)  # with per_term: the candidate of each of ``rows``
-        if rows.size * DENSE_PARTIAL_SHARE > size:  # many postings: accumulate over every row, no sort
-            marked = np.zeros(size, dtype=bool)
-            marked[rows] = True
-            candidates = np.flatnonzero(marked).astype(np.int64)
-            partial = np.bincount(rows, weights, minlength=size)[candidates].astype(np.float64)
-            if per_term:
-                of_row = np.empty(size, dtype=np.int64)  # only the candidates' entries are read
-                of_row[candidates] = np.arange(candidates.size)
-                position = of_row[rows]
-        else:
-            order = np.argsort(rows, kind="stable")
-            ordered = rows[order]
-            first = np.concatenate(([True], ordered[1:] != ordered[:-1]))
-            candidates = ordered[first].astype(np.int64)
-            partial = np.bincount(np.cumsum(first) - 1, weights[order]).astype(np.float64)
-            if per_term:
-                position = np.empty(rows.size, dtype=np.int64)
-                position[order] = np.cumsum(first) - 1
-        found = []
-        if per_term:
-            ends = np.cumsum([part[0].size for part in parts])
-            for (_, weight, _, number), end in zip(parts, ends.tolist(), strict=True):
-                if weight.size:
-                    found.append((number, position[end - weight.size : end], weight))
-        return candidates, partial, found
-
-
-def _postings_count(blocks: Sequence[tuple[Postings, int]], term: int) -> int:
-    """Postings of ``term`` over every block."""
-    return sum(int(p.indptr[term + 1] - p.indptr[term]) for p, _ in blocks if term < p.vocabulary_size)
+                    yield lo + matched, self.weigh(postings.tf[positions], rows[lo:hi][matched], term_idf)
 
 
 class BM25Corpus:
@@ -416,11 +238,11 @@ class BM25Corpus:
         self.postings, lengths = postings_of_texts(analyzer, texts, self.vocabulary)
         self.size = len(texts)
         self._frequency = self.postings.document_frequencies(len(self.vocabulary))
-        average = float(lengths.mean()) if lengths.size and lengths.sum() else 1.0
-        self._relative = lengths.astype(np.float32) / np.float32(average)
+        self._average = float(lengths.mean()) if lengths.size and lengths.sum() else 1.0
+        self._relative = lengths.astype(np.float32) / np.float32(self._average)
 
     def scores(self, query: str) -> NDArray[np.float32]:
         """BM25 score of every text for ``query``."""
         terms = query_term_counts(self.analyzer, self.vocabulary, query)
-        weights = QueryWeights(self.params, terms, self._frequency, self.size, self._relative)
+        weights = QueryWeights(self.params, terms, self._frequency, self.size, self._relative, self._average)
         return weights.scores(self.size, [(self.postings, 0)])

@@ -133,6 +133,10 @@ class DocumentBlock:
         arrays = (self.text_bytes, self.text_offsets, self.metadata_bytes, self.metadata_offsets)
         return int(sum(a.nbytes for a in arrays))
 
+    def columns(self) -> list[Column]:
+        """The metadata columns read so far (kept for filters)."""
+        return list(self._columns.values())
+
     # --- reading ---------------------------------------------------------------------------
 
     def text(self, row: int) -> str:

@@ -18,12 +18,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from langchain_fusion.stores.analyzer import Analyzer
+from langchain_fusion.stores.local.bitmaps import KeptPresence, TermPresence, held_in, presence_bits
+from langchain_fusion.stores.local.block_max import BlockMaxima
 from langchain_fusion.stores.local.tokens import text_token_ids
 
 _BLOCK = 1 << 18
 """Postings processed per step when merging segments, bounding the temporary arrays."""
 
-PRESENCE_MIN_SHARE = 16
+PRESENCE_MIN_SHARE = 64
 """A term gets a :class:`TermPresence` where it holds at least 1/this of the rows its postings span."""
 
 PRESENCE_MIN_LOOKUPS = 32
@@ -33,49 +35,15 @@ PRESENCE_BUILD_MIN_LOOKUPS = 512
 """Rows looked up at once from which a common term's bitmap is built if it has none yet (a one-off cost of
 about a binary search of 20,000 rows for a term in every row of a million)."""
 
+HOLDING_BITS_SHARE = 32
+"""Which rows hold a term with no kept bitmap is found by setting its bits once there are over 1/this as many rows
+as postings (fewer: each row is searched among its postings)."""
+
 TOKENIZE_BATCH = 4096
 """Texts tokenized and counted at a time when building postings: only one batch's token ids exist at once."""
 
 IntArray = NDArray[np.int64]
 """Rows, term ids and postings offsets (64-bit integers)."""
-
-
-@dataclass(frozen=True, eq=False)
-class TermPresence:
-    """Which local rows hold one term and where each one's posting is, for looking many rows up at once.
-
-    Bit ``r % 64`` of word ``r // 64`` says whether row ``r`` holds the term; the postings before
-    a word plus the set bits below ``r`` in it give its posting's offset among the term's. A
-    lookup is a few array reads per row, where a binary search in a long postings list costs
-    about twenty scattered reads. Built only for a term holding at least 1/:data:`PRESENCE_MIN_SHARE`
-    of the rows its postings span, it takes at most 3 bytes per posting and one spare word (a
-    posting: 6 bytes); building it briefly takes a byte per row spanned.
-    """
-
-    bits: NDArray[np.uint64]
-    """The presence bits, with one empty word past the last row (rows beyond it land there)."""
-    before: NDArray[np.int32]
-    """The term's postings in the words before each word."""
-
-    @classmethod
-    def of(cls, rows: NDArray[np.int32]) -> TermPresence:
-        """The presence of a term held by local ``rows`` (ascending, at least one)."""
-        words = int(rows[-1]) // 64 + 2
-        held = np.zeros(words * 64, dtype=bool)
-        held[rows] = True
-        bits = np.packbits(held, bitorder="little").view("<u8")
-        before = np.zeros(words, dtype=np.int32)
-        np.cumsum(np.bitwise_count(bits[:-1]), out=before[1:])
-        return cls(bits=bits, before=before)
-
-    def find(self, local: NDArray[np.int32]) -> tuple[IntArray, IntArray]:
-        """For local rows ``local``: the offsets of their postings among the term's, and which of ``local`` hold it."""
-        word_of = np.minimum(local >> 6, self.bits.size - 1)
-        words = self.bits[word_of]
-        bit = (local & 63).astype(np.uint64)
-        held = np.flatnonzero((words >> bit) & np.uint64(1))
-        below = words[held] & ((np.uint64(1) << bit[held]) - np.uint64(1))
-        return self.before[word_of[held]].astype(np.int64) + np.bitwise_count(below), held
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,10 +60,17 @@ class Postings:
     """Local row (0 = the block's first row) of each posting."""
     tf: NDArray[np.uint16] | NDArray[np.int32]
     """Term frequency of each posting (uint16 unless a frequency needs more)."""
-    _extremes: dict[int, tuple[int, int]] = field(default_factory=dict, repr=False)
-    """Term -> (largest frequency, local row of the shortest row holding it), computed on first use."""
-    _presence: dict[int, TermPresence] = field(default_factory=dict, repr=False)
-    """Term -> its presence bitmap, built on first use (common terms only)."""
+    block_maxima: BlockMaxima = field(default_factory=BlockMaxima, repr=False, compare=False)
+    """Block-max bounds of the common terms' weights, derived on first use (see :mod:`block_max`)."""
+    presence: KeptPresence = field(default_factory=KeptPresence, repr=False, compare=False)
+    """The common terms' presence bitmaps, built on first use (see :mod:`bitmaps`)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The postings for ``pickle`` and ``copy.deepcopy``, without the bitmaps and bounds derived from them."""
+        return {name: value for name, value in self.__dict__.items() if name not in ("block_maxima", "presence")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, block_maxima=BlockMaxima(), presence=KeptPresence())
 
     @property
     def vocabulary_size(self) -> int:
@@ -107,35 +82,29 @@ class Postings:
         """Number of postings."""
         return int(self.rows.size)
 
+    def term_count(self, term: int) -> int:
+        """Postings of ``term`` here (0 for a term this block does not know)."""
+        return int(self.indptr[term + 1] - self.indptr[term]) if term < self.vocabulary_size else 0
+
     def document_frequencies(self, vocabulary_size: int) -> IntArray:
         """Rows of this block containing each term, padded to ``vocabulary_size``."""
         counts = np.zeros(vocabulary_size, dtype=np.int64)
         counts[: self.vocabulary_size] = np.diff(self.indptr)
         return counts
 
-    def term_extremes(self, term: int, lengths: NDArray[np.floating]) -> tuple[int, int] | None:
-        """The largest frequency of ``term`` here and the local row of the shortest row holding it; None if absent.
-
-        ``lengths`` (or any positive multiple of them, such as relative lengths) are those of the
-        block's rows. Neither value depends on corpus statistics, so they are kept for the life
-        of the block: with them a term's largest BM25 weight is bounded in constant time.
-        """
-        found = self._extremes.get(term)
-        if found is None:
-            if term >= self.vocabulary_size or self.indptr[term] == self.indptr[term + 1]:
-                return None
-            lo, hi = int(self.indptr[term]), int(self.indptr[term + 1])
-            rows = self.rows[lo:hi]
-            found = self._extremes[term] = (int(self.tf[lo:hi].max()), int(rows[int(np.argmin(lengths[rows]))]))
-        return found
-
     def term_presence(self, term: int, build: bool = True) -> TermPresence | None:
-        """``term``'s :class:`TermPresence`, built on first use if ``build``; None if too sparse (or not built)."""
-        found = self._presence.get(term)
+        """``term``'s :class:`TermPresence`, built on first use if ``build``; None if too sparse (or not built).
+
+        Built for a term holding at least 1/:data:`PRESENCE_MIN_SHARE` of the rows its postings
+        span, while the block's budget has room to keep it (:class:`KeptPresence`): a bitmap built
+        for one use costs a read of every posting of the term.
+        """
+        found = self.presence.get(term)
         if found is None and build and term < self.vocabulary_size:
             lo, hi = int(self.indptr[term]), int(self.indptr[term + 1])
-            if hi > lo and (hi - lo) * PRESENCE_MIN_SHARE > int(self.rows[hi - 1]):
-                found = self._presence[term] = TermPresence.of(self.rows[lo:hi])
+            span = int(self.rows[hi - 1]) if hi > lo else 0
+            if hi > lo and (hi - lo) * PRESENCE_MIN_SHARE > span and self.presence.has_room((span // 64 + 2) * 8):
+                found = self.presence.keep(term, TermPresence.of(self.rows[lo:hi]))
         return found
 
     def terms_of_rows(self, local_rows: NDArray[np.bool_]) -> IntArray:
@@ -249,6 +218,35 @@ def merge_postings(
             tf[dest] = postings.tf[positions]
             cursor += np.bincount(terms, minlength=vocabulary_size)
     return Postings(indptr=indptr, rows=rows, tf=tf)
+
+
+def holding(postings: Postings, term: int, local: NDArray[np.int32]) -> NDArray[np.bool_]:
+    """Which of the local rows ``local`` (ascending) hold ``term``, without finding the postings.
+
+    A term's kept bitmap answers with a few array reads per row. Otherwise the shorter side is
+    searched in the longer (a term with few postings among the rows, or a few rows among a
+    common term's postings); in between, the term's bits are set first, which reads its postings
+    once but costs less than :data:`HOLDING_BITS_SHARE` binary searches per row.
+    """
+    held = np.zeros(local.size, dtype=bool)
+    if term >= postings.vocabulary_size or local.size == 0:
+        return held
+    lo, hi = int(postings.indptr[term]), int(postings.indptr[term + 1])
+    if hi == lo:
+        return held
+    rows = postings.rows[lo:hi]
+    presence = postings.term_presence(term, build=local.size >= PRESENCE_BUILD_MIN_LOOKUPS)
+    if presence is not None:
+        return held_in(presence.bits, local)
+    if hi - lo <= local.size:
+        at = np.minimum(np.searchsorted(local, rows), local.size - 1)
+        held[at[local[at] == rows]] = True
+        return held
+    if local.size * HOLDING_BITS_SHARE < hi - lo:
+        at = np.minimum(np.searchsorted(rows, local), rows.size - 1)
+        found: NDArray[np.bool_] = rows[at] == local
+        return found
+    return held_in(presence_bits(rows), local)
 
 
 def matching_postings(postings: Postings, term: int, local: NDArray[np.int32]) -> tuple[IntArray, IntArray]:

@@ -35,6 +35,7 @@ from langchain_fusion.stores.local.bm25 import QueryWeights
 from langchain_fusion.stores.local.documents import DocumentBlock
 from langchain_fusion.stores.local.mapped import MappedFiles
 from langchain_fusion.stores.local.postings import Postings
+from langchain_fusion.stores.local.pruning import pruned_top
 from langchain_fusion.stores.local.term_weights import COMMON_WEIGHTS_BUDGET, TermWeights
 from langchain_fusion.stores.local.tokens import query_term_counts
 from langchain_fusion.stores.local.vectors import AnnIndex, ProductsAt, inner_products, products_at
@@ -119,6 +120,10 @@ class Snapshot:
         """The snapshot for ``pickle`` and ``copy.deepcopy``, without its derived data (computed again on use)."""
         return {**self.__dict__, "_cache": {}}
 
+    def cached(self) -> dict[Any, Any]:
+        """The data derived so far and kept with this snapshot (a copy of the mapping; see :mod:`footprint`)."""
+        return dict(self._cache)
+
     # --- shape -------------------------------------------------------------------------------
 
     @property
@@ -170,12 +175,15 @@ class Snapshot:
             cached = self._cache["live"] = ~self.dead
         return cached
 
+    def average_length(self) -> float:
+        """The live rows' average BM25 length (1 when there is none)."""
+        return (self.live_length / self.live_count if self.live_count else 1.0) or 1.0
+
     def relative_lengths(self) -> NDArray[np.float32]:
         """Each row's BM25 length divided by the live average (computed once per snapshot)."""
         cached = self._cache.get("relative_lengths")
         if cached is None:
-            average = self.live_length / self.live_count if self.live_count else 1.0
-            relative = self.lengths.astype(np.float32) / np.float32(average or 1.0)
+            relative = self.lengths.astype(np.float32) / np.float32(self.average_length())
             cached = self._cache["relative_lengths"] = cast("NDArray[np.float32]", relative)  # numpy's 3.10 stubs: Any
         return cached
 
@@ -337,8 +345,9 @@ class Snapshot:
         terms = query_term_counts(self.settings.analyzer, self.vocabulary, query)
         if not terms:
             return None
+        params, average = self.settings.bm25_params, self.average_length()
         weights = QueryWeights(
-            self.settings.bm25_params, terms, self.document_frequency, self.live_count, self.relative_lengths()
+            params, terms, self.document_frequency, self.live_count, self.relative_lengths(), average
         )
         return weights if weights.terms else None
 
@@ -362,7 +371,7 @@ class Snapshot:
             self.size <= BATCH_EVERY_ROW_MAX_ROWS or postings * BATCH_EVERY_ROW_POSTINGS_SHARE <= self.size
         ):
             return None
-        return weights.top(self.size, blocks, k, allowed)
+        return pruned_top(weights, self.size, blocks, k, allowed)
 
     def allowed(self, where: Where | None) -> NDArray[np.bool_] | None:
         """Rows a search may return: live and matching ``where``; None when that is every row."""

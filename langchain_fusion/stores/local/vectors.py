@@ -160,6 +160,15 @@ class AnnIndex:
     def __len__(self) -> int:
         return int(self._index.ntotal)
 
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the index, vectors it holds in full included (measured by writing it to a buffer once)."""
+        shared = self.shared_vectors
+        flags = faiss.IO_FLAG_SKIP_STORAGE if shared is not None else 0
+        writer = faiss.VectorIOWriter()
+        faiss.write_index(self._index, writer, flags)
+        return int(writer.data.size()) + (0 if shared is None else shared.nbytes)
+
     def search(
         self, query: FloatMatrix, k: int, allowed: NDArray[np.bool_] | None
     ) -> tuple[NDArray[np.int64], NDArray[np.float32]]:
