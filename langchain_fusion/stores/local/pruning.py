@@ -75,7 +75,7 @@ block would skip next to nothing: a term spread evenly over the rows, as the syn
 RAISE_MIN_CANDIDATES = 256
 """From this many candidates per result wanted, the threshold is raised by scoring the most promising exactly."""
 
-RAISE_ROWS_PER_RESULT = 8
+RAISE_ROWS_PER_RESULT = 2
 """...that many rows per result wanted: those whose read terms weigh most."""
 
 ROUNDING = 1e-5
