@@ -360,7 +360,7 @@ class Snapshot:
     def bm25_top(
         self, weights: QueryWeights, k: int, allowed: NDArray[np.bool_] | None, in_batch: bool = False
     ) -> tuple[Keys, NDArray[np.float32]] | None:
-        """The exact BM25 top ``k`` found by pruning (see :meth:`QueryWeights.top`); None where it does not pay.
+        """The exact BM25 top ``k`` found by pruning (see :func:`pruned_top`); None where it does not pay.
 
         ``in_batch``: the query's term weights are shared with a batch's other queries, which makes
         scoring every row cheaper than pruning on small corpora and for queries of rare terms.
