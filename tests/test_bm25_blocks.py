@@ -7,6 +7,7 @@ import copy
 import itertools
 import pickle
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -183,6 +184,26 @@ class TestWhereBlocksMatter:
                     rows = top_rows(scorer.all_scores(), k, view.snapshot.allowed(None), above=0.0)
                     np.testing.assert_array_equal(pruned[0], rows)
                     assert pruned[1].tobytes() == scorer.all_scores()[rows].astype(np.float64).tobytes()
+
+
+class TestFrequencies:
+    def test_kept_in_a_byte_saved_in_the_formats_types(self, tmp_path: Path) -> None:
+        texts = ["alpha " * 300 + "beta", "alpha beta gamma", "gamma " * 3]  # 300 repeats need more than a byte
+        for kept, saved_as in ((texts[1:], np.uint16), (texts, np.uint16)):
+            store = LocalStore()
+            store.upsert(
+                [Document(page_content=t, id=f"d{i}") for i, t in enumerate(kept)], np.ones((len(kept), 2)), kept
+            )
+            postings = store.view().snapshot.segments[0].postings
+            assert postings.tf.dtype == (np.uint8 if len(kept) == 2 else np.uint16)
+            folder = tmp_path / str(len(kept))
+            store.save(folder)
+            assert np.load(folder / "bm25" / "tf.npy").dtype == saved_as
+            loaded = LocalStore.load(folder)[0]
+            for query in ("alpha", "gamma beta"):
+                a, b = store.view().bm25(query).top(3), loaded.view().bm25(query).top(3)
+                np.testing.assert_array_equal(a[0], b[0])
+                assert a[1].tobytes() == b[1].tobytes()
 
 
 class TestCopies:

@@ -45,6 +45,9 @@ TOKENIZE_BATCH = 4096
 IntArray = NDArray[np.int64]
 """Rows, term ids and postings offsets (64-bit integers)."""
 
+Frequencies = NDArray[np.uint8] | NDArray[np.uint16] | NDArray[np.int32]
+"""Term frequencies of postings, in the narrowest of these types that holds them."""
+
 
 @dataclass(frozen=True, eq=False)
 class Postings:
@@ -58,8 +61,8 @@ class Postings:
     """Start of each term's postings (length ``vocabulary_size + 1``)."""
     rows: NDArray[np.int32]
     """Local row (0 = the block's first row) of each posting."""
-    tf: NDArray[np.uint16] | NDArray[np.int32]
-    """Term frequency of each posting (uint16 unless a frequency needs more)."""
+    tf: Frequencies
+    """Term frequency of each posting (uint8 unless a frequency needs more; a saved folder holds uint16 or int32)."""
     block_maxima: BlockMaxima = field(default_factory=BlockMaxima, repr=False, compare=False)
     """Block-max bounds of the common terms' weights, derived on first use (see :mod:`block_max`)."""
     presence: KeptPresence = field(default_factory=KeptPresence, repr=False, compare=False)
@@ -113,10 +116,11 @@ class Postings:
         return np.searchsorted(self.indptr, positions, side="right").astype(np.int64) - 1
 
 
-def _narrow_tf(tf: NDArray[np.integer]) -> NDArray[np.uint16] | NDArray[np.int32]:
-    if tf.size == 0 or int(tf.max()) <= np.iinfo(np.uint16).max:
-        return tf.astype(np.uint16)
-    return tf.astype(np.int32)
+def _narrow_tf(tf: NDArray[np.integer]) -> Frequencies:
+    largest = int(tf.max()) if tf.size else 0
+    if largest <= np.iinfo(np.uint8).max:
+        return tf.astype(np.uint8)
+    return tf.astype(np.uint16) if largest <= np.iinfo(np.uint16).max else tf.astype(np.int32)
 
 
 def build_postings(token_ids: Sequence[IntArray], vocabulary_size: int) -> Postings:
@@ -197,10 +201,7 @@ def merge_postings(
     np.cumsum(counts, out=indptr[1:])
     total = int(indptr[-1])
     rows = np.empty(total, dtype=np.int32)
-    wide = any(p.tf.dtype == np.int32 for p, _ in blocks)
-    tf: NDArray[np.uint16] | NDArray[np.int32] = (
-        np.empty(total, dtype=np.int32) if wide else np.empty(total, dtype=np.uint16)
-    )
+    tf: Frequencies = np.empty(total, dtype=np.result_type(*(p.tf.dtype for p, _ in blocks), np.uint8))
     cursor = indptr[:-1].copy()  # next free slot of each term in the output
     for postings, start in blocks:
         for lo in range(0, postings.size, _BLOCK):

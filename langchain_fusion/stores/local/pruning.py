@@ -44,7 +44,7 @@ SEED_MAX_SHARE = 0.5
 SEED_ROWS_PER_RESULT = 8
 """Rows scored exactly per result wanted to raise the first threshold (those the rarest terms weigh most)."""
 
-SCORED_SEED_MIN_POSTINGS = 1
+SCORED_SEED_MIN_POSTINGS = 4
 """...once MaxScore would read more than this many postings per 64 rows under the first threshold."""
 
 BITMAPS_MIN_POSTINGS = 8
@@ -75,7 +75,7 @@ block would skip next to nothing: a term spread evenly over the rows, as the syn
 RAISE_MIN_CANDIDATES = 256
 """From this many candidates per result wanted, the threshold is raised by scoring the most promising exactly."""
 
-RAISE_ROWS_PER_RESULT = 8
+RAISE_ROWS_PER_RESULT = 2
 """...that many rows per result wanted: those whose read terms weigh most."""
 
 ROUNDING = 1e-5
@@ -268,39 +268,35 @@ class PrunedTop:
         if allowed is not None:
             keep = allowed[candidates]
             candidates, partial, column = candidates[keep], partial[keep], column[keep]
-        of_block = self.block_of(candidates) if rest.size > 1 else np.zeros(candidates.size, dtype=np.int64)
-        unread = rest[of_block]  # bound of the terms not read for each candidate
         if not set(np.flatnonzero(read.any(axis=1)).tolist()) <= self._scored_terms:  # else the seed scored them
             theta = max(theta, self._raised(k, candidates, partial))
-        keep = (partial + unread) * (1 + ROUNDING) >= theta
-        candidates, partial, column, of_block, unread = (
-            candidates[keep],
-            partial[keep],
-            column[keep],
-            of_block[keep],
-            unread[keep],
-        )
-        for number in self._order[::-1].tolist():  # the weightiest terms first
-            if not candidates.size:
-                break
-            bounds = self.bounds[number][of_block]
-            need = np.flatnonzero((bounds > 0) & ~read[number][of_block])
-            if not need.size:
-                continue
-            unread[need] -= bounds[need]
-            term, repeats, term_idf = self.weights.terms[number]
-            held = need[_holding(self.blocks, self._starts, term, candidates[need])]
-            for at, weight in self.weights.weights_at(candidates[held], self.blocks, term, term_idf):
-                partial[held[at]] += weight.astype(np.float64) * repeats
-                found[number].append((column[held[at]], weight))
+        # The bound of each candidate's unread terms: one for all over every row, else that of its block.
+        blocked = rest.size > 1
+        of_block = self.block_of(candidates) if blocked else np.zeros(0, dtype=np.int64)
+        unread: NDArray[np.float64] | float = rest[of_block] if blocked else float(rest[0])
+        for number in [-1, *self._order[::-1].tolist()]:  # -1: the read terms alone; then the weightiest first
+            if number >= 0:
+                if not candidates.size:
+                    break
+                term, repeats, term_idf = self.weights.terms[number]
+                if blocked:
+                    bounds = self.bounds[number][of_block]
+                    need = np.flatnonzero((bounds > 0) & ~read[number][of_block])
+                    unread[need] -= bounds[need]  # type: ignore[index]
+                elif read[number][0] or not self.bounds[number][0]:
+                    continue
+                else:
+                    need = np.arange(candidates.size)
+                    unread = float(unread) - float(self.bounds[number][0])
+                held = need[_holding(self.blocks, self._starts, term, candidates[need])]
+                for at, weight in self.weights.weights_at(candidates[held], self.blocks, term, term_idf):
+                    partial[held[at]] += weight.astype(np.float64) * repeats
+                    found[number].append((column[held[at]], weight))
             keep = (partial + np.maximum(unread, 0.0)) * (1 + ROUNDING) >= theta
-            candidates, partial, column, of_block, unread = (
-                candidates[keep],
-                partial[keep],
-                column[keep],
-                of_block[keep],
-                unread[keep],
-            )
+            if not keep.all():
+                candidates, partial, column = candidates[keep], partial[keep], column[keep]
+                if blocked:
+                    of_block, unread = of_block[keep], unread[keep]  # type: ignore[index]
         scores = self.weights.summed(first_count, found)[column]  # the same bits as scoring every row
         best = top_rows(scores, k, above=0.0)
         return candidates[best], scores[best]

@@ -141,7 +141,7 @@ class LocalBM25Scorer(_LocalScorer):
         self._weights: QueryWeights | bool | None = False  # False: not computed yet
 
     def _compute(self) -> NDArray[np.float32]:
-        return self.snapshot.bm25_scores_all(self.query, self._shared)
+        return self.snapshot.bm25_scores_all(self._query_weights(), self._shared)  # the query analysed once
 
     def _query_weights(self) -> QueryWeights | None:
         if self._weights is False:

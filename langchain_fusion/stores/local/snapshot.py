@@ -312,14 +312,16 @@ class Snapshot:
             np.matmul(queries, segment.vectors.T, out=out[:, segment.start : segment.stop])
         return out
 
-    def bm25_scores_all(self, query: str, shared: TermWeights | None = None) -> NDArray[np.float32]:
-        """BM25 score of every row for ``query`` (dead rows get meaningless values).
+    def bm25_scores_all(
+        self, query: str | QueryWeights | None, shared: TermWeights | None = None
+    ) -> NDArray[np.float32]:
+        """BM25 score of every row for ``query`` (or its weighting; None: no live row holds a term).
 
-        ``shared``: term weights computed for other queries of a batch, reused and added to;
-        None: the snapshot's own (:meth:`common_term_weights`).
+        Dead rows get meaningless values. ``shared``: term weights computed for other queries of a
+        batch, reused and added to; None: the snapshot's own (:meth:`common_term_weights`).
         """
         out = np.zeros(self.size, dtype=np.float32)
-        weights = self.bm25_weights(query)
+        weights = self.bm25_weights(query) if isinstance(query, str) else query
         if weights is not None:
             weights.add_scores(out, self.bm25_blocks(), shared if shared is not None else self.common_term_weights())
         return out
@@ -358,7 +360,7 @@ class Snapshot:
     def bm25_top(
         self, weights: QueryWeights, k: int, allowed: NDArray[np.bool_] | None, in_batch: bool = False
     ) -> tuple[Keys, NDArray[np.float32]] | None:
-        """The exact BM25 top ``k`` found by pruning (see :meth:`QueryWeights.top`); None where it does not pay.
+        """The exact BM25 top ``k`` found by pruning (see :func:`pruned_top`); None where it does not pay.
 
         ``in_batch``: the query's term weights are shared with a batch's other queries, which makes
         scoring every row cheaper than pruning on small corpora and for queries of rare terms.

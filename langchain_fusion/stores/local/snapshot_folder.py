@@ -104,7 +104,7 @@ def write_snapshot(snapshot: Snapshot, folder: Path, extra: dict[str, Any]) -> N
     arrays: dict[str, NDArray[Any]] = {
         "indptr": postings.indptr,
         "rows": postings.rows,
-        "tf": postings.tf,
+        "tf": postings.tf.astype(np.uint16) if postings.tf.dtype == np.uint8 else postings.tf,  # the format's types
         "lengths": compact.lengths,
     }
     for name, array in arrays.items():
