@@ -241,6 +241,7 @@ class TestCommandLine:
         captured = capsys.readouterr()
         return status, captured.out, captured.err
 
+    @pytest.mark.slow  # the sample indexed, calibrated with a floor sweep over 70 queries, then six commands
     def test_calibrate_then_query(
         self, folder: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -74,6 +74,7 @@ class TestSameResultsAsOwnIndex:
         for tenant in sorted(own)[:10]:
             assert_same(retriever.invoke("w1", tenant=tenant), own[tenant].as_retriever(k=3).invoke("w1"), tenant)
 
+    @pytest.mark.slow  # 5,000 searches over four rounds of random changes and a reopen: seconds of CPU
     def test_after_adds_deletes_upserts_and_a_reopen(self, tmp_path: Path) -> None:
         by_tenant = corpus(11, 120)
         shared, own = build(by_tenant)

@@ -322,16 +322,13 @@ def read_snapshot(
     if rows.size and not _lengths_agree(rows, tf, lengths):
         raise IndexFormatError(f"{folder}: BM25 row lengths disagree with the postings; rebuild the index")
     postings = Postings(indptr=np.asarray(indptr), rows=rows, tf=tf)
-    mismatch = _postings_mismatch(documents, vocabulary_list, postings, lengths, settings)
+    vocabulary = {t: i for i, t in enumerate(vocabulary_list)}  # built once: the check and the snapshot share it
+    mismatch = _postings_mismatch(documents, vocabulary, vocabulary_list, postings, lengths, settings)
     if mismatch:
         raise IndexFormatError(f"{folder}: the BM25 index does not match the documents ({mismatch}); rebuild the index")
     snapshot = replace(empty_snapshot(settings, factory, search_params), mapped=files if len(files) else None)
     if not n:
-        return replace(
-            snapshot,
-            vocabulary={t: i for i, t in enumerate(vocabulary_list)},
-            document_frequency=np.zeros(vocabulary_size, np.int64),
-        )
+        return replace(snapshot, vocabulary=vocabulary, document_frequency=np.zeros(vocabulary_size, np.int64))
     assert vectors is not None
     ann = None
     if ANN in paths:
@@ -348,7 +345,7 @@ def read_snapshot(
     segment = Segment(start=0, vectors=vectors, postings=postings, documents=documents, ann=ann)
     loaded = replace(
         snapshot,
-        vocabulary={t: i for i, t in enumerate(vocabulary_list)},
+        vocabulary=vocabulary,
         segments=(segment,),
         lengths=np.asarray(lengths),
         id_table=None,  # built from the ids when first needed: queries never need it
@@ -392,12 +389,13 @@ SPOT_CHECK_ROWS = 64
 
 def _postings_mismatch(
     documents: DocumentBlock,
+    term_of: dict[str, int],
     vocabulary: list[str],
     postings: Postings,
     lengths: NDArray[np.int32],
     settings: StoreSettings,
 ) -> str | None:
-    """What disagrees between a spread sample of rows' texts and the postings, or None.
+    """What disagrees between a spread sample of rows' texts and the postings (``term_of``: term -> id), or None.
 
     The checksums only prove the files are the ones the manifest lists; this catches files that
     are consistent with each other but not with the documents (a replaced or reordered
@@ -407,7 +405,6 @@ def _postings_mismatch(
     n = len(documents)
     if not n:
         return None
-    term_of = {t: i for i, t in enumerate(vocabulary)}
     indptr, rows, tf = postings.indptr, postings.rows, postings.tf
     for row in sorted({int(r) for r in np.linspace(0, n - 1, min(n, SPOT_CHECK_ROWS))}):
         counts: dict[int, int] = {}
