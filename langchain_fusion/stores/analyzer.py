@@ -30,7 +30,7 @@ import sys
 import unicodedata
 from collections.abc import Callable, Sequence
 from functools import cached_property
-from typing import Any, ClassVar, Literal, NamedTuple, get_args
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import regex
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -43,17 +43,16 @@ from langchain_fusion.stores.languages import (
     StemmerLanguage,
     StopwordLanguage,
     detect,
+    has_stopwords,
     in_scripts,
     script_of,
+    stemmer_of,
+    stopwords_of,
 )
 
 __all__ = ["UNSPACED_SCRIPTS", "Analyzer", "StemmerLanguage", "StopwordLanguage", "WordMemo"]
 
 _WORD = re.compile(r"\w+")
-
-_STOPWORD_LISTS = {language: f"STOPWORDS_{language.upper()}" for language in get_args(StopwordLanguage)} | {
-    "english": "STOPWORDS_EN"
-}
 
 UNSPACED_SCRIPTS = ("Han", "Hiragana", "Katakana", "Hangul", "Thai", "Lao", "Khmer", "Myanmar")
 """Scripts written without spaces between words: their runs become character bigrams."""
@@ -149,7 +148,7 @@ class Analyzer(BaseModel):
             data = dict(data)
             language = data.pop("language")
             data.setdefault("stemmer", language)
-            data.setdefault("stopwords", language if language in _STOPWORD_LISTS else None)
+            data.setdefault("stopwords", language if has_stopwords(language) else None)
         return data
 
     @model_validator(mode="after")
@@ -190,15 +189,11 @@ class Analyzer(BaseModel):
 
     @cached_property
     def _stopword_set(self) -> frozenset[str]:
-        if self.stopwords is None:
-            return frozenset()
-        import bm25s.stopwords
-
-        return frozenset(getattr(bm25s.stopwords, _STOPWORD_LISTS[self.stopwords]))
+        return frozenset() if self.stopwords is None else stopwords_of(self.stopwords)
 
     @cached_property
     def _stem_word(self) -> Any:
-        return None if self.stemmer is None else self._stem_in(self.stemmer)
+        return None if self.stemmer is None else stemmer_of(self.stemmer)
 
     @cached_property
     def _configured_scripts(self) -> tuple[str, ...]:
@@ -209,34 +204,6 @@ class Analyzer(BaseModel):
     def _in_language(self) -> Any:
         """Whether a word is written in the script of the stemmer's (else the stopwords') language."""
         return in_scripts(self._configured_scripts)
-
-    @cached_property
-    def _stemmers(self) -> dict[str, Any]:
-        """Each language's ``stemWord``, made when first needed."""
-        return {}
-
-    @cached_property
-    def _stopword_sets(self) -> dict[str, frozenset[str]]:
-        """Each language's stopwords, read when first needed."""
-        return {}
-
-    def _stem_in(self, language: str) -> Any:
-        stem = self._stemmers.get(language)
-        if stem is None:
-            import Stemmer
-
-            # No cache of PyStemmer's own (size 0): the memos present each word to it once, and its cache then
-            # costs more than it saves (purges of its 10,000 words took most of the time of a word's analysis).
-            stem = self._stemmers[language] = Stemmer.Stemmer(language, 0).stemWord
-        return stem
-
-    def _stopwords_in(self, language: str) -> frozenset[str]:
-        words = self._stopword_sets.get(language)
-        if words is None:
-            import bm25s.stopwords
-
-            words = self._stopword_sets[language] = frozenset(getattr(bm25s.stopwords, _STOPWORD_LISTS[language]))
-        return words
 
     def _effective(self, language: Language | None) -> tuple[str | None, str | None]:
         """The stemmer and stopwords ``language`` really applies here (``stemmer=None`` / ``stopwords=None`` win)."""
@@ -298,8 +265,8 @@ class Analyzer(BaseModel):
             stemmer, stopwords = self._effective(language)
             rules = self._language_rules[language] = _Rules(
                 in_scripts(language.scripts),
-                self._stopwords_in(stopwords) if stopwords is not None else frozenset(),
-                self._stem_in(stemmer) if stemmer is not None else None,
+                stopwords_of(stopwords) if stopwords is not None else frozenset(),
+                stemmer_of(stemmer) if stemmer is not None else None,
             )
         return rules
 
@@ -552,8 +519,6 @@ _DERIVED = frozenset(
         "_stem_word",
         "_configured_scripts",
         "_in_language",
-        "_stemmers",
-        "_stopword_sets",
         "_redundant",
         "_memo",
         "_memos",

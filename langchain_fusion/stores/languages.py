@@ -29,7 +29,7 @@ import threading
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
 import regex
 
@@ -85,6 +85,37 @@ StopwordLanguage = Literal[
     "turkish",
 ]
 """The languages with a stopword list (bm25s's lists)."""
+
+_STOPWORD_LISTS = {language: f"STOPWORDS_{language.upper()}" for language in get_args(StopwordLanguage)} | {
+    "english": "STOPWORDS_EN"
+}
+
+
+def has_stopwords(language: str) -> bool:
+    """Whether bm25s has a stopword list for ``language``."""
+    return language in _STOPWORD_LISTS
+
+
+@functools.cache
+def stopwords_of(language: StopwordLanguage) -> frozenset[str]:
+    """The stopwords of ``language`` (bm25s's list), read once per process."""
+    import bm25s.stopwords
+
+    return frozenset(getattr(bm25s.stopwords, _STOPWORD_LISTS[language]))
+
+
+@functools.cache
+def stemmer_of(language: StemmerLanguage) -> Callable[[str], str]:
+    """The Snowball ``stemWord`` of ``language`` (PyStemmer), made once per process and shared.
+
+    No cache of PyStemmer's own (size 0): the analyzer's memos present each word to it once, and its
+    cache then costs more than it saves (purges of its 10,000 words took most of a word's analysis).
+    """
+    import Stemmer
+
+    stem: Callable[[str], str] = Stemmer.Stemmer(language, 0).stemWord
+    return stem
+
 
 SCRIPT_OF_LANGUAGE: dict[str, str] = {
     "arabic": "Arabic",
