@@ -16,7 +16,6 @@ from langchain_core.embeddings import Embeddings
 from langchain_fusion import BM25Retriever, FusionIndex, FusionRetriever, VectorRetriever
 from langchain_fusion.errors import ProviderError
 from langchain_fusion.retrievers import fusion as fusion_module
-from langchain_fusion.search import pool as pool_module
 from langchain_fusion.stores.local import mutations as mutations_module
 from langchain_fusion.stores.local import pruning as pruning_module
 from langchain_fusion.stores.local import snapshot as snapshot_module
@@ -204,7 +203,7 @@ class TestEqualsInvoke:
         assert pruned  # nothing to share: no query scores every row
 
     def test_sliced_batches(self, index: FusionIndex, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(pool_module, "BATCH_SCORES_BUDGET", 2 * len(index))  # two queries per slice
+        monkeypatch.setattr(fusion_module, "BATCH_QUERIES", 2)  # two queries per slice
         retriever = FusionRetriever(index=index, k=3)
         expected = [summary(retriever.invoke(q)) for q in QUERIES]
         assert [summary(r) for r in retriever.batch(QUERIES)] == expected
@@ -215,13 +214,13 @@ class TestOnePass:
         embeddings = index.embeddings
         assert isinstance(embeddings, QueryBatchingEmbeddings)
         scans: list[int] = []
-        batched = snapshot_module.Snapshot.vector_scores_many
+        batched = snapshot_module.Snapshot.vector_contenders_many
 
-        def spy(self: Any, queries: np.ndarray) -> Any:
+        def spy(self: Any, queries: np.ndarray, depth: int, where: Any) -> Any:
             scans.append(queries.shape[0])
-            return batched(self, queries)
+            return batched(self, queries, depth, where)
 
-        monkeypatch.setattr(snapshot_module.Snapshot, "vector_scores_many", spy)
+        monkeypatch.setattr(snapshot_module.Snapshot, "vector_contenders_many", spy)
         monkeypatch.setattr(snapshot_module.Snapshot, "vector_scores_all", lambda *a: pytest.fail("scanned per query"))
         FusionRetriever(index=index).batch(QUERIES)
         assert embeddings.batch_calls == 1 and embeddings.query_calls == 0

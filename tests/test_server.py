@@ -189,13 +189,13 @@ class TestRetrieverRoutes:
         from langchain_fusion.stores.local.snapshot import Snapshot
 
         passes: list[int] = []
-        real = Snapshot.vector_scores_many
+        real = Snapshot.vector_contenders_many
 
-        def spy(self: Snapshot, queries: Any) -> Any:
+        def spy(self: Snapshot, queries: Any, depth: int, where: Any) -> Any:
             passes.append(len(queries))
-            return real(self, queries)
+            return real(self, queries, depth, where)
 
-        monkeypatch.setattr(Snapshot, "vector_scores_many", spy)
+        monkeypatch.setattr(Snapshot, "vector_contenders_many", spy)
         inputs = ["cat", "stock market", "parrots speech", "dogs bark"]
         configs = [{"configurable": {"k": 2}}, {}, {"configurable": {"k": 2}}, {}]
         response = client.post("/retriever/batch", json={"inputs": inputs, "config": configs})

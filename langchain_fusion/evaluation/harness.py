@@ -34,7 +34,14 @@ from langchain_fusion.retrievers.rerank_retriever import RerankRetriever, with_t
 from langchain_fusion.search.floors import FloorOptions
 from langchain_fusion.search.fusion import FUSION_METHODS, FusionMethod, check_alpha, check_method
 from langchain_fusion.search.options import SEARCH_DEFAULTS, PoolOptions
-from langchain_fusion.search.pool import QueryScorers, bm25_scorers, fused_search, queries_per_pass, vector_scorers
+from langchain_fusion.search.pool import (
+    QueryScorers,
+    batch_reach,
+    bm25_scorers,
+    fused_search,
+    queries_per_pass,
+    vector_scorers,
+)
 from langchain_fusion.search.relevance import check_min_relevance, require_model
 
 DEFAULT_METRICS = ("ndcg@10", "recall@10", "mrr@10", "hit_rate@5")
@@ -379,12 +386,13 @@ def _sweep_runs(
     runs: list[dict[str, list[str]]] = [{} for _ in searches]
     view = index.search_view(tenant)
     step = queries_per_pass(len(view))  # bounds the score arrays held at once
+    depth, where = batch_reach(searches)  # the vector pass keeps only what the searches' top-k need
     with tqdm(total=len(queries), desc=desc, disable=not progress, leave=False) as bar:
         for lo in range(0, len(queries), step):
             chunk = queries[lo : lo + step]
             texts = [text for _, text in chunk]
             vectors = index.embed_queries(texts)
-            sides = zip(vector_scorers(view, vectors), bm25_scorers(view, texts), strict=True)
+            sides = zip(vector_scorers(view, vectors, depth, where), bm25_scorers(view, texts), strict=True)
             for position, (vector, bm25) in enumerate(sides):
                 unread = index.unread(texts[position])
                 scorers = QueryScorers(vector, bm25, None if unread is None else str(unread))

@@ -27,7 +27,7 @@ from langchain_fusion._checks import CheckedModel, OptionGroup
 from langchain_fusion.errors import FusionError, InvalidParameterError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.search.options import OPTION_CHECKS
-from langchain_fusion.stores.base import FloatMatrix, SideScorer, StoreView
+from langchain_fusion.stores.base import FloatMatrix, ReleasableScorer, SideScorer, StoreView
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +85,12 @@ class PreparedQuery:
     """The query's vector side on ``view``, scored with the whole batch."""
     bm25: SideScorer | None = None
     """The query's BM25 side on ``view``, scored with the whole batch."""
+
+    def release(self) -> None:
+        """Drop the score arrays the query's sides computed for it alone: a batch holds one query's at a time."""
+        for side in (self.vector, self.bm25):
+            if isinstance(side, ReleasableScorer):
+                side.release()
 
 
 _BATCH: ContextVar[Mapping[tuple[int, str], PreparedQuery] | None] = ContextVar("langchain_fusion_batch", default=None)
@@ -171,7 +177,10 @@ class SearchRetriever(CheckedModel, BaseRetriever, Generic[OptionsT]):
             return []
         prepared = self._prepared(query)  # scored on the batch's view: that view decides, not the index now
         if prepared is not None:
-            return self._search(query, prepared.query_vector, options, prepared)
+            try:
+                return self._search(query, prepared.query_vector, options, prepared)
+            finally:
+                prepared.release()
         if self._is_empty(options):
             return []
         query_vector = self._embedder().embed_query(query) if self._needs_vector(options) else None
@@ -185,7 +194,10 @@ class SearchRetriever(CheckedModel, BaseRetriever, Generic[OptionsT]):
             return []
         prepared = self._prepared(query)
         if prepared is not None:
-            return await run_in_executor(None, self._search, query, prepared.query_vector, options, prepared)
+            try:
+                return await run_in_executor(None, self._search, query, prepared.query_vector, options, prepared)
+            finally:
+                prepared.release()
         if self._is_empty(options):
             return []
         query_vector = await self._embedder().aembed_query(query) if self._needs_vector(options) else None

@@ -32,11 +32,11 @@ from langchain_fusion.search.options import (
 from langchain_fusion.search.pool import (
     QueryScorers,
     SearchTrace,
+    batch_reach,
     bm25_scorers,
     bm25_search,
     fused_search,
     hits_to_documents,
-    queries_per_pass,
     query_scorers,
     vector_scorers,
     vector_search,
@@ -45,6 +45,10 @@ from langchain_fusion.search.relevance import with_relevance
 from langchain_fusion.stores.base import BatchScorer, ConcurrentSides, FloatMatrix, StoreView, Where
 
 __all__ = ["BM25Retriever", "FusionRetriever", "SearchRetriever", "VectorRetriever", "vector_unread"]
+
+
+BATCH_QUERIES = 1024
+"""Queries of a batch prepared in one pass over an in-process view (embedded together, vectors read once)."""
 
 
 class SideOptions(FilterOption, TenantOption, ResultsOption):
@@ -73,8 +77,9 @@ class _IndexRetriever(SearchRetriever[IndexOptionsT]):
 
     def _batch_step(self) -> int:
         view = self.index.view(self.tenant if isinstance(self, TenantOption) else None)
-        # Only a view that scores a batch in one pass holds its score arrays (and a count may be a round trip).
-        return queries_per_pass(len(view)) if isinstance(view, BatchScorer) else super()._batch_step()
+        # A view that scores a batch in one pass keeps per query its few vector contenders, and its score arrays
+        # only while the query runs (PreparedQuery.release): the pass can take many queries.
+        return BATCH_QUERIES if isinstance(view, BatchScorer) else super()._batch_step()
 
     def _prepared_runs_inline(self, prepared: Mapping[tuple[int, str], PreparedQuery]) -> bool:
         # A view that scores a batch in one pass is in process; one whose sides search side by side (a graph
@@ -94,7 +99,8 @@ class _IndexRetriever(SearchRetriever[IndexOptionsT]):
             # kernel: each query keeps its own scan, so a batch returns exactly what invoke returns.
             vector = [view.vector(vectors[i : i + 1]) for i in range(len(texts))]
         else:
-            vector = vector_scorers(view, vectors)
+            depth, where = batch_reach([options]) if isinstance(options, PoolOptions) else (None, None)
+            vector = vector_scorers(view, vectors, depth, where)
         return [PreparedQuery(vectors[i : i + 1], view, vector=vector[i], bm25=bm25[i]) for i in range(len(texts))]
 
 
@@ -116,7 +122,7 @@ class VectorRetriever(SideOptions, _IndexRetriever[SideOptions]):
     def _score_many(self, texts: list[str], vectors: FloatMatrix | None, options: SideOptions) -> list[PreparedQuery]:
         assert vectors is not None
         view = self._view(options)
-        vector = vector_scorers(view, vectors)
+        vector = vector_scorers(view, vectors, options.k, _where(options))
         return [PreparedQuery(vectors[i : i + 1], view, vector=vector[i]) for i in range(len(texts))]
 
     def _search(

@@ -124,14 +124,33 @@ def query_scorers(view: StoreView, query: str, query_vector: FloatMatrix, unread
     return QueryScorers(vector=view.vector(query_vector), bm25=view.bm25(query), unread=unread)
 
 
-def vector_scorers(view: StoreView, query_vectors: FloatMatrix) -> list[SideScorer]:
+def batch_reach(searches: Sequence[PoolOptions]) -> tuple[int | None, Where | None]:
+    """How deep each query's vector top-k goes in every one of ``searches``, and under which filter.
+
+    The depth is the largest candidate pool plus the one row :func:`tied_top` reads past it; None
+    when a search reads the whole corpus (``fetch_k=None``) or the searches filter differently
+    (then a batch's vector pass keeps every row's score).
+    """
+    if not searches or any(options.fetch_k is None for options in searches):
+        return None, None
+    first = searches[0].filter
+    if any(options.filter != first for options in searches[1:]):
+        return None, None
+    depth = max(max(options.fetch_k or 0, options.k) for options in searches) + 1
+    return depth, None if first is None else Where(metadata=first)
+
+
+def vector_scorers(
+    view: StoreView, query_vectors: FloatMatrix, depth: int | None = None, where: Where | None = None
+) -> list[SideScorer]:
     """The vector side of ``view`` for each row of ``query_vectors``, equal to ``view.vector`` of each.
 
     A view with the :class:`~langchain_fusion.stores.base.BatchScorer` capability scores them all
-    in one pass over its vectors; others get one scorer per query.
+    in one pass over its vectors (``depth``: the deepest top-k to be asked for under ``where``, which
+    it may prepare instead of every row's score); others get one scorer per query.
     """
     if isinstance(view, BatchScorer):
-        return list(view.vector_many(query_vectors))
+        return list(view.vector_many(query_vectors, depth, where))
     return [view.vector(query_vectors[i : i + 1]) for i in range(query_vectors.shape[0])]
 
 

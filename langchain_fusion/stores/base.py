@@ -85,8 +85,14 @@ class WholeCorpusScorer(Protocol):
 class BatchScorer(Protocol):
     """Optional capability of a view: score many queries at once (one pass over vectors and postings)."""
 
-    def vector_many(self, query_vectors: FloatMatrix) -> Sequence[SideScorer]:
-        """The vector side for each normalised query vector (one per row of ``query_vectors``)."""
+    def vector_many(
+        self, query_vectors: FloatMatrix, depth: int | None = None, where: Where | None = None
+    ) -> Sequence[SideScorer]:
+        """The vector side for each normalised query vector (one per row of ``query_vectors``).
+
+        ``depth``: the deepest top-k the batch will ask for under ``where`` (a hint: a view may
+        prepare that much and answer anything else as it would alone).
+        """
         ...
 
     def bm25_many(self, queries: Sequence[str]) -> Sequence[SideScorer]:
@@ -100,6 +106,15 @@ class ConcurrentSides(Protocol):
 
     def sides_in_parallel(self, where: Where | None) -> bool:
         """Whether searching the sides under ``where`` side by side pays for handing one to another thread."""
+        ...
+
+
+@runtime_checkable
+class ReleasableScorer(Protocol):
+    """Optional capability of a side scorer: drop what it computed for its query alone once that query is done."""
+
+    def release(self) -> None:
+        """Forget the score arrays computed for this query (computed again if it is searched again)."""
         ...
 
 

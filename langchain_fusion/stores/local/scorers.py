@@ -15,6 +15,7 @@ from langchain_fusion.stores.base import FloatMatrix, Keys, Scores, Where
 from langchain_fusion.stores.local.bm25 import QueryWeights
 from langchain_fusion.stores.local.snapshot import Snapshot
 from langchain_fusion.stores.local.term_weights import TermWeights
+from langchain_fusion.stores.local.vector_top import Contenders, exact_top
 from langchain_fusion.stores.local.vectors import exact_products, inner_products
 from langchain_fusion.stores.ranking import top_rows
 
@@ -42,6 +43,10 @@ class _LocalScorer(ABC):
         """Use ``scores`` (computed for this query with others in a batch) as the score of every row."""
         self._all = scores
 
+    def release(self) -> None:
+        """Forget the score of every row (a batch's query is done with it; computed again if asked)."""
+        self._all = None
+
     def all_scores(self) -> NDArray[np.float32]:
         """The score of every row (computed once)."""
         if self._all is None:
@@ -65,15 +70,20 @@ class _LocalScorer(ABC):
 class LocalVectorScorer(_LocalScorer):
     """Cosine similarity of one query vector: exact scans, or ANN candidates on large segments.
 
-    A scan (or an approximate index) selects the candidates; the scores reported for them are
-    float64 dot products of the stored vectors, so a row's score is the same bits whichever
-    kernel scanned it (FAISS for one query, a matrix product for a batch). Only ``k=None`` (the
-    whole corpus) reports the scan's float32 scores.
+    A scan (or an approximate index) proposes the candidates; the scores reported for them are
+    float64 dot products of the stored vectors, and an exact top k is the float64 top k whichever
+    kernel scanned (FAISS for one query, a matrix product for a batch: :mod:`.vector_top`). Only
+    ``k=None`` (the whole corpus) reports the scan's float32 scores.
     """
 
     def __init__(self, snapshot: Snapshot, query_vector: FloatMatrix) -> None:
         super().__init__(snapshot)
         self.query_vector = query_vector
+        self._near: tuple[Contenders, Where | None] | None = None
+
+    def prefetch(self, near: Contenders, where: Where | None) -> None:
+        """Use ``near`` (this query's rows from a batch's pass under ``where``) for top-k searches it covers."""
+        self._near = (near, where)
 
     def _compute(self) -> NDArray[np.float32]:
         return self.snapshot.vector_scores_all(self.query_vector)
@@ -87,21 +97,35 @@ class LocalVectorScorer(_LocalScorer):
 
     def top(self, k: int | None, where: Where | None = None) -> tuple[Keys, Scores]:
         """The ``k`` most similar allowed rows (exact unless a segment has an ANN index)."""
+        if k is not None and not self.snapshot.approximate:
+            return self._exact_top(k, where)
         allowed = self.snapshot.allowed(where)
         if k is None:
             return self._top_of(self.all_scores(), None, allowed)
-        if self.snapshot.approximate:
-            candidates = self._ann_candidates(k, allowed)
-            if candidates.size > CONTENDERS_MIN_RATIO * k:
-                # Many candidates (compressed codes propose k_factor per wanted row, and each segment its own):
-                # float32 products with error bounds rule most of them out, and only the rest are rescored in
-                # float64 (the same top k, the same bits).
-                candidates = candidates[self.snapshot.products_at(candidates, self.query_vector[0]).contenders(k)]
-        else:
-            candidates = top_rows(self.all_scores(), k, allowed)
+        candidates = self._ann_candidates(k, allowed)
+        if candidates.size > CONTENDERS_MIN_RATIO * k:
+            # Many candidates (compressed codes propose k_factor per wanted row, and each segment its own):
+            # float32 products with error bounds rule most of them out, and only the rest are rescored in
+            # float64 (the same top k, the same bits).
+            candidates = candidates[self.snapshot.products_at(candidates, self.query_vector[0]).contenders(k)]
         exact = self._exact(candidates)
         best = np.lexsort((candidates, -exact))[:k]
         return candidates[best], exact[best]
+
+    def _exact_top(self, k: int, where: Where | None) -> tuple[Keys, Scores]:
+        """The float64 top ``k`` of a scan: of the batch's contenders when they cover it, else of every row."""
+        near = self._near
+        rows: Keys | None
+        if near is not None and k <= near[0].depth and near[1] == where:
+            rows, values = near[0].rows, near[0].values
+        else:
+            values = self.all_scores()
+            allowed = self.snapshot.allowed(where)
+            rows = None if allowed is None else np.flatnonzero(allowed)
+            if rows is not None:
+                values = values[rows]
+        error = self.snapshot.vector_error(self.query_vector)
+        return exact_top(rows, values, k, error, self.snapshot.vectors_of, self.query_vector[0])
 
     def _ann_candidates(self, k: int, allowed: NDArray[np.bool_] | None) -> Keys:
         """Per segment: up to ``k_factor * k`` candidates from its ANN index, or ``k`` from an exact scan."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, cast
 
 import numpy as np
@@ -38,7 +39,8 @@ from langchain_fusion.stores.local.postings import Postings
 from langchain_fusion.stores.local.pruning import pruned_top
 from langchain_fusion.stores.local.term_weights import COMMON_WEIGHTS_BUDGET, TermWeights
 from langchain_fusion.stores.local.tokens import query_term_counts
-from langchain_fusion.stores.local.vectors import AnnIndex, ProductsAt, inner_products, products_at
+from langchain_fusion.stores.local.vector_top import Contenders, batch_contenders, squared_norm_bound
+from langchain_fusion.stores.local.vectors import AnnIndex, ProductsAt, inner_products, product_error, products_at
 from langchain_fusion.stores.settings import StoreSettings
 
 PRUNED_TOP_MIN_POSTINGS = 1 << 16
@@ -81,6 +83,11 @@ class Segment:
     def stop(self) -> int:
         """Global row after the segment's last row."""
         return self.start + self.size
+
+    @cached_property
+    def squared_norm_bound(self) -> float:
+        """The largest squared norm of the rows' vectors (computed on first use): bounds a scan's rounding."""
+        return squared_norm_bound(self.vectors)
 
 
 _PER_SEGMENT_CACHE = frozenset({"starts", "common_term_weights"})
@@ -303,6 +310,17 @@ class Snapshot:
         for segment in self.segments:
             out[segment.start : segment.stop] = inner_products(segment.vectors, vector)
         return out
+
+    def vector_error(self, query: FloatMatrix) -> float:
+        """A bound on how far any row's float32 product with ``query`` (1 x dimension) is from its float64 one."""
+        bound = max((segment.squared_norm_bound for segment in self.segments), default=0.0)
+        return float(product_error(np.float32(bound), query[0], query.shape[1]))
+
+    def vector_contenders_many(self, queries: FloatMatrix, depth: int, where: Where | None) -> list[Contenders]:
+        """For each query (a row), the rows ``where`` allows that may be among its ``depth`` most similar: one pass."""
+        errors = np.array([self.vector_error(queries[i : i + 1]) for i in range(queries.shape[0])])
+        parts = [(segment.start, segment.vectors) for segment in self.segments]
+        return batch_contenders(parts, queries, depth, errors, self.allowed(where))
 
     def vector_scores_many(self, queries: FloatMatrix) -> NDArray[np.float32]:
         """Exact similarity of each query (a row of ``queries``) to every row: one pass over the vectors."""

@@ -442,15 +442,23 @@ def products_at(matrix: FloatMatrix, rows: NDArray[np.int64], vector: NDArray[np
         picked = np.asarray(matrix[ids], dtype=np.float32)
         products[:] = picked @ query
         squared_norms[:] = np.einsum("ij,ij->i", picked, picked)
+    return ProductsAt(products.astype(np.float64), product_error(squared_norms, query, dimension))
+
+
+def product_error(squared_norms: Any, query: NDArray[np.float32], dimension: int) -> Any:
+    """Bound on how far a float32 product of rows (float32 ``squared_norms``) with ``query`` is from the exact one.
+
+    Doubled so that it also covers a float64 rescoring, in any order of summation (see :func:`products_at`).
+    Takes an array of squared norms (one bound each) or one value (the bound of rows up to that norm).
+    """
     unit = 2.0**-24 * dimension
     gamma = unit / (1 - unit)
-    query_norm = float(np.linalg.norm(query.astype(np.float64)))
+    query_norm = float(np.linalg.norm(np.asarray(query, dtype=np.float64)))
     # Squares below float32's range are lost from a norm (at most 2^-149 each, as much again in rounding; 2^-126
     # where the CPU flushes subnormals to zero), and products in the subnormal range are exact only to 2^-149
     # (2^-126) each: both covered by absolute terms.
-    norms = np.sqrt(squared_norms.astype(np.float64) / (1 - gamma) + dimension * 2.0**-125)
-    error = 2 * gamma * norms * query_norm + dimension * 2.0**-126
-    return ProductsAt(products.astype(np.float64), error)
+    norms = np.sqrt(np.asarray(squared_norms, dtype=np.float64) / (1 - gamma) + dimension * 2.0**-125)
+    return 2 * gamma * norms * query_norm + dimension * 2.0**-126
 
 
 @dataclass(frozen=True)

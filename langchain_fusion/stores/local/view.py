@@ -75,11 +75,22 @@ class LocalView(StoreView):
             return False
         return _MANY_CORES and self.snapshot.size >= PARALLEL_SIDES_MIN_ROWS
 
-    def vector_many(self, query_vectors: FloatMatrix) -> list[LocalVectorScorer]:
-        """The vector side for each query vector (a row), scored in one pass over the vectors when exact."""
+    def vector_many(
+        self, query_vectors: FloatMatrix, depth: int | None = None, where: Where | None = None
+    ) -> list[LocalVectorScorer]:
+        """The vector side for each query vector (a row), scored in one pass over the vectors when exact.
+
+        With ``depth``, the pass keeps for each query only the rows that may be among its ``depth``
+        best under ``where`` (:mod:`~langchain_fusion.stores.local.vector_top`); without, every row's score.
+        """
         queries = np.ascontiguousarray(query_vectors, dtype=np.float32)
         scorers = [LocalVectorScorer(self.snapshot, queries[i : i + 1]) for i in range(queries.shape[0])]
-        if not self.snapshot.approximate:
+        if self.snapshot.approximate:
+            return scorers
+        if depth is not None:
+            for scorer, near in zip(scorers, self.snapshot.vector_contenders_many(queries, depth, where), strict=True):
+                scorer.prefetch(near, where)
+        else:
             for scorer, scores in zip(scorers, self.snapshot.vector_scores_many(queries), strict=True):
                 scorer.preset(scores)
         return scorers
