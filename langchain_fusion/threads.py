@@ -73,6 +73,11 @@ class _BlasPolicy:
     limited = False
 
 
+def blas_is_one_thread() -> bool:
+    """Whether :func:`one_blas_thread` limited this process's BLAS to one thread (then our own threads split work)."""
+    return _BlasPolicy.limited
+
+
 def one_blas_thread() -> bool:
     """Limit the BLAS libraries of this process (numpy's, FAISS's) to one thread each, once; whether it did.
 

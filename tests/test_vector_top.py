@@ -44,8 +44,12 @@ def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 class TestBatchContenders:
     @pytest.mark.parametrize("seed", range(6))
+    @pytest.mark.parametrize("threads", [False, True], ids=["blas-threads", "scan-threads"])
     @pytest.mark.usefixtures("small_blocks")
-    def test_every_top_k_up_to_the_depth_is_the_float64_one(self, seed: int) -> None:
+    def test_every_top_k_up_to_the_depth_is_the_float64_one(
+        self, seed: int, threads: bool, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(vector_top, "blas_is_one_thread", lambda: threads)  # blocks shared among threads or not
         rng = np.random.default_rng(seed)
         vectors = crowded(rng, 3000)
         queries = np.ascontiguousarray(vectors[rng.choice(3000, 9)] + rng.normal(0, 0.01, (9, 24)), dtype=np.float32)

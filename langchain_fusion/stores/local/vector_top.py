@@ -19,15 +19,18 @@ hundred rows per query, instead of a million scores each.
 
 from __future__ import annotations
 
+import functools
 import math
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
-from langchain_fusion.stores.local.vectors import FloatMatrix, exact_products
+from langchain_fusion.stores.local.vectors import FloatMatrix, exact_products, in_blocks
 from langchain_fusion.stores.ranking import at_least_kth
+from langchain_fusion.threads import blas_is_one_thread
 
 Keys = NDArray[np.int64]
 
@@ -36,6 +39,9 @@ BLOCK_SCORES = 1 << 22
 
 _BLOCK_ROWS = (4096, 65536)
 """The smallest and largest blocks of rows of a batch's pass (within :data:`BLOCK_SCORES`)."""
+
+_SHARED_BLOCK_ROWS = 16384
+"""The largest block where the scan threads share the blocks (several per thread, so a slow one does fewer)."""
 
 _SAMPLE_COLUMNS = 2048
 """Scores per query of the first block from which its first, conservative floor is taken."""
@@ -120,43 +126,83 @@ def batch_contenders(
 
     ``parts`` are the vectors as (first row, matrix) in row order; ``errors`` bound each query's
     float32 products' distance from float64 ones; ``allowed`` masks the rows a search may return
-    (None: all). One pass: each block of rows is multiplied with every query at once.
+    (None: all). One pass: each block of rows is multiplied with every query at once. Where BLAS
+    runs one thread (:func:`~langchain_fusion.threads.one_blas_thread`: servers, the bundled model
+    on a small machine) the blocks are shared among the scan threads; else BLAS's own threads
+    split each product.
     """
     count = queries.shape[0]
-    block_rows = min(max(BLOCK_SCORES // max(1, count), _BLOCK_ROWS[0]), _BLOCK_ROWS[1])
-    scores = np.empty((count, block_rows), dtype=np.float32)
-    floors = np.full(count, -np.inf, dtype=np.float32)
-    margins = 2 * np.asarray(errors, dtype=np.float64)
-    found: list[list[tuple[Keys, NDArray[np.float32]]]] = [[] for _ in range(count)]
-    held = np.zeros(count, dtype=np.int64)
-    first = True
+    shared = blas_is_one_thread()
+    largest = min(_BLOCK_ROWS[1], _SHARED_BLOCK_ROWS) if shared else _BLOCK_ROWS[1]
+    block_rows = min(max(BLOCK_SCORES // max(1, count), _BLOCK_ROWS[0]), largest)
+    pass_ = _Pass(queries, depth, 2 * np.asarray(errors, dtype=np.float64), allowed)
     for start, vectors in parts:
-        for offset in range(0, vectors.shape[0], block_rows):
-            stop = min(vectors.shape[0], offset + block_rows)
-            block = scores[:, : stop - offset]
-            np.matmul(queries, vectors[offset:stop].T, out=block)
-            mask = None if allowed is None else allowed[start + offset : start + stop]
+        if not pass_.sampled and vectors.shape[0]:  # the first block sets the first floors, before any other
+            first = min(block_rows, vectors.shape[0])
+            pass_.block(start, vectors, 0, 0, first)
+            offset = first
+        else:
+            offset = 0
+        rows = vectors.shape[0] - offset
+        if rows <= 0:
+            continue
+        work = functools.partial(pass_.block, start, vectors, offset)
+        if shared:
+            in_blocks(rows, block_rows, work)
+        else:
+            for lo in range(0, rows, block_rows):
+                work(lo, min(rows, lo + block_rows))
+    return pass_.result()
+
+
+class _Pass:
+    """The state of one :func:`batch_contenders` pass: each query's floor and kept rows."""
+
+    def __init__(
+        self, queries: FloatMatrix, depth: int, margins: NDArray[np.float64], allowed: NDArray[np.bool_] | None
+    ) -> None:
+        count = queries.shape[0]
+        self.queries, self.depth, self.margins, self.allowed = queries, depth, margins, allowed
+        self.floors = np.full(count, -np.inf, dtype=np.float32)  # only ever raised: a stale read keeps more rows
+        self.found: list[list[tuple[Keys, NDArray[np.float32]]]] = [[] for _ in range(count)]
+        self.held = [0] * count
+        self.sampled = False
+        self.lock = threading.Lock()
+
+    def block(self, start: int, vectors: FloatMatrix, offset: int, lo: int, hi: int) -> None:
+        """Score rows ``offset + lo:offset + hi`` of ``vectors`` (global row ``start`` first) and keep each query's."""
+        lo, hi = offset + lo, offset + hi
+        scores = np.matmul(self.queries, vectors[lo:hi].T)
+        mask = None if self.allowed is None else self.allowed[start + lo : start + hi]
+        if mask is not None:
+            scores[:, ~mask] = -np.inf
+        if not self.sampled:
+            _sampled_floors(scores, self.depth, self.margins, self.floors)
+            self.sampled = True
+        picked = []
+        for query in range(scores.shape[0]):
+            hits = scores[query] >= self.floors[query]
             if mask is not None:
-                block[:, ~mask] = -np.inf
-            if first:
-                _sampled_floors(block, depth, margins, floors)
-                first = False
-            for query in range(count):
-                hits = block[query] >= floors[query]
-                if mask is not None:
-                    hits &= mask
-                columns = np.flatnonzero(hits)
-                if columns.size:
-                    found[query].append((columns + (start + offset), block[query, columns]))
-                    held[query] += columns.size
-                    if held[query] > 4 * depth:
-                        held[query] = _tighten(found[query], depth, margins[query], floors, query)
-    result = []
-    for query in range(count):
-        _tighten(found[query], depth, margins[query], floors, query)
-        rows, values = found[query][0] if found[query] else (np.zeros(0, np.int64), np.zeros(0, np.float32))
-        result.append(Contenders(rows.astype(np.int64, copy=False), values, depth))
-    return result
+                hits &= mask
+            columns = np.flatnonzero(hits)
+            if columns.size:
+                picked.append((query, columns + (start + lo), scores[query, columns]))
+        with self.lock:
+            for query, rows, values in picked:
+                self.found[query].append((rows, values))
+                self.held[query] += rows.size
+                if self.held[query] > 4 * self.depth:
+                    self.held[query] = _tighten(self.found[query], self.depth, self.margins[query], self.floors, query)
+
+    def result(self) -> list[Contenders]:
+        """Each query's contenders, rows ascending."""
+        result = []
+        for query, parts in enumerate(self.found):
+            _tighten(parts, self.depth, self.margins[query], self.floors, query)
+            rows, values = parts[0] if parts else (np.zeros(0, np.int64), np.zeros(0, np.float32))
+            order = np.argsort(rows, kind="stable")  # blocks may have been kept in any order
+            result.append(Contenders(rows[order].astype(np.int64, copy=False), values[order], self.depth))
+        return result
 
 
 def _sampled_floors(

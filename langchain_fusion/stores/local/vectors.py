@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import queue
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -362,30 +363,38 @@ def inner_products(matrix: FloatMatrix, vector: NDArray[np.float32]) -> NDArray[
                 stop - start,
             )
 
-    workers = _SCAN_WORKERS
-    if rows < _PARALLEL_MIN_ROWS or workers < 2:
+    if rows < _PARALLEL_MIN_ROWS or _SCAN_WORKERS < 2:
         scan(0, rows)
         return out
     block_rows = max(_SCAN_BLOCK_BYTES // (dimension * matrix.itemsize), 1)
+    in_blocks(rows, block_rows, scan)
+    return out
+
+
+def in_blocks(rows: int, block_rows: int, work: Callable[[int, int], None]) -> None:
+    """``work(start, stop)`` for each block of ``rows`` rows, on this thread and the scan pool's, each taking the next.
+
+    A thread slowed by other work on its core does fewer blocks instead of holding up the rest.
+    ``work`` must release the GIL for most of its time (FAISS and BLAS kernels do) to gain from this.
+    """
     blocks: queue.SimpleQueue[tuple[int, int]] = queue.SimpleQueue()
     for start in range(0, rows, block_rows):
         blocks.put((start, min(start + block_rows, rows)))
 
-    def scan_blocks() -> None:
+    def take_blocks() -> None:
         while True:
             try:
                 start, stop = blocks.get_nowait()
             except queue.Empty:
                 return
-            scan(start, stop)
+            work(start, stop)
 
-    pool = _scan_pool.get()
-    futures = [pool.submit(scan_blocks) for _ in range(workers - 1)]
-    scan_blocks()
+    pool = _scan_pool.get() if _SCAN_WORKERS > 1 else None
+    futures = [pool.submit(take_blocks) for _ in range(_SCAN_WORKERS - 1)] if pool is not None else []
+    take_blocks()
     for future in futures:
         if not future.cancel():  # a helper that never started (its threads busy elsewhere) is not waited for
             future.result()
-    return out
 
 
 _SCAN_BLOCK_BYTES = 4 << 20
