@@ -7,6 +7,7 @@ import pytest
 from langchain_core.documents import Document
 
 from langchain_fusion import FusionIndex, FusionRetriever, VectorRetriever
+from langchain_fusion.search import pool as pool_module
 from langchain_fusion.stores.local import scorers as scorers_module
 from langchain_fusion.stores.local import vector_top
 from langchain_fusion.stores.local.vector_top import batch_contenders, contenders, exact_top, float32_at_most
@@ -37,9 +38,10 @@ def error_of(vectors: np.ndarray, query: np.ndarray) -> float:
 
 @pytest.fixture
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Blocks of 64-256 rows: many blocks, floors raised and contenders dropped mid-pass."""
+    """Blocks of 64-256 rows: many blocks, floors raised and contenders dropped mid-pass; rescoring in chunks."""
     monkeypatch.setattr(vector_top, "_BLOCK_ROWS", (64, 256))
     monkeypatch.setattr(vector_top, "_SAMPLE_COLUMNS", 16)
+    monkeypatch.setattr(vector_top, "EXACT_CHUNK_ROWS", 7)
 
 
 class TestBatchContenders:
@@ -69,6 +71,21 @@ class TestBatchContenders:
                 rows, scores = exact_top(near.rows, near.values, k, float(error), lambda r: vectors[r], query)
                 assert rows.tolist() == reference_top(vectors, query, k, allowed)
                 assert np.array_equal(scores, exact_products(vectors[rows], query))
+
+    @pytest.mark.usefixtures("small_blocks")
+    def test_a_zero_query_and_rows_that_all_tie(self) -> None:
+        rng = np.random.default_rng(4)
+        vectors = np.repeat(crowded(rng, 1, copies=1), 700, axis=0)  # one vector 700 times: every product ties
+        vectors[::5] = 0.0  # and zero rows
+        queries = np.ascontiguousarray(np.vstack([np.zeros(24), vectors[1]]), dtype=np.float32)
+        allowed = rng.random(700) > 0.2
+        errors = np.array([error_of(vectors, q) for q in queries])
+        found = batch_contenders([(0, vectors[:300]), (300, vectors[300:])], queries, 40, errors, allowed)
+        for query, near, error in zip(queries, found, errors, strict=True):
+            for k in (1, 13, 40):
+                rows, _ = exact_top(near.rows, near.values, k, float(error), lambda r: vectors[r], query)
+                assert rows.tolist() == reference_top(vectors, query, k, allowed)
+        assert found[0].rows.size == 40  # the zero query skipped the pass: its first allowed rows
 
     def test_fewer_allowed_rows_than_the_depth(self) -> None:
         rng = np.random.default_rng(1)
@@ -154,6 +171,48 @@ class TestBatchEqualsInvoke:
         retriever = VectorRetriever(index=index, k=9)
         expected = [[(d.id, d.metadata) for d in retriever.invoke(q)] for q in QUERIES]
         assert [[(d.id, d.metadata) for d in docs] for docs in retriever.batch(QUERIES)] == expected
+
+    def test_a_zero_query_vector(self) -> None:
+        class Zero(HashingEmbeddings):
+            def embed_query(self, text: str) -> list[float]:
+                return [0.0] * len(super().embed_query(text)) if text == "nothing" else super().embed_query(text)
+
+        index = FusionIndex.from_documents(ties_corpus(300), Zero())
+        for retriever in (VectorRetriever(index=index, k=5), FusionRetriever(index=index, alpha=1.0, k=5)):
+            alone = retriever.invoke("nothing")
+            assert [d.id for d in alone] == [f"d{i}" for i in range(5)]  # every score 0: ties by row
+            assert [d.id for d in retriever.batch(["nothing", "cat mat"])[0]] == [d.id for d in alone]
+
+    def test_a_query_given_twice_keeps_its_arrays_until_its_last_run(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        released: list[object] = []
+        release = scorers_module._LocalScorer.release
+
+        def counting(self: scorers_module._LocalScorer) -> None:
+            released.append(self)
+            release(self)
+
+        monkeypatch.setattr(scorers_module._LocalScorer, "release", counting)
+        index = FusionIndex.from_documents(ties_corpus(200), HashingEmbeddings())
+        computed: list[object] = []
+        compute = scorers_module.LocalBM25Scorer._compute
+
+        def counting_compute(self: scorers_module.LocalBM25Scorer) -> np.ndarray:
+            computed.append(self)
+            return compute(self)
+
+        monkeypatch.setattr(scorers_module.LocalBM25Scorer, "_compute", counting_compute)
+        FusionRetriever(index=index, fetch_k=None).batch(["cat mat", "cat mat", "dog"])
+        assert len(released) == 4  # two distinct queries, both sides, each after its last run
+        assert len(computed) == 2  # the repeated query's BM25 scores were computed once
+
+    def test_a_deep_batch_takes_fewer_queries_at_once(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(pool_module, "BATCH_SCORES_BUDGET", 1 << 20)  # as a million rows would press it
+        index = FusionIndex.from_documents(ties_corpus(3000), HashingEmbeddings())
+        retriever = FusionRetriever(index=index)
+        assert retriever._batch_step({}) * 3 * 4 * 202 <= pool_module.BATCH_SCORES_BUDGET  # depth 2 x (100 + 1)
+        deep = retriever._batch_step({"fetch_k": 3000})  # every row may be a contender
+        assert deep < retriever._batch_step({})
+        assert deep * 3 * 3000 <= pool_module.BATCH_SCORES_BUDGET
 
     def test_a_batch_releases_each_querys_arrays(self, monkeypatch: pytest.MonkeyPatch) -> None:
         released: list[object] = []

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import threading
 from abc import abstractmethod
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
@@ -86,11 +88,42 @@ class PreparedQuery:
     bm25: SideScorer | None = None
     """The query's BM25 side on ``view``, scored with the whole batch."""
 
+    uses: _Uses = field(default_factory=lambda: _Uses(1))
+    """How many inputs of the batch run this query (a text given twice runs twice)."""
+
     def release(self) -> None:
-        """Drop the score arrays the query's sides computed for it alone: a batch holds one query's at a time."""
-        for side in (self.vector, self.bm25):
-            if isinstance(side, ReleasableScorer):
-                side.release()
+        """One run of the query is done: after the last, drop the score arrays its sides computed for it alone.
+
+        A batch then holds the arrays of the queries running at that moment only.
+        """
+        if self.uses.done():
+            for side in (self.vector, self.bm25):
+                if isinstance(side, ReleasableScorer):
+                    side.release()
+
+
+class _Uses:
+    """A count of runs left, shared by the threads that run them."""
+
+    def __init__(self, count: int) -> None:
+        self._left = count
+        self._lock = threading.Lock()
+
+    def done(self) -> bool:
+        """Count one run done; True for the last."""
+        with self._lock:
+            self._left -= 1
+            return self._left <= 0
+
+
+def _keyed(
+    retriever: object, texts: list[str], prepared: list[PreparedQuery], inputs: Sequence[Any]
+) -> dict[tuple[int, str], PreparedQuery]:
+    """The prepared queries by (retriever id, text), each knowing how many of ``inputs`` run it."""
+    runs = Counter(text for text in inputs if isinstance(text, str))
+    return {
+        (id(retriever), text): replace(item, uses=_Uses(runs[text])) for text, item in zip(texts, prepared, strict=True)
+    }
 
 
 _BATCH: ContextVar[Mapping[tuple[int, str], PreparedQuery] | None] = ContextVar("langchain_fusion_batch", default=None)
@@ -217,8 +250,8 @@ class SearchRetriever(CheckedModel, BaseRetriever, Generic[OptionsT]):
             return None
         return texts, options
 
-    def _batch_step(self) -> int:
-        """Queries prepared at once (bounded by the memory their scores take)."""
+    def _batch_step(self, kwargs: dict[str, Any]) -> int:
+        """Queries prepared at once for a batch called with ``kwargs`` (bounded by the memory their scores take)."""
         return 1 << 30
 
     def _prepare_many(self, texts: list[str], options: OptionsT, config: RunnableConfig) -> list[PreparedQuery]:
@@ -273,24 +306,24 @@ class SearchRetriever(CheckedModel, BaseRetriever, Generic[OptionsT]):
         return results
 
     def _prepare(
-        self, texts: list[str], options: OptionsT, config: RunnableConfig
+        self, inputs: Sequence[Any], texts: list[str], options: OptionsT, config: RunnableConfig
     ) -> dict[tuple[int, str], PreparedQuery]:
         try:
             prepared = self._prepare_many(texts, options, config)
         except FusionError as exc:  # each invoke then embeds on its own and reports its own failure
             logger.debug("batch preparation failed, queries run one by one: %s", exc)
             return {}
-        return {(id(self), text): item for text, item in zip(texts, prepared, strict=True)}
+        return _keyed(self, texts, prepared, inputs)
 
     async def _aprepare(
-        self, texts: list[str], options: OptionsT, config: RunnableConfig
+        self, inputs: Sequence[Any], texts: list[str], options: OptionsT, config: RunnableConfig
     ) -> dict[tuple[int, str], PreparedQuery]:
         try:
             prepared = await self._aprepare_many(texts, options, config)
         except FusionError as exc:
             logger.debug("batch preparation failed, queries run one by one: %s", exc)
             return {}
-        return {(id(self), text): item for text, item in zip(texts, prepared, strict=True)}
+        return _keyed(self, texts, prepared, inputs)
 
     def batch(
         self,
@@ -307,11 +340,11 @@ class SearchRetriever(CheckedModel, BaseRetriever, Generic[OptionsT]):
         """
         configs = get_config_list(config, len(inputs))
         results: list[Any] = []
-        step = self._batch_step()
+        step = self._batch_step(kwargs)
         for start in range(0, len(inputs), step):
             chunk, chunk_configs = inputs[start : start + step], configs[start : start + step]
             found = self._batch_texts(chunk, kwargs) if len(chunk) > 1 else None
-            prepared = self._prepare(*found, chunk_configs[0]) if found else {}
+            prepared = self._prepare(chunk, *found, chunk_configs[0]) if found else {}
             token = _BATCH.set(prepared or None)
             try:
                 if prepared and self._prepared_runs_inline(prepared):
@@ -333,11 +366,11 @@ class SearchRetriever(CheckedModel, BaseRetriever, Generic[OptionsT]):
         """Async twin of :meth:`batch`."""
         configs = get_config_list(config, len(inputs))
         results: list[Any] = []
-        step = self._batch_step()
+        step = self._batch_step(kwargs)
         for start in range(0, len(inputs), step):
             chunk, chunk_configs = inputs[start : start + step], configs[start : start + step]
             found = self._batch_texts(chunk, kwargs) if len(chunk) > 1 else None
-            prepared = await self._aprepare(*found, chunk_configs[0]) if found else {}
+            prepared = await self._aprepare(chunk, *found, chunk_configs[0]) if found else {}
             token = _BATCH.set(prepared or None)
             try:
                 results.extend(

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from langchain_core.documents import Document
 
 from langchain_fusion import metadata as keys
-from langchain_fusion.errors import InvalidParameterError, UnknownDocumentError
+from langchain_fusion.errors import FusionError, InvalidParameterError, UnknownDocumentError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.retrievers.base import PreparedQuery, SearchRetriever
 from langchain_fusion.search.explain import Explanation, SearchRecord, explain
@@ -35,8 +35,10 @@ from langchain_fusion.search.pool import (
     batch_reach,
     bm25_scorers,
     bm25_search,
+    contender_scores,
     fused_search,
     hits_to_documents,
+    queries_per_pass,
     query_scorers,
     vector_scorers,
     vector_search,
@@ -75,11 +77,20 @@ class _IndexRetriever(SearchRetriever[IndexOptionsT]):
     def _is_empty(self, options: IndexOptionsT) -> bool:
         return self._view(options).known_empty()
 
-    def _batch_step(self) -> int:
+    def _batch_step(self, kwargs: dict[str, Any]) -> int:
         view = self.index.view(self.tenant if isinstance(self, TenantOption) else None)
-        # A view that scores a batch in one pass keeps per query its few vector contenders, and its score arrays
-        # only while the query runs (PreparedQuery.release): the pass can take many queries.
-        return BATCH_QUERIES if isinstance(view, BatchScorer) else super()._batch_step()
+        if not isinstance(view, BatchScorer):
+            return super()._batch_step(kwargs)
+        # A view that scores a batch in one pass keeps per query its vector contenders (about `depth` rows), and its
+        # score arrays only while the query runs (PreparedQuery.release).
+        try:
+            options = self._options(kwargs)
+        except FusionError:
+            return BATCH_QUERIES  # each invoke reports the bad option itself
+        depth = options.k if isinstance(options, SideOptions) else None
+        if isinstance(options, PoolOptions):
+            depth = batch_reach([options])[0]
+        return min(BATCH_QUERIES, queries_per_pass(contender_scores(len(view), depth)))
 
     def _prepared_runs_inline(self, prepared: Mapping[tuple[int, str], PreparedQuery]) -> bool:
         # A view that scores a batch in one pass is in process; one whose sides search side by side (a graph

@@ -127,17 +127,27 @@ def query_scorers(view: StoreView, query: str, query_vector: FloatMatrix, unread
 def batch_reach(searches: Sequence[PoolOptions]) -> tuple[int | None, Where | None]:
     """How deep each query's vector top-k goes in every one of ``searches``, and under which filter.
 
-    The depth is the largest candidate pool plus the one row :func:`tied_top` reads past it; None
-    when a search reads the whole corpus (``fetch_k=None``) or the searches filter differently
-    (then a batch's vector pass keeps every row's score).
+    The depth covers the largest candidate pool, the row :func:`tied_top` reads past it, and its
+    second read when that row ties (twice as many); None when a search reads the whole corpus
+    (``fetch_k=None``) or the searches filter differently (then a batch's vector pass keeps every
+    row's score).
     """
     if not searches or any(options.fetch_k is None for options in searches):
         return None, None
     first = searches[0].filter
     if any(options.filter != first for options in searches[1:]):
         return None, None
-    depth = max(max(options.fetch_k or 0, options.k) for options in searches) + 1
+    depth = 2 * (max(max(options.fetch_k or 0, options.k) for options in searches) + 1)
     return depth, None if first is None else Where(metadata=first)
+
+
+def contender_scores(rows: int, depth: int | None) -> int:
+    """Memory a query of a batch keeps before it runs, in float32 scores: its vector contenders over ``rows`` rows.
+
+    A contender takes a row number and a score (12 bytes); a pass keeps up to four times the
+    ``depth`` per query between its tightenings. Without a depth nothing is kept before the query runs.
+    """
+    return 1 if depth is None else 3 * min(rows, 4 * depth)
 
 
 def vector_scorers(

@@ -49,9 +49,10 @@ class _LocalScorer(ABC):
 
     def all_scores(self) -> NDArray[np.float32]:
         """The score of every row (computed once)."""
-        if self._all is None:
-            self._all = self._compute()
-        return self._all
+        scores = self._all  # read once: another run of the same query may release it meanwhile
+        if scores is None:
+            scores = self._all = self._compute()
+        return scores
 
     def scores(self, keys: Keys) -> Scores:
         """Exact scores of ``keys``."""

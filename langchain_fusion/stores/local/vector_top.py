@@ -43,6 +43,9 @@ _BLOCK_ROWS = (4096, 65536)
 _SHARED_BLOCK_ROWS = 16384
 """The largest block where the scan threads share the blocks (several per thread, so a slow one does fewer)."""
 
+EXACT_CHUNK_ROWS = 1 << 14
+"""Contenders rescored in float64 at once (6 MB of 384-dimension vectors)."""
+
 _SAMPLE_COLUMNS = 2048
 """Scores per query of the first block from which its first, conservative floor is taken."""
 
@@ -96,11 +99,20 @@ def exact_top(
     ``values`` are the rows' float32 products from any kernel (``rows`` None: position ``i`` is
     row ``i``); ``error`` bounds their distance from float64 ones; ``vectors_of`` reads rows' vectors.
     """
+    if not np.any(query):  # every product is zero: the first k rows, ties by row
+        candidates = np.arange(min(k, values.size), dtype=np.int64) if rows is None else rows[:k]
+        return candidates, exact_products(vectors_of(candidates), query)
     positions = contenders(values, k, error)
     candidates = positions if rows is None else rows[positions]
-    exact = exact_products(vectors_of(candidates), query)
-    best = np.lexsort((candidates, -exact))[:k]
-    return candidates[best], exact[best]
+    best_rows, best_scores = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+    # A few rows usually; in chunks when many tie within the bound, so that no matrix-sized float64 copy is made.
+    for start in range(0, candidates.size, EXACT_CHUNK_ROWS):
+        part = candidates[start : start + EXACT_CHUNK_ROWS]
+        merged_rows = np.concatenate((best_rows, part))
+        merged = np.concatenate((best_scores, exact_products(vectors_of(part), query)))
+        best = np.lexsort((merged_rows, -merged))[:k]
+        best_rows, best_scores = merged_rows[best], merged[best]
+    return best_rows, best_scores
 
 
 @dataclass(frozen=True)
@@ -136,6 +148,7 @@ def batch_contenders(
     largest = min(_BLOCK_ROWS[1], _SHARED_BLOCK_ROWS) if shared else _BLOCK_ROWS[1]
     block_rows = min(max(BLOCK_SCORES // max(1, count), _BLOCK_ROWS[0]), largest)
     pass_ = _Pass(queries, depth, 2 * np.asarray(errors, dtype=np.float64), allowed)
+    pass_.rows = sum(vectors.shape[0] for _, vectors in parts)
     for start, vectors in parts:
         if not pass_.sampled and vectors.shape[0]:  # the first block sets the first floors, before any other
             first = min(block_rows, vectors.shape[0])
@@ -163,6 +176,10 @@ class _Pass:
     ) -> None:
         count = queries.shape[0]
         self.queries, self.depth, self.margins, self.allowed = queries, depth, margins, allowed
+        # A zero query's products are all zero: its contenders are the first allowed rows, and it skips the pass.
+        self.zero = [not np.any(queries[i]) for i in range(count)]
+        self.limits = [4 * depth] * count  # kept rows that trigger a tightening (raised when many rows tie)
+        self.rows = 0
         self.floors = np.full(count, -np.inf, dtype=np.float32)  # only ever raised: a stale read keeps more rows
         self.found: list[list[tuple[Keys, NDArray[np.float32]]]] = [[] for _ in range(count)]
         self.held = [0] * count
@@ -181,6 +198,8 @@ class _Pass:
             self.sampled = True
         picked = []
         for query in range(scores.shape[0]):
+            if self.zero[query]:
+                continue
             hits = scores[query] >= self.floors[query]
             if mask is not None:
                 hits &= mask
@@ -191,13 +210,19 @@ class _Pass:
             for query, rows, values in picked:
                 self.found[query].append((rows, values))
                 self.held[query] += rows.size
-                if self.held[query] > 4 * self.depth:
+                if self.held[query] > self.limits[query]:
                     self.held[query] = _tighten(self.found[query], self.depth, self.margins[query], self.floors, query)
+                    self.limits[query] = max(4 * self.depth, 2 * self.held[query])
 
     def result(self) -> list[Contenders]:
         """Each query's contenders, rows ascending."""
         result = []
         for query, parts in enumerate(self.found):
+            if self.zero[query]:
+                rows = np.arange(self.rows, dtype=np.int64) if self.allowed is None else np.flatnonzero(self.allowed)
+                first = rows[: self.depth]
+                result.append(Contenders(first, np.zeros(first.size, dtype=np.float32), self.depth))
+                continue
             _tighten(parts, self.depth, self.margins[query], self.floors, query)
             rows, values = parts[0] if parts else (np.zeros(0, np.int64), np.zeros(0, np.float32))
             order = np.argsort(rows, kind="stable")  # blocks may have been kept in any order

@@ -455,10 +455,11 @@ def products_at(matrix: FloatMatrix, rows: NDArray[np.int64], vector: NDArray[np
 
 
 def product_error(squared_norms: Any, query: NDArray[np.float32], dimension: int) -> Any:
-    """Bound on how far a float32 product of rows (float32 ``squared_norms``) with ``query`` is from the exact one.
+    """Bound on how far a float32 product of a row (float32 ``squared_norms``) with ``query`` is from its float64 one.
 
-    Doubled so that it also covers a float64 rescoring, in any order of summation (see :func:`products_at`).
-    Takes an array of squared norms (one bound each) or one value (the bound of rows up to that norm).
+    Each of the two, summed in any order, is within half of it from the exact product (see
+    :func:`products_at`). Takes an array of squared norms (one bound each) or one value (the bound
+    of every row up to that norm).
     """
     unit = 2.0**-24 * dimension
     gamma = unit / (1 - unit)
