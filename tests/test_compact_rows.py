@@ -13,10 +13,12 @@ from langchain_core.documents import Document
 
 from langchain_fusion import FusionIndex
 from langchain_fusion.stores.local import frames, ids
-from langchain_fusion.stores.local.frames import CACHED_FRAMES, FRAME_BYTES, CompressedRows
+from langchain_fusion.stores.local.frames import CACHED_FRAMES, CompressedRows
 from langchain_fusion.stores.local.ids import PackedIds
 from langchain_fusion.stores.local.packed import RawRows
 from tests.helpers.embeddings import HashingEmbeddings
+
+FRAME_BYTES = 8192  # frames of many rows; the texts' frames of one row are checked through the index below
 
 
 def rows_of(seed: int, n: int) -> list[bytes]:
@@ -38,31 +40,31 @@ class TestCompressedRows:
     @pytest.mark.parametrize("seed", range(3))
     def test_round_trip(self, seed: int) -> None:
         expected = rows_of(seed, 120)
-        rows = CompressedRows.of(expected)
+        rows = CompressedRows.of(expected, FRAME_BYTES)
         assert contents(rows) == list(rows) == expected
         assert b"".join(rows.pieces()) == b"".join(expected)
         assert rows.offsets.tolist() == RawRows.of(expected).offsets.tolist()
         assert rows.nbytes < RawRows.of(expected).nbytes  # the words repeat: frames are smaller than the text
 
     def test_no_rows(self) -> None:
-        rows = CompressedRows.of([])
+        rows = CompressedRows.of([], FRAME_BYTES)
         assert len(rows) == 0 and list(rows) == [] and rows.frame_count == 0 and b"".join(rows.pieces()) == b""
 
     def test_frames_hold_whole_rows_of_about_a_frame(self) -> None:
-        rows = CompressedRows.of([b"x" * 100] * 1000)
+        rows = CompressedRows.of([b"x" * 100] * 1000, FRAME_BYTES)
         sizes = np.diff(rows.offsets[rows.first_rows])
         assert rows.frame_count == 13 and sizes[:-1].min() >= FRAME_BYTES and sizes.max() < FRAME_BYTES + 100
 
     def test_small_parts_end_in_full_frames(self) -> None:
         # A living index adds a row at a time: merging its segments packs their one-row frames together.
-        parts = [CompressedRows.of([f"row {i} ".encode() * 20]) for i in range(600)]
-        joined = frames.joined(parts)
+        parts = [CompressedRows.of([f"row {i} ".encode() * 20], FRAME_BYTES) for i in range(600)]
+        joined = frames.joined(parts, FRAME_BYTES)
         assert contents(joined) == [part.row(0) for part in parts]
         assert joined.frame_count <= int(joined.offsets[-1]) // (FRAME_BYTES // 2) + 1
 
     def test_full_frames_are_reused_as_they_are(self) -> None:
-        first, second = CompressedRows.of(rows_of(1, 200)), CompressedRows.of(rows_of(2, 200))
-        joined = frames.joined([first, RawRows.of([b"loose"]), second])
+        first, second = CompressedRows.of(rows_of(1, 200), FRAME_BYTES), CompressedRows.of(rows_of(2, 200), FRAME_BYTES)
+        joined = frames.joined([first, RawRows.of([b"loose"]), second], FRAME_BYTES)
         assert contents(joined) == [*contents(first), b"loose", *contents(second)]
         reused = {bytes(first.compressed(i)) for i in range(first.frame_count - 1)}
         assert reused <= {bytes(joined.compressed(i)) for i in range(joined.frame_count)}
@@ -72,25 +74,25 @@ class TestCompressedRows:
         expected = rows_of(4, 300)
         keep = np.random.default_rng(5).random(300) >= share
         wanted = [row for row, alive in zip(expected, keep.tolist(), strict=True) if alive]
-        for rows in (CompressedRows.of(expected), RawRows.of(expected)):
-            assert contents(frames.kept(rows, keep)) == wanted
+        for rows in (CompressedRows.of(expected, FRAME_BYTES), RawRows.of(expected)):
+            assert contents(frames.kept(rows, keep, FRAME_BYTES)) == wanted
 
     def test_few_frames_kept_decompressed(self) -> None:
-        rows = CompressedRows.of(rows_of(6, 400))
+        rows = CompressedRows.of(rows_of(6, 400), 512)
         assert rows.frame_count > 2 * CACHED_FRAMES
         for i in range(len(rows)):
             rows.row(i)
         assert 0 < len(rows._cache) <= CACHED_FRAMES
 
     def test_copies_leave_the_cache_behind(self) -> None:
-        rows = CompressedRows.of(rows_of(7, 50))
+        rows = CompressedRows.of(rows_of(7, 50), FRAME_BYTES)
         rows.row(3)
         for copied in (pickle.loads(pickle.dumps(rows)), copy.deepcopy(rows)):
             assert not copied._cache and contents(copied) == contents(rows)
 
     def test_threads_read_the_same_rows(self) -> None:
         expected = rows_of(8, 400)
-        rows = CompressedRows.of(expected)
+        rows = CompressedRows.of(expected, FRAME_BYTES)
         wrong: list[int] = []
 
         def read(seed: int) -> None:

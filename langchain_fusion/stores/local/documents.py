@@ -3,8 +3,8 @@
 A :class:`DocumentBlock` holds the documents of one segment of rows. Ids are packed UTF-8 with
 an offset per row, and found by id through sorted hashes (:mod:`~langchain_fusion.stores.local.ids`).
 Texts (UTF-8) and metadata (compact JSON) built in process are kept in zstd frames of consecutive
-rows (:mod:`~langchain_fusion.stores.local.frames`: about 2.5x smaller for prose, 20x for
-metadata), so a million chunks cost a fraction of their bytes plus 16 bytes of offsets each
+rows (:mod:`~langchain_fusion.stores.local.frames`: a chunk's text about 2x smaller, metadata
+15x), so a million chunks cost a fraction of their bytes plus some 20 bytes of offsets each
 instead of a Python ``Document`` apiece. A ``Document`` is materialised only for a row that is
 returned (one frame decompressed, or found among the last few read). A block read from a saved
 folder maps its plain text and metadata files when they are large (see
@@ -30,7 +30,7 @@ from numpy.typing import NDArray
 
 from langchain_fusion.errors import FusionError, IndexFormatError
 from langchain_fusion.stores.local import frames
-from langchain_fusion.stores.local.frames import CompressedRows
+from langchain_fusion.stores.local.frames import METADATA_FRAME_BYTES, TEXT_FRAME_BYTES, CompressedRows
 from langchain_fusion.stores.local.ids import PackedIds
 from langchain_fusion.stores.local.packed import StoredRows
 
@@ -108,8 +108,10 @@ class DocumentBlock:
     @classmethod
     def from_documents(cls, documents: Sequence[Document]) -> DocumentBlock:
         """A block of ``documents`` (each must have an id); FusionError for metadata JSON cannot hold."""
-        texts = CompressedRows.of(doc.page_content.encode("utf-8") for doc in documents)
-        metadata = CompressedRows.of(encode_metadata(doc.metadata, doc.id) + b"\n" for doc in documents)
+        texts = CompressedRows.of((doc.page_content.encode("utf-8") for doc in documents), TEXT_FRAME_BYTES)
+        metadata = CompressedRows.of(
+            (encode_metadata(doc.metadata, doc.id) + b"\n" for doc in documents), METADATA_FRAME_BYTES
+        )
         return cls(PackedIds.of([doc.id or "" for doc in documents]), texts, metadata)
 
     @classmethod
@@ -198,12 +200,16 @@ class DocumentBlock:
             return blocks[0] if blocks else cls.empty()
         return cls(
             blocks[0].ids.concatenated([b.ids for b in blocks[1:]]),
-            frames.joined([b.texts for b in blocks]),
-            frames.joined([b.metadata_rows for b in blocks]),
+            frames.joined([b.texts for b in blocks], TEXT_FRAME_BYTES),
+            frames.joined([b.metadata_rows for b in blocks], METADATA_FRAME_BYTES),
         )
 
     def kept(self, keep: NDArray[np.bool_]) -> DocumentBlock:
         """A block of the rows flagged in ``keep``, in order (texts and metadata compressed)."""
         if keep.all():
             return self
-        return DocumentBlock(self.ids.kept(keep), frames.kept(self.texts, keep), frames.kept(self.metadata_rows, keep))
+        return DocumentBlock(
+            self.ids.kept(keep),
+            frames.kept(self.texts, keep, TEXT_FRAME_BYTES),
+            frames.kept(self.metadata_rows, keep, METADATA_FRAME_BYTES),
+        )

@@ -1,13 +1,14 @@
-"""Rows of bytes kept compressed in memory: consecutive rows share a zstd frame of about 8 KiB.
+"""Rows of bytes kept compressed in memory: zstd frames of one or more consecutive rows.
 
 Texts and metadata are most of what an in-process index holds beside its vectors. As Lucene and
 tantivy do for stored fields, :class:`CompressedRows` keeps them in independently compressed
-frames of consecutive rows (zstd at level 1: about 2.2-2.7x on chunks of prose, 20x or more on
-metadata JSON), and decompresses one frame (about 10 microseconds) to read a row. The last few
-frames read are kept decompressed, so the neighbours a context window fetches, and the metadata
-of rows near each other, cost one decompression. Each row's offset in the uncompressed bytes is
-kept, so a row is found without reading its frame's other rows, and a saved folder gets the same
-plain files whatever the rows' layout in memory.
+frames of consecutive rows (zstd at level 1: about 2x on chunks of prose compressed one by one,
+15x or more on metadata JSON in frames of 2 KiB; :data:`TEXT_FRAME_BYTES`,
+:data:`METADATA_FRAME_BYTES`), and decompresses one frame (a few microseconds) to read a row. The
+last frames read are kept decompressed, so a text a query reads twice (its duplicate check, then
+its Document) and the metadata of rows near each other cost one decompression. Each row's offset
+in the uncompressed bytes is kept, so a row is found without reading its frame's other rows, and
+a saved folder gets the same plain files whatever the rows' layout in memory.
 
 Rows are only ever added in order (a new block, two blocks merged, a block without its deleted
 rows): :class:`FrameWriter` takes rows and whole frames, reuses a full frame as it is, and packs
@@ -29,17 +30,24 @@ from numpy.typing import NDArray
 
 from langchain_fusion.stores.local.packed import Bytes, Offsets, StoredRows
 
-FRAME_BYTES = 8192
-"""Uncompressed bytes a frame collects before it is compressed (a row is never split between frames).
+TEXT_FRAME_BYTES = 256
+"""Uncompressed bytes a frame of texts collects before it is compressed: a chunk of text is a frame of its own.
 
-8 KiB: the zipf corpus of ``benchmarks/scale.py`` compresses 2.54x (2.65x at 16 KiB, 2.82x at 64 KiB)
-and a frame decompresses in about 10 microseconds (17 at 16 KiB, 60 at 64 KiB)."""
+A query reads some 30 texts (its pool's duplicate checks, then its Documents), so a text must
+decompress fast: alone, a 1 KB chunk of the zipf corpus of ``benchmarks/scale.py`` decompresses in
+2.5 microseconds and compresses 2.0x; in frames of 8 KiB 2.5x, but a read costs 11 microseconds
+(4 KiB: 2.4x, 7 microseconds). Texts under 256 bytes share a frame, so a frame's header never
+outweighs what it saves."""
+
+METADATA_FRAME_BYTES = 2048
+"""The same for metadata, whose rows are short and alike (JSON of the same keys): 15x or more in
+frames of 2 KiB (a few microseconds to read), where a row alone would not compress at all."""
 
 LEVEL = 1
 """zstd level: 1 compresses near 300 MB/s here and about as well as 3 on these frames."""
 
-CACHED_FRAMES = 8
-"""Decompressed frames kept per set of rows (about 64 KiB)."""
+CACHED_FRAMES = 32
+"""Decompressed frames kept per set of rows (a query's pool of texts; at most 64 KiB of metadata)."""
 
 _local = threading.local()
 
@@ -70,8 +78,12 @@ class CompressedRows:
     """Frame ``f`` is ``frames[frame_offsets[f]:frame_offsets[f + 1]]``."""
     first_rows: Offsets
     """The first row of each frame, then the row count."""
+    frame_of: NDArray[np.int32]
+    """The frame of each row (an index, cheaper than a search of ``first_rows`` per read)."""
     offsets: Offsets
     """Where row ``i`` starts in the rows' uncompressed bytes (and, at ``n``, where they end)."""
+    frame_bytes: int
+    """Uncompressed bytes a frame collects (rows added later are framed the same way)."""
     _cache: dict[int, bytes] = field(default_factory=dict, repr=False)
     """Frames decompressed lately (at most :data:`CACHED_FRAMES`)."""
 
@@ -80,9 +92,9 @@ class CompressedRows:
         return {**self.__dict__, "_cache": {}}
 
     @classmethod
-    def of(cls, rows: Iterable[bytes]) -> CompressedRows:
-        """Rows holding ``rows``, in order."""
-        writer = FrameWriter()
+    def of(cls, rows: Iterable[bytes], frame_bytes: int) -> CompressedRows:
+        """Rows holding ``rows``, in order, in frames of about ``frame_bytes``."""
+        writer = FrameWriter(frame_bytes)
         for row in rows:
             writer.add_row(row)
         return writer.finished()
@@ -90,7 +102,7 @@ class CompressedRows:
     @property
     def nbytes(self) -> int:
         """Bytes of the compressed frames and the offsets."""
-        arrays = (self.frames, self.frame_offsets, self.first_rows, self.offsets)
+        arrays = (self.frames, self.frame_offsets, self.first_rows, self.frame_of, self.offsets)
         return int(sum(a.nbytes for a in arrays))
 
     @property
@@ -123,7 +135,7 @@ class CompressedRows:
 
     def row(self, row: int) -> bytes:
         """The bytes of row ``row`` (its frame decompressed, or found among the last ones)."""
-        index = int(np.searchsorted(self.first_rows, row, side="right")) - 1
+        index = int(self.frame_of[row])
         base = int(self.offsets[self.first_rows[index]])
         return self.frame(index)[int(self.offsets[row]) - base : int(self.offsets[row + 1]) - base]
 
@@ -147,17 +159,17 @@ class CompressedRows:
         return np.diff(self.offsets[first : stop + 1])
 
 
-def joined(parts: Sequence[StoredRows]) -> CompressedRows:
+def joined(parts: Sequence[StoredRows], frame_bytes: int) -> CompressedRows:
     """The rows of ``parts`` one after another, compressed (full frames of compressed parts reused as they are)."""
-    writer = FrameWriter()
+    writer = FrameWriter(frame_bytes)
     for part in parts:
         writer.add_rows(part)
     return writer.finished()
 
 
-def kept(rows: StoredRows, keep: NDArray[np.bool_]) -> CompressedRows:
+def kept(rows: StoredRows, keep: NDArray[np.bool_], frame_bytes: int) -> CompressedRows:
     """The rows flagged in ``keep``, in order, compressed (frames whose rows are all kept reused as they are)."""
-    writer = FrameWriter()
+    writer = FrameWriter(frame_bytes)
     if not isinstance(rows, CompressedRows):
         for row, alive in zip(rows, keep.tolist(), strict=True):
             if alive:
@@ -178,7 +190,9 @@ def kept(rows: StoredRows, keep: NDArray[np.bool_]) -> CompressedRows:
 class FrameWriter:
     """Builds :class:`CompressedRows` from rows and whole frames added in order (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, frame_bytes: int) -> None:
+        self.frame_bytes = frame_bytes
+        """Uncompressed bytes a frame collects before it is compressed."""
         self._reset()
 
     def _reset(self) -> None:
@@ -189,10 +203,10 @@ class FrameWriter:
         self._pending_bytes = 0
 
     def add_row(self, row: bytes) -> None:
-        """One more row; a frame is compressed once :data:`FRAME_BYTES` are pending."""
+        """One more row; a frame is compressed once :attr:`frame_bytes` are pending."""
         self._pending.append(row)
         self._pending_bytes += len(row)
-        if self._pending_bytes >= FRAME_BYTES:
+        if self._pending_bytes >= self.frame_bytes:
             self._flush()
 
     def add_rows(self, rows: StoredRows) -> None:
@@ -208,8 +222,8 @@ class FrameWriter:
         """Frame ``index`` of ``rows``: kept compressed when it is full and nothing small waits before it."""
         lengths = rows.frame_rows(index)
         size = int(lengths.sum())
-        full = size >= FRAME_BYTES // 2
-        if full and self._pending_bytes >= FRAME_BYTES // 2:
+        full = size >= self.frame_bytes // 2
+        if full and self._pending_bytes >= self.frame_bytes // 2:
             self._flush()  # a frame of its own: the pending rows fill half of one
         if full and not self._pending:
             self._frames.append(bytes(rows.compressed(index)))
@@ -221,7 +235,7 @@ class FrameWriter:
         bounds = np.concatenate(([0], np.cumsum(lengths))).tolist()
         self._pending.extend(raw[lo:hi] for lo, hi in itertools.pairwise(bounds))
         self._pending_bytes += size
-        if self._pending_bytes >= FRAME_BYTES:
+        if self._pending_bytes >= self.frame_bytes:
             self._flush()
 
     def _flush(self) -> None:
@@ -242,6 +256,7 @@ class FrameWriter:
         offsets = np.zeros(int(first_rows[-1]) + 1, dtype=np.int64)
         if self._lengths:
             np.cumsum(np.concatenate(self._lengths), out=offsets[1:])
+        frame_of = np.repeat(np.arange(len(self._frames), dtype=np.int32), self._frame_rows)
         frames = np.frombuffer(b"".join(self._frames), dtype=np.uint8)
         self._reset()
-        return CompressedRows(frames, frame_offsets, first_rows, offsets)
+        return CompressedRows(frames, frame_offsets, first_rows, frame_of, offsets, self.frame_bytes)
