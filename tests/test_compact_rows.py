@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import pickle
 import threading
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -181,3 +182,14 @@ class TestRowsByIdInALivingIndex:
             )
             found = view.documents(keys[keys >= 0])
             assert {d.id: d.page_content for d in found} == texts
+
+
+def test_saved_files_are_plain_whatever_the_layout(tmp_path: Path) -> None:
+    """An index built in process (compressed) and one loaded from its folder (mapped) save the same documents."""
+    docs = [Document(id=f"d{i}", page_content=f"chunk {i} " * (i % 40), metadata={"i": i}) for i in range(300)]
+    built = FusionIndex.from_documents(docs, HashingEmbeddings(8))
+    built.save(tmp_path / "a")
+    FusionIndex.load(tmp_path / "a", HashingEmbeddings(8)).save(tmp_path / "b")
+    for name in ("texts.txt", "text_offsets.npy", "metadata.jsonl", "metadata_offsets.npy", "ids.json"):
+        assert (tmp_path / "a/documents" / name).read_bytes() == (tmp_path / "b/documents" / name).read_bytes(), name
+    assert (tmp_path / "a/documents/texts.txt").read_bytes() == "".join(d.page_content for d in docs).encode()

@@ -28,7 +28,7 @@ import numpy as np
 import zstandard
 from numpy.typing import NDArray
 
-from langchain_fusion.stores.local.packed import Bytes, Offsets, StoredRows
+from langchain_fusion.stores.local.packed import SAVE_PIECE_BYTES, Bytes, Offsets, StoredRows
 
 TEXT_FRAME_BYTES = 256
 """Uncompressed bytes a frame of texts collects before it is compressed: a chunk of text is a frame of its own.
@@ -148,10 +148,16 @@ class CompressedRows:
             yield from (raw[lo:hi] for lo, hi in itertools.pairwise(bounds))
 
     def pieces(self) -> Iterator[bytes]:
-        """Each frame's uncompressed bytes, in order."""
-        decompress = _decompressor().decompress
+        """The uncompressed bytes, frames joined into pieces of about :data:`SAVE_PIECE_BYTES`, in order."""
+        decompress, pending, size = _decompressor().decompress, [], 0
         for index in range(self.frame_count):
-            yield decompress(self.compressed(index))
+            pending.append(decompress(self.compressed(index)))
+            size += len(pending[-1])
+            if size >= SAVE_PIECE_BYTES:
+                yield b"".join(pending)
+                pending, size = [], 0
+        if pending:
+            yield b"".join(pending)
 
     def frame_rows(self, index: int) -> NDArray[np.int64]:
         """The uncompressed length of each row of frame ``index``."""
