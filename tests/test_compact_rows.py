@@ -110,7 +110,7 @@ class TestCompressedRows:
 
 
 class TestPackedIds:
-    IDS: ClassVar[list[str]] = ["a", "b", "ünï", "数据", "", "e\nf", "b"]
+    IDS: ClassVar[list[str]] = ["a", "b", "ünï", "数据", "", "e\nf", "b", "lone \ud800 surrogate"]
 
     def test_round_trip(self) -> None:
         packed = PackedIds.of(self.IDS)
@@ -129,6 +129,7 @@ class TestPackedIds:
             (4, 6),
         ]
         assert packed.lookup_nbytes == 12 * len(self.IDS)
+        assert packed.matches(["lone \ud800 surrogate"])[1].tolist() == [7]
 
     def test_equal_hashes_are_told_apart(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(ids, "_hash", len)  # ids of one length collide
@@ -144,7 +145,7 @@ class TestPackedIds:
 
     def test_kept_and_concatenated(self) -> None:
         packed = PackedIds.of(self.IDS)
-        assert list(packed.kept(np.array([True, False, True, True, False, True, False]))) == [
+        assert list(packed.kept(np.array([True, False, True, True, False, True, False, False]))) == [
             "a",
             "ünï",
             "数据",

@@ -47,7 +47,7 @@ class PackedIds:
     """Document ids of consecutive rows (see the module docstring); immutable once built."""
 
     packed: RawRows
-    """Each row's id as UTF-8 bytes."""
+    """Each row's id as UTF-8 bytes (lone surrogates kept: any Python string round-trips)."""
     _lookup: list[IdLookup] = field(default_factory=list, repr=False)
     """The lookup, once built (a list: the one slot a frozen instance may fill)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -62,16 +62,16 @@ class PackedIds:
     @classmethod
     def of(cls, ids: Sequence[str]) -> PackedIds:
         """Packed ``ids``."""
-        return cls(RawRows.of([i.encode("utf-8") for i in ids]))
+        return cls(RawRows.of([i.encode("utf-8", "surrogatepass") for i in ids]))
 
     def __len__(self) -> int:
         return len(self.packed)
 
     def __getitem__(self, row: int) -> str:
-        return self.packed.row(row).decode("utf-8")
+        return self.packed.row(row).decode("utf-8", "surrogatepass")
 
     def __iter__(self) -> Iterator[str]:
-        return (raw.decode("utf-8") for raw in self.packed)
+        return (raw.decode("utf-8", "surrogatepass") for raw in self.packed)
 
     @property
     def nbytes(self) -> int:
