@@ -20,7 +20,7 @@ FAST_TESTS = not local_model and not notebook and not milvus and not integration
 DEMO_INDEX ?= .demo-index
 DEMO_QUERY ?= Why did the batteries come through the flood without harm?
 
-.PHONY: demo test test-fast lint sample-calibration bench bench-scale bench-quality bench-quick bench-startup bench-updates bench-milvus bench-languages bench-analysis bench-unread bench-serve bench-tenants bench-ingest bench-int8 clean
+.PHONY: demo test test-fast lint sample-calibration bench bench-scale bench-documents bench-quality bench-quick bench-startup bench-updates bench-milvus bench-languages bench-analysis bench-unread bench-serve bench-tenants bench-ingest bench-int8 clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,9 @@ bench: $(VENV)/.installed-dev
 
 bench-scale: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/scale.py
+
+bench-documents: $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/compact_documents.py
 
 bench-quality: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/quality.py

@@ -301,9 +301,17 @@ def ids_of(docs: Sequence[Any]) -> list[str]:
 # --- workers (each in a fresh process) --------------------------------------------------------
 
 
-def _index(corpus: Corpus, **options: Any) -> tuple[Any, BuildMemory, float]:
+def _index(corpus: Corpus, **options: Any) -> tuple[Any, BuildMemory, float, float]:
+    """Build an index of the corpus: it, its memory, seconds, and the MB kept from before the input Documents were made.
+
+    ``mem.kept`` counts from before the build; the input Documents, made before it and freed after it,
+    may or may not give their memory back to the system, so the last figure counts from before them.
+    """
     from langchain_fusion import FusionIndex
 
+    gc.collect()
+    trim_heap()
+    start = rss_mb()
     docs = [
         # ids as a splitter-based ingest would give them; metadata as real chunks carry it
         _document(text, row)
@@ -317,7 +325,7 @@ def _index(corpus: Corpus, **options: Any) -> tuple[Any, BuildMemory, float]:
         gc.collect()
         trim_heap()
     mem.kept = rss_mb() - mem.before  # after the trim: what the index holds, not freed fragments
-    return index, mem, build_s
+    return index, mem, build_s, rss_mb() - start
 
 
 def _document(text: str, row: int) -> Any:
@@ -331,8 +339,9 @@ def worker_index(corpus: Corpus, args: argparse.Namespace, out: dict[str, Any]) 
     n, dim = corpus.vectors.shape
     from langchain_fusion.stores.local.footprint import footprint
 
-    index, mem, build_s = _index(corpus)
+    index, mem, build_s, kept_from_start = _index(corpus)
     out.update(build_s=build_s, peak_mb=mem.peak, kept_mb=mem.kept, matrix_mb=n * dim * 4 / 2**20)
+    out["kept_from_start_mb"] = kept_from_start
     out["corpus_mb"] = (corpus.vectors.nbytes + sum(len(t.encode()) for t in corpus.texts)) / 2**20
 
     queries = corpus.queries
@@ -448,7 +457,7 @@ def worker_ann(corpus: Corpus, args: argparse.Namespace, out: dict[str, Any]) ->
 
     factory, _, params = args._factory.partition("@")
     exact = json.loads((Path(args._data) / "exact_top.json").read_text())
-    index, mem, build_s = _index(corpus, vector_index=factory, vector_search_params=params or None)
+    index, mem, build_s, _ = _index(corpus, vector_index=factory, vector_search_params=params or None)
     out.update(build_s=build_s, kept_mb=mem.kept)
     retriever = index.as_retriever(k=K, alpha=ALPHA, fetch_k=FETCH_K, method=METHOD)
     queries = list(exact)
@@ -684,6 +693,14 @@ def report(r: dict[str, Any]) -> list[str]:
             _ratio(r["kept_mb"], r["corpus_mb"]),
             "<= 3.0 GB at 1M",
         )
+        if "kept_from_start_mb" in r:
+            add(
+                "... counted from before the input `Document`s were made",
+                _gb(r["kept_from_start_mb"]),
+                f"corpus {_gb(r['corpus_mb'])}",
+                _ratio(r["kept_from_start_mb"], r["corpus_mb"]),
+                "<= 3.0 GB at 1M",
+            )
         if "kept_after_queries_mb" in r:
             add(
                 "index memory kept after the timed queries",
@@ -844,7 +861,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{BATCH_ROUNDS} times; medians of each.",
         "- memory: RSS growth of a fresh process across the build (peak: the kernel's VmHWM reset before it), "
         "after `gc.collect()` and `malloc_trim(0)` (freed heap given back); the corpus is the benchmark's own "
-        "texts and vectors, held outside the index.",
+        "texts and vectors, held outside the index. The input `Document`s are made before the build and freed "
+        "after it: where their memory goes back to the system the first row counts it off the index (an index "
+        "that leaves no small objects behind), so the second row counts from before they were made.",
         "- `load`: `FusionIndex.load` with its checksum verification; reference: reading every file and hashing "
         "it with SHA-256 (page cache warm for both).",
         "- ANN agreement: |approximate top-10 ∩ exact top-10| / 10 averaged over the queries; exact = the Flat index's "

@@ -236,12 +236,14 @@ class TestFootprint:
         before = footprint(store.view().snapshot)
         assert before["vectors"] == 3000 * 8 * 4
         assert before["bm25 postings"] > 0 and before["documents: texts and metadata"] > 0
-        assert before["id table"] > 3000 * 8 and before["documents: ids"] > 3000 * 8
+        assert before["documents: ids"] > 3000 * 8 and before["id table"] == 0  # the lookup by id: built when used
         view = store.view()
+        assert view.keys_of(["d7", "nope"]).tolist() == [7, -1]
         for query in ("common other3 word7", "shared other1", "word12 shared common"):
             view.bm25(query).top(20)
         segment = view.snapshot.segments[0]
         assert segment.postings.term_presence(view.snapshot.vocabulary["common"]) is not None  # kept for queries
         after = footprint(view.snapshot)
         assert after["bm25 presence bitmaps (kept)"] >= 3000 // 8
+        assert after["id table"] == 3000 * (8 + 4)  # a hash and a row each
         assert list(after.values()) == sorted(after.values(), reverse=True)

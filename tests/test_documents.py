@@ -29,7 +29,7 @@ def same(got: list[Document], expected: list[Document]) -> None:
 class TestBlock:
     def test_round_trip(self) -> None:
         block = DocumentBlock.from_documents(DOCS)
-        assert len(block) == 5 and block.ids == ("a", "b", "c", "d", "e\nf")
+        assert len(block) == 5 and tuple(block.ids) == ("a", "b", "c", "d", "e\nf")
         same([block.document(i) for i in range(5)], DOCS)
         assert block.nbytes < 6000 + 16 * 6 * 2
 

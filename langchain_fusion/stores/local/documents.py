@@ -1,11 +1,15 @@
-"""The documents of the in-process store, kept compactly: ids, texts and metadata as byte arrays.
+"""The documents of the in-process store, kept compactly: ids, texts and metadata as bytes.
 
-A :class:`DocumentBlock` holds the documents of one segment of rows. Texts are stored as their
-UTF-8 bytes and metadata as compact JSON, each concatenated into one byte array with an offset
-per row, so a million chunks cost their bytes plus 16 bytes of offsets each instead of a Python
-``Document`` apiece. A ``Document`` is materialised only for a row that is returned. A block
-read from a saved folder maps its files when they are large (see
-:mod:`~langchain_fusion.stores.local.mapped`), so loading keeps no second copy of their text.
+A :class:`DocumentBlock` holds the documents of one segment of rows. Ids are packed UTF-8 with
+an offset per row, and found by id through sorted hashes (:mod:`~langchain_fusion.stores.local.ids`).
+Texts (UTF-8) and metadata (compact JSON) built in process are kept in zstd frames of consecutive
+rows (:mod:`~langchain_fusion.stores.local.frames`: a chunk's text about 2x smaller, metadata
+15x), so a million chunks cost a fraction of their bytes plus some 20 bytes of offsets each
+instead of a Python ``Document`` apiece. A ``Document`` is materialised only for a row that is
+returned (one frame decompressed, or found among the last few read). A block read from a saved
+folder maps its plain text and metadata files when they are large (see
+:mod:`~langchain_fusion.stores.local.mapped`), so loading keeps no second copy of their text;
+blocks merged or compacted later are compressed.
 
 Metadata filters need one key across every row: :meth:`DocumentBlock.column` parses the
 block's metadata once per key and keeps each value as a small integer code, so a mapping
@@ -25,9 +29,10 @@ from langchain_core.documents import Document
 from numpy.typing import NDArray
 
 from langchain_fusion.errors import FusionError, IndexFormatError
-
-Bytes = NDArray[np.uint8]
-Offsets = NDArray[np.int64]
+from langchain_fusion.stores.local import frames
+from langchain_fusion.stores.local.frames import METADATA_FRAME_BYTES, TEXT_FRAME_BYTES, CompressedRows
+from langchain_fusion.stores.local.ids import PackedIds
+from langchain_fusion.stores.local.packed import StoredRows
 
 MISSING = -1
 """Column code of a row whose metadata lacks the key."""
@@ -51,12 +56,6 @@ def encode_metadata(metadata: Mapping[str, Any], doc_id: str | None) -> bytes:
             f"document {doc_id!r} has metadata that is not JSON-serialisable ({exc}); convert it to strings, "
             "numbers, lists or dicts before indexing (e.g. dates with .isoformat())"
         ) from None
-
-
-def _packed(parts: Sequence[bytes]) -> tuple[Bytes, Offsets]:
-    offsets = np.zeros(len(parts) + 1, dtype=np.int64)
-    np.cumsum([len(p) for p in parts], out=offsets[1:])
-    return np.frombuffer(b"".join(parts), dtype=np.uint8), offsets
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,16 +89,12 @@ class Column:
 class DocumentBlock:
     """The documents of consecutive rows (see the module docstring); immutable once built."""
 
-    ids: tuple[str, ...]
+    ids: PackedIds
     """Document id of each row."""
-    text_bytes: Bytes
-    """UTF-8 bytes of every row's ``page_content``, concatenated."""
-    text_offsets: Offsets
-    """Row ``i``'s text is ``text_bytes[text_offsets[i]:text_offsets[i + 1]]``."""
-    metadata_bytes: Bytes
-    """Every row's metadata as compact JSON followed by a newline, concatenated."""
-    metadata_offsets: Offsets
-    """Row ``i``'s metadata is ``metadata_bytes[metadata_offsets[i]:metadata_offsets[i + 1]]``."""
+    texts: StoredRows
+    """UTF-8 bytes of each row's ``page_content`` (compressed in memory, or a loaded folder's mapped file)."""
+    metadata_rows: StoredRows
+    """Each row's metadata as compact JSON followed by a newline."""
     _columns: dict[str, Column] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -113,11 +108,11 @@ class DocumentBlock:
     @classmethod
     def from_documents(cls, documents: Sequence[Document]) -> DocumentBlock:
         """A block of ``documents`` (each must have an id); FusionError for metadata JSON cannot hold."""
-        texts = [doc.page_content.encode("utf-8") for doc in documents]
-        metadata = [encode_metadata(doc.metadata, doc.id) + b"\n" for doc in documents]
-        text_bytes, text_offsets = _packed(texts)
-        metadata_bytes, metadata_offsets = _packed(metadata)
-        return cls(tuple(doc.id or "" for doc in documents), text_bytes, text_offsets, metadata_bytes, metadata_offsets)
+        texts = CompressedRows.of((doc.page_content.encode("utf-8") for doc in documents), TEXT_FRAME_BYTES)
+        metadata = CompressedRows.of(
+            (encode_metadata(doc.metadata, doc.id) + b"\n" for doc in documents), METADATA_FRAME_BYTES
+        )
+        return cls(PackedIds.of([doc.id or "" for doc in documents]), texts, metadata)
 
     @classmethod
     def empty(cls) -> DocumentBlock:
@@ -129,9 +124,8 @@ class DocumentBlock:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of texts, metadata and offsets (the ids are Python strings beside them)."""
-        arrays = (self.text_bytes, self.text_offsets, self.metadata_bytes, self.metadata_offsets)
-        return int(sum(a.nbytes for a in arrays))
+        """Bytes of texts, metadata and their offsets (the ids are counted apart: :attr:`PackedIds.nbytes`)."""
+        return int(self.texts.nbytes + self.metadata_rows.nbytes)
 
     def columns(self) -> list[Column]:
         """The metadata columns read so far (kept for filters)."""
@@ -141,7 +135,7 @@ class DocumentBlock:
 
     def text(self, row: int) -> str:
         """The ``page_content`` of local row ``row``."""
-        raw = self.text_bytes[self.text_offsets[row] : self.text_offsets[row + 1]].tobytes()
+        raw = self.texts.row(row)
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -151,7 +145,9 @@ class DocumentBlock:
 
     def metadata(self, row: int) -> dict[str, Any]:
         """A fresh dict of local row ``row``'s metadata."""
-        raw = self.metadata_bytes[self.metadata_offsets[row] : self.metadata_offsets[row + 1]].tobytes()
+        return self._parsed(self.metadata_rows.row(row), row)
+
+    def _parsed(self, raw: bytes, row: int) -> dict[str, Any]:
         try:
             value = json.loads(raw)
         except (ValueError, RecursionError):
@@ -168,7 +164,7 @@ class DocumentBlock:
 
     def iter_metadata(self) -> Iterator[dict[str, Any]]:
         """Every row's metadata, in row order."""
-        return (self.metadata(row) for row in range(len(self)))
+        return (self._parsed(raw, row) for row, raw in enumerate(self.metadata_rows))
 
     def column(self, key: str) -> Column:
         """The values of metadata ``key`` across the rows, parsed once per block and kept."""
@@ -199,43 +195,21 @@ class DocumentBlock:
 
     @classmethod
     def concatenated(cls, blocks: Sequence[DocumentBlock]) -> DocumentBlock:
-        """One block holding the rows of ``blocks`` in order."""
-        if len(blocks) == 1:
-            return blocks[0]
+        """One block holding the rows of ``blocks`` in order (texts and metadata compressed)."""
+        if len(blocks) <= 1:
+            return blocks[0] if blocks else cls.empty()
         return cls(
-            tuple(i for block in blocks for i in block.ids),
-            *_concatenated([(b.text_bytes, b.text_offsets) for b in blocks]),
-            *_concatenated([(b.metadata_bytes, b.metadata_offsets) for b in blocks]),
+            blocks[0].ids.concatenated([b.ids for b in blocks[1:]]),
+            frames.joined([b.texts for b in blocks], TEXT_FRAME_BYTES),
+            frames.joined([b.metadata_rows for b in blocks], METADATA_FRAME_BYTES),
         )
 
     def kept(self, keep: NDArray[np.bool_]) -> DocumentBlock:
-        """A block of the rows flagged in ``keep``, in order (their bytes copied, a run of rows at a time)."""
+        """A block of the rows flagged in ``keep``, in order (texts and metadata compressed)."""
         if keep.all():
             return self
         return DocumentBlock(
-            tuple(i for i, alive in zip(self.ids, keep.tolist(), strict=True) if alive),
-            *_kept_ranges(self.text_bytes, self.text_offsets, keep),
-            *_kept_ranges(self.metadata_bytes, self.metadata_offsets, keep),
+            self.ids.kept(keep),
+            frames.kept(self.texts, keep, TEXT_FRAME_BYTES),
+            frames.kept(self.metadata_rows, keep, METADATA_FRAME_BYTES),
         )
-
-
-def _concatenated(parts: Sequence[tuple[Bytes, Offsets]]) -> tuple[Bytes, Offsets]:
-    data = np.concatenate([np.asarray(b) for b, _ in parts]) if parts else np.zeros(0, np.uint8)
-    shifts = np.cumsum([0] + [int(o[-1]) for _, o in parts[:-1]])
-    offsets = np.concatenate([[0], *[np.asarray(o[1:]) + shift for (_, o), shift in zip(parts, shifts, strict=True)]])
-    return data.astype(np.uint8, copy=False), offsets.astype(np.int64)
-
-
-def _kept_ranges(data: Bytes, offsets: Offsets, keep: NDArray[np.bool_]) -> tuple[Bytes, Offsets]:
-    """The bytes and new offsets of the kept rows: runs of consecutive kept rows are copied as one range."""
-    lengths = np.diff(offsets)[keep]
-    new_offsets = np.zeros(lengths.size + 1, dtype=np.int64)
-    np.cumsum(lengths, out=new_offsets[1:])
-    out = np.empty(int(new_offsets[-1]), dtype=np.uint8)
-    edges = np.flatnonzero(np.diff(np.concatenate(([False], keep, [False])).astype(np.int8)))
-    cursor = 0
-    for first, stop in zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True):
-        lo, hi = int(offsets[first]), int(offsets[stop])
-        out[cursor : cursor + hi - lo] = data[lo:hi]
-        cursor += hi - lo
-    return out, new_offsets

@@ -35,7 +35,7 @@ saved folder is data to be read by this library only: do not load folders from u
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,11 +103,11 @@ def read_documents(path: Path) -> list[Document]:
     return documents
 
 
-def save_bytes(path: Path, data: NDArray[np.uint8]) -> None:
-    """Write a byte array as a plain file (written in bounded steps, also from a memory map)."""
+def save_pieces(path: Path, pieces: Iterable[bytes]) -> None:
+    """Write bytes handed over in bounded pieces as one plain file."""
     with path.open("wb") as handle:
-        for lo in range(0, data.size, 1 << 24):
-            handle.write(np.ascontiguousarray(data[lo : lo + (1 << 24)]).tobytes())
+        for piece in pieces:
+            handle.write(piece)
 
 
 def save_array(path: Path, array: NDArray[Any]) -> None:

@@ -1,9 +1,10 @@
 """What an in-process index keeps in memory, structure by structure.
 
 :func:`footprint` counts every structure a :class:`~langchain_fusion.stores.local.snapshot.Snapshot`
-holds: per segment (vectors, the approximate index, postings, documents, the bitmaps and block
-bounds kept for queries) and per snapshot (row lengths and statistics, the vocabulary and id
-tables, the common terms' weights and the other derived data it caches). Python objects are
+holds: per segment (vectors, the approximate index, postings, documents (texts and metadata as
+kept, compressed or mapped), ids and their lookup once built, the bitmaps and block bounds kept
+for queries) and per snapshot (row lengths and statistics, the vocabulary, the common terms'
+weights and the other derived data it caches). Python objects are
 counted with ``sys.getsizeof`` (containers and their keys and values, not shared small objects);
 arrays by their bytes. Memory-mapped arrays of a loaded folder are counted too, though the page
 cache may hold them instead of the process.
@@ -12,7 +13,7 @@ cache may hold them instead of the process.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -42,15 +43,14 @@ def footprint(snapshot: Snapshot) -> dict[str, int]:
         add("bm25 block bounds (kept)", postings.block_maxima.nbytes)
         documents = segment.documents
         add("documents: texts and metadata", documents.nbytes)
-        add("documents: ids", _strings(documents.ids))
+        add("documents: ids", documents.ids.nbytes)
+        add("id table", documents.ids.lookup_nbytes)
         columns = documents.columns()
         add("documents: filter columns", sum(column.codes.nbytes + _mapping(column.values) for column in columns))
     add("bm25 lengths and statistics", snapshot.lengths.nbytes + snapshot.document_frequency.nbytes)
     if snapshot.dead is not None:
         add("tombstones", snapshot.dead.nbytes)
     add("bm25 vocabulary", _mapping(snapshot.vocabulary))
-    if snapshot.id_table is not None:
-        add("id table", _mapping(snapshot.id_table))
     for key, value in snapshot.cached().items():
         add(_CACHE_NAMES.get(key, "other cached data"), _sized(value))
     return dict(sorted(parts.items(), key=lambda item: -item[1]))
@@ -59,7 +59,6 @@ def footprint(snapshot: Snapshot) -> dict[str, int]:
 _CACHE_NAMES = {
     "common_term_weights": "bm25 common terms' weights (kept)",
     "relative_lengths": "bm25 lengths and statistics",
-    "rows": "id table",
     "filters": "filter masks",
     "chunks": "chunk table",
 }
@@ -79,9 +78,3 @@ def _sized(value: Any) -> int:
 def _mapping(mapping: Mapping[Any, Any], value_size: Callable[[Any], int] = sys.getsizeof) -> int:
     """A mapping's own size plus its keys' and values'."""
     return sys.getsizeof(mapping) + sum(sys.getsizeof(key) + value_size(value) for key, value in mapping.items())
-
-
-def _strings(strings: Iterable[str]) -> int:
-    """A sequence of strings: its slots and the strings."""
-    items = list(strings)
-    return sys.getsizeof(items) + sum(sys.getsizeof(item) for item in items)

@@ -52,7 +52,8 @@ def upserted(
             f"expected vectors of dimension {settings.dimension}; got {dimension}. "
             "Every text must be embedded by the same model that built the index."
         )
-    replaced = np.asarray([r for d in documents if (r := snapshot.rows.get(d.id or "")) is not None], dtype=np.int64)
+    found = snapshot.rows_of([doc.id or "" for doc in documents])
+    replaced = found[found >= 0]
     state = _without_rows(snapshot, replaced) if replaced.size else snapshot
     vocabulary = dict(state.vocabulary)
     with phase("bm25"):
@@ -62,8 +63,6 @@ def upserted(
     with phase("vectors"):
         segment = Segment(start=start, vectors=_read_only(vectors), postings=postings, documents=block)
     frequency = _padded(state.document_frequency, len(vocabulary)) + postings.document_frequencies(len(vocabulary))
-    rows = dict(state.rows)
-    rows.update({doc.id or "": start + position for position, doc in enumerate(documents)})
     dead = None if state.dead is None else np.concatenate((state.dead, np.zeros(len(documents), dtype=bool)))
     new = replace(
         state,
@@ -72,7 +71,6 @@ def upserted(
         segments=(*state.segments, segment),
         lengths=np.concatenate((state.lengths, lengths)),
         dead=dead,
-        id_table=rows,
         document_frequency=frequency,
         live_length=state.live_length + int(lengths.sum()),
     )
@@ -81,7 +79,8 @@ def upserted(
 
 def deleted(snapshot: Snapshot, ids: Sequence[str]) -> tuple[Snapshot, int]:
     """A snapshot without the live rows of these ids (unknown ids are ignored), and how many went."""
-    found = np.unique(np.asarray([r for i in ids if (r := snapshot.rows.get(i)) is not None], dtype=np.int64))
+    rows = snapshot.rows_of(ids)
+    found = np.unique(rows[rows >= 0])
     if found.size == 0:
         return snapshot, 0
     return maintained(_without_rows(snapshot, found)), int(found.size)
@@ -97,13 +96,9 @@ def _without_rows(snapshot: Snapshot, rows: Keys) -> Snapshot:
         if local.any():
             frequency -= np.bincount(segment.postings.terms_of_rows(local), minlength=frequency.size)
     dead = flagged if snapshot.dead is None else snapshot.dead | flagged
-    remaining = dict(snapshot.rows)
-    for row in rows.tolist():
-        remaining.pop(snapshot.id_of(row), None)
     return replace(
         snapshot,
         dead=dead,
-        id_table=remaining,
         document_frequency=frequency,
         live_length=snapshot.live_length - int(snapshot.lengths[rows].sum()),
     )
@@ -161,8 +156,7 @@ def compacted(snapshot: Snapshot) -> Snapshot:
     segments: tuple[Segment, ...] = ()
     if vectors is not None and vectors.shape[0]:
         segments = (Segment(start=0, vectors=_read_only(vectors), postings=postings, documents=documents),)
-    rows = dict(zip(documents.ids, range(len(documents)), strict=True))
-    return replace(snapshot, segments=segments, lengths=snapshot.lengths[keep], dead=None, id_table=rows)
+    return replace(snapshot, segments=segments, lengths=snapshot.lengths[keep], dead=None)
 
 
 def ann_min_rows(vector_index: str) -> int:

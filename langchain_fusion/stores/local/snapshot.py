@@ -20,7 +20,7 @@ masks, and each side's scores over the segments. The mutations that build new sn
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, cast
@@ -112,8 +112,6 @@ class Snapshot:
     """BM25 tokens per row."""
     dead: NDArray[np.bool_] | None = None
     """Tombstones: True for deleted rows; None when no row is dead."""
-    id_table: Mapping[str, int] | None = field(default_factory=dict)
-    """Live document id -> row; None until first needed (a loaded snapshot builds it from the ids)."""
     document_frequency: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     """Live rows containing each term."""
     live_length: int = 0
@@ -138,20 +136,18 @@ class Snapshot:
         """Rows, dead ones included (the key space of a view)."""
         return int(self.lengths.size)
 
-    @property
-    def rows(self) -> Mapping[str, int]:
-        """Live document id -> row (built on first use when the snapshot was loaded)."""
-        if self.id_table is not None:
-            return self.id_table
-        table = self._cache.get("rows")
-        if table is None:
-            ids = (i for segment in self.segments for i in segment.documents.ids)
-            table = dict(zip(ids, range(self.size), strict=True))
-            if self.dead is not None:
-                for row in np.flatnonzero(self.dead).tolist():
-                    table.pop(self.id_of(row), None)
-            self._cache["rows"] = table
-        return table
+    def rows_of(self, ids: Sequence[str]) -> Keys:
+        """The live row of each of ``ids`` (-1 where none): each block's ids looked up by their sorted hashes."""
+        out = np.full(len(ids), -1, dtype=np.int64)
+        live = self.live_mask()
+        for segment in self.segments:
+            positions, local = segment.documents.ids.matches(ids)
+            rows = local + segment.start
+            if live is not None:
+                alive = live[rows]
+                positions, rows = positions[alive], rows[alive]
+            out[positions] = rows
+        return out
 
     @property
     def live_count(self) -> int:
@@ -207,8 +203,6 @@ class Snapshot:
             problems.append("segments are not contiguous")
         if self.dead is not None and self.dead.size != self.size:
             problems.append("tombstones do not cover the rows")
-        if not problems and any(self.id_of(row) != doc_id for doc_id, row in self.rows.items()):
-            problems.append("the id table points at other documents")
         if problems:
             raise FusionError(f"index parts are not aligned ({'; '.join(problems)}); refusing to use them")
 
@@ -403,8 +397,8 @@ class Snapshot:
             mask = meta_mask if mask is None else mask & meta_mask
         if where.ids is not None:
             id_mask = np.zeros(self.size, dtype=bool)
-            found = [row for i in where.ids if (row := self.rows.get(i)) is not None]
-            id_mask[np.asarray(found, dtype=np.int64)] = True
+            found = self.rows_of(list(where.ids))
+            id_mask[found[found >= 0]] = True
             mask = id_mask if mask is None else mask & id_mask
         return mask
 

@@ -34,9 +34,11 @@ from langchain_fusion.stores.analyzer import Analyzer
 from langchain_fusion.stores.local import folder as fmt
 from langchain_fusion.stores.local.checksums import PendingChecksums, check_file_list, file_entries
 from langchain_fusion.stores.local.documents import DocumentBlock
+from langchain_fusion.stores.local.ids import PackedIds
 from langchain_fusion.stores.local.manifest import check_format, now_iso, write_manifest
 from langchain_fusion.stores.local.mapped import MappedFiles
 from langchain_fusion.stores.local.mutations import ann_min_rows, compacted, maintained
+from langchain_fusion.stores.local.packed import RawRows
 from langchain_fusion.stores.local.postings import Postings
 from langchain_fusion.stores.local.snapshot import Segment, Snapshot, empty_snapshot
 from langchain_fusion.stores.local.tokens import tokenize
@@ -145,16 +147,17 @@ def write_documents(folder: Path, block: DocumentBlock) -> None:
     """The documents of one block, as the ``documents/`` files of format 3."""
     (folder / DOCUMENTS_DIR).mkdir()
     (folder / IDS).write_text(json.dumps(list(block.ids), ensure_ascii=False), encoding="utf-8")
-    fmt.save_bytes(folder / TEXTS, block.text_bytes)
-    fmt.save_array(folder / TEXT_OFFSETS, block.text_offsets)
-    fmt.save_bytes(folder / METADATA, block.metadata_bytes)
-    fmt.save_array(folder / METADATA_OFFSETS, block.metadata_offsets)
+    fmt.save_pieces(folder / TEXTS, block.texts.pieces())
+    fmt.save_array(folder / TEXT_OFFSETS, block.texts.offsets)
+    fmt.save_pieces(folder / METADATA, block.metadata_rows.pieces())
+    fmt.save_array(folder / METADATA_OFFSETS, block.metadata_rows.offsets)
 
 
-def read_documents(folder: Path, paths: dict[str, Path], files: MappedFiles) -> DocumentBlock:
-    """The documents of a saved folder: format 3's files read or mapped (``files``), or format 2's records parsed."""
+def read_documents(folder: Path, paths: dict[str, Path], files: MappedFiles) -> tuple[DocumentBlock, list[str]]:
+    """The documents of a saved folder and their ids (format 3's files read or mapped, or format 2's records parsed)."""
     if DOCUMENTS_V2 in paths:
-        return DocumentBlock.from_documents(fmt.read_documents(paths[DOCUMENTS_V2]))
+        records = fmt.read_documents(paths[DOCUMENTS_V2])
+        return DocumentBlock.from_documents(records), [doc.id or "" for doc in records]
     ids = _read_ids(paths[IDS])
     parts: list[NDArray[Any]] = []
     for data_name, offsets_name in ((TEXTS, TEXT_OFFSETS), (METADATA, METADATA_OFFSETS)):
@@ -171,7 +174,7 @@ def read_documents(folder: Path, paths: dict[str, Path], files: MappedFiles) -> 
             )
         parts += [data, offsets]
     texts, text_offsets, metadata, metadata_offsets = parts
-    return DocumentBlock(tuple(ids), texts, text_offsets, metadata, metadata_offsets)
+    return DocumentBlock(PackedIds.of(ids), RawRows(texts, text_offsets), RawRows(metadata, metadata_offsets)), ids
 
 
 def _read_ids(path: Path) -> list[str]:
@@ -276,7 +279,7 @@ def read_snapshot(
     read into memory, large ones mapped (see :mod:`~langchain_fusion.stores.local.mapped`).
     """
     files = MappedFiles(folder)
-    documents = read_documents(folder, paths, files)
+    documents, ids = read_documents(folder, paths, files)
     factory, search_params = vector_conf["factory"], vector_conf.get("search_params")
     vocabulary_list = _read_vocabulary(folder / VOCABULARY)
     arrays = {}
@@ -315,7 +318,7 @@ def read_snapshot(
         problems.append("BM25 postings point outside the rows")
     if lengths.size != n or (n and int(lengths.min()) < 0):
         problems.append("BM25 row lengths do not match the documents")
-    if _repeats(documents.ids):
+    if _repeats(ids):
         problems.append("document ids repeat")
     if problems:
         raise IndexFormatError(f"{folder}: the index files disagree ({'; '.join(problems)}); rebuild the index")
@@ -348,7 +351,6 @@ def read_snapshot(
         vocabulary=vocabulary,
         segments=(segment,),
         lengths=np.asarray(lengths),
-        id_table=None,  # built from the ids when first needed: queries never need it
         document_frequency=np.diff(np.asarray(indptr)).astype(np.int64),
         live_length=int(np.asarray(lengths).sum()),
     )

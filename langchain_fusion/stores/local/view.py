@@ -121,8 +121,7 @@ class LocalView(StoreView):
 
     def keys_of(self, ids: Sequence[str]) -> Keys:
         """Rows of these ids (-1 when absent)."""
-        rows = self.snapshot.rows
-        return np.fromiter((rows.get(i, -1) for i in ids), dtype=np.int64, count=len(ids))
+        return self.snapshot.rows_of(ids)
 
     def select(self, where: Where) -> Keys:
         """Live rows allowed by ``where``."""
