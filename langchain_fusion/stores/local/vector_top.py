@@ -147,7 +147,7 @@ def batch_contenders(
     shared = blas_is_one_thread()
     largest = min(_BLOCK_ROWS[1], _SHARED_BLOCK_ROWS) if shared else _BLOCK_ROWS[1]
     block_rows = min(max(BLOCK_SCORES // max(1, count), _BLOCK_ROWS[0]), largest)
-    pass_ = _Pass(queries, depth, 2 * np.asarray(errors, dtype=np.float64), allowed)
+    pass_ = _Pass(queries, depth, 2 * np.asarray(errors, dtype=np.float64), allowed, block_rows)
     pass_.rows = sum(vectors.shape[0] for _, vectors in parts)
     for start, vectors in parts:
         if not pass_.sampled and vectors.shape[0]:  # the first block sets the first floors, before any other
@@ -172,9 +172,16 @@ class _Pass:
     """The state of one :func:`batch_contenders` pass: each query's floor and kept rows."""
 
     def __init__(
-        self, queries: FloatMatrix, depth: int, margins: NDArray[np.float64], allowed: NDArray[np.bool_] | None
+        self,
+        queries: FloatMatrix,
+        depth: int,
+        margins: NDArray[np.float64],
+        allowed: NDArray[np.bool_] | None,
+        block_rows: int,
     ) -> None:
         count = queries.shape[0]
+        self.block_rows = block_rows
+        self._buffers = threading.local()  # each thread's block of scores, reused: no fresh pages per block
         self.queries, self.depth, self.margins, self.allowed = queries, depth, margins, allowed
         # A zero query's products are all zero: its contenders are the first allowed rows, and it skips the pass.
         self.zero = [not np.any(queries[i]) for i in range(count)]
@@ -189,7 +196,11 @@ class _Pass:
     def block(self, start: int, vectors: FloatMatrix, offset: int, lo: int, hi: int) -> None:
         """Score rows ``offset + lo:offset + hi`` of ``vectors`` (global row ``start`` first) and keep each query's."""
         lo, hi = offset + lo, offset + hi
-        scores = np.matmul(self.queries, vectors[lo:hi].T)
+        buffer = getattr(self._buffers, "scores", None)
+        if buffer is None:
+            buffer = self._buffers.scores = np.empty((self.queries.shape[0], self.block_rows), dtype=np.float32)
+        scores = buffer[:, : hi - lo]
+        np.matmul(self.queries, vectors[lo:hi].T, out=scores)
         mask = None if self.allowed is None else self.allowed[start + lo : start + hi]
         if mask is not None:
             scores[:, ~mask] = -np.inf
