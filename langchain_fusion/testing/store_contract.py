@@ -12,6 +12,7 @@ langchain-fusion's own stores (in process and Milvus) pass it in its test suite.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import Counter
 from typing import Any
 
@@ -33,7 +34,7 @@ ALPHAS = [0.0, 0.3, 0.5, 0.8, 1.0]
 """The weights of the vector side the fused results are compared at."""
 
 
-class StoreContract:
+class StoreContract(ABC):
     """Every store passes these. Subclasses implement :meth:`make_store` (and may set the class attributes below)."""
 
     params = BM25Params(k1=0.9, b=0.4)
@@ -44,9 +45,9 @@ class StoreContract:
     language: Language = WORDS
     """What the documents and queries are written in (:data:`CJK` runs the suite on Chinese, Japanese and Korean)."""
 
+    @abstractmethod
     def make_store(self, analyzer: Analyzer, bm25_params: BM25Params) -> FusionStore:
         """A new, empty store of the engine under test, analysing with ``analyzer`` and scoring with ``bm25_params``."""
-        raise NotImplementedError(f"{type(self).__name__} must implement make_store")
 
     def corpus(self, seed: int, size: int, prefix: str = "d") -> list[Document]:
         """:func:`corpus` in the suite's :attr:`language`."""
