@@ -71,6 +71,15 @@ def float32_at_most(value: float) -> np.float32:
     return rounded
 
 
+def floor_below(kth: float, error: float) -> np.float32:
+    """The float32 products that may still reach a row whose product is ``kth``: those at least this.
+
+    ``error`` bounds each product's distance from its float64 rescoring; twice that below ``kth``,
+    rounded down to a float32, a row is below ``kth``'s row whatever the rescoring gives.
+    """
+    return float32_at_most(kth - 2 * error)
+
+
 def contenders(values: NDArray[np.float32], k: int, error: float) -> Keys:
     """Positions of the ``values`` that may belong to the float64 top ``k`` (see the module docstring).
 
@@ -83,7 +92,7 @@ def contenders(values: NDArray[np.float32], k: int, error: float) -> Keys:
     if values.size <= k or not math.isfinite(error):
         return np.arange(values.size, dtype=np.int64)
     kth = float(values[at_least_kth(values, k, None)].min())
-    return np.flatnonzero(values >= float32_at_most(kth - 2 * error)).astype(np.int64)
+    return np.flatnonzero(values >= floor_below(kth, error)).astype(np.int64)
 
 
 def exact_top(
@@ -147,8 +156,8 @@ def batch_contenders(
     shared = blas_is_one_thread()
     largest = min(_BLOCK_ROWS[1], _SHARED_BLOCK_ROWS) if shared else _BLOCK_ROWS[1]
     block_rows = min(max(BLOCK_SCORES // max(1, count), _BLOCK_ROWS[0]), largest)
-    pass_ = _Pass(queries, depth, 2 * np.asarray(errors, dtype=np.float64), allowed, block_rows)
-    pass_.rows = sum(vectors.shape[0] for _, vectors in parts)
+    rows_in_all = sum(vectors.shape[0] for _, vectors in parts)
+    pass_ = _Pass(queries, depth, np.asarray(errors, dtype=np.float64), allowed, rows_in_all, block_rows)
     for start, vectors in parts:
         if not pass_.sampled and vectors.shape[0]:  # the first block sets the first floors, before any other
             first = min(block_rows, vectors.shape[0])
@@ -175,18 +184,18 @@ class _Pass:
         self,
         queries: FloatMatrix,
         depth: int,
-        margins: NDArray[np.float64],
+        errors: NDArray[np.float64],
         allowed: NDArray[np.bool_] | None,
+        rows: int,
         block_rows: int,
     ) -> None:
         count = queries.shape[0]
-        self.block_rows = block_rows
+        self.queries, self.depth, self.errors, self.allowed = queries, depth, errors, allowed
+        self.rows, self.block_rows = rows, block_rows
         self._buffers = threading.local()  # each thread's block of scores, reused: no fresh pages per block
-        self.queries, self.depth, self.margins, self.allowed = queries, depth, margins, allowed
         # A zero query's products are all zero: its contenders are the first allowed rows, and it skips the pass.
         self.zero = [not np.any(queries[i]) for i in range(count)]
         self.limits = [4 * depth] * count  # kept rows that trigger a tightening (raised when many rows tie)
-        self.rows = 0
         self.floors = np.full(count, -np.inf, dtype=np.float32)  # only ever raised: a stale read keeps more rows
         self.found: list[list[tuple[Keys, NDArray[np.float32]]]] = [[] for _ in range(count)]
         self.held = [0] * count
@@ -205,7 +214,7 @@ class _Pass:
         if mask is not None:
             scores[:, ~mask] = -np.inf
         if not self.sampled:
-            _sampled_floors(scores, self.depth, self.margins, self.floors)
+            self._sample_floors(scores)
             self.sampled = True
         picked = []
         for query in range(scores.shape[0]):
@@ -222,7 +231,7 @@ class _Pass:
                 self.found[query].append((rows, values))
                 self.held[query] += rows.size
                 if self.held[query] > self.limits[query]:
-                    self.held[query] = _tighten(self.found[query], self.depth, self.margins[query], self.floors, query)
+                    self.held[query] = self._tighten(query)
                     self.limits[query] = max(4 * self.depth, 2 * self.held[query])
 
     def result(self) -> list[Contenders]:
@@ -234,50 +243,41 @@ class _Pass:
                 first = rows[: self.depth]
                 result.append(Contenders(first, np.zeros(first.size, dtype=np.float32), self.depth))
                 continue
-            _tighten(parts, self.depth, self.margins[query], self.floors, query)
+            self._tighten(query)
             rows, values = parts[0] if parts else (np.zeros(0, np.int64), np.zeros(0, np.float32))
             order = np.argsort(rows, kind="stable")  # blocks may have been kept in any order
             result.append(Contenders(rows[order].astype(np.int64, copy=False), values[order], self.depth))
         return result
 
+    def _sample_floors(self, block: NDArray[np.float32]) -> None:
+        """Each query's first floor, from the ``depth``-th highest of a strided sample of its first block.
 
-def _sampled_floors(
-    block: NDArray[np.float32], depth: int, margins: NDArray[np.float64], floors: NDArray[np.float32]
-) -> None:
-    """Each query's first floor: the ``depth``-th highest of a strided sample of its first block, less the margin.
+        The ``depth``-th highest of a sample is at most that of all the rows, so no contender is lost.
+        """
+        step = max(1, block.shape[1] // _SAMPLE_COLUMNS)
+        sample = block[:, ::step]
+        if sample.shape[1] < self.depth:
+            return
+        kth = np.partition(sample, sample.shape[1] - self.depth, axis=1)[:, sample.shape[1] - self.depth]
+        for query, value in enumerate(kth.tolist()):
+            if math.isfinite(value):
+                self.floors[query] = floor_below(value, self.errors[query])
 
-    The ``depth``-th highest of a sample is at most that of all the rows, so no contender is lost.
-    """
-    step = max(1, block.shape[1] // _SAMPLE_COLUMNS)
-    sample = block[:, ::step]
-    if sample.shape[1] < depth:
-        return
-    kth = np.partition(sample, sample.shape[1] - depth, axis=1)[:, sample.shape[1] - depth]
-    for query, value in enumerate(kth.tolist()):
-        if math.isfinite(value):
-            floors[query] = float32_at_most(value - margins[query])
+    def _tighten(self, query: int) -> int:
+        """Merge a query's kept rows, raise its floor from their ``depth``-th highest, keep those at or above it.
 
-
-def _tighten(
-    parts: list[tuple[Keys, NDArray[np.float32]]],
-    depth: int,
-    margin: float,
-    floors: NDArray[np.float32],
-    query: int,
-) -> int:
-    """Merge a query's kept rows; raise its floor to its ``depth``-th highest less the margin; keep those above it.
-
-    Returns how many rows it keeps.
-    """
-    rows = np.concatenate([r for r, _ in parts]) if len(parts) > 1 else parts[0][0] if parts else None
-    if rows is None:
-        return 0
-    values = np.concatenate([v for _, v in parts]) if len(parts) > 1 else parts[0][1]
-    if values.size > depth:
-        kth = float(np.partition(values, values.size - depth)[values.size - depth])
-        if math.isfinite(kth):
-            floors[query] = max(floors[query], float32_at_most(kth - margin))
-        keep = values >= floors[query]
-        rows, values = rows[keep], values[keep]
-    parts[:] = [(rows, values)]
-    return int(rows.size)
+        Returns how many rows it keeps.
+        """
+        parts = self.found[query]
+        if not parts:
+            return 0
+        rows = np.concatenate([r for r, _ in parts]) if len(parts) > 1 else parts[0][0]
+        values = np.concatenate([v for _, v in parts]) if len(parts) > 1 else parts[0][1]
+        if values.size > self.depth:
+            kth = float(np.partition(values, values.size - self.depth)[values.size - self.depth])
+            if math.isfinite(kth):
+                self.floors[query] = max(self.floors[query], floor_below(kth, self.errors[query]))
+            keep = values >= self.floors[query]
+            rows, values = rows[keep], values[keep]
+        parts[:] = [(rows, values)]
+        return int(rows.size)
