@@ -686,29 +686,19 @@ def report(r: dict[str, Any]) -> list[str]:
             f"{r['sequential_s'] / r['batch_s']:.2f}x" + ("" if r["batch_equal"] else " (RESULTS DIFFER)"),
             ">= 3x at 100k, same results",
         )
-        add(
-            "index memory kept beyond the corpus",
-            _gb(r["kept_mb"]),
-            f"corpus {_gb(r['corpus_mb'])}",
-            _ratio(r["kept_mb"], r["corpus_mb"]),
-            "<= 3.0 GB at 1M",
-        )
-        if "kept_from_start_mb" in r:
-            add(
-                "... counted from before the input `Document`s were made",
-                _gb(r["kept_from_start_mb"]),
-                f"corpus {_gb(r['corpus_mb'])}",
-                _ratio(r["kept_from_start_mb"], r["corpus_mb"]),
-                "<= 3.0 GB at 1M",
-            )
-        if "kept_after_queries_mb" in r:
-            add(
-                "index memory kept after the timed queries",
-                _gb(r["kept_after_queries_mb"]),
-                f"corpus {_gb(r['corpus_mb'])}",
-                _ratio(r["kept_after_queries_mb"], r["corpus_mb"]),
-                "<= 3.0 GB at 1M",
-            )
+        for label, key in (
+            ("index memory kept beyond the corpus", "kept_mb"),
+            ("... counted from before the input `Document`s were made", "kept_from_start_mb"),
+            ("index memory kept after the timed queries", "kept_after_queries_mb"),
+        ):
+            if key in r:
+                add(
+                    label,
+                    _gb(r[key]),
+                    f"corpus {_gb(r['corpus_mb'])}",
+                    _ratio(r[key], r["corpus_mb"]),
+                    "<= 3.0 GB at 1M",
+                )
         if "footprint" in r:
             largest = sorted(r["footprint"].items(), key=lambda kv: -kv[1])
             detail = ", ".join(f"{name} {_gb(size / 2**20)}" for name, size in largest if size >= 2**20)

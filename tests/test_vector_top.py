@@ -149,6 +149,20 @@ def ties_corpus(n: int) -> list[Document]:
     ]
 
 
+@pytest.fixture
+def released(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The scorers released so far (each call of ``release``, in order)."""
+    calls: list[object] = []
+    release = scorers_module._LocalScorer.release
+
+    def counting(self: scorers_module._LocalScorer) -> None:
+        calls.append(self)
+        release(self)
+
+    monkeypatch.setattr(scorers_module._LocalScorer, "release", counting)
+    return calls
+
+
 QUERIES = ["cat mat", "stock market wave", "parrot speech", "energy", "dog dog cat", "wave parrot mat market"]
 
 
@@ -183,15 +197,9 @@ class TestBatchEqualsInvoke:
             assert [d.id for d in alone] == [f"d{i}" for i in range(5)]  # every score 0: ties by row
             assert [d.id for d in retriever.batch(["nothing", "cat mat"])[0]] == [d.id for d in alone]
 
-    def test_a_query_given_twice_keeps_its_arrays_until_its_last_run(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        released: list[object] = []
-        release = scorers_module._LocalScorer.release
-
-        def counting(self: scorers_module._LocalScorer) -> None:
-            released.append(self)
-            release(self)
-
-        monkeypatch.setattr(scorers_module._LocalScorer, "release", counting)
+    def test_a_query_given_twice_keeps_its_arrays_until_its_last_run(
+        self, released: list[object], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         index = FusionIndex.from_documents(ties_corpus(200), HashingEmbeddings())
         computed: list[object] = []
         compute = scorers_module.LocalBM25Scorer._compute
@@ -214,15 +222,7 @@ class TestBatchEqualsInvoke:
         assert deep < retriever._batch_step({})
         assert deep * 3 * 3000 <= pool_module.BATCH_SCORES_BUDGET
 
-    def test_a_batch_releases_each_querys_arrays(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        released: list[object] = []
-        release = scorers_module._LocalScorer.release
-
-        def counting(self: scorers_module._LocalScorer) -> None:
-            released.append(self)
-            release(self)
-
-        monkeypatch.setattr(scorers_module._LocalScorer, "release", counting)
+    def test_a_batch_releases_each_querys_arrays(self, released: list[object]) -> None:
         index = FusionIndex.from_documents(ties_corpus(200), HashingEmbeddings())
         FusionRetriever(index=index, fetch_k=None).batch(QUERIES)
         assert len(released) == 2 * len(QUERIES)  # both sides of every query
