@@ -217,9 +217,10 @@ class TestBatchEqualsInvoke:
         monkeypatch.setattr(pool_module, "BATCH_SCORES_BUDGET", 1 << 20)  # as a million rows would press it
         index = FusionIndex.from_documents(ties_corpus(3000), HashingEmbeddings())
         retriever = FusionRetriever(index=index)
-        assert retriever._batch_step({}) * 3 * 4 * 202 <= pool_module.BATCH_SCORES_BUDGET  # depth 2 x (100 + 1)
-        deep = retriever._batch_step({"fetch_k": 3000})  # every row may be a contender
-        assert deep < retriever._batch_step({})
+        default = retriever._batch_step(retriever._batch_options({}))
+        assert default * 3 * 4 * 202 <= pool_module.BATCH_SCORES_BUDGET  # depth 2 x (100 + 1)
+        deep = retriever._batch_step(retriever._batch_options({"fetch_k": 3000}))  # every row may be a contender
+        assert deep < default
         assert deep * 3 * 3000 <= pool_module.BATCH_SCORES_BUDGET
 
     def test_a_batch_releases_each_querys_arrays(self, released: list[object]) -> None:

@@ -239,19 +239,22 @@ class SearchRetriever(CheckedModel, BaseRetriever, Generic[OptionsT]):
 
     # --- batches -------------------------------------------------------------------------------
 
-    def _batch_texts(self, inputs: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list[str], OptionsT] | None:
-        """The distinct searchable queries of a batch and its options, or None when nothing can be prepared."""
+    def _batch_options(self, kwargs: dict[str, Any]) -> OptionsT | None:
+        """The options of a batch called with ``kwargs``; None when they are bad (each invoke then reports them)."""
         try:
-            options = self._options(kwargs)
+            return self._options(kwargs)
         except FusionError:
-            return None  # each invoke reports the bad option itself
+            return None
+
+    def _batch_texts(self, inputs: Sequence[Any], options: OptionsT) -> tuple[list[str], OptionsT] | None:
+        """The distinct searchable queries of a batch and its options, or None when nothing can be prepared."""
         texts = list(dict.fromkeys(q for q in inputs if isinstance(q, str) and q.strip()))
         if not texts or self._is_empty(options):
             return None
         return texts, options
 
-    def _batch_step(self, kwargs: dict[str, Any]) -> int:
-        """Queries prepared at once for a batch called with ``kwargs`` (bounded by the memory their scores take)."""
+    def _batch_step(self, options: OptionsT | None) -> int:
+        """Queries prepared at once for a batch with ``options`` (bounded by the memory their scores take)."""
         return 1 << 30
 
     def _prepare_many(self, texts: list[str], options: OptionsT, config: RunnableConfig) -> list[PreparedQuery]:
@@ -340,10 +343,11 @@ class SearchRetriever(CheckedModel, BaseRetriever, Generic[OptionsT]):
         """
         configs = get_config_list(config, len(inputs))
         results: list[Any] = []
-        step = self._batch_step(kwargs)
+        options = self._batch_options(kwargs)
+        step = self._batch_step(options)
         for start in range(0, len(inputs), step):
             chunk, chunk_configs = inputs[start : start + step], configs[start : start + step]
-            found = self._batch_texts(chunk, kwargs) if len(chunk) > 1 else None
+            found = self._batch_texts(chunk, options) if len(chunk) > 1 and options is not None else None
             prepared = self._prepare(chunk, *found, chunk_configs[0]) if found else {}
             token = _BATCH.set(prepared or None)
             try:
@@ -366,10 +370,11 @@ class SearchRetriever(CheckedModel, BaseRetriever, Generic[OptionsT]):
         """Async twin of :meth:`batch`."""
         configs = get_config_list(config, len(inputs))
         results: list[Any] = []
-        step = self._batch_step(kwargs)
+        options = self._batch_options(kwargs)
+        step = self._batch_step(options)
         for start in range(0, len(inputs), step):
             chunk, chunk_configs = inputs[start : start + step], configs[start : start + step]
-            found = self._batch_texts(chunk, kwargs) if len(chunk) > 1 else None
+            found = self._batch_texts(chunk, options) if len(chunk) > 1 and options is not None else None
             prepared = await self._aprepare(chunk, *found, chunk_configs[0]) if found else {}
             token = _BATCH.set(prepared or None)
             try:

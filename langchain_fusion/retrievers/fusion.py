@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from langchain_core.documents import Document
 
 from langchain_fusion import metadata as keys
-from langchain_fusion.errors import FusionError, InvalidParameterError, UnknownDocumentError
+from langchain_fusion.errors import InvalidParameterError, UnknownDocumentError
 from langchain_fusion.index.fusion_index import FusionIndex
 from langchain_fusion.retrievers.base import PreparedQuery, SearchRetriever
 from langchain_fusion.search.explain import Explanation, SearchRecord, explain
@@ -77,20 +77,20 @@ class _IndexRetriever(SearchRetriever[IndexOptionsT]):
     def _is_empty(self, options: IndexOptionsT) -> bool:
         return self._view(options).known_empty()
 
-    def _batch_step(self, kwargs: dict[str, Any]) -> int:
+    def _batch_step(self, options: IndexOptionsT | None) -> int:
         view = self.index.view(self.tenant if isinstance(self, TenantOption) else None)
         if not isinstance(view, BatchScorer):
-            return super()._batch_step(kwargs)
+            return super()._batch_step(options)
+        if options is None:
+            return BATCH_QUERIES  # nothing is prepared: each invoke reports the bad option itself
         # A view that scores a batch in one pass keeps per query its vector contenders (about `depth` rows), and its
         # score arrays only while the query runs (PreparedQuery.release).
-        try:
-            options = self._options(kwargs)
-        except FusionError:
-            return BATCH_QUERIES  # each invoke reports the bad option itself
-        depth = options.k if isinstance(options, SideOptions) else None
-        if isinstance(options, PoolOptions):
-            depth = batch_reach([options])[0]
+        depth, _ = self._vector_reach(options)
         return min(BATCH_QUERIES, queries_per_pass(contender_scores(len(view), depth)))
+
+    def _vector_reach(self, options: IndexOptionsT) -> tuple[int | None, Where | None]:
+        """How deep a batch's vector pass goes for ``options``, and under which filter (None: every row's score)."""
+        return batch_reach([options]) if isinstance(options, PoolOptions) else (None, None)
 
     def _prepared_runs_inline(self, prepared: Mapping[tuple[int, str], PreparedQuery]) -> bool:
         # A view that scores a batch in one pass is in process; one whose sides search side by side (a graph
@@ -110,8 +110,7 @@ class _IndexRetriever(SearchRetriever[IndexOptionsT]):
             # kernel: each query keeps its own scan, so a batch returns exactly what invoke returns.
             vector = [view.vector(vectors[i : i + 1]) for i in range(len(texts))]
         else:
-            depth, where = batch_reach([options]) if isinstance(options, PoolOptions) else (None, None)
-            vector = vector_scorers(view, vectors, depth, where)
+            vector = vector_scorers(view, vectors, *self._vector_reach(options))
         return [PreparedQuery(vectors[i : i + 1], view, vector=vector[i], bm25=bm25[i]) for i in range(len(texts))]
 
 
@@ -130,10 +129,13 @@ class VectorRetriever(SideOptions, _IndexRetriever[SideOptions]):
         """:class:`SideOptions`."""
         return SideOptions
 
+    def _vector_reach(self, options: SideOptions) -> tuple[int | None, Where | None]:
+        return options.k, _where(options)  # vector_search reads its top k, no row past it
+
     def _score_many(self, texts: list[str], vectors: FloatMatrix | None, options: SideOptions) -> list[PreparedQuery]:
         assert vectors is not None
         view = self._view(options)
-        vector = vector_scorers(view, vectors, options.k, _where(options))
+        vector = vector_scorers(view, vectors, *self._vector_reach(options))
         return [PreparedQuery(vectors[i : i + 1], view, vector=vector[i]) for i in range(len(texts))]
 
     def _search(
