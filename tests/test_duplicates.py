@@ -131,6 +131,23 @@ class TestNearCopies:
         assert duplicate_groups(docs).tolist() == [0, 1, 0, 3, 4, 5]  # empty texts are never copies
         assert duplicate_groups(docs, vectors, 0.98).tolist() == [0, 1, 0, 3, 4, 1]
 
+    def test_groups_equal_comparing_every_normalised_text(self) -> None:
+        """Only texts sharing a first and last word are normalised: the groups are those of comparing them all."""
+        rng = np.random.default_rng(7)
+        words = ["a", "b", "ab", "ba", "é", "日本"]
+        spaces = [" ", "  ", "\n", "\t ", "\u3000"]
+        for _ in range(300):
+            texts = []
+            for _ in range(int(rng.integers(1, 12))):
+                chosen = [words[int(i)] for i in rng.integers(0, len(words), int(rng.integers(0, 4)))]
+                gaps = [spaces[int(i)] for i in rng.integers(0, len(spaces), len(chosen) + 1)]
+                texts.append(gaps[0] + "".join(w + g for w, g in zip(chosen, gaps[1:], strict=True)))
+            first: dict[str, int] = {}
+            expected = [
+                i if not " ".join(t.split()) else first.setdefault(" ".join(t.split()), i) for i, t in enumerate(texts)
+            ]
+            assert duplicate_groups(texts).tolist() == expected, texts
+
     def test_picking_in_order(self) -> None:
         copies = np.array([0, 1, 0, 3])
         sources = np.array([0, 0, 1, 1])

@@ -31,6 +31,7 @@ searches return every copy; so ``alpha=1`` (or 0) equals the single side exactly
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal, cast, get_args
 
@@ -116,8 +117,7 @@ def duplicate_groups(
     first_of: dict[str, int] = {}
     leaders: list[int] = []
     matrix = None if vectors is None else np.asarray(vectors, dtype=np.float64)
-    for position, text in enumerate(texts):
-        key = text_key(text)
+    for position, key in enumerate(_keys_of_possible_copies(texts)):
         found = first_of.get(key) if key else None
         if found is None and matrix is not None and leaders:
             closeness = matrix[leaders] @ matrix[position]
@@ -131,6 +131,23 @@ def duplicate_groups(
         if key:
             first_of[key] = position
     return groups
+
+
+def _keys_of_possible_copies(texts: Sequence[str]) -> list[str | None]:
+    """The :func:`text_key` of each text that may be a copy of another; None for the rest.
+
+    Copies share their first and last words, which are found without reading a whole text: only
+    texts that share both with another one are normalised (a search's candidates rarely repeat).
+    """
+    ends = [_first_and_last_word(text) for text in texts]
+    shared = Counter(end for end in ends if end is not None)
+    return [None if end is None or shared[end] < 2 else text_key(text) for text, end in zip(texts, ends, strict=True)]
+
+
+def _first_and_last_word(text: str) -> tuple[str, str] | None:
+    """The first and last words of ``text`` (None when it has none): equal for texts with one :func:`text_key`."""
+    first = text.split(None, 1)
+    return None if not first else (first[0], text.rsplit(None, 1)[-1])
 
 
 def copies_entry(document: Document) -> dict[str, Any]:

@@ -273,6 +273,9 @@ class Snapshot:
     def vectors_of(self, rows: Keys) -> FloatMatrix:
         """The stored vectors of ``rows``, in order."""
         dimension = self.settings.dimension or 0
+        if len(self.segments) == 1 and self.segments[0].vectors.shape[1] == dimension:
+            segment = self.segments[0]
+            return np.take(segment.vectors, rows - segment.start, axis=0)
         out = np.empty((rows.size, dimension), dtype=np.float32)
         for segment, inside, local in self._rows_by_segment(rows):
             out[inside] = segment.vectors[local]
