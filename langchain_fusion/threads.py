@@ -73,6 +73,23 @@ class _BlasPolicy:
     limited = False
 
 
+SMALL_MACHINE_CORES = 2
+"""A machine of at most this many usable cores runs BLAS on one thread once the library does BLAS work of its own."""
+
+
+def one_blas_thread_on_small_machine(cores: int | None = None) -> bool:
+    """:func:`one_blas_thread` on a machine of at most :data:`SMALL_MACHINE_CORES`; whether BLAS runs one thread.
+
+    ``cores``: the usable cores as the caller counted them (None: counted here). Called where the
+    library's own BLAS work starts: the bundled model's loading, a batch's pass over an in-process
+    index. On two cores BLAS's threads gain nothing measurable on a quiet machine and lose beside
+    one busy process, whose core they wait for (``docs/benchmarks.md``).
+    """
+    if (usable_cores() if cores is None else cores) <= SMALL_MACHINE_CORES:
+        one_blas_thread()
+    return blas_is_one_thread()
+
+
 def blas_is_one_thread() -> bool:
     """Whether :func:`one_blas_thread` limited this process's BLAS to one thread (then our own threads split work)."""
     return _BlasPolicy.limited
@@ -88,11 +105,12 @@ def one_blas_thread() -> bool:
     figures: ``docs/benchmarks.md``). Changing the limit around each call (what 0.2 and earlier
     did) spins the pools up and down against each other.
 
-    Called once when the query encoder loads on a machine of at most two cores, and when a server
-    is made (:func:`langchain_fusion.server.create_app`, :func:`langchain_fusion.mcp.build_mcp_server`),
+    Called once when the query encoder loads or a batch first scores over an in-process index on a
+    machine of at most two cores (:func:`one_blas_thread_on_small_machine`), and when a server is
+    made (:func:`langchain_fusion.server.create_app`, :func:`langchain_fusion.mcp.build_mcp_server`),
     whose parallelism is its clients. Call it yourself in a service of your own that runs queries
     on many threads. The limit is process-wide (BLAS libraries have no per-thread setting that
-    works across vendors) and kept; needs threadpoolctl (the ``local`` extra), else does nothing.
+    works across vendors) and kept.
     False when it could not (no threadpoolctl, or another thread holds OpenBLAS's limit).
     """
     with _BlasPolicy.lock:

@@ -2,7 +2,8 @@
 
 Changing BLAS's thread limit around each query (0.2 and earlier) made a query embedded on a
 server's worker thread cost ten times its CPU on a main thread (benchmarks/serve_load.py). The
-policy is now set once: when the bundled model loads on a small machine, and when a server is made.
+policy is now set once: when the bundled model loads or a batch first scores on a small machine, and when a
+server is made.
 """
 
 from __future__ import annotations
@@ -173,3 +174,26 @@ class TestServers:
 
         build_mcp_server(index, log_level="WARNING")
         assert blas_threads() == {1}
+
+
+class TestBatchPass:
+    """A batch's pass multiplies every query with every vector: on two cores it runs BLAS on one thread."""
+
+    def _batch(self, index: FusionIndex) -> list[list[str]]:
+        retriever = index.as_retriever(k=2, fetch_k=4)
+        return [[doc.id or "" for doc in docs] for docs in retriever.batch(["cat mat", "dog bone", "fish"])]
+
+    def test_on_a_small_machine_the_first_pass_limits_blas(
+        self, blas_at_two_threads: list[Any], animal_index: FusionIndex, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(threads, "usable_cores", lambda: 2)
+        found = self._batch(animal_index)
+        assert blas_threads() == {1}
+        assert self._batch(animal_index) == found  # the blocks shared among threads: the same results
+
+    def test_on_a_larger_machine_the_pass_leaves_blas_alone(
+        self, blas_at_two_threads: list[Any], animal_index: FusionIndex, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(threads, "usable_cores", lambda: 8)
+        self._batch(animal_index)
+        assert blas_threads() == {2}

