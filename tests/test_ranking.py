@@ -39,6 +39,8 @@ def _arrays() -> dict[str, np.ndarray]:
         "negative": -rng.random(N).astype(np.float32),
         "float64": rng.standard_normal(N),
         "spike": np.concatenate([np.full(N - 3, 0.1, dtype=np.float32), np.float32([9.0, 0.2, 9.0])]),
+        # BM25's shape: most rows match no query term, the rest often tie
+        "mostly zero": np.where(rng.random(N) < 0.13, rng.integers(1, 50, N) / 7, 0.0).astype(np.float32),
     }
 
 
