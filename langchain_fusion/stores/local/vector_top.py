@@ -159,8 +159,9 @@ def batch_contenders(
     rows_in_all = sum(vectors.shape[0] for _, vectors in parts)
     pass_ = _Pass(queries, depth, np.asarray(errors, dtype=np.float64), allowed, rows_in_all, block_rows)
     for start, vectors in parts:
-        if not pass_.sampled and vectors.shape[0]:  # the first block sets the first floors, before any other
-            first = min(block_rows, vectors.shape[0])
+        if not pass_.sampled and vectors.shape[0]:
+            # The first block sets the first floors before any other starts: a small one, as it runs alone.
+            first = min(_BLOCK_ROWS[0], vectors.shape[0])
             pass_.block(start, vectors, 0, 0, first)
             offset = first
         else:
