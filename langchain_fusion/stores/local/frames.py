@@ -140,12 +140,15 @@ class CompressedRows:
         return self.frame(index)[int(self.offsets[row]) - base : int(self.offsets[row + 1]) - base]
 
     def __iter__(self) -> Iterator[bytes]:
-        decompress = _decompressor().decompress
+        decompress = _decompressor().decompress  # not through the cache: a whole pass would only evict it
         for index in range(self.frame_count):
-            first, stop = int(self.first_rows[index]), int(self.first_rows[index + 1])
-            raw = decompress(self.compressed(index))
-            bounds = (self.offsets[first : stop + 1] - self.offsets[first]).tolist()
-            yield from (raw[lo:hi] for lo, hi in itertools.pairwise(bounds))
+            yield from self.rows_in(index, decompress(self.compressed(index)))
+
+    def rows_in(self, index: int, raw: bytes) -> list[bytes]:
+        """The rows of frame ``index``, cut from ``raw``, its uncompressed bytes."""
+        first, stop = int(self.first_rows[index]), int(self.first_rows[index + 1])
+        bounds = (self.offsets[first : stop + 1] - self.offsets[first]).tolist()
+        return [raw[lo:hi] for lo, hi in itertools.pairwise(bounds)]
 
     def pieces(self) -> Iterator[bytes]:
         """The uncompressed bytes, frames joined into pieces of about :data:`SAVE_PIECE_BYTES`, in order."""
@@ -187,9 +190,9 @@ def kept(rows: StoredRows, keep: NDArray[np.bool_], frame_bytes: int) -> Compres
         if flags.all():
             writer.add_frame(rows, index)
         elif flags.any():
-            raw, bounds = rows.frame(index), (rows.offsets[first : stop + 1] - rows.offsets[first]).tolist()
+            frame_rows = rows.rows_in(index, rows.frame(index))
             for local in np.flatnonzero(flags).tolist():
-                writer.add_row(raw[bounds[local] : bounds[local + 1]])
+                writer.add_row(frame_rows[local])
     return writer.finished()
 
 
@@ -237,9 +240,7 @@ class FrameWriter:
             self._lengths.append(lengths)
             return
         # A small frame, or small rows waiting: one frame of both (never split, so no later frame moves).
-        raw = rows.frame(index)
-        bounds = np.concatenate(([0], np.cumsum(lengths))).tolist()
-        self._pending.extend(raw[lo:hi] for lo, hi in itertools.pairwise(bounds))
+        self._pending.extend(rows.rows_in(index, rows.frame(index)))
         self._pending_bytes += size
         if self._pending_bytes >= self.frame_bytes:
             self._flush()
