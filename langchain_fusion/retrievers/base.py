@@ -253,6 +253,21 @@ class SearchRetriever(CheckedModel, BaseRetriever, Generic[OptionsT]):
             return None
         return texts, options
 
+    def _steps(
+        self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None, kwargs: dict[str, Any]
+    ) -> Iterator[tuple[list[Any], list[RunnableConfig], tuple[list[str], OptionsT] | None]]:
+        """A batch in the steps it is prepared in: each step's inputs, their configs, and what to prepare.
+
+        What to prepare is :meth:`_batch_texts`'s answer (None: the step's invokes run on their own).
+        """
+        configs = get_config_list(config, len(inputs))
+        options = self._batch_options(kwargs)
+        step = self._batch_step(options)
+        for start in range(0, len(inputs), step):
+            chunk = inputs[start : start + step]
+            found = self._batch_texts(chunk, options) if len(chunk) > 1 and options is not None else None
+            yield chunk, configs[start : start + step], found
+
     def _batch_step(self, options: OptionsT | None) -> int:
         """Queries prepared at once for a batch with ``options`` (bounded by the memory their scores take)."""
         return 1 << 30
@@ -341,13 +356,8 @@ class SearchRetriever(CheckedModel, BaseRetriever, Generic[OptionsT]):
         Each query is still its own run (callbacks, tracing, errors); over an in-process index the
         scored queries run in turn in this thread (see :meth:`_prepared_runs_inline`).
         """
-        configs = get_config_list(config, len(inputs))
         results: list[Any] = []
-        options = self._batch_options(kwargs)
-        step = self._batch_step(options)
-        for start in range(0, len(inputs), step):
-            chunk, chunk_configs = inputs[start : start + step], configs[start : start + step]
-            found = self._batch_texts(chunk, options) if len(chunk) > 1 and options is not None else None
+        for chunk, chunk_configs, found in self._steps(inputs, config, kwargs):
             prepared = self._prepare(chunk, *found, chunk_configs[0]) if found else {}
             token = _BATCH.set(prepared or None)
             try:
@@ -368,13 +378,8 @@ class SearchRetriever(CheckedModel, BaseRetriever, Generic[OptionsT]):
         **kwargs: Any,
     ) -> list[Any]:
         """Async twin of :meth:`batch`."""
-        configs = get_config_list(config, len(inputs))
         results: list[Any] = []
-        options = self._batch_options(kwargs)
-        step = self._batch_step(options)
-        for start in range(0, len(inputs), step):
-            chunk, chunk_configs = inputs[start : start + step], configs[start : start + step]
-            found = self._batch_texts(chunk, options) if len(chunk) > 1 and options is not None else None
+        for chunk, chunk_configs, found in self._steps(inputs, config, kwargs):
             prepared = await self._aprepare(chunk, *found, chunk_configs[0]) if found else {}
             token = _BATCH.set(prepared or None)
             try:
